@@ -1,0 +1,122 @@
+/* backend.h - the ops table every compute backend implements.
+ *
+ * A backend is a struct of function pointers plus a context, filled with
+ * designated initializers. lib/model and lib/engine reach memory and
+ * compute only through it, so the CPU backend (the reference), the CUDA
+ * backend (the fast one) and the mock backend (records calls for unit
+ * tests) are interchangeable.
+ *
+ * Conventions:
+ *  - Pointers passed to ops are backend memory (from alloc, or returned
+ *    by weight_upload). On the CPU backend that is plain host memory.
+ *  - Activations are `act_dtype` (F32 on the CPU, BF16 on CUDA); weights
+ *    and biases keep the dtype they were stored in (`wdt` arguments).
+ *  - Matrices are row-major. Shapes are given in the comments as [rows,
+ *    cols]; a weight of a linear layer is [N, K] as in PyTorch (y = x W^T).
+ *  - Every op returns 0 or a negative ATLAS_E* code with a message set.
+ *    Ops may run asynchronously; download() and sync() wait.
+ */
+#ifndef ATLAS_BACKEND_H
+#define ATLAS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/dtype.h"
+
+struct atlas_backend {
+	const char *name;           /* "cpu", "cuda", "mock" */
+	void *ctx;                  /* backend private state */
+	enum atlas_dtype act_dtype; /* element type of activations */
+
+	/* --- lifetime and memory --------------------------------------- */
+
+	/* Free the backend and everything it allocated. */
+	void (*destroy)(struct atlas_backend *be);
+	/* Allocate `bytes` of backend memory (zeroed). NULL on failure. */
+	void *(*alloc)(struct atlas_backend *be, size_t bytes);
+	/* Free memory from alloc. NULL ok. */
+	void (*free)(struct atlas_backend *be, void *p);
+	/* Make `bytes` of host weight data usable by ops. May return `host`
+	 * itself (CPU: zero copy, so the mmap must outlive the backend's use)
+	 * or a copy. NULL on failure. Release with weight_release. */
+	const void *(*weight_upload)(struct atlas_backend *be, const void *host,
+				     size_t bytes);
+	void (*weight_release)(struct atlas_backend *be, const void *w);
+	/* Host -> backend copy of `bytes`. */
+	int (*upload)(struct atlas_backend *be, void *dst, const void *src,
+		      size_t bytes);
+	/* Backend -> host copy; waits for pending work. */
+	int (*download)(struct atlas_backend *be, void *dst, const void *src,
+			size_t bytes);
+	/* Backend -> backend copy. */
+	int (*copy)(struct atlas_backend *be, void *dst, const void *src,
+		    size_t bytes);
+	/* Wait for all queued work. */
+	int (*sync)(struct atlas_backend *be);
+
+	/* --- ops of the dense decoder ------------------------------------ */
+
+	/* out[T,D] = table[ids[t], :]; table [V,D] in wdt; ids [T] int32 in
+	 * backend memory, each already checked to be < V. */
+	int (*embed)(struct atlas_backend *be, void *out, const void *table,
+		     enum atlas_dtype wdt, const int32_t *ids, int64_t T,
+		     int64_t D);
+	/* out[R,D] = x / rms(x) * w, rms over each row; w [D] in wdt.
+	 * out may alias x (in place). */
+	int (*rmsnorm)(struct atlas_backend *be, void *out, const void *x,
+		       const void *w, enum atlas_dtype wdt, int64_t R,
+		       int64_t D, float eps);
+	/* Fused residual: res[R,D] += x[R,D]; out = rmsnorm(res) * w. */
+	int (*add_rmsnorm)(struct atlas_backend *be, void *res, const void *x,
+			   void *out, const void *w, enum atlas_dtype wdt,
+			   int64_t R, int64_t D, float eps);
+	/* out[T,N] = x[T,K] W^T + bias; W [N,K] and bias [N] (or NULL) in
+	 * wdt. FP32 accumulation. */
+	int (*matmul)(struct atlas_backend *be, void *out, const void *x,
+		      const void *w, const void *bias, enum atlas_dtype wdt,
+		      int64_t T, int64_t N, int64_t K);
+	/* Rotary embedding in place, rotate-half (GPT-NeoX/HF) layout:
+	 * x [T,H,hd]; pos [T] int32 in backend memory; inv_freq [hd/2] f32 in
+	 * backend memory (scaling already folded in). */
+	int (*rope)(struct atlas_backend *be, void *x, const int32_t *pos,
+		    const float *inv_freq, int64_t T, int64_t H, int64_t hd);
+	/* Causal attention of T new queries against a KV cache that already
+	 * holds their own keys/values: q [T,H,hd]; kc, vc [S,Hkv,hd] with
+	 * S >= pos0+T; query t sees keys max(0, pos0+t-window+1)..pos0+t
+	 * (window 0 = unlimited). GQA: head h reads kv head h / (H/Hkv).
+	 * out [T,H,hd]. */
+	int (*attention)(struct atlas_backend *be, void *out, const void *q,
+			 const void *kc, const void *vc, int64_t T, int64_t pos0,
+			 int64_t H, int64_t Hkv, int64_t hd, int64_t window,
+			 float scale);
+	/* out[T,F] = silu(gate) * up; gate, up [T,F]. out may alias gate. */
+	int (*swiglu)(struct atlas_backend *be, void *out, const void *gate,
+		      const void *up, int64_t T, int64_t F);
+	/* y[n] += x[n]. */
+	int (*add)(struct atlas_backend *be, void *y, const void *x, int64_t n);
+	/* Download n activations as float (converting from act_dtype). */
+	int (*to_f32)(struct atlas_backend *be, float *host, const void *src,
+		      int64_t n);
+};
+
+/* Backend constructors. Each returns a new backend owned by the caller
+ * (release with be->destroy(be)) or NULL with a message. */
+struct atlas_backend *atlas_backend_cpu_new(void);
+
+/* The mock backend records one line per op call ("matmul T=1 N=64 K=32")
+ * and computes nothing: alloc gives zeroed host memory, to_f32 writes
+ * zeros. For unit tests of model and engine sequencing. */
+struct atlas_backend *atlas_backend_mock_new(void);
+/* Recorded calls so far (count and line i, owned by the backend). */
+int64_t atlas_backend_mock_count(const struct atlas_backend *be);
+const char *atlas_backend_mock_call(const struct atlas_backend *be, int64_t i);
+void atlas_backend_mock_reset(struct atlas_backend *be);
+
+/* Pick a backend by name: "cpu", "mock", "auto" (the best available;
+ * "cpu" until the CUDA backend exists), "cuda[:N]". NULL with a message
+ * for an unknown or unavailable device. */
+struct atlas_backend *atlas_backend_open(const char *device);
+
+#endif

@@ -1,0 +1,169 @@
+/* cpu.c - the CPU backend: memory, copies, kernel-set choice and the ops
+ * table. The ops live in cpu_matmul.c, cpu_ops.c and cpu_attention.c.
+ *
+ * Backend memory is plain host memory (64-byte aligned, zeroed), weights
+ * are used in place (zero copy from the mmap), and every op runs
+ * synchronously on the caller plus the atlas_parallel_for pool, so sync
+ * has nothing to wait for.
+ */
+#include "cpu.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/error.h"
+
+/* -1 until first asked: then the best set the CPU supports. */
+static atomic_int isa_now = -1;
+
+int atlas_cpu_has_avx2(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
+enum atlas_cpu_isa atlas_cpu_isa_get(void)
+{
+	int v = atomic_load(&isa_now);
+	if (v < 0) {
+		v = atlas_cpu_has_avx2() ? ATLAS_CPU_ISA_AVX2 : ATLAS_CPU_ISA_GENERIC;
+		atomic_store(&isa_now, v);
+	}
+	return (enum atlas_cpu_isa)v;
+}
+
+enum atlas_cpu_isa atlas_cpu_isa_set(enum atlas_cpu_isa isa)
+{
+	if (isa == ATLAS_CPU_ISA_AVX2 && !atlas_cpu_has_avx2())
+		isa = ATLAS_CPU_ISA_GENERIC;
+	atomic_store(&isa_now, (int)isa);
+	return isa;
+}
+
+int atlas_cpu_check_wdt(enum atlas_dtype wdt, const char *op)
+{
+	if (wdt == ATLAS_DTYPE_F32 || wdt == ATLAS_DTYPE_F16 ||
+	    wdt == ATLAS_DTYPE_BF16)
+		return 0;
+	return atlas_error(ATLAS_EUNSUPPORTED,
+			   "cpu %s: unsupported weight dtype '%s' (expected F32, F16 or BF16)",
+			   op, atlas_dtype_name(wdt));
+}
+
+void atlas_cpu_convert(float *dst, const void *w, enum atlas_dtype wdt,
+		       int64_t off, int64_t n)
+{
+	if (wdt == ATLAS_DTYPE_BF16) {
+		const uint16_t *s = (const uint16_t *)w + off;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = atlas_bf16_to_f32(s[i]);
+	} else if (wdt == ATLAS_DTYPE_F16) {
+		const uint16_t *s = (const uint16_t *)w + off;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = atlas_cpu_f16(s[i]);
+	} else {
+		memcpy(dst, (const float *)w + off, (size_t)n * sizeof(float));
+	}
+}
+
+static void cpu_destroy(struct atlas_backend *be)
+{
+	free(be);
+}
+
+static void *cpu_alloc(struct atlas_backend *be, size_t bytes)
+{
+	/* aligned_alloc wants a multiple of the alignment; never 0 bytes */
+	size_t n = (bytes + 63) & ~(size_t)63;
+	void *p;
+	if (n == 0)
+		n = 64;
+	if (n < bytes)
+		return NULL;
+	p = aligned_alloc(64, n);
+	if (!p) {
+		atlas_error(ATLAS_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
+		return NULL;
+	}
+	memset(p, 0, n);
+	return p;
+}
+
+static void cpu_free(struct atlas_backend *be, void *p)
+{
+	free(p);
+}
+
+static const void *cpu_weight_upload(struct atlas_backend *be,
+				     const void *host, size_t bytes)
+{
+	return host;
+}
+
+static void cpu_weight_release(struct atlas_backend *be, const void *w)
+{
+}
+
+static int cpu_copy(struct atlas_backend *be, void *dst, const void *src,
+		    size_t bytes)
+{
+	if (bytes)
+		memmove(dst, src, bytes);
+	return 0;
+}
+
+static int cpu_sync(struct atlas_backend *be)
+{
+	return 0;
+}
+
+static int cpu_to_f32(struct atlas_backend *be, float *host, const void *src,
+		      int64_t n)
+{
+	if (n < 0)
+		return atlas_error(ATLAS_EINVAL, "cpu to_f32: negative count %lld",
+				   (long long)n);
+	if (n)
+		memmove(host, src, (size_t)n * sizeof(float));
+	return 0;
+}
+
+struct atlas_backend *atlas_backend_cpu_new(void)
+{
+	struct atlas_backend *be = calloc(1, sizeof(*be));
+	if (!be) {
+		atlas_error(ATLAS_ENOMEM, "cpu: cannot allocate the backend");
+		return NULL;
+	}
+	*be = (struct atlas_backend){
+		.name = "cpu",
+		.ctx = NULL,
+		.act_dtype = ATLAS_DTYPE_F32,
+		.destroy = cpu_destroy,
+		.alloc = cpu_alloc,
+		.free = cpu_free,
+		.weight_upload = cpu_weight_upload,
+		.weight_release = cpu_weight_release,
+		.upload = cpu_copy,
+		.download = cpu_copy,
+		.copy = cpu_copy,
+		.sync = cpu_sync,
+		.embed = atlas_cpu_embed,
+		.rmsnorm = atlas_cpu_rmsnorm,
+		.add_rmsnorm = atlas_cpu_add_rmsnorm,
+		.matmul = atlas_cpu_matmul,
+		.rope = atlas_cpu_rope,
+		.attention = atlas_cpu_attention,
+		.swiglu = atlas_cpu_swiglu,
+		.add = atlas_cpu_add,
+		.to_f32 = cpu_to_f32,
+	};
+	atlas_cpu_isa_get();
+	return be;
+}

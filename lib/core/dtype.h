@@ -1,0 +1,55 @@
+/* dtype.h - element types of tensors in checkpoints and on backends,
+ * and scalar conversions to float. */
+#ifndef ATLAS_CORE_DTYPE_H
+#define ATLAS_CORE_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+enum atlas_dtype {
+	ATLAS_DTYPE_F32 = 0,
+	ATLAS_DTYPE_F16,
+	ATLAS_DTYPE_BF16,
+	ATLAS_DTYPE_F8_E4M3,
+	ATLAS_DTYPE_I8,
+	ATLAS_DTYPE_U8,
+	ATLAS_DTYPE_I32,
+	ATLAS_DTYPE_I64,
+	ATLAS_DTYPE_COUNT,
+};
+
+/* Bytes per element. */
+size_t atlas_dtype_size(enum atlas_dtype t);
+/* The safetensors spelling ("F32", "BF16", ...). Static string. */
+const char *atlas_dtype_name(enum atlas_dtype t);
+/* Parse a safetensors dtype string; returns 0 and sets *out, or -1. */
+int atlas_dtype_parse(const char *s, enum atlas_dtype *out);
+/* Parse a torch dtype name as config.json spells it ("bfloat16",
+ * "float16", "float32"); returns 0 and sets *out, or -1. */
+int atlas_dtype_parse_torch(const char *s, enum atlas_dtype *out);
+
+static inline float atlas_bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Round-to-nearest-even; NaN stays NaN. */
+static inline uint16_t atlas_f32_to_bf16(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+float atlas_f16_to_f32(uint16_t h);
+uint16_t atlas_f32_to_f16(float f);
+float atlas_f8e4m3_to_f32(uint8_t v);
+
+#endif

@@ -1,0 +1,79 @@
+/* config.h - the parts of config.json and generation_config.json that
+ * Atlas uses, parsed with json-c from either shape seen in the wild:
+ * transformers 4.x (`rope_theta`, `rope_scaling`, `torch_dtype`) and 5.x
+ * (`rope_parameters`, `dtype`). */
+#ifndef ATLAS_IO_CONFIG_H
+#define ATLAS_IO_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../core/dtype.h"
+
+#define ATLAS_MAX_EOS 8
+
+enum atlas_rope_type {
+	ATLAS_ROPE_DEFAULT = 0, /* plain RoPE */
+	ATLAS_ROPE_LINEAR,      /* positions divided by factor */
+	ATLAS_ROPE_LLAMA3,      /* Llama 3.x frequency-dependent scaling */
+};
+
+struct atlas_config {
+	char model_type[64];        /* config "model_type", e.g. "qwen3" */
+	char architecture[128];     /* first of "architectures", or "" */
+	int64_t vocab_size;         /* rows of the embedding */
+	int64_t hidden_size;        /* model width D */
+	int64_t intermediate_size;  /* MLP width F */
+	int64_t num_layers;         /* "num_hidden_layers" */
+	int64_t num_heads;          /* "num_attention_heads" */
+	int64_t num_kv_heads;       /* "num_key_value_heads" (default num_heads) */
+	int64_t head_dim;           /* "head_dim" (default hidden/heads) */
+	int64_t max_position;       /* "max_position_embeddings" */
+	double rms_eps;             /* "rms_norm_eps" */
+	double rope_theta;          /* base; 4.x top-level or 5.x rope_parameters */
+	enum atlas_rope_type rope_type; /* from rope_scaling / rope_parameters */
+	double rope_factor;         /* scaling factor (linear, llama3) */
+	double rope_low_freq_factor;  /* llama3 */
+	double rope_high_freq_factor; /* llama3 */
+	int64_t rope_original_max_position; /* llama3 */
+	bool tie_embeddings;        /* "tie_word_embeddings" (default false) */
+	bool attention_bias;        /* q/k/v (and o) biases, "attention_bias" */
+	bool mlp_bias;              /* "mlp_bias" */
+	char hidden_act[32];        /* "hidden_act"/"hidden_activation" */
+	enum atlas_dtype dtype;     /* "dtype" or "torch_dtype" (default F32) */
+	int64_t sliding_window;     /* 0 when absent/null/disabled */
+	int32_t bos_id;             /* "bos_token_id", -1 if absent */
+	int32_t eos_ids[ATLAS_MAX_EOS]; /* "eos_token_id" (int or list) */
+	int n_eos;                  /* entries in eos_ids */
+};
+
+/* Sampling defaults as transformers' GenerationConfig defines them. */
+struct atlas_gen_config {
+	bool do_sample;             /* false: greedy regardless of temperature */
+	double temperature;         /* default 1.0 */
+	int64_t top_k;              /* default 50 (0 disables) */
+	double top_p;               /* default 1.0 */
+	double min_p;               /* default 0 (disabled) */
+	double repetition_penalty;  /* default 1.0 */
+	int64_t max_new_tokens;     /* -1 if absent */
+	int32_t bos_id;             /* -1 if absent */
+	int32_t eos_ids[ATLAS_MAX_EOS]; /* eos_token_id (int or list) */
+	int n_eos;                  /* entries in eos_ids */
+};
+
+/* Parse `dir`/config.json into *out. Returns 0, or a negative ATLAS_E*
+ * with a message naming the file and the field (missing required field,
+ * wrong type, value out of range). */
+int atlas_config_load(const char *dir, struct atlas_config *out);
+
+/* Same, from a JSON string (`name` is used in messages). */
+int atlas_config_parse(const char *json, const char *name, struct atlas_config *out);
+
+/* Parse `dir`/generation_config.json; a missing file gives the defaults
+ * and returns 0. Malformed JSON is an error. */
+int atlas_gen_config_load(const char *dir, struct atlas_gen_config *out);
+
+/* Fill *out with transformers' defaults. */
+void atlas_gen_config_defaults(struct atlas_gen_config *out);
+
+#endif
