@@ -13,7 +13,7 @@ BUILD   ?= build
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
 CFLAGS  ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -pthread -fPIC \
 	-DATLAS_VERSION='"$(VERSION)"' -DATLAS_GIT_REV='"$(GIT_REV)"' \

@@ -153,6 +153,24 @@ def init_weights(model, seed):
                 p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
 
 
+def rope_buffers(model):
+    """The RoPE inverse frequencies as transformers computes them at init
+    (float32). Module.to(dtype) casts buffers too, which would leave a
+    bf16 model's reference with bf16-rounded frequencies; we restore these
+    after every cast, so the reference is what a float32 RoPE gives."""
+    return {n: b.detach().clone().float() for n, b in model.named_buffers()
+            if n.endswith("inv_freq")}
+
+
+def to_reference(model, saved):
+    model = model.to(torch.float64)
+    bufs = dict(model.named_buffers())
+    with torch.no_grad():
+        for n, b in saved.items():
+            bufs[n].copy_(b.to(torch.float64))
+    return model
+
+
 def greedy(model, prompt, n):
     ids = list(prompt)
     margins = []
@@ -185,8 +203,9 @@ def write_case(name, family, out, tok_dir, seed, wdtype, seqs, gen_extra=None, *
         model = transformers.AutoModelForCausalLM.from_config(
             cfg, dtype=torch.float32, attn_implementation="eager")
         init_weights(model, s)
+        saved = rope_buffers(model)
         model = model.to(wdtype)
-        ref = model.to(torch.float64)  # reference from the stored (rounded) values
+        ref = to_reference(model, saved)  # reference from the stored (rounded) values
         ref.eval()
         prompt = seqs[-1][:8]
         toks, margin = greedy(ref, prompt, N_GREEDY)
@@ -203,7 +222,7 @@ def write_case(name, family, out, tok_dir, seed, wdtype, seqs, gen_extra=None, *
     model.save_pretrained(d)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok_dir, f), d)
-    ref = model.to(torch.float64)
+    ref = to_reference(model, saved)
     cases = []
     with torch.no_grad():
         for i, ids in enumerate(seqs):

@@ -18,16 +18,24 @@ int atlas_error(int code, const char *fmt, ...)
 
 int atlas_error_wrap(int code, const char *fmt, ...)
 {
-	char prefix[512], old[sizeof(errbuf)];
+	char prefix[256], old[sizeof(errbuf)];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(prefix, sizeof(prefix), fmt, ap);
 	va_end(ap);
-	memcpy(old, errbuf, sizeof(old));
-	if (old[0])
-		snprintf(errbuf, sizeof(errbuf), "%s: %s", prefix, old);
-	else
-		snprintf(errbuf, sizeof(errbuf), "%s", prefix);
+	strcpy(old, errbuf);
+	size_t pl = strlen(prefix), ol = strlen(old);
+	if (ol && pl + 2 < sizeof(errbuf)) {
+		memcpy(errbuf, prefix, pl);
+		memcpy(errbuf + pl, ": ", 2);
+		size_t room = sizeof(errbuf) - pl - 3;
+		if (ol > room)
+			ol = room;
+		memcpy(errbuf + pl + 2, old, ol);
+		errbuf[pl + 2 + ol] = '\0';
+	} else {
+		memcpy(errbuf, prefix, pl + 1);
+	}
 	return code;
 }
 

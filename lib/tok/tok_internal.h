@@ -85,8 +85,8 @@ struct atlas_tok {
 	bool nfc;             /* normalizer NFC */
 	struct tok_added *added; /* added tokens, longest content first */
 	size_t nadded;        /* number of added tokens */
-	uint16_t added_first[257]; /* added[] indices by first byte: [b]..[b+1] after sorting */
-	uint16_t *added_order; /* added[] indices grouped by first byte, longest first */
+	uint32_t added_first[257]; /* added[] indices by first byte: [b]..[b+1] after sorting */
+	uint32_t *added_order; /* added[] indices grouped by first byte, longest first */
 	struct tok_stage stage[TOK_MAX_STAGES]; /* pre-tokenizer stages */
 	int nstage;           /* number of stages */
 	int32_t prefix_ids[TOK_MAX_TEMPLATE]; /* ids before $A with add_special */
@@ -147,7 +147,7 @@ int atlas_tok_stage_compile(struct atlas_tok *tok, const char *pattern,
 extern const char atlas_tok_gpt2_regex[];
 
 /* Find the leftmost-longest added token in s[from..len) (added.c).
- * Returns its index in tok->added and sets *start/*end to the span it
+ * Returns its index in tok->added and sets *start and *end to the span it
  * takes including stripped whitespace, or -1 if none. */
 int64_t atlas_tok_added_find(const struct atlas_tok *tok, const char *s,
 			     size_t len, size_t from, size_t *start,

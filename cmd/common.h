@@ -1,0 +1,31 @@
+/* common.h - what every atlas-* program shares: error reporting, number
+ * parsing for flags, the default model, version text. Only cmd/ prints
+ * and exits; these helpers do both on behalf of the programs. */
+#ifndef ATLAS_CMD_COMMON_H
+#define ATLAS_CMD_COMMON_H
+
+#include <stdint.h>
+
+extern const char *cmd_name; /* program name for messages, set by main */
+
+/* Print "NAME: error: MSG" to stderr. */
+void cmd_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print the library's last message as an error and return 1. */
+int cmd_lib_error(void);
+/* Print "NAME: MSG" plus a hint to use --help, and exit 2. */
+void cmd_usage_error(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
+
+/* Parse a flag value or exit 2 naming the flag. */
+int64_t cmd_parse_int(const char *flag, const char *s, int64_t min, int64_t max);
+double cmd_parse_double(const char *flag, const char *s, double min, double max);
+uint64_t cmd_parse_u64(const char *flag, const char *s);
+
+/* Print "NAME VERSION (git REV)" to stdout. */
+void cmd_print_version(void);
+
+/* Resolve -m's argument (NULL: the default model) to a directory.
+ * Returns a malloc'd path, or NULL after printing an error. */
+char *cmd_resolve_model(const char *model);
+
+#endif

@@ -1,0 +1,126 @@
+/* cpu_attention.c - causal (optionally sliding-window) grouped-query
+ * attention of T new queries against the f32 KV cache, on the CPU.
+ *
+ * Each (query, head) pair is independent, so they are the unit of
+ * parallel work. For one pair: scores over the visible keys, softmax
+ * with the max subtracted, then the probability-weighted sum of values,
+ * all in FP32. Scores live in a per-task buffer: on the stack for short
+ * contexts, else malloc'd once per task (not per pair).
+ */
+#include "cpu.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "../../core/error.h"
+#include "../../core/threads.h"
+
+/* Scores kept on the stack up to this many keys (16 KiB). */
+#define STACK_KEYS 4096
+
+/* One attention call. */
+struct attn_job {
+	float *out;         /* [T,H,hd] */
+	const float *q;     /* [T,H,hd] */
+	const float *kc;    /* [S,Hkv,hd] */
+	const float *vc;    /* [S,Hkv,hd] */
+	int64_t pos0;       /* absolute position of query 0 */
+	int64_t H, Hkv, hd; /* heads, kv heads, head size */
+	int64_t window;     /* keys visible per query, 0 = all */
+	int64_t maxkeys;    /* most keys any query sees */
+	float scale;        /* score multiplier, usually 1/sqrt(hd) */
+	atomic_int failed;  /* set when a task could not get its buffer */
+};
+
+static float dot(const float *a, const float *b, int64_t n)
+{
+	float s[8] = {0};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++)
+			s[j] += a[i + j] * b[i + j];
+	for (; i < n; i++)
+		s[0] += a[i] * b[i];
+	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
+/* out [hd] for query t of head h; sc has room for the visible keys. */
+static void attend(const struct attn_job *j, int64_t t, int64_t h, float *sc)
+{
+	const int64_t hd = j->hd, ld = j->Hkv * hd;
+	const int64_t p = j->pos0 + t, kvh = h / (j->H / j->Hkv);
+	int64_t lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+	const float *qv = j->q + (t * j->H + h) * hd;
+	const float *kb = j->kc + kvh * hd, *vb = j->vc + kvh * hd;
+	float *o = j->out + (t * j->H + h) * hd;
+	int64_t n = p - lo + 1;
+
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < n; i++) {
+		sc[i] = j->scale * dot(qv, kb + (lo + i) * ld, hd);
+		if (sc[i] > mx)
+			mx = sc[i];
+	}
+	float sum = 0.0f;
+	for (int64_t i = 0; i < n; i++) {
+		sc[i] = expf(sc[i] - mx);
+		sum += sc[i];
+	}
+	float inv = 1.0f / sum;
+	for (int64_t d = 0; d < hd; d++)
+		o[d] = 0.0f;
+	for (int64_t i = 0; i < n; i++) {
+		const float *v = vb + (lo + i) * ld;
+		float pr = sc[i] * inv;
+		for (int64_t d = 0; d < hd; d++)
+			o[d] += pr * v[d];
+	}
+}
+
+static void attn_range(void *ctx, int64_t b, int64_t e)
+{
+	struct attn_job *j = ctx;
+	float stack[STACK_KEYS];
+	float *sc = stack;
+	if (j->maxkeys > STACK_KEYS) {
+		sc = malloc((size_t)j->maxkeys * sizeof(float));
+		if (!sc) {
+			atomic_store(&j->failed, 1);
+			return;
+		}
+	}
+	for (int64_t i = b; i < e; i++)
+		attend(j, i / j->H, i % j->H, sc);
+	if (sc != stack)
+		free(sc);
+}
+
+int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q,
+			const void *kc, const void *vc, int64_t T, int64_t pos0,
+			int64_t H, int64_t Hkv, int64_t hd, int64_t window,
+			float scale)
+{
+	if (T < 0 || pos0 < 0 || H <= 0 || Hkv <= 0 || hd <= 0 || window < 0 ||
+	    H % Hkv)
+		return atlas_error(ATLAS_EINVAL,
+				   "cpu attention: bad shape T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld",
+				   (long long)T, (long long)pos0, (long long)H,
+				   (long long)Hkv, (long long)hd, (long long)window);
+	struct attn_job j = {
+		.out = out, .q = q, .kc = kc, .vc = vc, .pos0 = pos0,
+		.H = H, .Hkv = Hkv, .hd = hd, .window = window,
+		.maxkeys = pos0 + T, .scale = scale,
+	};
+	if (window > 0 && window < j.maxkeys)
+		j.maxkeys = window;
+	atomic_init(&j.failed, 0);
+	/* one pair costs ~4*keys*hd flops; aim for tasks of ~64K */
+	int64_t grain = 65536 / (4 * j.maxkeys * hd + 1) + 1;
+	atlas_parallel_for(T * H, grain, attn_range, &j);
+	if (atomic_load(&j.failed))
+		return atlas_error(ATLAS_ENOMEM,
+				   "cpu attention: cannot allocate scores for %lld keys",
+				   (long long)j.maxkeys);
+	return 0;
+}

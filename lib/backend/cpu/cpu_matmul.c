@@ -1,0 +1,149 @@
+/* cpu_matmul.c - out[T,N] = x[T,K] W^T + bias on the CPU: argument
+ * checks, the split over threads, and the portable kernels.
+ *
+ * The matmul is where decode time goes. Two shapes of work:
+ *  - decode (T <= 4): a GEMV that streams each weight row from memory
+ *    once for all T rows of x; bandwidth bound, so the kernel converts
+ *    the weights inline and keeps several accumulators in flight.
+ *  - prefill (T larger): tiles of 32 weight rows x 256 columns are
+ *    converted to f32 once into an L1-sized buffer and reused by every
+ *    row of x, so each weight byte leaves memory once per matmul.
+ * Work is split over output features N with atlas_parallel_for. The
+ * AVX2 versions of both kernels are in cpu_matmul_avx2.c.
+ */
+#include "cpu.h"
+
+#include "../../core/error.h"
+#include "../../core/threads.h"
+
+/* Lanes of partial sums per dot product: independent accumulators let
+ * the compiler vectorize without reassociating the FP32 sum itself. */
+#define LANES 8
+
+static inline void dot_lanes(float *a, const float *x, const float *w,
+			     int64_t n)
+{
+	int64_t k = 0;
+	for (; k + LANES <= n; k += LANES)
+		for (int j = 0; j < LANES; j++)
+			a[j] += x[k + j] * w[k + j];
+	for (; k < n; k++)
+		a[0] += x[k] * w[k];
+}
+
+static inline float sum_lanes(const float *a)
+{
+	return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+void atlas_cpu_gemv_generic(const struct atlas_cpu_mm *m, int64_t n0,
+			    int64_t n1)
+{
+	/* one chunk of a weight row in f32; stays in L1 across the T dots */
+	float wb[ATLAS_CPU_TILE_K];
+	const int64_t T = m->T, N = m->N, K = m->K;
+
+	for (int64_t n = n0; n < n1; n++) {
+		float a[ATLAS_CPU_GEMV_MAX_T][LANES] = {{0}};
+		for (int64_t k0 = 0; k0 < K; k0 += ATLAS_CPU_TILE_K) {
+			int64_t kb = K - k0 < ATLAS_CPU_TILE_K ? K - k0 : ATLAS_CPU_TILE_K;
+			atlas_cpu_convert(wb, m->w, m->wdt, n * K + k0, kb);
+			for (int64_t t = 0; t < T; t++)
+				dot_lanes(a[t], m->x + t * K + k0, wb, kb);
+		}
+		float b = m->bias ? atlas_cpu_wload(m->bias, m->wdt, n) : 0.0f;
+		for (int64_t t = 0; t < T; t++)
+			m->out[t * N + n] = b + sum_lanes(a[t]);
+	}
+}
+
+void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0,
+			     int64_t n1)
+{
+	/* the current tile of W in f32: ATLAS_CPU_TILE_N rows of TILE_K */
+	float wt[ATLAS_CPU_TILE_N * ATLAS_CPU_TILE_K];
+	const int64_t T = m->T, N = m->N, K = m->K;
+
+	for (int64_t nt = n0; nt < n1; nt += ATLAS_CPU_TILE_N) {
+		int64_t nb = n1 - nt < ATLAS_CPU_TILE_N ? n1 - nt : ATLAS_CPU_TILE_N;
+		for (int64_t k0 = 0; k0 < K; k0 += ATLAS_CPU_TILE_K) {
+			int64_t kb = K - k0 < ATLAS_CPU_TILE_K ? K - k0 : ATLAS_CPU_TILE_K;
+			for (int64_t r = 0; r < nb; r++)
+				atlas_cpu_convert(wt + r * ATLAS_CPU_TILE_K, m->w,
+						  m->wdt, (nt + r) * K + k0, kb);
+			for (int64_t t = 0; t < T; t++) {
+				const float *xt = m->x + t * K + k0;
+				float *o = m->out + t * N + nt;
+				for (int64_t r = 0; r < nb; r++) {
+					float a[LANES] = {0};
+					dot_lanes(a, xt, wt + r * ATLAS_CPU_TILE_K, kb);
+					float prev = k0 ? o[r] :
+						m->bias ? atlas_cpu_wload(m->bias, m->wdt, nt + r) : 0.0f;
+					o[r] = prev + sum_lanes(a);
+				}
+			}
+		}
+	}
+}
+
+/* One matmul handed to the pool: items are groups of `unit` rows of W. */
+struct mm_job {
+	struct atlas_cpu_mm m; /* the operands */
+	void (*fn)(const struct atlas_cpu_mm *, int64_t, int64_t); /* kernel */
+	int64_t unit;          /* rows of W per item */
+};
+
+static void mm_range(void *ctx, int64_t b, int64_t e)
+{
+	const struct mm_job *j = ctx;
+	int64_t n1 = e * j->unit < j->m.N ? e * j->unit : j->m.N;
+	j->fn(&j->m, b * j->unit, n1);
+}
+
+int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x,
+		     const void *w, const void *bias, enum atlas_dtype wdt,
+		     int64_t T, int64_t N, int64_t K)
+{
+	int rc = atlas_cpu_check_wdt(wdt, "matmul");
+	if (rc)
+		return rc;
+	if (T < 0 || N < 0 || K < 0)
+		return atlas_error(ATLAS_EINVAL,
+				   "cpu matmul: bad shape T=%lld N=%lld K=%lld",
+				   (long long)T, (long long)N, (long long)K);
+	if (T == 0 || N == 0)
+		return 0;
+	struct mm_job j = {
+		.m = {out, x, w, bias, wdt, T, N, K},
+	};
+	if (K == 0) {
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t n = 0; n < N; n++)
+				j.m.out[t * N + n] = bias ? atlas_cpu_wload(bias, wdt, n) : 0.0f;
+		return 0;
+	}
+	int avx2 = atlas_cpu_isa_get() == ATLAS_CPU_ISA_AVX2;
+	int64_t grain;
+	if (T <= ATLAS_CPU_GEMV_MAX_T) {
+		j.fn = atlas_cpu_gemv_generic;
+#if defined(__x86_64__)
+		if (avx2)
+			j.fn = atlas_cpu_gemv_avx2;
+#endif
+		/* 8-row groups match the AVX2 kernel's row blocking; tasks of
+		 * at least ~64K multiply-adds so small matmuls stay inline */
+		j.unit = 8;
+		grain = (65536 / (K * T + 1)) / 8 + 1;
+	} else {
+		j.fn = atlas_cpu_tiled_generic;
+#if defined(__x86_64__)
+		if (avx2)
+			j.fn = atlas_cpu_tiled_avx2;
+#endif
+		j.unit = ATLAS_CPU_TILE_N;
+		grain = (65536 / (K * T + 1)) / ATLAS_CPU_TILE_N + 1;
+	}
+	(void)avx2;
+	atlas_parallel_for((N + j.unit - 1) / j.unit, grain, mm_range, &j);
+	return 0;
+}

@@ -1,0 +1,218 @@
+/* cpu_matmul_avx2.c - the matmul kernels with AVX2 + FMA + F16C
+ * intrinsics (x86-64 only; cpu.c checks the CPU before they are used).
+ *
+ * Only these functions carry the target attribute, so the rest of the
+ * library stays baseline x86-64 and the binary runs anywhere. The
+ * kernels are written once over (weight dtype, rows of x, rows of W) and
+ * instantiated with constants through always_inline, so each instance
+ * keeps its accumulators in registers (16 ymm on AVX2).
+ */
+#include "cpu.h"
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* Eight weights from element i of w, as f32. bf16 -> f32 is a 16-bit
+ * shift; f16 uses the F16C converter. */
+AVX2 INLINE __m256 ld8(const void *w, enum atlas_dtype dt, int64_t i)
+{
+	if (dt == ATLAS_DTYPE_BF16) {
+		__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
+		return _mm256_castsi256_ps(
+			_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+	}
+	if (dt == ATLAS_DTYPE_F16)
+		return _mm256_cvtph_ps(
+			_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+	return _mm256_loadu_ps((const float *)w + i);
+}
+
+AVX2 INLINE float hsum(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
+			      _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* --- decode: out[0..T, n..n+R) straight from W ------------------------ */
+
+AVX2 INLINE void gemv_block(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
+			    int T, int R, int64_t n)
+{
+	const int64_t K = m->K, K8 = K & ~(int64_t)7;
+	const float *x = m->x;
+	__m256 acc[ATLAS_CPU_GEMV_MAX_T][8];
+
+	for (int t = 0; t < T; t++)
+		for (int r = 0; r < R; r++)
+			acc[t][r] = _mm256_setzero_ps();
+	for (int64_t k = 0; k < K8; k += 8) {
+		__m256 xv[ATLAS_CPU_GEMV_MAX_T];
+		for (int t = 0; t < T; t++)
+			xv[t] = _mm256_loadu_ps(x + t * K + k);
+		for (int r = 0; r < R; r++) {
+			__m256 wv = ld8(m->w, dt, (n + r) * K + k);
+			for (int t = 0; t < T; t++)
+				acc[t][r] = _mm256_fmadd_ps(xv[t], wv, acc[t][r]);
+		}
+	}
+	for (int r = 0; r < R; r++) {
+		float b = m->bias ? atlas_cpu_wload(m->bias, dt, n + r) : 0.0f;
+		for (int t = 0; t < T; t++) {
+			float s = hsum(acc[t][r]);
+			for (int64_t k = K8; k < K; k++)
+				s += x[t * K + k] *
+				     atlas_cpu_wload(m->w, dt, (n + r) * K + k);
+			m->out[t * m->N + n + r] = b + s;
+		}
+	}
+}
+
+/* Rows of W per block for T rows of x: T*R accumulators, at most 12. */
+#define GEMV_FN(name, DT, T, R)                                          \
+	AVX2 static void name(const struct atlas_cpu_mm *m, int64_t n0,  \
+			      int64_t n1)                                \
+	{                                                                \
+		int64_t n = n0;                                          \
+		for (; n + (R) <= n1; n += (R))                          \
+			gemv_block(m, DT, T, R, n);                      \
+		for (; n < n1; n++)                                      \
+			gemv_block(m, DT, T, 1, n);                      \
+	}
+#define GEMV_DT(sfx, DT)                         \
+	GEMV_FN(gemv1_##sfx, DT, 1, 8)           \
+	GEMV_FN(gemv2_##sfx, DT, 2, 4)           \
+	GEMV_FN(gemv3_##sfx, DT, 3, 4)           \
+	GEMV_FN(gemv4_##sfx, DT, 4, 3)
+GEMV_DT(f32, ATLAS_DTYPE_F32)
+GEMV_DT(f16, ATLAS_DTYPE_F16)
+GEMV_DT(bf16, ATLAS_DTYPE_BF16)
+
+void atlas_cpu_gemv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	typedef void (*fn_t)(const struct atlas_cpu_mm *, int64_t, int64_t);
+	static const fn_t tab[3][ATLAS_CPU_GEMV_MAX_T] = {
+		{gemv1_f32, gemv2_f32, gemv3_f32, gemv4_f32},
+		{gemv1_f16, gemv2_f16, gemv3_f16, gemv4_f16},
+		{gemv1_bf16, gemv2_bf16, gemv3_bf16, gemv4_bf16},
+	};
+	int d = m->wdt == ATLAS_DTYPE_F32 ? 0 : m->wdt == ATLAS_DTYPE_F16 ? 1 : 2;
+	tab[d][m->T - 1](m, n0, n1);
+}
+
+/* --- prefill: tiles of W converted once, reused by every row of x ------ */
+
+/* Rows of x and of the tile per micro-kernel: 3 x 4 accumulators plus
+ * 3 rows of x and one of W fill the 16 ymm registers. */
+#define MT 3
+#define NR 4
+#define LDT ATLAS_CPU_TILE_K
+
+/* out[t..t+mt, nt+r..nt+r+nr) (+)= x[t.., k0..k0+kb) . wt[r.., 0..kb) */
+AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt,
+		       int64_t t, int64_t nt, int64_t r, int64_t k0,
+		       int64_t kb, int mt, int nr)
+{
+	const int64_t K = m->K, kb8 = kb & ~(int64_t)7;
+	const float *xp = m->x + t * K + k0;
+	const float *wp = wt + r * LDT;
+	__m256 acc[MT][NR];
+
+	for (int i = 0; i < mt; i++)
+		for (int j = 0; j < nr; j++)
+			acc[i][j] = _mm256_setzero_ps();
+	for (int64_t k = 0; k < kb8; k += 8) {
+		__m256 xv[MT];
+		for (int i = 0; i < mt; i++)
+			xv[i] = _mm256_loadu_ps(xp + i * K + k);
+		for (int j = 0; j < nr; j++) {
+			__m256 wv = _mm256_load_ps(wp + j * LDT + k);
+			for (int i = 0; i < mt; i++)
+				acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+		}
+	}
+	for (int i = 0; i < mt; i++) {
+		float *o = m->out + (t + i) * m->N + nt + r;
+		for (int j = 0; j < nr; j++) {
+			float s = hsum(acc[i][j]);
+			for (int64_t k = kb8; k < kb; k++)
+				s += xp[i * K + k] * wp[j * LDT + k];
+			float prev = k0 ? o[j] : m->bias ?
+				atlas_cpu_wload(m->bias, m->wdt, nt + r + j) : 0.0f;
+			o[j] = prev + s;
+		}
+	}
+}
+
+AVX2 INLINE void tiled(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
+		       int64_t n0, int64_t n1)
+{
+	/* the current tile of W in f32, rows LDT floats apart */
+	float wt[ATLAS_CPU_TILE_N * LDT] __attribute__((aligned(64)));
+	const int64_t T = m->T, K = m->K;
+
+	for (int64_t nt = n0; nt < n1; nt += ATLAS_CPU_TILE_N) {
+		int64_t nb = n1 - nt < ATLAS_CPU_TILE_N ? n1 - nt : ATLAS_CPU_TILE_N;
+		for (int64_t k0 = 0; k0 < K; k0 += LDT) {
+			int64_t kb = K - k0 < LDT ? K - k0 : LDT;
+			int64_t kb8 = kb & ~(int64_t)7;
+			for (int64_t r = 0; r < nb; r++) {
+				int64_t base = (nt + r) * K + k0;
+				for (int64_t k = 0; k < kb8; k += 8)
+					_mm256_store_ps(wt + r * LDT + k,
+							ld8(m->w, dt, base + k));
+				for (int64_t k = kb8; k < kb; k++)
+					wt[r * LDT + k] = atlas_cpu_wload(m->w, dt, base + k);
+			}
+			int64_t t = 0;
+			for (; t + MT <= T; t += MT) {
+				int64_t r = 0;
+				for (; r + NR <= nb; r += NR)
+					micro(m, wt, t, nt, r, k0, kb, MT, NR);
+				for (; r < nb; r++)
+					micro(m, wt, t, nt, r, k0, kb, MT, 1);
+			}
+			for (; t < T; t++) {
+				int64_t r = 0;
+				for (; r + NR <= nb; r += NR)
+					micro(m, wt, t, nt, r, k0, kb, 1, NR);
+				for (; r < nb; r++)
+					micro(m, wt, t, nt, r, k0, kb, 1, 1);
+			}
+		}
+	}
+}
+
+AVX2 static void tiled_f32(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	tiled(m, ATLAS_DTYPE_F32, n0, n1);
+}
+
+AVX2 static void tiled_f16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	tiled(m, ATLAS_DTYPE_F16, n0, n1);
+}
+
+AVX2 static void tiled_bf16(const struct atlas_cpu_mm *m, int64_t n0,
+			    int64_t n1)
+{
+	tiled(m, ATLAS_DTYPE_BF16, n0, n1);
+}
+
+void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	if (m->wdt == ATLAS_DTYPE_F32)
+		tiled_f32(m, n0, n1);
+	else if (m->wdt == ATLAS_DTYPE_F16)
+		tiled_f16(m, n0, n1);
+	else
+		tiled_bf16(m, n0, n1);
+}
+
+#endif

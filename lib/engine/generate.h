@@ -1,0 +1,63 @@
+/* generate.h - run one prompt to completion on one sequence.
+ *
+ * Prefill the prompt, then sample token by token until an end-of-sequence
+ * id, a stop string, max_tokens or the context limit. Each token reaches
+ * the caller through a callback, with the text it completes (UTF-8 safe,
+ * held back while it could still turn into a stop string). */
+#ifndef ATLAS_ENGINE_GENERATE_H
+#define ATLAS_ENGINE_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../model/model.h"
+#include "../tok/tok.h"
+#include "sampler.h"
+
+enum atlas_finish {
+	ATLAS_FINISH_LENGTH = 0, /* max_tokens or the context filled up */
+	ATLAS_FINISH_EOS,        /* an end-of-sequence id was sampled */
+	ATLAS_FINISH_STOP,       /* a stop string appeared */
+	ATLAS_FINISH_CANCELLED,  /* the callback asked to stop */
+};
+
+/* "length", "stop" (for EOS and stop strings), "cancelled". */
+const char *atlas_finish_name(enum atlas_finish f);
+
+struct atlas_gen_params {
+	int64_t max_tokens;        /* most tokens to generate (> 0) */
+	bool ignore_eos;           /* keep going past EOS ids */
+	int32_t eos_ids[16];       /* ids that end the sequence */
+	int n_eos;                 /* entries in eos_ids */
+	const char *const *stop;   /* stop strings (not owned), or NULL */
+	int n_stop;                /* entries in stop */
+	struct atlas_sampler_params sampling; /* sampler settings */
+};
+
+struct atlas_gen_stats {
+	int64_t n_prompt;          /* prompt tokens */
+	int64_t n_gen;             /* tokens generated (EOS not counted) */
+	int64_t n_decode;          /* single-token forward passes run */
+	double prompt_s;           /* prefill time, seconds */
+	double gen_s;              /* time after the first token, seconds */
+	double ttft_s;             /* start to first token, seconds */
+	enum atlas_finish finish;  /* why it stopped */
+};
+
+/* Called once per generated token (EOS excluded) with its id and the text
+ * it releases (len may be 0; text is not NUL-terminated). Return non-zero
+ * to stop. After the last token, text still held back (a partial stop
+ * string that never completed) comes in one more call with id -1. `tok` may be NULL in atlas_generate, then text is always empty
+ * and stop strings are ignored. */
+typedef int (*atlas_token_cb)(void *ud, int32_t id, const char *text, size_t len);
+
+/* Generate from `prompt` (n tokens, n >= 1) on an empty or continuing
+ * sequence `s`. Returns 0 (see stats->finish) or a negative ATLAS_E*:
+ * ATLAS_EINVAL for an empty prompt, ATLAS_ERANGE for a prompt that does
+ * not fit the context or holds an id outside the vocabulary. */
+int atlas_generate(struct atlas_model *m, struct atlas_seq *s,
+		   const struct atlas_tok *tok, const int32_t *prompt, int64_t n,
+		   const struct atlas_gen_params *p, atlas_token_cb cb, void *ud,
+		   struct atlas_gen_stats *stats);
+
+#endif

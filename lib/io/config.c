@@ -1,0 +1,436 @@
+/* config.c - parse config.json and generation_config.json (see config.h).
+ *
+ * Only the generic fields are read here, with transformers' defaults;
+ * family knowledge (which families always carry a QKV bias, ...) belongs
+ * in lib/model. The transformers 4.x spellings (rope_theta + rope_scaling,
+ * torch_dtype) and 5.x ones (rope_parameters, dtype) give identical
+ * structs, so nothing above this file needs to know which wrote a file. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "../core/error.h"
+#include "file.h"
+#include "json_util.h"
+
+/* A required positive integer. */
+static int req_int(struct json_object *o, const char *key, const char *where,
+		   int64_t *out)
+{
+	int rc = atlas_json_int(o, key, where, out);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: missing required field '%s'", where, key);
+	if (*out <= 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be positive (got %" PRId64 ")",
+				   where, key, *out);
+	return 0;
+}
+
+/* An optional positive integer; *out keeps its default when absent. */
+static int opt_int(struct json_object *o, const char *key, const char *where,
+		   int64_t *out)
+{
+	int rc = atlas_json_int(o, key, where, out);
+	if (rc < 0)
+		return rc;
+	if (rc > 0 && *out <= 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be positive (got %" PRId64 ")",
+				   where, key, *out);
+	return 0;
+}
+
+/* An optional number > 0 (or >= 0 when zero_ok). */
+static int opt_num(struct json_object *o, const char *key, const char *where,
+		   double *out, bool zero_ok)
+{
+	int rc = atlas_json_double(o, key, where, out);
+	if (rc < 0)
+		return rc;
+	if (rc > 0 && (!isfinite(*out) || *out < 0 || (!zero_ok && *out == 0)))
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be %s (got %g)",
+				   where, key, zero_ok ? "non-negative" : "positive", *out);
+	return 0;
+}
+
+/* Copy a string field into a fixed buffer, refusing silent truncation. */
+static int copy_str(const char *where, const char *key, const char *s, char *dst,
+		    size_t n)
+{
+	if (strlen(s) >= n)
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' is too long ('%s')",
+				   where, key, s);
+	strcpy(dst, s);
+	return 0;
+}
+
+/* A token id: an integer in [0, INT32_MAX]. */
+static int check_id(const char *where, const char *key, int64_t v, int32_t *out)
+{
+	if (v < 0 || v > INT32_MAX)
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' has an invalid token id %" PRId64,
+				   where, key, v);
+	*out = (int32_t)v;
+	return 0;
+}
+
+/* "bos_token_id": int or null; -1 when absent. */
+static int parse_bos(struct json_object *o, const char *where, int32_t *bos)
+{
+	int64_t v;
+	int rc = atlas_json_int(o, "bos_token_id", where, &v);
+	*bos = -1;
+	if (rc <= 0)
+		return rc;
+	return check_id(where, "bos_token_id", v, bos);
+}
+
+/* "eos_token_id": an int, a list of ints, or absent/null (n = 0). */
+static int parse_eos(struct json_object *o, const char *where, int32_t *ids, int *n)
+{
+	const char *key = "eos_token_id";
+	struct json_object *v;
+	size_t len;
+
+	*n = 0;
+	if (!json_object_object_get_ex(o, key, &v) || !v)
+		return 0;
+	if (json_object_is_type(v, json_type_int)) {
+		*n = 1;
+		return check_id(where, key, json_object_get_int64(v), &ids[0]);
+	}
+	if (!json_object_is_type(v, json_type_array))
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: field '%s' must be an integer or a list of integers",
+				   where, key);
+	len = json_object_array_length(v);
+	if (len > ATLAS_MAX_EOS)
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' has %zu ids, at most %d are supported",
+				   where, key, len, ATLAS_MAX_EOS);
+	for (size_t i = 0; i < len; i++) {
+		struct json_object *e = json_object_array_get_idx(v, i);
+		int rc;
+		if (!e || !json_object_is_type(e, json_type_int))
+			return atlas_error(ATLAS_EFORMAT,
+					   "%s: field '%s' must be an integer or a list of integers",
+					   where, key);
+		rc = check_id(where, key, json_object_get_int64(e), &ids[i]);
+		if (rc)
+			return rc;
+	}
+	*n = (int)len;
+	return 0;
+}
+
+/* rope_scaling (4.x) or rope_parameters (5.x): the same keys either way,
+ * except that 5.x also carries rope_theta inside. */
+static int parse_rope(struct json_object *r, const char *where, const char *field,
+		      struct atlas_config *c)
+{
+	char w[600];
+	const char *type = "default";
+	int rc;
+
+	snprintf(w, sizeof(w), "%s: %s", where, field);
+	rc = atlas_json_string(r, "rope_type", w, &type);
+	if (rc == 0)
+		rc = atlas_json_string(r, "type", w, &type);
+	if (rc < 0)
+		return rc;
+	if (rc == 0 && json_object_object_get_ex(r, "full_attention", NULL))
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: rope parameters per attention type are not supported", w);
+	if (!strcmp(type, "default"))
+		c->rope_type = ATLAS_ROPE_DEFAULT;
+	else if (!strcmp(type, "linear"))
+		c->rope_type = ATLAS_ROPE_LINEAR;
+	else if (!strcmp(type, "llama3"))
+		c->rope_type = ATLAS_ROPE_LLAMA3;
+	else
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: rope type '%s' is not supported (supported: default, linear, llama3)",
+				   w, type);
+	if ((rc = opt_num(r, "rope_theta", w, &c->rope_theta, false)))
+		return rc;
+	if (c->rope_type == ATLAS_ROPE_DEFAULT)
+		return 0;
+
+	/* linear and llama3 need a factor; llama3 needs its band too. */
+	if ((rc = atlas_json_double(r, "factor", w, &c->rope_factor)) <= 0)
+		return rc < 0 ? rc : atlas_error(ATLAS_EFORMAT,
+						 "%s: missing field 'factor' for rope type '%s'", w, type);
+	if (!isfinite(c->rope_factor) || c->rope_factor <= 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: field 'factor' must be positive (got %g)",
+				   w, c->rope_factor);
+	if (c->rope_type != ATLAS_ROPE_LLAMA3)
+		return 0;
+	static const char *const need[] = {"low_freq_factor", "high_freq_factor",
+					   "original_max_position_embeddings"};
+	for (int i = 0; i < 3; i++)
+		if (!json_object_object_get_ex(r, need[i], NULL))
+			return atlas_error(ATLAS_EFORMAT,
+					   "%s: missing field '%s' for rope type 'llama3'", w, need[i]);
+	if ((rc = opt_num(r, need[0], w, &c->rope_low_freq_factor, false)) ||
+	    (rc = opt_num(r, need[1], w, &c->rope_high_freq_factor, false)) ||
+	    (rc = opt_int(r, need[2], w, &c->rope_original_max_position)))
+		return rc;
+	if (c->rope_high_freq_factor <= c->rope_low_freq_factor)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: high_freq_factor (%g) must be larger than low_freq_factor (%g)",
+				   w, c->rope_high_freq_factor, c->rope_low_freq_factor);
+	return 0;
+}
+
+/* Model shape: the required sizes and the derived head layout. */
+static int parse_shape(struct json_object *o, const char *where, struct atlas_config *c)
+{
+	int rc;
+
+	if ((rc = req_int(o, "vocab_size", where, &c->vocab_size)) ||
+	    (rc = req_int(o, "hidden_size", where, &c->hidden_size)) ||
+	    (rc = req_int(o, "intermediate_size", where, &c->intermediate_size)) ||
+	    (rc = req_int(o, "num_hidden_layers", where, &c->num_layers)) ||
+	    (rc = req_int(o, "num_attention_heads", where, &c->num_heads)))
+		return rc;
+	c->num_kv_heads = c->num_heads;
+	c->head_dim = 0;
+	c->max_position = 2048;
+	if ((rc = opt_int(o, "num_key_value_heads", where, &c->num_kv_heads)) ||
+	    (rc = opt_int(o, "head_dim", where, &c->head_dim)) ||
+	    (rc = opt_int(o, "max_position_embeddings", where, &c->max_position)))
+		return rc;
+	if (c->num_heads % c->num_kv_heads)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: num_attention_heads (%" PRId64 ") is not a multiple of num_key_value_heads (%" PRId64 ")",
+				   where, c->num_heads, c->num_kv_heads);
+	if (!c->head_dim) {
+		if (c->hidden_size % c->num_heads)
+			return atlas_error(ATLAS_EFORMAT,
+					   "%s: hidden_size (%" PRId64 ") is not a multiple of num_attention_heads (%" PRId64 ") and head_dim is not given",
+					   where, c->hidden_size, c->num_heads);
+		c->head_dim = c->hidden_size / c->num_heads;
+	}
+	return 0;
+}
+
+/* Rope base and scaling from either spelling; 5.x wins when both exist. */
+static int parse_rope_fields(struct json_object *o, const char *where,
+			     struct atlas_config *c)
+{
+	struct json_object *r;
+	int rc;
+
+	c->rope_theta = 10000.0;
+	c->rope_type = ATLAS_ROPE_DEFAULT;
+	c->rope_factor = 1.0;
+	if ((rc = opt_num(o, "rope_theta", where, &c->rope_theta, false)))
+		return rc;
+	rc = atlas_json_object(o, "rope_parameters", where, &r);
+	if (rc > 0)
+		return parse_rope(r, where, "rope_parameters", c);
+	if (rc == 0)
+		rc = atlas_json_object(o, "rope_scaling", where, &r);
+	if (rc > 0)
+		return parse_rope(r, where, "rope_scaling", c);
+	return rc;
+}
+
+/* Names, flags, dtype and window. */
+static int parse_misc(struct json_object *o, const char *where, struct atlas_config *c)
+{
+	struct json_object *arr;
+	const char *s;
+	bool use_sw = true;
+	int rc;
+
+	if ((rc = atlas_json_string(o, "model_type", where, &s)) <= 0)
+		return rc < 0 ? rc : atlas_error(ATLAS_EFORMAT,
+						 "%s: missing required field 'model_type'", where);
+	if ((rc = copy_str(where, "model_type", s, c->model_type, sizeof(c->model_type))))
+		return rc;
+	if ((rc = atlas_json_array(o, "architectures", where, &arr)) < 0)
+		return rc;
+	if (rc > 0 && json_object_array_length(arr) > 0) {
+		struct json_object *e = json_object_array_get_idx(arr, 0);
+		if (!e || !json_object_is_type(e, json_type_string))
+			return atlas_error(ATLAS_EFORMAT,
+					   "%s: field 'architectures' must be a list of strings", where);
+		if ((rc = copy_str(where, "architectures", json_object_get_string(e),
+				   c->architecture, sizeof(c->architecture))))
+			return rc;
+	}
+
+	c->rms_eps = 1e-6;
+	if ((rc = opt_num(o, "rms_norm_eps", where, &c->rms_eps, false)) ||
+	    (rc = atlas_json_bool(o, "tie_word_embeddings", where, &c->tie_embeddings)) < 0 ||
+	    (rc = atlas_json_bool(o, "attention_bias", where, &c->attention_bias)) < 0 ||
+	    (rc = atlas_json_bool(o, "mlp_bias", where, &c->mlp_bias)) < 0)
+		return rc;
+
+	/* Gemma writes the one it uses as hidden_activation. */
+	s = "silu";
+	if ((rc = atlas_json_string(o, "hidden_activation", where, &s)) == 0)
+		rc = atlas_json_string(o, "hidden_act", where, &s);
+	if (rc < 0 || (rc = copy_str(where, "hidden_act", s, c->hidden_act, sizeof(c->hidden_act))))
+		return rc;
+
+	c->dtype = ATLAS_DTYPE_F32;
+	const char *key = "dtype";
+	if ((rc = atlas_json_string(o, key, where, &s)) == 0) {
+		key = "torch_dtype";
+		rc = atlas_json_string(o, key, where, &s);
+	}
+	if (rc < 0)
+		return rc;
+	if (rc > 0 && atlas_dtype_parse_torch(s, &c->dtype))
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: field '%s': dtype '%s' is not supported (supported: bfloat16, float16, float32)",
+				   where, key, s);
+
+	if ((rc = atlas_json_int(o, "sliding_window", where, &c->sliding_window)) < 0 ||
+	    (rc = atlas_json_bool(o, "use_sliding_window", where, &use_sw)) < 0)
+		return rc;
+	if (c->sliding_window < 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: field 'sliding_window' must not be negative",
+				   where);
+	if (!use_sw)
+		c->sliding_window = 0;
+	return 0;
+}
+
+int atlas_config_parse(const char *json, const char *name, struct atlas_config *out)
+{
+	struct json_object *o;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	o = atlas_json_parse_object(json, strlen(json), name);
+	if (!o)
+		return ATLAS_EFORMAT;
+	if (!(rc = parse_misc(o, name, out)) && !(rc = parse_shape(o, name, out)) &&
+	    !(rc = parse_rope_fields(o, name, out)) && !(rc = parse_bos(o, name, &out->bos_id)))
+		rc = parse_eos(o, name, out->eos_ids, &out->n_eos);
+	json_object_put(o);
+	return rc;
+}
+
+int atlas_config_load(const char *dir, struct atlas_config *out)
+{
+	char *path = atlas_path_join(dir, "config.json"), *text, *name;
+	size_t len;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!path)
+		return ATLAS_ENOMEM;
+	rc = atlas_file_read(path, &text, &len);
+	free(path);
+	if (rc)
+		return rc;
+	if (strlen(text) != len) {
+		free(text);
+		return atlas_error(ATLAS_EFORMAT, "config.json in '%s': contains a NUL byte", dir);
+	}
+	if (asprintf(&name, "config.json in '%s'", dir) < 0) {
+		free(text);
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	}
+	rc = atlas_config_parse(text, name, out);
+	free(name);
+	free(text);
+	return rc;
+}
+
+void atlas_gen_config_defaults(struct atlas_gen_config *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->do_sample = false;
+	out->temperature = 1.0;
+	out->top_k = 50;
+	out->top_p = 1.0;
+	out->min_p = 0.0;
+	out->repetition_penalty = 1.0;
+	out->max_new_tokens = -1;
+	out->bos_id = -1;
+	out->n_eos = 0;
+}
+
+/* An optional integer >= 0; *out keeps its default when absent. */
+static int opt_count(struct json_object *o, const char *key, const char *where,
+		     int64_t *out)
+{
+	int64_t v;
+	int rc = atlas_json_int(o, key, where, &v);
+	if (rc <= 0)
+		return rc;
+	if (v < 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must not be negative (got %" PRId64 ")",
+				   where, key, v);
+	*out = v;
+	return 0;
+}
+
+static int gen_parse(struct json_object *o, const char *w, struct atlas_gen_config *g)
+{
+	int rc;
+
+	if ((rc = atlas_json_bool(o, "do_sample", w, &g->do_sample)) < 0 ||
+	    (rc = opt_num(o, "temperature", w, &g->temperature, true)) ||
+	    (rc = opt_num(o, "top_p", w, &g->top_p, false)) ||
+	    (rc = opt_num(o, "min_p", w, &g->min_p, true)) ||
+	    (rc = opt_num(o, "repetition_penalty", w, &g->repetition_penalty, false)) ||
+	    (rc = opt_count(o, "top_k", w, &g->top_k)) ||
+	    (rc = opt_count(o, "max_new_tokens", w, &g->max_new_tokens)) ||
+	    (rc = parse_bos(o, w, &g->bos_id)) ||
+	    (rc = parse_eos(o, w, g->eos_ids, &g->n_eos)))
+		return rc;
+	if (g->top_p > 1)
+		return atlas_error(ATLAS_EFORMAT, "%s: field 'top_p' must be at most 1 (got %g)",
+				   w, g->top_p);
+	if (g->min_p > 1)
+		return atlas_error(ATLAS_EFORMAT, "%s: field 'min_p' must be at most 1 (got %g)",
+				   w, g->min_p);
+	return 0;
+}
+
+int atlas_gen_config_load(const char *dir, struct atlas_gen_config *out)
+{
+	char *path = atlas_path_join(dir, "generation_config.json"), *text, *name;
+	struct json_object *o;
+	size_t len;
+	int rc;
+
+	atlas_gen_config_defaults(out);
+	if (!path)
+		return ATLAS_ENOMEM;
+	rc = atlas_file_read(path, &text, &len);
+	free(path);
+	if (rc == ATLAS_ENOTFOUND) {
+		atlas_error_clear();
+		return 0;
+	}
+	if (rc)
+		return rc;
+	if (asprintf(&name, "generation_config.json in '%s'", dir) < 0) {
+		free(text);
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	}
+	o = atlas_json_parse_object(text, len, name);
+	free(text);
+	if (!o) {
+		free(name);
+		return ATLAS_EFORMAT;
+	}
+	rc = gen_parse(o, name, out);
+	json_object_put(o);
+	free(name);
+	return rc;
+}

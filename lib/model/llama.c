@@ -1,0 +1,13 @@
+/* llama.c - the Llama family (Llama 2/3.x and look-alikes): the plain
+ * pre-norm decoder, optional attention/MLP biases from the config,
+ * Llama 3 RoPE scaling handled by rope.c. */
+#include "family.h"
+
+static const char *const types[] = {"llama", NULL};
+static const char *const archs[] = {"LlamaForCausalLM", NULL};
+
+const struct atlas_family atlas_family_llama = {
+	.name = "llama",
+	.model_types = types,
+	.architectures = archs,
+};

@@ -1,0 +1,567 @@
+/* tok_load.c - read tokenizer.json (and tokenizer_config.json) into a
+ * struct atlas_tok, refusing by name whatever Atlas does not implement.
+ *
+ * Supported: model BPE (vocab + merges in either spelling), normalizer
+ * null or NFC, pre-tokenizer ByteLevel or a Sequence of Split stages
+ * ending in ByteLevel, post-processor null / ByteLevel /
+ * TemplateProcessing (or a Sequence of them), decoder ByteLevel. */
+#include "tok_internal.h"
+
+#include "../core/error.h"
+
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Refuse with "tokenizer.json in 'DIR': <what>". */
+static int bad(const char *dir, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int bad(const char *dir, int code, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return atlas_error(code, "tokenizer.json in '%s': %s", dir, msg);
+}
+
+static json_object *get(json_object *o, const char *key)
+{
+	json_object *v = NULL;
+	if (!o || !json_object_is_type(o, json_type_object) ||
+	    !json_object_object_get_ex(o, key, &v))
+		return NULL;
+	return v;
+}
+
+/* The "type" of a component, "" when absent. */
+static const char *type_of(json_object *o)
+{
+	json_object *t = get(o, "type");
+	return t && json_object_is_type(t, json_type_string) ?
+		       json_object_get_string(t) : "";
+}
+
+static bool get_bool(json_object *o, const char *key, bool dflt)
+{
+	json_object *v = get(o, key);
+	return v && json_object_is_type(v, json_type_boolean) ?
+		       json_object_get_boolean(v) : dflt;
+}
+
+/* Copy len bytes into the arena; returns its place there. */
+static int arena_add(struct atlas_tok *tok, const char *s, size_t len,
+		     struct tok_str *out)
+{
+	if (tok->arena_len + len > tok->arena_cap) {
+		size_t cap = tok->arena_cap ? tok->arena_cap : 1 << 20;
+		while (cap < tok->arena_len + len)
+			cap *= 2;
+		if (cap > UINT32_MAX)
+			return atlas_error(ATLAS_ERANGE, "tokenizer strings exceed 4 GiB");
+		char *a = realloc(tok->arena, cap);
+		if (!a)
+			return atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
+		tok->arena = a;
+		tok->arena_cap = cap;
+	}
+	memcpy(tok->arena + tok->arena_len, s, len);
+	out->off = (uint32_t)tok->arena_len;
+	out->len = (uint32_t)len;
+	tok->arena_len += len;
+	return 0;
+}
+
+/* The bytes a token stands for: its symbols mapped back through the
+ * byte-level alphabet, or its own UTF-8 when some symbol is outside that
+ * alphabet (what the ByteLevel decoder does). */
+static int set_piece(struct atlas_tok *tok, int32_t id, const char *s,
+		     size_t len)
+{
+	char tmp[256] = "", *buf = len <= sizeof(tmp) ? tmp : malloc(len);
+	size_t w = 0;
+	int rc;
+	if (!buf)
+		return atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+		int n = atlas_tok_utf8((const unsigned char *)s + i, len - i, &cp);
+		int b = n ? atlas_tok_cp_byte(cp) : -1;
+		if (b < 0) {
+			memcpy(buf, s, len);
+			w = len;
+			break;
+		}
+		buf[w++] = (char)b;
+		i += (size_t)n;
+	}
+	rc = arena_add(tok, buf, w, &tok->piece[id]);
+	if (buf != tmp)
+		free(buf);
+	return rc;
+}
+
+static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab,
+		      json_object *added)
+{
+	if (!vocab || !json_object_is_type(vocab, json_type_object))
+		return bad(dir, ATLAS_EFORMAT, "model.vocab is missing or not an object");
+	int64_t maxid = -1;
+	size_t nadded = added && json_object_is_type(added, json_type_array) ?
+				json_object_array_length(added) : 0;
+	json_object_object_foreach(vocab, key, val) {
+		int64_t id = json_object_get_int64(val);
+		(void)key;
+		if (!json_object_is_type(val, json_type_int) || id < 0 || id > INT32_MAX - 1)
+			return bad(dir, ATLAS_EFORMAT, "model.vocab['%s'] is not a valid id", key);
+		if (id > maxid)
+			maxid = id;
+	}
+	for (size_t i = 0; i < nadded; i++) {
+		json_object *a = json_object_array_get_idx(added, i);
+		json_object *idv = get(a, "id"), *cv = get(a, "content");
+		int64_t id = idv ? json_object_get_int64(idv) : -1;
+		if (!idv || !json_object_is_type(idv, json_type_int) || id < 0 ||
+		    id > INT32_MAX - 1 || !cv || !json_object_is_type(cv, json_type_string))
+			return bad(dir, ATLAS_EFORMAT, "added_tokens[%zu] lacks a valid id or content", i);
+		if (id > maxid)
+			maxid = id;
+	}
+	tok->nvocab = maxid + 1;
+	tok->piece = calloc((size_t)tok->nvocab + 1, sizeof(*tok->piece));
+	tok->flags = calloc((size_t)tok->nvocab + 1, 1);
+	tok->added = calloc(nadded + 1, sizeof(*tok->added));
+	if (!tok->piece || !tok->flags || !tok->added)
+		return atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
+	int rc = atlas_tok_map_build(tok, (size_t)json_object_object_length(vocab));
+	if (rc)
+		return rc;
+	json_object_object_foreach(vocab, k2, v2) {
+		int32_t id = (int32_t)json_object_get_int64(v2);
+		size_t len = strlen(k2);
+		struct tok_str skey;
+		if ((rc = arena_add(tok, k2, len, &skey)))
+			return rc;
+		atlas_tok_map_put(tok, skey, id);
+		if ((rc = set_piece(tok, id, k2, len)))
+			return rc;
+		tok->flags[id] |= TOK_F_PRESENT;
+	}
+	for (size_t i = 0; i < nadded; i++) {
+		json_object *a = json_object_array_get_idx(added, i);
+		json_object *cv = get(a, "content");
+		struct tok_added *t = &tok->added[tok->nadded++];
+		t->id = (int32_t)json_object_get_int64(get(a, "id"));
+		t->special = get_bool(a, "special", false);
+		t->single_word = get_bool(a, "single_word", false);
+		t->lstrip = get_bool(a, "lstrip", false);
+		t->rstrip = get_bool(a, "rstrip", false);
+		size_t len = (size_t)json_object_get_string_len(cv);
+		if ((rc = arena_add(tok, json_object_get_string(cv), len, &t->content)))
+			return rc;
+		if ((rc = set_piece(tok, t->id, json_object_get_string(cv), len)))
+			return rc;
+		tok->flags[t->id] |= TOK_F_PRESENT | TOK_F_ADDED |
+				     (t->special ? TOK_F_SPECIAL : 0);
+	}
+	return 0;
+}
+
+/* One merge, "a b" or ["a", "b"]. */
+static int merge_parts(json_object *m, const char **a, size_t *alen,
+		       const char **b, size_t *blen)
+{
+	if (json_object_is_type(m, json_type_string)) {
+		const char *s = json_object_get_string(m);
+		const char *sp = strchr(s, ' ');
+		if (!sp || sp == s || !sp[1])
+			return -1;
+		*a = s;
+		*alen = (size_t)(sp - s);
+		*b = sp + 1;
+		*blen = strlen(sp + 1);
+		return 0;
+	}
+	if (json_object_is_type(m, json_type_array) && json_object_array_length(m) == 2) {
+		json_object *x = json_object_array_get_idx(m, 0);
+		json_object *y = json_object_array_get_idx(m, 1);
+		if (!json_object_is_type(x, json_type_string) ||
+		    !json_object_is_type(y, json_type_string))
+			return -1;
+		*a = json_object_get_string(x);
+		*alen = (size_t)json_object_get_string_len(x);
+		*b = json_object_get_string(y);
+		*blen = (size_t)json_object_get_string_len(y);
+		return 0;
+	}
+	return -1;
+}
+
+static int load_merges(struct atlas_tok *tok, const char *dir, json_object *merges)
+{
+	if (!merges || !json_object_is_type(merges, json_type_array))
+		return bad(dir, ATLAS_EFORMAT, "model.merges is missing or not a list");
+	size_t n = json_object_array_length(merges);
+	int rc = atlas_tok_merges_build(tok, n);
+	char *cat = NULL;
+	size_t catcap = 0;
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const char *a, *b;
+		size_t alen, blen;
+		if (merge_parts(json_object_array_get_idx(merges, i), &a, &alen, &b, &blen)) {
+			free(cat);
+			return bad(dir, ATLAS_EFORMAT, "model.merges[%zu] is not \"a b\" or [a, b]", i);
+		}
+		if (alen + blen > catcap) {
+			catcap = 2 * (alen + blen);
+			free(cat);
+			if (!(cat = malloc(catcap)))
+				return atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
+		}
+		memcpy(cat, a, alen);
+		memcpy(cat + alen, b, blen);
+		int32_t ia = atlas_tok_map_get(tok, a, alen);
+		int32_t ib = atlas_tok_map_get(tok, b, blen);
+		int32_t ir = atlas_tok_map_get(tok, cat, alen + blen);
+		/* A merge whose parts or result are not in the vocabulary can
+		 * never apply; skip it rather than refuse the file. */
+		if (ia >= 0 && ib >= 0 && ir >= 0)
+			atlas_tok_merges_put(tok, ia, ib, (int32_t)i, ir);
+	}
+	free(cat);
+	return 0;
+}
+
+static int load_model(struct atlas_tok *tok, const char *dir, json_object *root)
+{
+	json_object *model = get(root, "model");
+	const char *type = type_of(model);
+	if (!model)
+		return bad(dir, ATLAS_EFORMAT, "'model' is missing");
+	if (*type && strcmp(type, "BPE"))
+		return bad(dir, ATLAS_EUNSUPPORTED,
+			   "model type '%s' is not supported (supported: BPE)", type);
+	if (get_bool(model, "byte_fallback", false))
+		return bad(dir, ATLAS_EUNSUPPORTED, "model.byte_fallback true is not supported");
+	json_object *dropout = get(model, "dropout");
+	if (dropout && json_object_get_double(dropout) != 0.0)
+		return bad(dir, ATLAS_EUNSUPPORTED, "model.dropout is not supported");
+	const char *affix[] = { "continuing_subword_prefix", "end_of_word_suffix" };
+	for (int i = 0; i < 2; i++) {
+		json_object *v = get(model, affix[i]);
+		if (v && json_object_is_type(v, json_type_string) &&
+		    json_object_get_string_len(v) > 0)
+			return bad(dir, ATLAS_EUNSUPPORTED, "model.%s '%s' is not supported",
+				   affix[i], json_object_get_string(v));
+	}
+	tok->ignore_merges = get_bool(model, "ignore_merges", false);
+	int rc = load_vocab(tok, dir, get(model, "vocab"), get(root, "added_tokens"));
+	if (rc)
+		return rc;
+	for (int b = 0; b < 256; b++) {
+		char sym[2];
+		uint32_t cp = atlas_tok_byte_cp((uint8_t)b);
+		size_t n = 1;
+		if (cp < 0x80) {
+			sym[0] = (char)cp;
+		} else {
+			sym[0] = (char)(0xc0 | cp >> 6);
+			sym[1] = (char)(0x80 | (cp & 0x3f));
+			n = 2;
+		}
+		tok->byte_id[b] = atlas_tok_map_get(tok, sym, n);
+	}
+	return load_merges(tok, dir, get(model, "merges"));
+}
+
+static int load_normalizer(struct atlas_tok *tok, const char *dir, json_object *n)
+{
+	if (!n || json_object_is_type(n, json_type_null))
+		return 0;
+	const char *type = type_of(n);
+	if (!strcmp(type, "NFC")) {
+		tok->nfc = true;
+		return 0;
+	}
+	if (!strcmp(type, "Sequence")) {
+		json_object *list = get(n, "normalizers");
+		size_t len = list ? json_object_array_length(list) : 0;
+		for (size_t i = 0; i < len; i++) {
+			int rc = load_normalizer(tok, dir, json_object_array_get_idx(list, i));
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	return bad(dir, ATLAS_EUNSUPPORTED,
+		   "normalizer '%s' is not supported (supported: NFC)", type);
+}
+
+static int load_split(struct atlas_tok *tok, const char *dir, json_object *p)
+{
+	json_object *pat = get(p, "pattern");
+	json_object *re = get(pat, "Regex"), *str = get(pat, "String");
+	json_object *beh = get(p, "behavior");
+	const char *b = beh ? json_object_get_string(beh) : "";
+	if (strcmp(b, "Isolated"))
+		return bad(dir, ATLAS_EUNSUPPORTED,
+			   "Split behavior '%s' is not supported (supported: Isolated)", b);
+	if (get_bool(p, "invert", false))
+		return bad(dir, ATLAS_EUNSUPPORTED, "Split with invert true is not supported");
+	if (!re && !str)
+		return bad(dir, ATLAS_EFORMAT, "Split pattern is neither Regex nor String");
+	int rc = atlas_tok_stage_compile(tok, json_object_get_string(re ? re : str),
+					 !re, false, "Split pre-tokenizer");
+	return rc ? atlas_error_wrap(rc, "tokenizer.json in '%s'", dir) : 0;
+}
+
+static int load_pretok(struct atlas_tok *tok, const char *dir, json_object *p)
+{
+	const char *type = type_of(p);
+	json_object *list = p;
+	size_t n = 1;
+	if (!strcmp(type, "Sequence")) {
+		list = get(p, "pretokenizers");
+		if (!list || !json_object_is_type(list, json_type_array))
+			return bad(dir, ATLAS_EFORMAT, "pre_tokenizer Sequence has no list");
+		n = json_object_array_length(list);
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_object *s = list == p ? p : json_object_array_get_idx(list, i);
+		const char *t = type_of(s);
+		int rc;
+		if (!strcmp(t, "Split")) {
+			rc = load_split(tok, dir, s);
+		} else if (!strcmp(t, "ByteLevel")) {
+			if (i + 1 != n)
+				return bad(dir, ATLAS_EUNSUPPORTED,
+					   "pre_tokenizer ByteLevel must come last in the Sequence");
+			rc = atlas_tok_stage_compile(tok,
+				get_bool(s, "use_regex", true) ? atlas_tok_gpt2_regex : NULL,
+				false, get_bool(s, "add_prefix_space", true), "ByteLevel");
+			if (!rc)
+				return 0;
+		} else {
+			return bad(dir, ATLAS_EUNSUPPORTED,
+				   "pre_tokenizer '%s' is not supported (supported: ByteLevel, Split, Sequence)",
+				   *t ? t : "null");
+		}
+		if (rc)
+			return rc;
+	}
+	return bad(dir, ATLAS_EUNSUPPORTED,
+		   "pre_tokenizer without ByteLevel is not supported (the vocabulary must be byte-level)");
+}
+
+/* The ids of a template SpecialToken: post_processor.special_tokens
+ * lists them; fall back to the token's own id. */
+static int template_ids(struct atlas_tok *tok, const char *dir, json_object *pp,
+			const char *name, int32_t *ids, int *n)
+{
+	json_object *ent = get(get(pp, "special_tokens"), name);
+	json_object *list = get(ent, "ids");
+	size_t len = list ? json_object_array_length(list) : 0;
+	if (!list) {
+		int32_t id = atlas_tok_lookup(tok, name);
+		if (id < 0)
+			return bad(dir, ATLAS_EFORMAT,
+				   "post_processor special token '%s' is not in the vocabulary", name);
+		if (*n >= TOK_MAX_TEMPLATE)
+			return bad(dir, ATLAS_EUNSUPPORTED, "post_processor template is too long");
+		ids[(*n)++] = id;
+		return 0;
+	}
+	for (size_t i = 0; i < len; i++) {
+		int64_t id = json_object_get_int64(json_object_array_get_idx(list, i));
+		if (id < 0 || id >= tok->nvocab)
+			return bad(dir, ATLAS_EFORMAT,
+				   "post_processor special token '%s' has id %lld outside the vocabulary",
+				   name, (long long)id);
+		if (*n >= TOK_MAX_TEMPLATE)
+			return bad(dir, ATLAS_EUNSUPPORTED, "post_processor template is too long");
+		ids[(*n)++] = (int32_t)id;
+	}
+	return 0;
+}
+
+static int load_postproc(struct atlas_tok *tok, const char *dir, json_object *pp)
+{
+	const char *type = type_of(pp);
+	if (!pp || json_object_is_type(pp, json_type_null) || !strcmp(type, "ByteLevel"))
+		return 0;
+	if (!strcmp(type, "Sequence")) {
+		json_object *list = get(pp, "processors");
+		size_t n = list ? json_object_array_length(list) : 0;
+		for (size_t i = 0; i < n; i++) {
+			int rc = load_postproc(tok, dir, json_object_array_get_idx(list, i));
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	if (strcmp(type, "TemplateProcessing"))
+		return bad(dir, ATLAS_EUNSUPPORTED,
+			   "post_processor '%s' is not supported (supported: ByteLevel, TemplateProcessing)",
+			   type);
+	json_object *single = get(pp, "single");
+	size_t n = single ? json_object_array_length(single) : 0;
+	bool seen_a = false;
+	for (size_t i = 0; i < n; i++) {
+		json_object *item = json_object_array_get_idx(single, i);
+		json_object *sp = get(item, "SpecialToken"), *seq = get(item, "Sequence");
+		if (seq) {
+			json_object *id = get(seq, "id");
+			if (seen_a || !id || strcmp(json_object_get_string(id), "A"))
+				return bad(dir, ATLAS_EUNSUPPORTED,
+					   "post_processor single template must hold $A once");
+			seen_a = true;
+			continue;
+		}
+		json_object *name = get(sp, "id");
+		if (!name)
+			return bad(dir, ATLAS_EFORMAT, "post_processor single[%zu] is malformed", i);
+		int rc = seen_a ?
+			template_ids(tok, dir, pp, json_object_get_string(name), tok->suffix_ids, &tok->nsuffix) :
+			template_ids(tok, dir, pp, json_object_get_string(name), tok->prefix_ids, &tok->nprefix);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* bos_token / eos_token: a string or {"content": ...}. */
+static int32_t config_token(const struct atlas_tok *tok, json_object *cfg,
+			    const char *key)
+{
+	json_object *v = get(cfg, key);
+	if (v && json_object_is_type(v, json_type_object))
+		v = get(v, "content");
+	if (!v || !json_object_is_type(v, json_type_string))
+		return -1;
+	return atlas_tok_lookup(tok, json_object_get_string(v));
+}
+
+static bool has_id(const int32_t *ids, int n, int32_t id)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+static int load_config(struct atlas_tok *tok, const char *dir)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+	tok->bos = tok->nprefix > 0 ? tok->prefix_ids[0] : -1;
+	tok->eos = -1;
+	if (access(path, F_OK))
+		return 0;
+	json_object *cfg = json_object_from_file(path);
+	if (!cfg)
+		return atlas_error(ATLAS_EFORMAT, "cannot parse '%s': %s", path,
+				   json_util_get_last_err());
+	if (get(cfg, "bos_token"))
+		tok->bos = config_token(tok, cfg, "bos_token");
+	tok->eos = config_token(tok, cfg, "eos_token");
+	if (get_bool(cfg, "add_bos_token", false) && tok->bos >= 0 &&
+	    !has_id(tok->prefix_ids, tok->nprefix, tok->bos)) {
+		if (tok->nprefix == TOK_MAX_TEMPLATE) {
+			json_object_put(cfg);
+			return atlas_error(ATLAS_EUNSUPPORTED, "'%s': too many prefix tokens", path);
+		}
+		memmove(tok->prefix_ids + 1, tok->prefix_ids, (size_t)tok->nprefix * sizeof(int32_t));
+		tok->prefix_ids[0] = tok->bos;
+		tok->nprefix++;
+	}
+	if (get_bool(cfg, "add_eos_token", false) && tok->eos >= 0 &&
+	    !has_id(tok->suffix_ids, tok->nsuffix, tok->eos)) {
+		if (tok->nsuffix == TOK_MAX_TEMPLATE) {
+			json_object_put(cfg);
+			return atlas_error(ATLAS_EUNSUPPORTED, "'%s': too many suffix tokens", path);
+		}
+		tok->suffix_ids[tok->nsuffix++] = tok->eos;
+	}
+	json_object_put(cfg);
+	return 0;
+}
+
+static int load_all(struct atlas_tok *tok, const char *dir, json_object *root)
+{
+	int rc = load_model(tok, dir, root);
+	if (!rc)
+		rc = load_normalizer(tok, dir, get(root, "normalizer"));
+	if (!rc)
+		rc = load_pretok(tok, dir, get(root, "pre_tokenizer"));
+	if (!rc)
+		rc = load_postproc(tok, dir, get(root, "post_processor"));
+	if (!rc) {
+		json_object *d = get(root, "decoder");
+		const char *type = type_of(d);
+		if (strcmp(type, "ByteLevel"))
+			rc = bad(dir, ATLAS_EUNSUPPORTED,
+				 "decoder '%s' is not supported (supported: ByteLevel)",
+				 *type ? type : "null");
+	}
+	if (!rc)
+		rc = atlas_tok_added_index(tok);
+	if (!rc)
+		rc = load_config(tok, dir);
+	return rc;
+}
+
+struct atlas_tok *atlas_tok_load(const char *dir)
+{
+	char path[4096];
+	if (!dir) {
+		atlas_error(ATLAS_EINVAL, "no tokenizer directory given");
+		return NULL;
+	}
+	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+	if (access(path, R_OK)) {
+		atlas_error(ATLAS_ENOTFOUND, "cannot open '%s'", path);
+		return NULL;
+	}
+	json_object *root = json_object_from_file(path);
+	if (!root) {
+		atlas_error(ATLAS_EFORMAT, "cannot parse '%s': %s", path,
+			    json_util_get_last_err());
+		return NULL;
+	}
+	struct atlas_tok *tok = calloc(1, sizeof(*tok));
+	if (!tok) {
+		json_object_put(root);
+		atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
+		return NULL;
+	}
+	tok->bos = tok->eos = -1;
+	int rc = load_all(tok, dir, root);
+	json_object_put(root);
+	if (rc) {
+		atlas_tok_free(tok);
+		return NULL;
+	}
+	return tok;
+}
+
+void atlas_tok_free(struct atlas_tok *tok)
+{
+	if (!tok)
+		return;
+	for (int k = 0; k < tok->nstage; k++)
+		pcre2_code_free(tok->stage[k].re);
+	free(tok->arena);
+	free(tok->piece);
+	free(tok->flags);
+	free(tok->vocab.slots);
+	free(tok->merges.slots);
+	free(tok->added);
+	free(tok->added_order);
+	free(tok);
+}

@@ -1,0 +1,215 @@
+/* test-golden.c - every golden model on the CPU backend against the
+ * logits and greedy tokens that transformers produced for the same
+ * weights (tests/fixtures/golden, made by scripts/gen-golden.py).
+ *
+ * Pass: max |ours - ref| / max |ref| under 1e-4 for every case, and the
+ * 32 greedy tokens identical. */
+#include <dirent.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/backend/backend.h"
+#include "../../lib/core/error.h"
+#include "../../lib/engine/generate.h"
+#include "../../lib/model/model.h"
+#include "harness.h"
+
+#define TOL 1e-4
+
+static struct atlas_backend *be;
+static char dir[512];     /* model directory of the current test */
+static double worst;      /* worst relative error over all models */
+
+/* Ids reported by atlas_generate's callback. */
+struct collect {
+	int32_t v[64]; /* ids in order */
+	size_t n;      /* count */
+};
+
+static int collect_cb(void *ud, int32_t id, const char *text, size_t len)
+{
+	struct collect *c = ud;
+	(void)text;
+	(void)len;
+	if (id >= 0 && c->n < 64)
+		c->v[c->n++] = id;
+	return 0;
+}
+
+static int models_found;
+
+static void test_fixtures_present(void)
+{
+	/* an empty run proves nothing */
+	CHECK(models_found >= 8);
+}
+
+static float *read_floats(const char *path, size_t n)
+{
+	FILE *f = fopen(path, "rb");
+	float *v = malloc(n * sizeof(float));
+	if (!f || fread(v, sizeof(float), n, f) != n) {
+		if (f)
+			fclose(f);
+		free(v);
+		return NULL;
+	}
+	fclose(f);
+	return v;
+}
+
+static int32_t *ids_of(json_object *arr, size_t *n)
+{
+	*n = json_object_array_length(arr);
+	int32_t *v = malloc((*n ? *n : 1) * sizeof(int32_t));
+	for (size_t i = 0; i < *n; i++)
+		v[i] = json_object_get_int(json_object_array_get_idx(arr, i));
+	return v;
+}
+
+static void check_logits(struct atlas_model *m, json_object *c)
+{
+	json_object *ids_j, *file_j, *shape_j;
+	CHECK(json_object_object_get_ex(c, "ids", &ids_j));
+	CHECK(json_object_object_get_ex(c, "logits", &file_j));
+	CHECK(json_object_object_get_ex(c, "shape", &shape_j));
+	size_t n;
+	int32_t *ids = ids_of(ids_j, &n);
+	int64_t V = json_object_get_int64(json_object_array_get_idx(shape_j, 1));
+	CHECK_EQ_INT(V, atlas_model_config(m)->vocab_size);
+	char path[700];
+	snprintf(path, sizeof(path), "%s/%s", dir, json_object_get_string(file_j));
+	float *ref = read_floats(path, n * (size_t)V);
+	float *out = malloc(n * (size_t)V * sizeof(float));
+	CHECK(ref != NULL);
+	struct atlas_seq *s = atlas_seq_new(m);
+	int rc = atlas_model_forward(m, s, ids, (int64_t)n, out, true);
+	CHECK_EQ_INT(rc, 0);
+	if (rc)
+		printf("# %s\n", atlas_errmsg());
+	if (ref && !rc) {
+		double maxdiff = 0, maxref = 0;
+		for (size_t i = 0; i < n * (size_t)V; i++) {
+			double d = fabs((double)out[i] - ref[i]);
+			if (!(d <= maxdiff))
+				maxdiff = isnan(d) ? INFINITY : d;
+			if (fabs(ref[i]) > maxref)
+				maxref = fabs(ref[i]);
+		}
+		double rel = maxdiff / maxref;
+		if (rel > worst)
+			worst = rel;
+		printf("# %s: %zu tokens, max relative logit error %.3g\n", dir, n, rel);
+		CHECK(rel < TOL);
+	}
+	/* the same logits, one token at a time through the KV cache */
+	if (!rc && n > 1) {
+		atlas_seq_reset(s);
+		float *last = malloc((size_t)V * sizeof(float));
+		double maxdiff = 0, maxref = 0;
+		for (size_t t = 0; t < n; t++) {
+			CHECK_EQ_INT(atlas_model_forward(m, s, ids + t, 1, last, false), 0);
+			for (int64_t i = 0; ref && i < V; i++) {
+				double d = fabs((double)last[i] - ref[t * (size_t)V + (size_t)i]);
+				maxdiff = d > maxdiff || isnan(d) ? d : maxdiff;
+				maxref = fmax(maxref, fabs(ref[t * (size_t)V + (size_t)i]));
+			}
+		}
+		CHECK(maxdiff / maxref < TOL);
+		free(last);
+	}
+	atlas_seq_free(s);
+	free(ids);
+	free(ref);
+	free(out);
+}
+
+static void check_greedy(struct atlas_model *m, json_object *g)
+{
+	json_object *p_j, *t_j;
+	CHECK(json_object_object_get_ex(g, "prompt", &p_j));
+	CHECK(json_object_object_get_ex(g, "tokens", &t_j));
+	size_t np, nt;
+	int32_t *prompt = ids_of(p_j, &np), *want = ids_of(t_j, &nt);
+	struct atlas_gen_params gp = {.max_tokens = (int64_t)nt, .ignore_eos = true};
+	atlas_sampler_default_params(&gp.sampling);
+	gp.sampling.temperature = 0;
+	struct atlas_seq *s = atlas_seq_new(m);
+	struct atlas_gen_stats st;
+	struct collect col = {.n = 0};
+	int32_t *got = col.v;
+	CHECK_EQ_INT(atlas_generate(m, s, NULL, prompt, (int64_t)np, &gp, collect_cb, &col, &st), 0);
+	size_t ngot = col.n;
+	CHECK_EQ_INT(ngot, nt);
+	int same = ngot == nt;
+	for (size_t i = 0; same && i < nt; i++)
+		same = got[i] == want[i];
+	if (!same) {
+		printf("# greedy tokens differ:\n#  want");
+		for (size_t i = 0; i < nt; i++) printf(" %d", want[i]);
+		printf("\n#  got ");
+		for (size_t i = 0; i < ngot; i++) printf(" %d", got[i]);
+		printf("\n");
+	}
+	CHECK(same);
+	atlas_seq_free(s);
+	free(prompt);
+	free(want);
+}
+
+static void test_model(void)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/expected.json", dir);
+	json_object *exp = json_object_from_file(path);
+	CHECK(exp != NULL);
+	if (!exp)
+		return;
+	struct atlas_model *m = atlas_model_load(dir, be, NULL);
+	if (!m)
+		printf("# %s\n", atlas_errmsg());
+	CHECK(m != NULL);
+	json_object *cases, *g;
+	if (m && json_object_object_get_ex(exp, "cases", &cases))
+		for (size_t i = 0; i < json_object_array_length(cases); i++)
+			check_logits(m, json_object_array_get_idx(cases, i));
+	if (m && json_object_object_get_ex(exp, "greedy", &g))
+		check_greedy(m, g);
+	atlas_model_free(m);
+	json_object_put(exp);
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+int main(void)
+{
+	char root[512];
+	struct dirent **ents;
+	snprintf(root, sizeof(root), "%s/tests/fixtures/golden", harness_srcdir());
+	be = atlas_backend_cpu_new();
+	int n = scandir(root, &ents, NULL, by_name);
+
+	for (int i = 0; i < n; i++) {
+		char exp[1100];
+		snprintf(dir, sizeof(dir), "%s/%.200s", root, ents[i]->d_name);
+		snprintf(exp, sizeof(exp), "%s/expected.json", dir);
+		FILE *f = ents[i]->d_name[0] != '.' ? fopen(exp, "r") : NULL;
+		if (f) {
+			fclose(f);
+			models_found++;
+			harness_run(ents[i]->d_name, test_model);
+		}
+		free(ents[i]);
+	}
+	free(ents);
+	RUN(test_fixtures_present);
+	printf("# worst relative logit error over all models: %.3g (limit %g)\n", worst, TOL);
+	be->destroy(be);
+	return harness_done();
+}
