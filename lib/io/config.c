@@ -21,8 +21,7 @@
 #include "json_util.h"
 
 /* A required positive integer. */
-static int req_int(struct json_object *o, const char *key, const char *where,
-		   int64_t *out)
+static int req_int(struct json_object *o, const char *key, const char *where, int64_t *out)
 {
 	int rc = atlas_json_int(o, key, where, out);
 	if (rc < 0)
@@ -30,44 +29,44 @@ static int req_int(struct json_object *o, const char *key, const char *where,
 	if (rc == 0)
 		return atlas_error(ATLAS_EFORMAT, "%s: missing required field '%s'", where, key);
 	if (*out <= 0)
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be positive (got %" PRId64 ")",
-				   where, key, *out);
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: field '%s' must be positive (got %" PRId64 ")", where, key,
+				   *out);
 	return 0;
 }
 
 /* An optional positive integer; *out keeps its default when absent. */
-static int opt_int(struct json_object *o, const char *key, const char *where,
-		   int64_t *out)
+static int opt_int(struct json_object *o, const char *key, const char *where, int64_t *out)
 {
 	int rc = atlas_json_int(o, key, where, out);
 	if (rc < 0)
 		return rc;
 	if (rc > 0 && *out <= 0)
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be positive (got %" PRId64 ")",
-				   where, key, *out);
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: field '%s' must be positive (got %" PRId64 ")", where, key,
+				   *out);
 	return 0;
 }
 
 /* An optional number > 0 (or >= 0 when zero_ok). */
-static int opt_num(struct json_object *o, const char *key, const char *where,
-		   double *out, bool zero_ok)
+static int opt_num(struct json_object *o, const char *key, const char *where, double *out,
+		   bool zero_ok)
 {
 	int rc = atlas_json_double(o, key, where, out);
 	if (rc < 0)
 		return rc;
 	if (rc > 0 && (!isfinite(*out) || *out < 0 || (!zero_ok && *out == 0)))
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be %s (got %g)",
-				   where, key, zero_ok ? "non-negative" : "positive", *out);
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be %s (got %g)", where, key,
+				   zero_ok ? "non-negative" : "positive", *out);
 	return 0;
 }
 
 /* Copy a string field into a fixed buffer, refusing silent truncation. */
-static int copy_str(const char *where, const char *key, const char *s, char *dst,
-		    size_t n)
+static int copy_str(const char *where, const char *key, const char *s, char *dst, size_t n)
 {
 	if (strlen(s) >= n)
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' is too long ('%s')",
-				   where, key, s);
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' is too long ('%s')", where, key,
+				   s);
 	strcpy(dst, s);
 	return 0;
 }
@@ -109,19 +108,20 @@ static int parse_eos(struct json_object *o, const char *where, int32_t *ids, int
 	}
 	if (!json_object_is_type(v, json_type_array))
 		return atlas_error(ATLAS_EFORMAT,
-				   "%s: field '%s' must be an integer or a list of integers",
-				   where, key);
+				   "%s: field '%s' must be an integer or a list of integers", where,
+				   key);
 	len = json_object_array_length(v);
 	if (len > ATLAS_MAX_EOS)
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' has %zu ids, at most %d are supported",
-				   where, key, len, ATLAS_MAX_EOS);
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: field '%s' has %zu ids, at most %d are supported", where,
+				   key, len, ATLAS_MAX_EOS);
 	for (size_t i = 0; i < len; i++) {
 		struct json_object *e = json_object_array_get_idx(v, i);
 		int rc;
 		if (!e || !json_object_is_type(e, json_type_int))
-			return atlas_error(ATLAS_EFORMAT,
-					   "%s: field '%s' must be an integer or a list of integers",
-					   where, key);
+			return atlas_error(
+			    ATLAS_EFORMAT,
+			    "%s: field '%s' must be an integer or a list of integers", where, key);
 		rc = check_id(where, key, json_object_get_int64(e), &ids[i]);
 		if (rc)
 			return rc;
@@ -155,9 +155,10 @@ static int parse_rope(struct json_object *r, const char *where, const char *fiel
 	else if (!strcmp(type, "llama3"))
 		c->rope_type = ATLAS_ROPE_LLAMA3;
 	else
-		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "%s: rope type '%s' is not supported (supported: default, linear, llama3)",
-				   w, type);
+		return atlas_error(
+		    ATLAS_EUNSUPPORTED,
+		    "%s: rope type '%s' is not supported (supported: default, linear, llama3)", w,
+		    type);
 	if ((rc = opt_num(r, "rope_theta", w, &c->rope_theta, false)))
 		return rc;
 	if (c->rope_type == ATLAS_ROPE_DEFAULT)
@@ -165,11 +166,13 @@ static int parse_rope(struct json_object *r, const char *where, const char *fiel
 
 	/* linear and llama3 need a factor; llama3 needs its band too. */
 	if ((rc = atlas_json_double(r, "factor", w, &c->rope_factor)) <= 0)
-		return rc < 0 ? rc : atlas_error(ATLAS_EFORMAT,
-						 "%s: missing field 'factor' for rope type '%s'", w, type);
+		return rc < 0
+			   ? rc
+			   : atlas_error(ATLAS_EFORMAT,
+					 "%s: missing field 'factor' for rope type '%s'", w, type);
 	if (!isfinite(c->rope_factor) || c->rope_factor <= 0)
-		return atlas_error(ATLAS_EFORMAT, "%s: field 'factor' must be positive (got %g)",
-				   w, c->rope_factor);
+		return atlas_error(ATLAS_EFORMAT, "%s: field 'factor' must be positive (got %g)", w,
+				   c->rope_factor);
 	if (c->rope_type != ATLAS_ROPE_LLAMA3)
 		return 0;
 	static const char *const need[] = {"low_freq_factor", "high_freq_factor",
@@ -177,15 +180,17 @@ static int parse_rope(struct json_object *r, const char *where, const char *fiel
 	for (int i = 0; i < 3; i++)
 		if (!json_object_object_get_ex(r, need[i], NULL))
 			return atlas_error(ATLAS_EFORMAT,
-					   "%s: missing field '%s' for rope type 'llama3'", w, need[i]);
+					   "%s: missing field '%s' for rope type 'llama3'", w,
+					   need[i]);
 	if ((rc = opt_num(r, need[0], w, &c->rope_low_freq_factor, false)) ||
 	    (rc = opt_num(r, need[1], w, &c->rope_high_freq_factor, false)) ||
 	    (rc = opt_int(r, need[2], w, &c->rope_original_max_position)))
 		return rc;
 	if (c->rope_high_freq_factor <= c->rope_low_freq_factor)
-		return atlas_error(ATLAS_EFORMAT,
-				   "%s: high_freq_factor (%g) must be larger than low_freq_factor (%g)",
-				   w, c->rope_high_freq_factor, c->rope_low_freq_factor);
+		return atlas_error(
+		    ATLAS_EFORMAT,
+		    "%s: high_freq_factor (%g) must be larger than low_freq_factor (%g)", w,
+		    c->rope_high_freq_factor, c->rope_low_freq_factor);
 	return 0;
 }
 
@@ -209,12 +214,15 @@ static int parse_shape(struct json_object *o, const char *where, struct atlas_co
 		return rc;
 	if (c->num_heads % c->num_kv_heads)
 		return atlas_error(ATLAS_EFORMAT,
-				   "%s: num_attention_heads (%" PRId64 ") is not a multiple of num_key_value_heads (%" PRId64 ")",
+				   "%s: num_attention_heads (%" PRId64
+				   ") is not a multiple of num_key_value_heads (%" PRId64 ")",
 				   where, c->num_heads, c->num_kv_heads);
 	if (!c->head_dim) {
 		if (c->hidden_size % c->num_heads)
 			return atlas_error(ATLAS_EFORMAT,
-					   "%s: hidden_size (%" PRId64 ") is not a multiple of num_attention_heads (%" PRId64 ") and head_dim is not given",
+					   "%s: hidden_size (%" PRId64
+					   ") is not a multiple of num_attention_heads (%" PRId64
+					   ") and head_dim is not given",
 					   where, c->hidden_size, c->num_heads);
 		c->head_dim = c->hidden_size / c->num_heads;
 	}
@@ -222,8 +230,7 @@ static int parse_shape(struct json_object *o, const char *where, struct atlas_co
 }
 
 /* Rope base and scaling from either spelling; 5.x wins when both exist. */
-static int parse_rope_fields(struct json_object *o, const char *where,
-			     struct atlas_config *c)
+static int parse_rope_fields(struct json_object *o, const char *where, struct atlas_config *c)
 {
 	struct json_object *r;
 	int rc;
@@ -252,8 +259,9 @@ static int parse_misc(struct json_object *o, const char *where, struct atlas_con
 	int rc;
 
 	if ((rc = atlas_json_string(o, "model_type", where, &s)) <= 0)
-		return rc < 0 ? rc : atlas_error(ATLAS_EFORMAT,
-						 "%s: missing required field 'model_type'", where);
+		return rc < 0 ? rc
+			      : atlas_error(ATLAS_EFORMAT,
+					    "%s: missing required field 'model_type'", where);
 	if ((rc = copy_str(where, "model_type", s, c->model_type, sizeof(c->model_type))))
 		return rc;
 	if ((rc = atlas_json_array(o, "architectures", where, &arr)) < 0)
@@ -262,7 +270,8 @@ static int parse_misc(struct json_object *o, const char *where, struct atlas_con
 		struct json_object *e = json_object_array_get_idx(arr, 0);
 		if (!e || !json_object_is_type(e, json_type_string))
 			return atlas_error(ATLAS_EFORMAT,
-					   "%s: field 'architectures' must be a list of strings", where);
+					   "%s: field 'architectures' must be a list of strings",
+					   where);
 		if ((rc = copy_str(where, "architectures", json_object_get_string(e),
 				   c->architecture, sizeof(c->architecture))))
 			return rc;
@@ -292,7 +301,8 @@ static int parse_misc(struct json_object *o, const char *where, struct atlas_con
 		return rc;
 	if (rc > 0 && atlas_dtype_parse_torch(s, &c->dtype))
 		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "%s: field '%s': dtype '%s' is not supported (supported: bfloat16, float16, float32)",
+				   "%s: field '%s': dtype '%s' is not supported (supported: "
+				   "bfloat16, float16, float32)",
 				   where, key, s);
 
 	if ((rc = atlas_json_int(o, "sliding_window", where, &c->sliding_window)) < 0 ||
@@ -364,16 +374,16 @@ void atlas_gen_config_defaults(struct atlas_gen_config *out)
 }
 
 /* An optional integer >= 0; *out keeps its default when absent. */
-static int opt_count(struct json_object *o, const char *key, const char *where,
-		     int64_t *out)
+static int opt_count(struct json_object *o, const char *key, const char *where, int64_t *out)
 {
 	int64_t v;
 	int rc = atlas_json_int(o, key, where, &v);
 	if (rc <= 0)
 		return rc;
 	if (v < 0)
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must not be negative (got %" PRId64 ")",
-				   where, key, v);
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: field '%s' must not be negative (got %" PRId64 ")", where,
+				   key, v);
 	*out = v;
 	return 0;
 }
@@ -389,15 +399,14 @@ static int gen_parse(struct json_object *o, const char *w, struct atlas_gen_conf
 	    (rc = opt_num(o, "repetition_penalty", w, &g->repetition_penalty, false)) ||
 	    (rc = opt_count(o, "top_k", w, &g->top_k)) ||
 	    (rc = opt_count(o, "max_new_tokens", w, &g->max_new_tokens)) ||
-	    (rc = parse_bos(o, w, &g->bos_id)) ||
-	    (rc = parse_eos(o, w, g->eos_ids, &g->n_eos)))
+	    (rc = parse_bos(o, w, &g->bos_id)) || (rc = parse_eos(o, w, g->eos_ids, &g->n_eos)))
 		return rc;
 	if (g->top_p > 1)
-		return atlas_error(ATLAS_EFORMAT, "%s: field 'top_p' must be at most 1 (got %g)",
-				   w, g->top_p);
+		return atlas_error(ATLAS_EFORMAT, "%s: field 'top_p' must be at most 1 (got %g)", w,
+				   g->top_p);
 	if (g->min_p > 1)
-		return atlas_error(ATLAS_EFORMAT, "%s: field 'min_p' must be at most 1 (got %g)",
-				   w, g->min_p);
+		return atlas_error(ATLAS_EFORMAT, "%s: field 'min_p' must be at most 1 (got %g)", w,
+				   g->min_p);
 	return 0;
 }
 

@@ -137,7 +137,8 @@ static char *resolve_hub(const char *model, const char *id, const char *rev)
 		goto out;
 	if (!is_dir(repo)) {
 		atlas_error(ATLAS_ENOTFOUND,
-			    "model '%s' not found: no such directory, and not in the Hugging Face cache at '%s' (download it with: atlas-fetch %s)",
+			    "model '%s' not found: no such directory, and not in the Hugging Face "
+			    "cache at '%s' (download it with: atlas-fetch %s)",
 			    model, cache, model);
 		goto out;
 	}
@@ -146,19 +147,21 @@ static char *resolve_hub(const char *model, const char *id, const char *rev)
 		sha = strdup(rev);
 	if (!sha) {
 		atlas_error(ATLAS_ENOTFOUND,
-			    "revision '%s' of '%s' not in the cache at '%s' (download it with: atlas-fetch %s)",
+			    "revision '%s' of '%s' not in the cache at '%s' (download it with: "
+			    "atlas-fetch %s)",
 			    rev, id, repo, model);
 		goto out;
 	}
 	if (!safe_component(sha) || strchr(sha, '/')) {
-		atlas_error(ATLAS_EFORMAT, "'%s/refs/%s' holds an invalid commit '%s'",
-			    repo, rev, sha);
+		atlas_error(ATLAS_EFORMAT, "'%s/refs/%s' holds an invalid commit '%s'", repo, rev,
+			    sha);
 		goto out;
 	}
 	snap = xasprintf("%s/snapshots/%s", repo, sha);
 	if (snap && !is_dir(snap)) {
 		atlas_error(ATLAS_ENOTFOUND,
-			    "revision '%s' of '%s' not in the cache: no snapshot '%s' (download it with: atlas-fetch %s)",
+			    "revision '%s' of '%s' not in the cache: no snapshot '%s' (download it "
+			    "with: atlas-fetch %s)",
 			    rev, id, snap, model);
 		free(snap);
 		snap = NULL;
@@ -204,7 +207,8 @@ char *atlas_model_resolve(const char *model)
 	    memchr(slash + 1, '/', idlen - (size_t)(slash - model) - 1) ||
 	    (at && !safe_component(at + 1))) {
 		atlas_error(ATLAS_ENOTFOUND,
-			    "model '%s' not found: no such directory, and not a Hugging Face id (org/name[@revision])",
+			    "model '%s' not found: no such directory, and not a Hugging Face id "
+			    "(org/name[@revision])",
 			    model);
 		return NULL;
 	}

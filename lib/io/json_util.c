@@ -8,19 +8,17 @@
 
 /* Shared lookup: 0 when absent/null, 1 when of type `t`, error otherwise.
  * `what` completes "must be ..." in the message. */
-static int get_typed(struct json_object *obj, const char *key, const char *where,
-		     enum json_type t, const char *what, struct json_object **v)
+static int get_typed(struct json_object *obj, const char *key, const char *where, enum json_type t,
+		     const char *what, struct json_object **v)
 {
 	if (!json_object_object_get_ex(obj, key, v) || !*v)
 		return 0;
 	if (!json_object_is_type(*v, t))
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be %s",
-				   where, key, what);
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be %s", where, key, what);
 	return 1;
 }
 
-int atlas_json_int(struct json_object *obj, const char *key, const char *where,
-		   int64_t *out)
+int atlas_json_int(struct json_object *obj, const char *key, const char *where, int64_t *out)
 {
 	struct json_object *v;
 	int rc = get_typed(obj, key, where, json_type_int, "an integer", &v);
@@ -29,22 +27,18 @@ int atlas_json_int(struct json_object *obj, const char *key, const char *where,
 	return rc;
 }
 
-int atlas_json_double(struct json_object *obj, const char *key, const char *where,
-		      double *out)
+int atlas_json_double(struct json_object *obj, const char *key, const char *where, double *out)
 {
 	struct json_object *v;
 	if (!json_object_object_get_ex(obj, key, &v) || !v)
 		return 0;
-	if (!json_object_is_type(v, json_type_int) &&
-	    !json_object_is_type(v, json_type_double))
-		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be a number",
-				   where, key);
+	if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must be a number", where, key);
 	*out = json_object_get_double(v);
 	return 1;
 }
 
-int atlas_json_bool(struct json_object *obj, const char *key, const char *where,
-		    bool *out)
+int atlas_json_bool(struct json_object *obj, const char *key, const char *where, bool *out)
 {
 	struct json_object *v;
 	int rc = get_typed(obj, key, where, json_type_boolean, "true or false", &v);
@@ -53,8 +47,7 @@ int atlas_json_bool(struct json_object *obj, const char *key, const char *where,
 	return rc;
 }
 
-int atlas_json_string(struct json_object *obj, const char *key, const char *where,
-		      const char **out)
+int atlas_json_string(struct json_object *obj, const char *key, const char *where, const char **out)
 {
 	struct json_object *v;
 	int rc = get_typed(obj, key, where, json_type_string, "a string", &v);
@@ -83,8 +76,7 @@ int atlas_json_array(struct json_object *obj, const char *key, const char *where
 	return rc;
 }
 
-struct json_object *atlas_json_parse_object(const char *text, size_t len,
-					    const char *where)
+struct json_object *atlas_json_parse_object(const char *text, size_t len, const char *where)
 {
 	struct json_tokener *tok;
 	struct json_object *obj;
@@ -111,13 +103,12 @@ struct json_object *atlas_json_parse_object(const char *text, size_t len,
 		return NULL;
 	}
 	if (!obj) {
-		if (err == json_tokener_continue ||
-		    end >= len)
+		if (err == json_tokener_continue || end >= len)
 			atlas_error(ATLAS_EFORMAT, "%s: invalid JSON: unexpected end of text",
 				    where);
 		else
-			atlas_error(ATLAS_EFORMAT, "%s: invalid JSON at byte %zu: %s",
-				    where, end, json_tokener_error_desc(err));
+			atlas_error(ATLAS_EFORMAT, "%s: invalid JSON at byte %zu: %s", where, end,
+				    json_tokener_error_desc(err));
 		return NULL;
 	}
 	if (!json_object_is_type(obj, json_type_object)) {
@@ -129,9 +120,10 @@ struct json_object *atlas_json_parse_object(const char *text, size_t len,
 		char c = text[i];
 		if (c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\0') {
 			json_object_put(obj);
-			atlas_error(ATLAS_EFORMAT,
-				    "%s: invalid JSON at byte %zu: unexpected text after the object",
-				    where, i);
+			atlas_error(
+			    ATLAS_EFORMAT,
+			    "%s: invalid JSON at byte %zu: unexpected text after the object", where,
+			    i);
 			return NULL;
 		}
 	}

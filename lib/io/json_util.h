@@ -16,27 +16,23 @@
 struct json_object;
 
 /* An integer (a JSON number written without fraction or exponent). */
-int atlas_json_int(struct json_object *obj, const char *key,
-		   const char *where, int64_t *out);
+int atlas_json_int(struct json_object *obj, const char *key, const char *where, int64_t *out);
 /* Any JSON number, integer or not. */
-int atlas_json_double(struct json_object *obj, const char *key,
-		      const char *where, double *out);
-int atlas_json_bool(struct json_object *obj, const char *key,
-		    const char *where, bool *out);
+int atlas_json_double(struct json_object *obj, const char *key, const char *where, double *out);
+int atlas_json_bool(struct json_object *obj, const char *key, const char *where, bool *out);
 /* *out points into `obj` and lives as long as it does. */
-int atlas_json_string(struct json_object *obj, const char *key,
-		      const char *where, const char **out);
+int atlas_json_string(struct json_object *obj, const char *key, const char *where,
+		      const char **out);
 /* *out is borrowed from `obj` (no reference taken). */
-int atlas_json_object(struct json_object *obj, const char *key,
-		      const char *where, struct json_object **out);
-int atlas_json_array(struct json_object *obj, const char *key,
-		     const char *where, struct json_object **out);
+int atlas_json_object(struct json_object *obj, const char *key, const char *where,
+		      struct json_object **out);
+int atlas_json_array(struct json_object *obj, const char *key, const char *where,
+		     struct json_object **out);
 
 /* Parse `len` bytes of `text` (text[len] must be readable and '\0') as
  * one JSON object; only whitespace or NUL bytes may follow it. Returns a
  * new object owned by the caller (json_object_put), or NULL with an
  * ATLAS_EFORMAT message "WHERE: ..." saying what is wrong and where. */
-struct json_object *atlas_json_parse_object(const char *text, size_t len,
-					    const char *where);
+struct json_object *atlas_json_parse_object(const char *text, size_t len, const char *where);
 
 #endif

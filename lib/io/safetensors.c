@@ -36,24 +36,24 @@ struct st_meta {
 };
 
 struct st_file {
-	char *path;           /* path as opened; tensor infos point at it */
-	void *map;            /* the whole file, PROT_READ + MAP_PRIVATE */
-	size_t size;          /* file size, the length of map */
+	char *path;	      /* path as opened; tensor infos point at it */
+	void *map;	      /* the whole file, PROT_READ + MAP_PRIVATE */
+	size_t size;	      /* file size, the length of map */
 	uint64_t header_len;  /* N, the JSON header length */
 	const uint8_t *data;  /* start of the data region, map + 8 + N */
 	uint64_t data_size;   /* bytes in the data region, size - 8 - N */
 	struct st_meta *meta; /* __metadata__ pairs in header order */
-	int nmeta;            /* entries in meta */
+	int nmeta;	      /* entries in meta */
 };
 
 struct atlas_st {
-	struct st_file *files;             /* open files, in index order */
-	int nfiles;                        /* entries used in files */
+	struct st_file *files;		   /* open files, in index order */
+	int nfiles;			   /* entries used in files */
 	struct atlas_tensor_info *tensors; /* all tensors, file then header order */
-	int64_t count;                     /* entries used in tensors */
-	int64_t cap;                       /* entries allocated in tensors */
-	int64_t *slots;                    /* hash table: tensor index + 1, 0 empty */
-	size_t nslots;                     /* power of two, at least 2 * count */
+	int64_t count;			   /* entries used in tensors */
+	int64_t cap;			   /* entries allocated in tensors */
+	int64_t *slots;			   /* hash table: tensor index + 1, 0 empty */
+	size_t nslots;			   /* power of two, at least 2 * count */
 };
 
 static int missing(const char *where, const char *key)
@@ -66,15 +66,14 @@ static void format_shape(char *buf, size_t n, const struct atlas_tensor_info *t)
 {
 	size_t used = (size_t)snprintf(buf, n, "[");
 	for (int i = 0; i < t->ndim && used < n; i++)
-		used += (size_t)snprintf(buf + used, n - used, "%s%" PRId64,
-					 i ? ", " : "", t->shape[i]);
+		used += (size_t)snprintf(buf + used, n - used, "%s%" PRId64, i ? ", " : "",
+					 t->shape[i]);
 	if (used < n)
 		snprintf(buf + used, n - used, "]");
 }
 
 /* Fill ndim/shape/numel/nbytes from the JSON "shape" array. */
-static int parse_shape(const char *where, struct json_object *arr,
-		       struct atlas_tensor_info *t)
+static int parse_shape(const char *where, struct json_object *arr, struct atlas_tensor_info *t)
 {
 	size_t nd = json_object_array_length(arr);
 	bool has_zero = false;
@@ -83,8 +82,8 @@ static int parse_shape(const char *where, struct json_object *arr,
 
 	if (nd > ATLAS_MAX_DIMS)
 		return atlas_error(ATLAS_EFORMAT,
-				   "%s: shape has %zu dimensions, at most %d are supported",
-				   where, nd, ATLAS_MAX_DIMS);
+				   "%s: shape has %zu dimensions, at most %d are supported", where,
+				   nd, ATLAS_MAX_DIMS);
 	t->ndim = (int)nd;
 	for (size_t i = 0; i < nd; i++) {
 		struct json_object *e = json_object_array_get_idx(arr, i);
@@ -93,8 +92,9 @@ static int parse_shape(const char *where, struct json_object *arr,
 					   where, i);
 		t->shape[i] = json_object_get_int64(e);
 		if (t->shape[i] < 0)
-			return atlas_error(ATLAS_EFORMAT, "%s: shape[%zu] is negative (%" PRId64 ")",
-					   where, i, t->shape[i]);
+			return atlas_error(ATLAS_EFORMAT,
+					   "%s: shape[%zu] is negative (%" PRId64 ")", where, i,
+					   t->shape[i]);
 		has_zero |= t->shape[i] == 0;
 	}
 	/* An empty tensor is fine whatever its other dims; only a product
@@ -106,7 +106,8 @@ static int parse_shape(const char *where, struct json_object *arr,
 	if (has_zero)
 		numel = 0;
 	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)atlas_dtype_size(t->dtype),
-				   &nbytes) || nbytes > (uint64_t)INT64_MAX || nbytes > SIZE_MAX)
+				   &nbytes) ||
+	    nbytes > (uint64_t)INT64_MAX || nbytes > SIZE_MAX)
 		return atlas_error(ATLAS_EFORMAT, "%s: byte size of the shape overflows", where);
 	t->numel = numel;
 	t->nbytes = (size_t)nbytes;
@@ -115,8 +116,8 @@ static int parse_shape(const char *where, struct json_object *arr,
 
 /* Validate one header entry and fill *t (name strdup'd last, so a failed
  * entry owns nothing). */
-static int parse_entry(const struct st_file *f, const char *name,
-		       struct json_object *v, struct atlas_tensor_info *t)
+static int parse_entry(const struct st_file *f, const char *name, struct json_object *v,
+		       struct atlas_tensor_info *t)
 {
 	char where[768], shp[256];
 	struct json_object *arr;
@@ -134,8 +135,8 @@ static int parse_entry(const struct st_file *f, const char *name,
 		return rc < 0 ? rc : missing(where, "dtype");
 	if (atlas_dtype_parse(ds, &t->dtype))
 		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "unsupported dtype '%s' for tensor '%s' in '%s'",
-				   ds, name, f->path);
+				   "unsupported dtype '%s' for tensor '%s' in '%s'", ds, name,
+				   f->path);
 
 	rc = atlas_json_array(v, "shape", where, &arr);
 	if (rc <= 0)
@@ -155,11 +156,13 @@ static int parse_entry(const struct st_file *f, const char *name,
 		if (!e || !json_object_is_type(e, json_type_int) ||
 		    (off[i] = json_object_get_int64(e)) < 0)
 			return atlas_error(ATLAS_EFORMAT,
-					   "%s: data_offsets must be two non-negative integers", where);
+					   "%s: data_offsets must be two non-negative integers",
+					   where);
 	}
 	if (off[0] > off[1])
 		return atlas_error(ATLAS_EFORMAT,
-				   "%s: data_offsets [%" PRId64 ", %" PRId64 "] end before they begin",
+				   "%s: data_offsets [%" PRId64 ", %" PRId64
+				   "] end before they begin",
 				   where, off[0], off[1]);
 	if ((uint64_t)off[1] > f->data_size)
 		return atlas_error(ATLAS_EFORMAT,
@@ -168,9 +171,10 @@ static int parse_entry(const struct st_file *f, const char *name,
 				   name, f->path, 8 + f->header_len + (uint64_t)off[1], f->size);
 	if ((uint64_t)(off[1] - off[0]) != (uint64_t)t->nbytes) {
 		format_shape(shp, sizeof(shp), t);
-		return atlas_error(ATLAS_EFORMAT,
-				   "%s: data_offsets span %" PRId64 " bytes but shape %s of %s needs %zu",
-				   where, off[1] - off[0], shp, atlas_dtype_name(t->dtype), t->nbytes);
+		return atlas_error(
+		    ATLAS_EFORMAT,
+		    "%s: data_offsets span %" PRId64 " bytes but shape %s of %s needs %zu", where,
+		    off[1] - off[0], shp, atlas_dtype_name(t->dtype), t->nbytes);
 	}
 	t->data = f->data + off[0];
 	t->file = f->path;
@@ -187,7 +191,8 @@ static int parse_metadata(struct st_file *f, struct json_object *v)
 	f->meta = calloc((size_t)json_object_object_length(v) + 1, sizeof(*f->meta));
 	if (!f->meta)
 		return atlas_error(ATLAS_ENOMEM, "out of memory");
-	json_object_object_foreach(v, key, val) {
+	json_object_object_foreach(v, key, val)
+	{
 		struct st_meta *m = &f->meta[f->nmeta];
 		if (!val || !json_object_is_type(val, json_type_string))
 			return atlas_error(ATLAS_EFORMAT,
@@ -204,7 +209,7 @@ static int parse_metadata(struct st_file *f, struct json_object *v)
 
 struct span {
 	const uint8_t *begin; /* first byte of the tensor in the mapping */
-	int64_t idx;          /* index into the tensor array */
+	int64_t idx;	      /* index into the tensor array */
 };
 
 static int cmp_span(const void *a, const void *b)
@@ -217,8 +222,7 @@ static int cmp_span(const void *a, const void *b)
 
 /* Tensors t[0..n) of one file must not share bytes. Sorted by start,
  * any overlap shows up between neighbours. Empty tensors share nothing. */
-static int check_overlap(const struct st_file *f, const struct atlas_tensor_info *t,
-			 int64_t n)
+static int check_overlap(const struct st_file *f, const struct atlas_tensor_info *t, int64_t n)
 {
 	struct span *s = malloc(sizeof(*s) * (size_t)(n ? n : 1));
 	int64_t m = 0;
@@ -233,11 +237,11 @@ static int check_overlap(const struct st_file *f, const struct atlas_tensor_info
 	for (int64_t i = 1; i < m; i++) {
 		const struct atlas_tensor_info *a = &t[s[i - 1].idx], *b = &t[s[i].idx];
 		if (s[i].begin < (const uint8_t *)a->data + a->nbytes) {
-			rc = atlas_error(ATLAS_EFORMAT,
-					 "tensors '%s' and '%s' in '%s' overlap (data offsets %td and %td)",
-					 a->name, b->name, f->path,
-					 (const uint8_t *)a->data - f->data,
-					 (const uint8_t *)b->data - f->data);
+			rc = atlas_error(
+			    ATLAS_EFORMAT,
+			    "tensors '%s' and '%s' in '%s' overlap (data offsets %td and %td)",
+			    a->name, b->name, f->path, (const uint8_t *)a->data - f->data,
+			    (const uint8_t *)b->data - f->data);
 			break;
 		}
 	}
@@ -267,7 +271,8 @@ static int parse_header(struct atlas_st *st, struct st_file *f)
 	if (n > f->size - 8)
 		return atlas_error(ATLAS_EFORMAT,
 				   "'%s': safetensors header length %" PRIu64
-				   " is past the end of the file (%zu bytes)", f->path, n, f->size);
+				   " is past the end of the file (%zu bytes)",
+				   f->path, n, f->size);
 	f->header_len = n;
 	f->data = p + 8 + n;
 	f->data_size = f->size - 8 - n;
@@ -293,7 +298,8 @@ static int parse_header(struct atlas_st *st, struct st_file *f)
 		st->tensors = t;
 		st->cap = want;
 	}
-	json_object_object_foreach(root, key, val) {
+	json_object_object_foreach(root, key, val)
+	{
 		if (!strcmp(key, "__metadata__"))
 			rc = parse_metadata(f, val);
 		else if (!(rc = parse_entry(f, key, val, &st->tensors[st->count])))
@@ -332,8 +338,8 @@ static int open_file(struct atlas_st *st, const char *path)
 	if (sb.st_size < 8) {
 		close(fd);
 		return atlas_error(ATLAS_EFORMAT,
-				   "'%s' is too short to be a safetensors file (%lld bytes)",
-				   path, (long long)sb.st_size);
+				   "'%s' is too short to be a safetensors file (%lld bytes)", path,
+				   (long long)sb.st_size);
 	}
 	f->size = (size_t)sb.st_size;
 	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -412,7 +418,8 @@ static int open_shards(struct atlas_st *st, const char *dir, const char *ipath,
 
 	if (!shards)
 		return atlas_error(ATLAS_ENOMEM, "out of memory");
-	json_object_object_foreach(wm, name, val) {
+	json_object_object_foreach(wm, name, val)
+	{
 		const char *s;
 		int i;
 		if (!val || !json_object_is_type(val, json_type_string)) {
@@ -424,7 +431,8 @@ static int open_shards(struct atlas_st *st, const char *dir, const char *ipath,
 		s = json_object_get_string(val);
 		if (!safe_relpath(s)) {
 			rc = atlas_error(ATLAS_EFORMAT,
-					 "'%s': shard '%s' of tensor '%s' is not a file name in the model directory",
+					 "'%s': shard '%s' of tensor '%s' is not a file name in "
+					 "the model directory",
 					 ipath, s, name);
 			goto out;
 		}
@@ -450,7 +458,8 @@ static int open_shards(struct atlas_st *st, const char *dir, const char *ipath,
 	}
 	if (!rc)
 		rc = build_table(st);
-	json_object_object_foreach(wm, tname, tval) {
+	json_object_object_foreach(wm, tname, tval)
+	{
 		const struct atlas_tensor_info *t;
 		char *p;
 		if (rc)
@@ -459,13 +468,15 @@ static int open_shards(struct atlas_st *st, const char *dir, const char *ipath,
 		if (!(p = atlas_path_join(dir, json_object_get_string(tval)))) {
 			rc = ATLAS_ENOMEM;
 		} else if (!t) {
-			rc = atlas_error(ATLAS_EFORMAT,
-					 "tensor '%s' is listed in '%s' but not found in its shard '%s'",
-					 tname, ipath, p);
+			rc = atlas_error(
+			    ATLAS_EFORMAT,
+			    "tensor '%s' is listed in '%s' but not found in its shard '%s'", tname,
+			    ipath, p);
 		} else if (strcmp(t->file, p)) {
-			rc = atlas_error(ATLAS_EFORMAT,
-					 "tensor '%s' is listed in '%s' for shard '%s' but is in '%s'",
-					 tname, ipath, p, t->file);
+			rc = atlas_error(
+			    ATLAS_EFORMAT,
+			    "tensor '%s' is listed in '%s' for shard '%s' but is in '%s'", tname,
+			    ipath, p, t->file);
 		}
 		free(p);
 	}
@@ -528,8 +539,8 @@ struct atlas_st *atlas_st_open(const char *path)
 		return NULL;
 	}
 	if (stat(path, &sb)) {
-		atlas_error(errno == ENOENT ? ATLAS_ENOTFOUND : ATLAS_EIO,
-			    "cannot open '%s': %s", path, strerror(errno));
+		atlas_error(errno == ENOENT ? ATLAS_ENOTFOUND : ATLAS_EIO, "cannot open '%s': %s",
+			    path, strerror(errno));
 		return NULL;
 	}
 	st = calloc(1, sizeof(*st));

@@ -41,13 +41,13 @@ int atlas_tok_added_index(struct atlas_tok *tok)
 		if (tok->added[i].content.len)
 			tok->added_order[n++] = (uint32_t)i;
 	}
-	qsort_r(tok->added_order, n, sizeof(*tok->added_order),
-		by_first_then_longest, tok);
+	qsort_r(tok->added_order, n, sizeof(*tok->added_order), by_first_then_longest, tok);
 	/* added_first[b] = first index in added_order whose content starts
 	 * with a byte >= b; the run for byte b ends at added_first[b + 1]. */
 	size_t j = 0;
 	for (unsigned b = 0; b <= 256; b++) {
-		while (j < n && (unsigned char)tok->arena[tok->added[tok->added_order[j]].content.off] < b)
+		while (j < n &&
+		       (unsigned char)tok->arena[tok->added[tok->added_order[j]].content.off] < b)
 			j++;
 		tok->added_first[b] = (uint32_t)j;
 	}
@@ -56,21 +56,19 @@ int atlas_tok_added_index(struct atlas_tok *tok)
 
 static bool is_space(unsigned char c)
 {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
-	       c == '\f';
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
 /* A word character for single_word tokens; bytes of non-ASCII
  * characters count as word characters (most are letters). */
 static bool is_word(unsigned char c)
 {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-	       (c >= 'A' && c <= 'Z') || c == '_' || c >= 0x80;
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       c == '_' || c >= 0x80;
 }
 
-int64_t atlas_tok_added_find(const struct atlas_tok *tok, const char *s,
-			     size_t len, size_t from, size_t *start,
-			     size_t *end)
+int64_t atlas_tok_added_find(const struct atlas_tok *tok, const char *s, size_t len, size_t from,
+			     size_t *start, size_t *end)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	if (tok->nadded == 0)
@@ -83,8 +81,8 @@ int64_t atlas_tok_added_find(const struct atlas_tok *tok, const char *s,
 			    memcmp(s + i, tok->arena + a->content.off, a->content.len))
 				continue;
 			size_t b = i, e = i + a->content.len;
-			if (a->single_word && ((b > 0 && is_word(u[b - 1])) ||
-					       (e < len && is_word(u[e]))))
+			if (a->single_word &&
+			    ((b > 0 && is_word(u[b - 1])) || (e < len && is_word(u[e]))))
 				break; /* the longest match is refused: move on */
 			if (a->lstrip)
 				while (b > from && is_space(u[b - 1]))

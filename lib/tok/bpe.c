@@ -90,8 +90,7 @@ int atlas_tok_map_put(struct atlas_tok *tok, struct tok_str key, int32_t id)
 	}
 }
 
-int32_t atlas_tok_map_get(const struct atlas_tok *tok, const char *k,
-			  size_t len)
+int32_t atlas_tok_map_get(const struct atlas_tok *tok, const char *k, size_t len)
 {
 	uint32_t h = atlas_tok_hash(k, len);
 	size_t i = h & tok->vocab.mask;
@@ -99,8 +98,7 @@ int32_t atlas_tok_map_get(const struct atlas_tok *tok, const char *k,
 		const struct tok_slot *s = &tok->vocab.slots[i];
 		if (s->id < 0)
 			return -1;
-		if (s->hash == h && s->key.len == len &&
-		    !memcmp(tok->arena + s->key.off, k, len))
+		if (s->hash == h && s->key.len == len && !memcmp(tok->arena + s->key.off, k, len))
 			return s->id;
 		i = (i + 1) & tok->vocab.mask;
 	}
@@ -125,21 +123,18 @@ int atlas_tok_merges_build(struct atlas_tok *tok, size_t n)
 
 /* A pair listed twice keeps its later rank, as Hugging Face's loader
  * (which collects the list into a hash map) does. */
-void atlas_tok_merges_put(struct atlas_tok *tok, int32_t a, int32_t b,
-			  int32_t rank, int32_t result)
+void atlas_tok_merges_put(struct atlas_tok *tok, int32_t a, int32_t b, int32_t rank, int32_t result)
 {
 	uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
 	size_t i = pair_slot(key, tok->merges.mask);
-	while (tok->merges.slots[i].key != UINT64_MAX &&
-	       tok->merges.slots[i].key != key)
+	while (tok->merges.slots[i].key != UINT64_MAX && tok->merges.slots[i].key != key)
 		i = (i + 1) & tok->merges.mask;
 	tok->merges.slots[i].key = key;
 	tok->merges.slots[i].rank = rank;
 	tok->merges.slots[i].result = result;
 }
 
-static const struct tok_merge *merge_get(const struct atlas_tok *tok,
-					 int32_t a, int32_t b)
+static const struct tok_merge *merge_get(const struct atlas_tok *tok, int32_t a, int32_t b)
 {
 	if (a < 0 || b < 0)
 		return NULL;
@@ -178,10 +173,10 @@ struct sym {
 
 /* A candidate merge of the symbol at pos with its successor. */
 struct cand {
-	int32_t rank;   /* merge rank (heap key) */
-	int32_t pos;    /* left symbol index (tie-break: leftmost first) */
-	int32_t left;   /* left id when pushed, to detect stale entries */
-	int32_t right;  /* right id when pushed */
+	int32_t rank;	/* merge rank (heap key) */
+	int32_t pos;	/* left symbol index (tie-break: leftmost first) */
+	int32_t left;	/* left id when pushed, to detect stale entries */
+	int32_t right;	/* right id when pushed */
 	int32_t result; /* merged id */
 };
 
@@ -226,15 +221,15 @@ static struct cand heap_pop(struct cand *h, size_t *n)
 	return top;
 }
 
-static void try_pair(const struct atlas_tok *tok, const struct sym *s,
-		     int32_t pos, struct cand *h, size_t *nh)
+static void try_pair(const struct atlas_tok *tok, const struct sym *s, int32_t pos, struct cand *h,
+		     size_t *nh)
 {
 	if (pos < 0 || s[pos].next < 0)
 		return;
 	const struct tok_merge *m = merge_get(tok, s[pos].id, s[s[pos].next].id);
 	if (!m)
 		return;
-	struct cand c = { m->rank, pos, s[pos].id, s[s[pos].next].id, m->result };
+	struct cand c = {m->rank, pos, s[pos].id, s[s[pos].next].id, m->result};
 	heap_push(h, nh, c);
 }
 
@@ -285,8 +280,8 @@ static size_t map_bytes(const char *s, size_t len, char *out)
 	return w;
 }
 
-int atlas_tok_bpe(const struct atlas_tok *tok, struct tok_bpe_scratch *sc,
-		  const char *s, size_t len, struct tok_ids *out)
+int atlas_tok_bpe(const struct atlas_tok *tok, struct tok_bpe_scratch *sc, const char *s,
+		  size_t len, struct tok_ids *out)
 {
 	if (len == 0)
 		return 0;

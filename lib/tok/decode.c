@@ -15,15 +15,13 @@
 static int bad_id(const struct atlas_tok *tok, int32_t id)
 {
 	if (id < 0 || id >= tok->nvocab)
-		return atlas_error(ATLAS_ERANGE,
-				   "token id %ld is outside the vocabulary (0..%lld)",
+		return atlas_error(ATLAS_ERANGE, "token id %ld is outside the vocabulary (0..%lld)",
 				   (long)id, (long long)tok->nvocab - 1);
-	return atlas_error(ATLAS_ERANGE, "token id %ld has no token in the vocabulary",
-			   (long)id);
+	return atlas_error(ATLAS_ERANGE, "token id %ld has no token in the vocabulary", (long)id);
 }
 
-int atlas_tok_decode(const struct atlas_tok *tok, const int32_t *ids,
-		     size_t n, char **out, size_t *len)
+int atlas_tok_decode(const struct atlas_tok *tok, const int32_t *ids, size_t n, char **out,
+		     size_t *len)
 {
 	size_t total = 0, w = 0, plen;
 	*out = NULL;
@@ -47,8 +45,7 @@ int atlas_tok_decode(const struct atlas_tok *tok, const int32_t *ids,
 	return 0;
 }
 
-void atlas_tok_stream_init(struct atlas_tok_stream *s,
-			   const struct atlas_tok *tok)
+void atlas_tok_stream_init(struct atlas_tok_stream *s, const struct atlas_tok *tok)
 {
 	memset(s, 0, sizeof(*s));
 	s->tok = tok;
@@ -99,8 +96,7 @@ static size_t unfinished_tail(const unsigned char *a, size_t n)
 	return 0;
 }
 
-int64_t atlas_tok_stream_push(struct atlas_tok_stream *s, int32_t id,
-			      char *buf, size_t cap)
+int64_t atlas_tok_stream_push(struct atlas_tok_stream *s, int32_t id, char *buf, size_t cap)
 {
 	size_t plen;
 	const char *p = atlas_tok_piece(s->tok, id, &plen);
@@ -116,8 +112,8 @@ int64_t atlas_tok_stream_push(struct atlas_tok_stream *s, int32_t id,
 	size_t hold = unfinished_tail(tail, from_pending + keep);
 	size_t total = np + plen, emit = total - hold;
 	if (emit > cap)
-		return atlas_error(ATLAS_EINVAL,
-				   "stream buffer of %zu bytes is too small for %zu", cap, emit);
+		return atlas_error(ATLAS_EINVAL, "stream buffer of %zu bytes is too small for %zu",
+				   cap, emit);
 	char held[8];
 	memcpy(held, tail + from_pending + keep - hold, hold);
 	/* Emit the first `emit` bytes of pending + piece. */
@@ -130,13 +126,12 @@ int64_t atlas_tok_stream_push(struct atlas_tok_stream *s, int32_t id,
 	return (int64_t)emit;
 }
 
-int64_t atlas_tok_stream_flush(struct atlas_tok_stream *s, char *buf,
-			       size_t cap)
+int64_t atlas_tok_stream_flush(struct atlas_tok_stream *s, char *buf, size_t cap)
 {
 	size_t n = s->npending;
 	if (n > cap)
-		return atlas_error(ATLAS_EINVAL,
-				   "stream buffer of %zu bytes is too small for %zu", cap, n);
+		return atlas_error(ATLAS_EINVAL, "stream buffer of %zu bytes is too small for %zu",
+				   cap, n);
 	memcpy(buf, s->pending, n);
 	s->npending = 0;
 	return (int64_t)n;

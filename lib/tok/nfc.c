@@ -63,8 +63,7 @@ static const struct atlas_nfc_decomp *decomp_of(uint32_t cp)
 static int is_second(uint32_t cp)
 {
 	size_t lo = 0, hi = atlas_nfc_second_len;
-	if ((cp >= VBASE && cp < VBASE + VCOUNT) ||
-	    (cp > TBASE && cp < TBASE + TCOUNT))
+	if ((cp >= VBASE && cp < VBASE + VCOUNT) || (cp > TBASE && cp < TBASE + TCOUNT))
 		return 1;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
@@ -83,8 +82,8 @@ static uint32_t compose(uint32_t a, uint32_t b)
 {
 	if (a >= LBASE && a < LBASE + LCOUNT && b >= VBASE && b < VBASE + VCOUNT)
 		return SBASE + ((a - LBASE) * VCOUNT + (b - VBASE)) * TCOUNT;
-	if (a >= SBASE && a < SBASE + SCOUNT && (a - SBASE) % TCOUNT == 0 &&
-	    b > TBASE && b < TBASE + TCOUNT)
+	if (a >= SBASE && a < SBASE + SCOUNT && (a - SBASE) % TCOUNT == 0 && b > TBASE &&
+	    b < TBASE + TCOUNT)
 		return a + (b - TBASE);
 	size_t lo = 0, hi = atlas_nfc_comp_len;
 	while (lo < hi) {

@@ -13,9 +13,9 @@
 
 /* One canonical decomposition: cp -> a [b]. */
 struct atlas_nfc_decomp {
-	uint32_t cp;      /* the decomposable code point (sorted key) */
-	uint32_t a;       /* first code point of the mapping */
-	uint32_t b;       /* second code point, 0 for a singleton mapping */
+	uint32_t cp;	  /* the decomposable code point (sorted key) */
+	uint32_t a;	  /* first code point of the mapping */
+	uint32_t b;	  /* second code point, 0 for a singleton mapping */
 	uint32_t primary; /* 1 if cp is a primary composite (NFC keeps it) */
 };
 
@@ -29,8 +29,8 @@ struct atlas_nfc_comp {
 /* A run of code points sharing one non-zero canonical combining class. */
 struct atlas_nfc_ccc {
 	uint32_t first; /* first code point of the run */
-	uint32_t last;  /* last code point of the run (inclusive) */
-	uint32_t ccc;   /* the class, 1..254 */
+	uint32_t last;	/* last code point of the run (inclusive) */
+	uint32_t ccc;	/* the class, 1..254 */
 };
 
 extern const struct atlas_nfc_decomp atlas_nfc_decomp[];

@@ -17,12 +17,13 @@
 
 /* GPT-2's pattern, which ByteLevel uses when use_regex is true. */
 const char atlas_tok_gpt2_regex[] =
-	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 /* Unicode White_Space, which is what \s means to Oniguruma (the regex
  * engine of Hugging Face's tokenizers). PCRE2's \s also takes U+180E,
  * so patterns are rewritten to use this list instead. */
-#define WHITE_SPACE "\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}" \
+#define WHITE_SPACE                                                                                \
+	"\\t-\\r\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}"                                 \
 	"\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
 
 /* Copy `pattern` with \s and \S spelled as explicit classes; a \S
@@ -80,12 +81,12 @@ static char *rewrite_spaces(const char *pattern)
 	return out;
 }
 
-int atlas_tok_stage_compile(struct atlas_tok *tok, const char *pattern,
-			    bool literal, bool prefix_space, const char *what)
+int atlas_tok_stage_compile(struct atlas_tok *tok, const char *pattern, bool literal,
+			    bool prefix_space, const char *what)
 {
 	if (tok->nstage == TOK_MAX_STAGES)
-		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "more than %d pre-tokenizer stages", TOK_MAX_STAGES);
+		return atlas_error(ATLAS_EUNSUPPORTED, "more than %d pre-tokenizer stages",
+				   TOK_MAX_STAGES);
 	struct tok_stage *st = &tok->stage[tok->nstage];
 	st->re = NULL;
 	st->prefix_space = prefix_space;
@@ -98,15 +99,15 @@ int atlas_tok_stage_compile(struct atlas_tok *tok, const char *pattern,
 		char *pat = literal ? NULL : rewrite_spaces(pattern);
 		if (!literal && !pat)
 			return atlas_error(ATLAS_ENOMEM, "out of memory compiling a regex");
-		st->re = pcre2_compile((PCRE2_SPTR)(pat ? pat : pattern),
-				       PCRE2_ZERO_TERMINATED, opts, &err, &off, NULL);
+		st->re = pcre2_compile((PCRE2_SPTR)(pat ? pat : pattern), PCRE2_ZERO_TERMINATED,
+				       opts, &err, &off, NULL);
 		free(pat);
 		if (!st->re) {
 			PCRE2_UCHAR msg[256];
 			pcre2_get_error_message(err, msg, sizeof(msg));
 			return atlas_error(ATLAS_EUNSUPPORTED,
-					   "%s: cannot compile regex '%s' at offset %zu: %s",
-					   what, pattern, (size_t)off, (char *)msg);
+					   "%s: cannot compile regex '%s' at offset %zu: %s", what,
+					   pattern, (size_t)off, (char *)msg);
 		}
 		/* JIT is an optimisation: without it matching still works. */
 		pcre2_jit_compile(st->re, PCRE2_JIT_COMPLETE);
@@ -117,19 +118,18 @@ int atlas_tok_stage_compile(struct atlas_tok *tok, const char *pattern,
 
 /* Per-call state of one segment's pre-tokenization. */
 struct pretok {
-	const struct atlas_tok *tok;    /* the tokenizer */
-	struct tok_bpe_scratch *sc;     /* BPE scratch */
-	struct tok_ids *out;            /* where ids go */
+	const struct atlas_tok *tok;	      /* the tokenizer */
+	struct tok_bpe_scratch *sc;	      /* BPE scratch */
+	struct tok_ids *out;		      /* where ids go */
 	pcre2_match_data *md[TOK_MAX_STAGES]; /* match data per stage */
-	char *buf;                      /* room for " " + piece (prefix space) */
+	char *buf;			      /* room for " " + piece (prefix space) */
 };
 
 static int run_stage(struct pretok *p, int k, const char *s, size_t len);
 
 /* Match with JIT when it was compiled; fall back to the interpreter when
  * the JIT stack runs out (huge whitespace runs) rather than fail. */
-static int match(const pcre2_code *re, const char *s, size_t len, size_t at,
-		 pcre2_match_data *md)
+static int match(const pcre2_code *re, const char *s, size_t len, size_t at, pcre2_match_data *md)
 {
 	int rc = pcre2_match(re, (PCRE2_SPTR)s, len, at, 0, md, NULL);
 	if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
@@ -191,11 +191,10 @@ static int run_stage(struct pretok *p, int k, const char *s, size_t len)
 	return split_stage(p, k, s, len);
 }
 
-int atlas_tok_encode_segment(const struct atlas_tok *tok,
-			     struct tok_bpe_scratch *sc, const char *s,
+int atlas_tok_encode_segment(const struct atlas_tok *tok, struct tok_bpe_scratch *sc, const char *s,
 			     size_t len, struct tok_ids *out)
 {
-	struct pretok p = { .tok = tok, .sc = sc, .out = out };
+	struct pretok p = {.tok = tok, .sc = sc, .out = out};
 	int rc = 0;
 	for (int k = 0; k < tok->nstage; k++) {
 		if (tok->stage[k].prefix_space && !p.buf && !(p.buf = malloc(len + 1)))

@@ -23,8 +23,7 @@ int32_t atlas_tok_eos(const struct atlas_tok *tok)
 	return tok->eos;
 }
 
-const char *atlas_tok_piece(const struct atlas_tok *tok, int32_t id,
-			    size_t *len)
+const char *atlas_tok_piece(const struct atlas_tok *tok, int32_t id, size_t *len)
 {
 	if (id < 0 || id >= tok->nvocab || !(tok->flags[id] & TOK_F_PRESENT))
 		return NULL;
@@ -37,8 +36,7 @@ int32_t atlas_tok_lookup(const struct atlas_tok *tok, const char *token)
 	size_t len = strlen(token);
 	for (size_t i = 0; i < tok->nadded; i++) {
 		const struct tok_added *a = &tok->added[i];
-		if (a->content.len == len &&
-		    !memcmp(tok->arena + a->content.off, token, len))
+		if (a->content.len == len && !memcmp(tok->arena + a->content.off, token, len))
 			return a->id;
 	}
 	return atlas_tok_map_get(tok, token, len);
@@ -51,8 +49,8 @@ bool atlas_tok_is_special(const struct atlas_tok *tok, int32_t id)
 
 /* Normalize (when the tokenizer asks) and pre-tokenize + BPE one span of
  * text that holds no added token. */
-static int encode_text(const struct atlas_tok *tok, struct tok_bpe_scratch *sc,
-		       const char *s, size_t len, struct tok_ids *out)
+static int encode_text(const struct atlas_tok *tok, struct tok_bpe_scratch *sc, const char *s,
+		       size_t len, struct tok_ids *out)
 {
 	char *norm = NULL;
 	size_t nlen = 0;
@@ -69,11 +67,11 @@ static int encode_text(const struct atlas_tok *tok, struct tok_bpe_scratch *sc,
 	return atlas_tok_encode_segment(tok, sc, s, len, out);
 }
 
-int atlas_tok_encode(const struct atlas_tok *tok, const char *text,
-		     size_t len, bool add_special, int32_t **ids, size_t *n)
+int atlas_tok_encode(const struct atlas_tok *tok, const char *text, size_t len, bool add_special,
+		     int32_t **ids, size_t *n)
 {
-	struct tok_ids out = { 0 };
-	struct tok_bpe_scratch sc = { 0 };
+	struct tok_ids out = {0};
+	struct tok_bpe_scratch sc = {0};
 	size_t at = 0;
 	int rc = 0;
 	*ids = NULL;

@@ -18,7 +18,7 @@
 
 /* Refuse with "tokenizer.json in 'DIR': <what>". */
 static int bad(const char *dir, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static int bad(const char *dir, int code, const char *fmt, ...)
 {
 	char msg[768];
@@ -42,20 +42,17 @@ static json_object *get(json_object *o, const char *key)
 static const char *type_of(json_object *o)
 {
 	json_object *t = get(o, "type");
-	return t && json_object_is_type(t, json_type_string) ?
-		       json_object_get_string(t) : "";
+	return t && json_object_is_type(t, json_type_string) ? json_object_get_string(t) : "";
 }
 
 static bool get_bool(json_object *o, const char *key, bool dflt)
 {
 	json_object *v = get(o, key);
-	return v && json_object_is_type(v, json_type_boolean) ?
-		       json_object_get_boolean(v) : dflt;
+	return v && json_object_is_type(v, json_type_boolean) ? json_object_get_boolean(v) : dflt;
 }
 
 /* Copy len bytes into the arena; returns its place there. */
-static int arena_add(struct atlas_tok *tok, const char *s, size_t len,
-		     struct tok_str *out)
+static int arena_add(struct atlas_tok *tok, const char *s, size_t len, struct tok_str *out)
 {
 	if (tok->arena_len + len > tok->arena_cap) {
 		size_t cap = tok->arena_cap ? tok->arena_cap : 1 << 20;
@@ -79,8 +76,7 @@ static int arena_add(struct atlas_tok *tok, const char *s, size_t len,
 /* The bytes a token stands for: its symbols mapped back through the
  * byte-level alphabet, or its own UTF-8 when some symbol is outside that
  * alphabet (what the ByteLevel decoder does). */
-static int set_piece(struct atlas_tok *tok, int32_t id, const char *s,
-		     size_t len)
+static int set_piece(struct atlas_tok *tok, int32_t id, const char *s, size_t len)
 {
 	char tmp[256] = "", *buf = len <= sizeof(tmp) ? tmp : malloc(len);
 	size_t w = 0;
@@ -111,9 +107,11 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 	if (!vocab || !json_object_is_type(vocab, json_type_object))
 		return bad(dir, ATLAS_EFORMAT, "model.vocab is missing or not an object");
 	int64_t maxid = -1;
-	size_t nadded = added && json_object_is_type(added, json_type_array) ?
-				json_object_array_length(added) : 0;
-	json_object_object_foreach(vocab, key, val) {
+	size_t nadded = added && json_object_is_type(added, json_type_array)
+			    ? json_object_array_length(added)
+			    : 0;
+	json_object_object_foreach(vocab, key, val)
+	{
 		int64_t id = json_object_get_int64(val);
 		(void)key;
 		if (!json_object_is_type(val, json_type_int) || id < 0 || id > INT32_MAX - 1)
@@ -127,7 +125,8 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 		int64_t id = idv ? json_object_get_int64(idv) : -1;
 		if (!idv || !json_object_is_type(idv, json_type_int) || id < 0 ||
 		    id > INT32_MAX - 1 || !cv || !json_object_is_type(cv, json_type_string))
-			return bad(dir, ATLAS_EFORMAT, "added_tokens[%zu] lacks a valid id or content", i);
+			return bad(dir, ATLAS_EFORMAT,
+				   "added_tokens[%zu] lacks a valid id or content", i);
 		if (id > maxid)
 			maxid = id;
 	}
@@ -140,7 +139,8 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 	int rc = atlas_tok_map_build(tok, (size_t)json_object_object_length(vocab));
 	if (rc)
 		return rc;
-	json_object_object_foreach(vocab, k2, v2) {
+	json_object_object_foreach(vocab, k2, v2)
+	{
 		int32_t id = (int32_t)json_object_get_int64(v2);
 		size_t len = strlen(k2);
 		struct tok_str skey;
@@ -165,15 +165,13 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 			return rc;
 		if ((rc = set_piece(tok, t->id, json_object_get_string(cv), len)))
 			return rc;
-		tok->flags[t->id] |= TOK_F_PRESENT | TOK_F_ADDED |
-				     (t->special ? TOK_F_SPECIAL : 0);
+		tok->flags[t->id] |= TOK_F_PRESENT | TOK_F_ADDED | (t->special ? TOK_F_SPECIAL : 0);
 	}
 	return 0;
 }
 
 /* One merge, "a b" or ["a", "b"]. */
-static int merge_parts(json_object *m, const char **a, size_t *alen,
-		       const char **b, size_t *blen)
+static int merge_parts(json_object *m, const char **a, size_t *alen, const char **b, size_t *blen)
 {
 	if (json_object_is_type(m, json_type_string)) {
 		const char *s = json_object_get_string(m);
@@ -216,13 +214,15 @@ static int load_merges(struct atlas_tok *tok, const char *dir, json_object *merg
 		size_t alen, blen;
 		if (merge_parts(json_object_array_get_idx(merges, i), &a, &alen, &b, &blen)) {
 			free(cat);
-			return bad(dir, ATLAS_EFORMAT, "model.merges[%zu] is not \"a b\" or [a, b]", i);
+			return bad(dir, ATLAS_EFORMAT, "model.merges[%zu] is not \"a b\" or [a, b]",
+				   i);
 		}
 		if (alen + blen > catcap) {
 			catcap = 2 * (alen + blen);
 			free(cat);
 			if (!(cat = malloc(catcap)))
-				return atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
+				return atlas_error(ATLAS_ENOMEM,
+						   "out of memory loading the tokenizer");
 		}
 		memcpy(cat, a, alen);
 		memcpy(cat + alen, b, blen);
@@ -252,7 +252,7 @@ static int load_model(struct atlas_tok *tok, const char *dir, json_object *root)
 	json_object *dropout = get(model, "dropout");
 	if (dropout && json_object_get_double(dropout) != 0.0)
 		return bad(dir, ATLAS_EUNSUPPORTED, "model.dropout is not supported");
-	const char *affix[] = { "continuing_subword_prefix", "end_of_word_suffix" };
+	const char *affix[] = {"continuing_subword_prefix", "end_of_word_suffix"};
 	for (int i = 0; i < 2; i++) {
 		json_object *v = get(model, affix[i]);
 		if (v && json_object_is_type(v, json_type_string) &&
@@ -299,8 +299,8 @@ static int load_normalizer(struct atlas_tok *tok, const char *dir, json_object *
 		}
 		return 0;
 	}
-	return bad(dir, ATLAS_EUNSUPPORTED,
-		   "normalizer '%s' is not supported (supported: NFC)", type);
+	return bad(dir, ATLAS_EUNSUPPORTED, "normalizer '%s' is not supported (supported: NFC)",
+		   type);
 }
 
 static int load_split(struct atlas_tok *tok, const char *dir, json_object *p)
@@ -316,8 +316,8 @@ static int load_split(struct atlas_tok *tok, const char *dir, json_object *p)
 		return bad(dir, ATLAS_EUNSUPPORTED, "Split with invert true is not supported");
 	if (!re && !str)
 		return bad(dir, ATLAS_EFORMAT, "Split pattern is neither Regex nor String");
-	int rc = atlas_tok_stage_compile(tok, json_object_get_string(re ? re : str),
-					 !re, false, "Split pre-tokenizer");
+	int rc = atlas_tok_stage_compile(tok, json_object_get_string(re ? re : str), !re, false,
+					 "Split pre-tokenizer");
 	return rc ? atlas_error_wrap(rc, "tokenizer.json in '%s'", dir) : 0;
 }
 
@@ -340,29 +340,32 @@ static int load_pretok(struct atlas_tok *tok, const char *dir, json_object *p)
 			rc = load_split(tok, dir, s);
 		} else if (!strcmp(t, "ByteLevel")) {
 			if (i + 1 != n)
-				return bad(dir, ATLAS_EUNSUPPORTED,
-					   "pre_tokenizer ByteLevel must come last in the Sequence");
-			rc = atlas_tok_stage_compile(tok,
-				get_bool(s, "use_regex", true) ? atlas_tok_gpt2_regex : NULL,
-				false, get_bool(s, "add_prefix_space", true), "ByteLevel");
+				return bad(
+				    dir, ATLAS_EUNSUPPORTED,
+				    "pre_tokenizer ByteLevel must come last in the Sequence");
+			rc = atlas_tok_stage_compile(
+			    tok, get_bool(s, "use_regex", true) ? atlas_tok_gpt2_regex : NULL,
+			    false, get_bool(s, "add_prefix_space", true), "ByteLevel");
 			if (!rc)
 				return 0;
 		} else {
 			return bad(dir, ATLAS_EUNSUPPORTED,
-				   "pre_tokenizer '%s' is not supported (supported: ByteLevel, Split, Sequence)",
+				   "pre_tokenizer '%s' is not supported (supported: ByteLevel, "
+				   "Split, Sequence)",
 				   *t ? t : "null");
 		}
 		if (rc)
 			return rc;
 	}
-	return bad(dir, ATLAS_EUNSUPPORTED,
-		   "pre_tokenizer without ByteLevel is not supported (the vocabulary must be byte-level)");
+	return bad(
+	    dir, ATLAS_EUNSUPPORTED,
+	    "pre_tokenizer without ByteLevel is not supported (the vocabulary must be byte-level)");
 }
 
 /* The ids of a template SpecialToken: post_processor.special_tokens
  * lists them; fall back to the token's own id. */
-static int template_ids(struct atlas_tok *tok, const char *dir, json_object *pp,
-			const char *name, int32_t *ids, int *n)
+static int template_ids(struct atlas_tok *tok, const char *dir, json_object *pp, const char *name,
+			int32_t *ids, int *n)
 {
 	json_object *ent = get(get(pp, "special_tokens"), name);
 	json_object *list = get(ent, "ids");
@@ -371,7 +374,8 @@ static int template_ids(struct atlas_tok *tok, const char *dir, json_object *pp,
 		int32_t id = atlas_tok_lookup(tok, name);
 		if (id < 0)
 			return bad(dir, ATLAS_EFORMAT,
-				   "post_processor special token '%s' is not in the vocabulary", name);
+				   "post_processor special token '%s' is not in the vocabulary",
+				   name);
 		if (*n >= TOK_MAX_TEMPLATE)
 			return bad(dir, ATLAS_EUNSUPPORTED, "post_processor template is too long");
 		ids[(*n)++] = id;
@@ -380,9 +384,10 @@ static int template_ids(struct atlas_tok *tok, const char *dir, json_object *pp,
 	for (size_t i = 0; i < len; i++) {
 		int64_t id = json_object_get_int64(json_object_array_get_idx(list, i));
 		if (id < 0 || id >= tok->nvocab)
-			return bad(dir, ATLAS_EFORMAT,
-				   "post_processor special token '%s' has id %lld outside the vocabulary",
-				   name, (long long)id);
+			return bad(
+			    dir, ATLAS_EFORMAT,
+			    "post_processor special token '%s' has id %lld outside the vocabulary",
+			    name, (long long)id);
 		if (*n >= TOK_MAX_TEMPLATE)
 			return bad(dir, ATLAS_EUNSUPPORTED, "post_processor template is too long");
 		ids[(*n)++] = (int32_t)id;
@@ -407,7 +412,8 @@ static int load_postproc(struct atlas_tok *tok, const char *dir, json_object *pp
 	}
 	if (strcmp(type, "TemplateProcessing"))
 		return bad(dir, ATLAS_EUNSUPPORTED,
-			   "post_processor '%s' is not supported (supported: ByteLevel, TemplateProcessing)",
+			   "post_processor '%s' is not supported (supported: ByteLevel, "
+			   "TemplateProcessing)",
 			   type);
 	json_object *single = get(pp, "single");
 	size_t n = single ? json_object_array_length(single) : 0;
@@ -425,10 +431,12 @@ static int load_postproc(struct atlas_tok *tok, const char *dir, json_object *pp
 		}
 		json_object *name = get(sp, "id");
 		if (!name)
-			return bad(dir, ATLAS_EFORMAT, "post_processor single[%zu] is malformed", i);
-		int rc = seen_a ?
-			template_ids(tok, dir, pp, json_object_get_string(name), tok->suffix_ids, &tok->nsuffix) :
-			template_ids(tok, dir, pp, json_object_get_string(name), tok->prefix_ids, &tok->nprefix);
+			return bad(dir, ATLAS_EFORMAT, "post_processor single[%zu] is malformed",
+				   i);
+		int rc = seen_a ? template_ids(tok, dir, pp, json_object_get_string(name),
+					       tok->suffix_ids, &tok->nsuffix)
+				: template_ids(tok, dir, pp, json_object_get_string(name),
+					       tok->prefix_ids, &tok->nprefix);
 		if (rc)
 			return rc;
 	}
@@ -436,8 +444,7 @@ static int load_postproc(struct atlas_tok *tok, const char *dir, json_object *pp
 }
 
 /* bos_token / eos_token: a string or {"content": ...}. */
-static int32_t config_token(const struct atlas_tok *tok, json_object *cfg,
-			    const char *key)
+static int32_t config_token(const struct atlas_tok *tok, json_object *cfg, const char *key)
 {
 	json_object *v = get(cfg, key);
 	if (v && json_object_is_type(v, json_type_object))
@@ -474,9 +481,11 @@ static int load_config(struct atlas_tok *tok, const char *dir)
 	    !has_id(tok->prefix_ids, tok->nprefix, tok->bos)) {
 		if (tok->nprefix == TOK_MAX_TEMPLATE) {
 			json_object_put(cfg);
-			return atlas_error(ATLAS_EUNSUPPORTED, "'%s': too many prefix tokens", path);
+			return atlas_error(ATLAS_EUNSUPPORTED, "'%s': too many prefix tokens",
+					   path);
 		}
-		memmove(tok->prefix_ids + 1, tok->prefix_ids, (size_t)tok->nprefix * sizeof(int32_t));
+		memmove(tok->prefix_ids + 1, tok->prefix_ids,
+			(size_t)tok->nprefix * sizeof(int32_t));
 		tok->prefix_ids[0] = tok->bos;
 		tok->nprefix++;
 	}
@@ -484,7 +493,8 @@ static int load_config(struct atlas_tok *tok, const char *dir)
 	    !has_id(tok->suffix_ids, tok->nsuffix, tok->eos)) {
 		if (tok->nsuffix == TOK_MAX_TEMPLATE) {
 			json_object_put(cfg);
-			return atlas_error(ATLAS_EUNSUPPORTED, "'%s': too many suffix tokens", path);
+			return atlas_error(ATLAS_EUNSUPPORTED, "'%s': too many suffix tokens",
+					   path);
 		}
 		tok->suffix_ids[tok->nsuffix++] = tok->eos;
 	}
@@ -530,8 +540,7 @@ struct atlas_tok *atlas_tok_load(const char *dir)
 	}
 	json_object *root = json_object_from_file(path);
 	if (!root) {
-		atlas_error(ATLAS_EFORMAT, "cannot parse '%s': %s", path,
-			    json_util_get_last_err());
+		atlas_error(ATLAS_EFORMAT, "cannot parse '%s': %s", path, json_util_get_last_err());
 		return NULL;
 	}
 	struct atlas_tok *tok = calloc(1, sizeof(*tok));

@@ -19,8 +19,8 @@ static char *subdir(const char *name)
 
 /* Write `dir`/`name` as: u64 LE `hlen`, the header text, the data. `hlen`
  * is normally strlen(header); tests of lying lengths pass another. */
-static char *write_raw(const char *dir, const char *name, uint64_t hlen,
-		       const char *header, const void *data, size_t len)
+static char *write_raw(const char *dir, const char *name, uint64_t hlen, const char *header,
+		       const void *data, size_t len)
 {
 	size_t hl = strlen(header);
 	unsigned char *buf = malloc(8 + hl + len + 1);
@@ -34,8 +34,8 @@ static char *write_raw(const char *dir, const char *name, uint64_t hlen,
 	return p;
 }
 
-static char *write_st(const char *dir, const char *name, const char *header,
-		      const void *data, size_t len)
+static char *write_st(const char *dir, const char *name, const char *header, const void *data,
+		      size_t len)
 {
 	return write_raw(dir, name, strlen(header), header, data, len);
 }
@@ -73,16 +73,15 @@ static void test_good_file(void)
 {
 	/* a: F32 [2,3]; b: BF16 [4]; c: I64 scalar; d: U8 [0,5] (empty);
 	 * e: F16 [2]; f: I8 [2]; g: F8_E4M3 [2]; h: I32 [1] */
-	const char *h =
-		"{\"__metadata__\":{\"format\":\"pt\",\"note\":\"x\"},"
-		"\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
-		"\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
-		"\"c\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[32,40]},"
-		"\"d\":{\"dtype\":\"U8\",\"shape\":[0,5],\"data_offsets\":[40,40]},"
-		"\"e\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[40,44]},"
-		"\"f\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[44,46]},"
-		"\"g\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[46,48]},"
-		"\"h\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[48,52]}}      ";
+	const char *h = "{\"__metadata__\":{\"format\":\"pt\",\"note\":\"x\"},"
+			"\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+			"\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]},"
+			"\"c\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[32,40]},"
+			"\"d\":{\"dtype\":\"U8\",\"shape\":[0,5],\"data_offsets\":[40,40]},"
+			"\"e\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[40,44]},"
+			"\"f\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[44,46]},"
+			"\"g\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[46,48]},"
+			"\"h\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[48,52]}}      ";
 	unsigned char data[52];
 	float fa[6] = {1, 2, 3, 4, 5, -6.5f};
 	uint16_t bb[4] = {atlas_f32_to_bf16(1.5f), atlas_f32_to_bf16(-2), 0, atlas_f32_to_bf16(3)};
@@ -190,7 +189,8 @@ static void test_many_tensors(void)
 	used += (size_t)sprintf(h, "{");
 	for (int i = 0; i < N; i++) {
 		used += (size_t)sprintf(h + used,
-					"%s\"model.layers.%d.w\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+					"%s\"model.layers.%d.w\":{\"dtype\":\"I32\",\"shape\":[1],"
+					"\"data_offsets\":[%d,%d]}",
 					i ? "," : "", i, 4 * (N - 1 - i), 4 * (N - i));
 		data[N - 1 - i] = i * 3;
 	}
@@ -287,30 +287,29 @@ static void test_json_errors(void)
 
 static void test_entry_errors(void)
 {
-	bad_header("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}",
-		   "tensor 'x' in '");
-	bad_header("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}",
-		   "missing field 'dtype'");
+	bad_header("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "tensor 'x' in '");
+	bad_header("{\"x\":{\"shape\":[1],\"data_offsets\":[0,4]}}", "missing field 'dtype'");
 	bad_header("{\"x\":{\"dtype\":4,\"shape\":[1],\"data_offsets\":[0,4]}}",
 		   "field 'dtype' must be a string");
-	bad_header("{\"x\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}",
-		   "missing field 'shape'");
+	bad_header("{\"x\":{\"dtype\":\"F32\",\"data_offsets\":[0,4]}}", "missing field 'shape'");
 	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,4]}}",
 		   "field 'shape' must be an array");
-	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}",
-		   "missing field 'data_offsets'");
+	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}", "missing field 'data_offsets'");
 	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":{}}}",
 		   "field 'data_offsets' must be an array");
 	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}",
 		   "shape[0] is negative");
 	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1, 2.5],\"data_offsets\":[0,4]}}",
 		   "shape[1] must be an integer");
-	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
-		   "shape has 9 dimensions, at most 8");
-	bad_header("{\"x\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}",
-		   "shape overflows");
-	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}",
-		   "byte size of the shape overflows");
+	bad_header(
+	    "{\"x\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
+	    "shape has 9 dimensions, at most 8");
+	bad_header(
+	    "{\"x\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}",
+	    "shape overflows");
+	bad_header(
+	    "{\"x\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,4]}}",
+	    "byte size of the shape overflows");
 	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}",
 		   "data_offsets must be two integers");
 	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}",
@@ -321,8 +320,9 @@ static void test_entry_errors(void)
 		   "data_offsets [8, 4] end before they begin");
 	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}",
 		   "data_offsets span 4 bytes but shape [2] of F32 needs 8");
-	bad_header("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,18446744073709551615]}}",
-		   "past the end of the file");
+	bad_header(
+	    "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,18446744073709551615]}}",
+	    "past the end of the file");
 	bad_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
 		   "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
 		   "tensors 'a' and 'b' in '");
@@ -334,8 +334,9 @@ static void test_entry_errors(void)
 static void test_unsupported_dtype(void)
 {
 	static const unsigned char z[8];
-	char *p = write_st(harness_tmpdir(), "f64.safetensors",
-			   "{\"w\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", z, 8);
+	char *p =
+	    write_st(harness_tmpdir(), "f64.safetensors",
+		     "{\"w\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", z, 8);
 	char want[512];
 	snprintf(want, sizeof(want), "unsupported dtype 'F64' for tensor 'w' in '%s'", p);
 	expect_fail(p, want, NULL);
@@ -354,8 +355,8 @@ static void test_truncated(void)
 	size_t hl = strlen(h);
 	char want[600];
 	snprintf(want, sizeof(want),
-		 "tensor 'b' in '%s' ends at byte %zu, past the end of the file (%zu bytes)",
-		 p, 8 + hl + 32, 8 + hl + 24);
+		 "tensor 'b' in '%s' ends at byte %zu, past the end of the file (%zu bytes)", p,
+		 8 + hl + 32, 8 + hl + 24);
 	expect_fail(p, want, NULL);
 	free(p);
 }
@@ -368,10 +369,12 @@ static char *make_shards(const char *name, const char *index)
 	free(write_st(d, "model-00001-of-00002.safetensors",
 		      "{\"__metadata__\":{\"format\":\"pt\"},"
 		      "\"embed\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-		      "\"l0\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", v, 12));
+		      "\"l0\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+		      v, 12));
 	free(write_st(d, "model-00002-of-00002.safetensors",
 		      "{\"l1\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-		      "\"head\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", v + 2, 8));
+		      "\"head\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+		      v + 2, 8));
 	free(harness_write(d, "model.safetensors.index.json", index, strlen(index)));
 	return d;
 }
@@ -381,10 +384,10 @@ static char *make_shards(const char *name, const char *index)
 
 static void test_sharded(void)
 {
-	char *d = make_shards("sharded",
-			      "{\"metadata\":{\"total_size\":20},\"weight_map\":{"
-			      "\"l1\":\"" SH2 "\",\"embed\":\"" SH1 "\",\"head\":\"" SH2 "\","
-			      "\"l0\":\"" SH1 "\"}}");
+	char *d =
+	    make_shards("sharded", "{\"metadata\":{\"total_size\":20},\"weight_map\":{"
+				   "\"l1\":\"" SH2 "\",\"embed\":\"" SH1 "\",\"head\":\"" SH2 "\","
+				   "\"l0\":\"" SH1 "\"}}");
 	struct atlas_st *st = atlas_st_open(d);
 	CHECK(st != NULL);
 	if (st) {
@@ -417,17 +420,19 @@ static void test_sharded(void)
 
 static void test_sharded_errors(void)
 {
-	char *d = make_shards("missing-shard",
-			      "{\"weight_map\":{\"embed\":\"" SH1 "\",\"x\":\"model-00003-of-00002.safetensors\"}}");
+	char *d = make_shards("missing-shard", "{\"weight_map\":{\"embed\":\"" SH1
+					       "\",\"x\":\"model-00003-of-00002.safetensors\"}}");
 	expect_fail(d, "shard 'model-00003-of-00002.safetensors' listed in '", "is missing");
 	free(d);
 
-	d = make_shards("missing-tensor", "{\"weight_map\":{\"embed\":\"" SH1 "\",\"ghost\":\"" SH2 "\"}}");
+	d = make_shards("missing-tensor",
+			"{\"weight_map\":{\"embed\":\"" SH1 "\",\"ghost\":\"" SH2 "\"}}");
 	expect_fail(d, "tensor 'ghost' is listed in '", "but not found in its shard '");
 	CHECK_CONTAINS(atlas_errmsg(), SH2);
 	free(d);
 
-	d = make_shards("wrong-shard", "{\"weight_map\":{\"embed\":\"" SH2 "\",\"l1\":\"" SH1 "\"}}");
+	d = make_shards("wrong-shard",
+			"{\"weight_map\":{\"embed\":\"" SH2 "\",\"l1\":\"" SH1 "\"}}");
 	expect_fail(d, "tensor 'embed' is listed in '", "is in '");
 	free(d);
 
@@ -454,8 +459,10 @@ static void test_sharded_errors(void)
 	/* the same tensor name in two shards */
 	d = subdir("dup");
 	float v[2] = {1, 2};
-	free(write_st(d, SH1, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", v, 4));
-	free(write_st(d, SH2, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", v, 4));
+	free(write_st(d, SH1, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", v,
+		      4));
+	free(write_st(d, SH2, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", v,
+		      4));
 	const char *idx = "{\"weight_map\":{\"w\":\"" SH1 "\",\"v\":\"" SH2 "\"}}";
 	free(harness_write(d, "model.safetensors.index.json", idx, strlen(idx)));
 	expect_fail(d, "tensor 'w' appears in both '", SH2);
@@ -463,8 +470,10 @@ static void test_sharded_errors(void)
 
 	/* a broken shard reports the shard's own problem */
 	d = subdir("bad-shard");
-	free(write_st(d, SH1, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", v, 4));
-	free(write_st(d, SH2, "{\"w2\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", v, 4));
+	free(write_st(d, SH1, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", v,
+		      4));
+	free(write_st(d, SH2, "{\"w2\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+		      v, 4));
 	idx = "{\"weight_map\":{\"w\":\"" SH1 "\",\"w2\":\"" SH2 "\"}}";
 	free(harness_write(d, "model.safetensors.index.json", idx, strlen(idx)));
 	expect_fail(d, "tensor 'w2' in '", "past the end of the file");

@@ -119,9 +119,9 @@ void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0,
 #endif
 
 /* Weight rows per tile of the tiled kernels (the unit of parallel work)
- * and the K extent of one tile: 32 x 256 f32 = 32 KiB, an L1's worth,
+ * and the K extent of one tile: 16 x 512 f32 = 32 KiB, an L1's worth,
  * reused for every row of x. */
-#define ATLAS_CPU_TILE_N 32
-#define ATLAS_CPU_TILE_K 256
+#define ATLAS_CPU_TILE_N 16
+#define ATLAS_CPU_TILE_K 512
 
 #endif

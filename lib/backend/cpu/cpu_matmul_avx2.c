@@ -113,6 +113,8 @@ void atlas_cpu_gemv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 #define MT 3
 #define NR 4
 #define LDT ATLAS_CPU_TILE_K
+/* Tiles per pass over a K block of x (x block T x LDT floats in L2). */
+#define CHUNK 8
 
 /* out[t..t+mt, nt+r..nt+r+nr) (+)= x[t.., k0..k0+kb) . wt[r.., 0..kb) */
 AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt,
@@ -139,14 +141,64 @@ AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt,
 	}
 	for (int i = 0; i < mt; i++) {
 		float *o = m->out + (t + i) * m->N + nt + r;
-		for (int j = 0; j < nr; j++) {
-			float s = hsum(acc[i][j]);
-			for (int64_t k = kb8; k < kb; k++)
-				s += xp[i * K + k] * wp[j * LDT + k];
-			float prev = k0 ? o[j] : m->bias ?
-				atlas_cpu_wload(m->bias, m->wdt, nt + r + j) : 0.0f;
-			o[j] = prev + s;
+		float s[NR], prev[NR];
+		if (nr == NR && kb8 == kb) {
+			/* four sums at once: pairwise hadds, then fold halves */
+			__m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[i][0], acc[i][1]),
+						  _mm256_hadd_ps(acc[i][2], acc[i][3]));
+			_mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h),
+						    _mm256_extractf128_ps(h, 1)));
+		} else {
+			for (int j = 0; j < nr; j++) {
+				s[j] = hsum(acc[i][j]);
+				for (int64_t k = kb8; k < kb; k++)
+					s[j] += xp[i * K + k] * wp[j * LDT + k];
+			}
 		}
+		for (int j = 0; j < nr; j++)
+			prev[j] = k0 ? o[j] : m->bias ?
+				atlas_cpu_wload(m->bias, m->wdt, nt + r + j) : 0.0f;
+		for (int j = 0; j < nr; j++)
+			o[j] = prev[j] + s[j];
+	}
+}
+
+/* wt[r, 0..kb) = W[nt + r, k0..k0+kb) in f32, for r < nb. */
+AVX2 INLINE void pack(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
+		      float *wt, int64_t nt, int64_t nb, int64_t k0, int64_t kb)
+{
+	int64_t kb8 = kb & ~(int64_t)7;
+	for (int64_t r = 0; r < nb; r++) {
+		int64_t base = (nt + r) * m->K + k0;
+		for (int64_t k = 0; k < kb8; k += 8)
+			_mm256_store_ps(wt + r * LDT + k, ld8(m->w, dt, base + k));
+		for (int64_t k = kb8; k < kb; k++)
+			wt[r * LDT + k] = atlas_cpu_wload(m->w, dt, base + k);
+	}
+}
+
+/* All rows of x against one packed tile (any dtype: wt is f32). */
+AVX2 static void tile_rows(const struct atlas_cpu_mm *m, const float *wt,
+			   int64_t nt, int64_t nb, int64_t k0, int64_t kb)
+{
+	const int64_t T = m->T;
+	int64_t t = 0, r;
+	for (; t + MT <= T; t += MT) {
+		for (r = 0; r + NR <= nb; r += NR)
+			micro(m, wt, t, nt, r, k0, kb, MT, NR);
+		for (; r < nb; r++)
+			micro(m, wt, t, nt, r, k0, kb, MT, 1);
+	}
+	if (T - t == 2) {
+		for (r = 0; r + NR <= nb; r += NR)
+			micro(m, wt, t, nt, r, k0, kb, 2, NR);
+		for (; r < nb; r++)
+			micro(m, wt, t, nt, r, k0, kb, 2, 1);
+	} else if (T - t == 1) {
+		for (r = 0; r + NR <= nb; r += NR)
+			micro(m, wt, t, nt, r, k0, kb, 1, NR);
+		for (; r < nb; r++)
+			micro(m, wt, t, nt, r, k0, kb, 1, 1);
 	}
 }
 
@@ -155,35 +207,20 @@ AVX2 INLINE void tiled(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
 {
 	/* the current tile of W in f32, rows LDT floats apart */
 	float wt[ATLAS_CPU_TILE_N * LDT] __attribute__((aligned(64)));
-	const int64_t T = m->T, K = m->K;
+	const int64_t K = m->K;
 
-	for (int64_t nt = n0; nt < n1; nt += ATLAS_CPU_TILE_N) {
-		int64_t nb = n1 - nt < ATLAS_CPU_TILE_N ? n1 - nt : ATLAS_CPU_TILE_N;
+	/* A chunk of tiles shares each K block of x, which then stays in L2
+	 * while the chunk's tiles stream past it. */
+	for (int64_t nc = n0; nc < n1; nc += CHUNK * ATLAS_CPU_TILE_N) {
+		int64_t nce = n1 - nc < CHUNK * ATLAS_CPU_TILE_N ? n1 :
+			nc + CHUNK * ATLAS_CPU_TILE_N;
 		for (int64_t k0 = 0; k0 < K; k0 += LDT) {
 			int64_t kb = K - k0 < LDT ? K - k0 : LDT;
-			int64_t kb8 = kb & ~(int64_t)7;
-			for (int64_t r = 0; r < nb; r++) {
-				int64_t base = (nt + r) * K + k0;
-				for (int64_t k = 0; k < kb8; k += 8)
-					_mm256_store_ps(wt + r * LDT + k,
-							ld8(m->w, dt, base + k));
-				for (int64_t k = kb8; k < kb; k++)
-					wt[r * LDT + k] = atlas_cpu_wload(m->w, dt, base + k);
-			}
-			int64_t t = 0;
-			for (; t + MT <= T; t += MT) {
-				int64_t r = 0;
-				for (; r + NR <= nb; r += NR)
-					micro(m, wt, t, nt, r, k0, kb, MT, NR);
-				for (; r < nb; r++)
-					micro(m, wt, t, nt, r, k0, kb, MT, 1);
-			}
-			for (; t < T; t++) {
-				int64_t r = 0;
-				for (; r + NR <= nb; r += NR)
-					micro(m, wt, t, nt, r, k0, kb, 1, NR);
-				for (; r < nb; r++)
-					micro(m, wt, t, nt, r, k0, kb, 1, 1);
+			for (int64_t nt = nc; nt < nce; nt += ATLAS_CPU_TILE_N) {
+				int64_t nb = nce - nt < ATLAS_CPU_TILE_N ?
+					nce - nt : ATLAS_CPU_TILE_N;
+				pack(m, dt, wt, nt, nb, k0, kb);
+				tile_rows(m, wt, nt, nb, k0, kb);
 			}
 		}
 	}

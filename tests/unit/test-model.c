@@ -1,0 +1,197 @@
+/* test-model.c - the generic decoder's sequencing, through the mock
+ * backend (which records every op), and its refusals: unknown
+ * architecture, shape mismatch, context overflow, bad token ids. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../lib/backend/backend.h"
+#include "../../lib/core/error.h"
+#include "../../lib/model/model.h"
+#include "harness.h"
+
+static char path[512];
+
+static const char *golden(const char *name)
+{
+	snprintf(path, sizeof(path), "%s/tests/fixtures/golden/%s", harness_srcdir(), name);
+	return path;
+}
+
+/* Count recorded calls starting with `prefix`. */
+static int count(struct atlas_backend *be, const char *prefix)
+{
+	int n = 0;
+	for (int64_t i = 0; i < atlas_backend_mock_count(be); i++)
+		n += !strncmp(atlas_backend_mock_call(be, i), prefix, strlen(prefix));
+	return n;
+}
+
+static void test_qwen3_op_sequence(void)
+{
+	struct atlas_backend *be = atlas_backend_mock_new();
+	struct atlas_model *m = atlas_model_load(golden("qwen3"), be, NULL);
+	CHECK(m != NULL);
+	if (!m)
+		return;
+	CHECK_STR(atlas_model_family(m), "qwen3");
+	struct atlas_seq *s = atlas_seq_new(m);
+	float *logits = malloc(1088 * 3 * sizeof(float));
+	int32_t ids[3] = {5, 6, 7};
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 3, logits, false), 0);
+	/* hidden 64, 4 heads x 32, 2 kv heads, intermediate 160, 2 layers */
+	static const char *want[] = {
+		"embed T=3 D=64",
+		"rmsnorm R=3 D=64",
+		"matmul T=3 N=128 K=64",
+		"matmul T=3 N=64 K=64",
+		"matmul T=3 N=64 K=64",
+		"rmsnorm R=12 D=32",      /* q_norm over each head */
+		"rmsnorm R=6 D=32",       /* k_norm */
+		"rope T=3 H=4 hd=32",
+		"rope T=3 H=2 hd=32",
+		"copy bytes=768",         /* K into the cache: 3 x 64 floats */
+		"copy bytes=768",
+		"attention T=3 pos0=0 H=4 Hkv=2 hd=32",
+		"matmul T=3 N=64 K=128",
+		"add_rmsnorm R=3 D=64",
+		"matmul T=3 N=160 K=64",
+		"matmul T=3 N=160 K=64",
+		"swiglu T=3 F=160",
+		"matmul T=3 N=64 K=160",
+		"add_rmsnorm R=3 D=64",   /* layer 1 starts with the fused residual */
+	};
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		CHECK_STR(atlas_backend_mock_call(be, (int64_t)i), want[i]);
+	int64_t n = atlas_backend_mock_count(be);
+	CHECK_EQ_INT(n, 1 + 2 * 17 + 3); /* embed, 2 layers of 17 ops, final norm + lm_head + to_f32 */
+	CHECK_STR(atlas_backend_mock_call(be, n - 2), "matmul T=1 N=1088 K=64"); /* last row only */
+	CHECK_STR(atlas_backend_mock_call(be, n - 1), "to_f32 n=1088");
+	CHECK_EQ_INT(atlas_seq_len(s), 3);
+
+	/* decode continues at position 3 */
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 1, logits, false), 0);
+	CHECK_EQ_INT(count(be, "attention T=1 pos0=3 "), 2);
+	/* all-logits mode projects every row */
+	atlas_seq_reset(s);
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 3, logits, true), 0);
+	CHECK_EQ_INT(count(be, "matmul T=3 N=1088 K=64"), 1);
+	free(logits);
+	atlas_seq_free(s);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
+static void test_family_flags(void)
+{
+	struct atlas_backend *be = atlas_backend_mock_new();
+	float logits[1024];
+	int32_t id = 3;
+	/* qwen2: biases on q, k, v; no q/k norm */
+	struct atlas_model *m = atlas_model_load(golden("qwen2"), be, NULL);
+	CHECK(m != NULL);
+	if (m) {
+		struct atlas_seq *s = atlas_seq_new(m);
+		atlas_backend_mock_reset(be);
+		CHECK_EQ_INT(atlas_model_forward(m, s, &id, 1, logits, false), 0);
+		CHECK_EQ_INT(count(be, "matmul T=1 N=64 K=64 bias"), 2 * 1);   /* q per layer */
+		CHECK_EQ_INT(count(be, "matmul T=1 N=32 K=64 bias"), 2 * 2);   /* k, v */
+		CHECK_EQ_INT(count(be, "rmsnorm R=4 "), 0);
+		atlas_seq_free(s);
+		atlas_model_free(m);
+	}
+	/* llama3: no biases anywhere */
+	m = atlas_model_load(golden("llama3"), be, NULL);
+	CHECK(m != NULL);
+	if (m) {
+		struct atlas_seq *s = atlas_seq_new(m);
+		atlas_backend_mock_reset(be);
+		CHECK_EQ_INT(atlas_model_forward(m, s, &id, 1, logits, false), 0);
+		for (int64_t i = 0; i < atlas_backend_mock_count(be); i++)
+			CHECK(!strstr(atlas_backend_mock_call(be, i), "bias"));
+		atlas_seq_free(s);
+		atlas_model_free(m);
+	}
+	be->destroy(be);
+}
+
+static void test_refusals(void)
+{
+	struct atlas_backend *be = atlas_backend_mock_new();
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_context = 8;
+	struct atlas_model *m = atlas_model_load(golden("llama3"), be, &p);
+	CHECK(m != NULL);
+	if (m) {
+		struct atlas_seq *s = atlas_seq_new(m);
+		float logits[1024];
+		int32_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+		CHECK_EQ_INT(atlas_model_forward(m, s, ids, 9, logits, false), ATLAS_ERANGE);
+		CHECK_CONTAINS(atlas_errmsg(), "context");
+		CHECK_EQ_INT(atlas_seq_len(s), 0);
+		int32_t bad[2] = {1, 1024};
+		CHECK_EQ_INT(atlas_model_forward(m, s, bad, 2, logits, false), ATLAS_ERANGE);
+		CHECK_CONTAINS(atlas_errmsg(), "token id 1024");
+		CHECK_EQ_INT(atlas_seq_len(s), 0);
+		CHECK_EQ_INT(atlas_model_forward(m, s, ids, 8, logits, false), 0);
+		CHECK_EQ_INT(atlas_model_forward(m, s, ids, 1, logits, false), ATLAS_ERANGE);
+		atlas_seq_free(s);
+		atlas_model_free(m);
+	}
+
+	/* unknown architecture: named, with the supported list */
+	const char *tmp = harness_tmpdir();
+	char cfg[1024];
+	snprintf(cfg, sizeof(cfg), "%s/neox", tmp);
+	mkdir(cfg, 0755);
+	const char *neox = "{\"model_type\": \"gpt_neox\", \"architectures\": [\"GPTNeoXForCausalLM\"],"
+			   "\"vocab_size\": 10, \"hidden_size\": 8, \"intermediate_size\": 16,"
+			   "\"num_hidden_layers\": 1, \"num_attention_heads\": 2}";
+	free(harness_write(cfg, "config.json", neox, strlen(neox)));
+	m = atlas_model_load(cfg, be, NULL);
+	CHECK(m == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "GPTNeoXForCausalLM");
+	CHECK_CONTAINS(atlas_errmsg(), "llama, mistral, qwen2, qwen3");
+
+	/* config says a different MLP width than the tensors have */
+	char dir[1100], cmd[2400];
+	snprintf(dir, sizeof(dir), "%s/wide", tmp);
+	snprintf(cmd, sizeof(cmd), "cp -r '%s' '%s' && sed -i 's/\"intermediate_size\": 160/\"intermediate_size\": 170/' '%s/config.json'",
+		 golden("llama3"), dir, dir);
+	CHECK_EQ_INT(system(cmd), 0);
+	m = atlas_model_load(dir, be, NULL);
+	CHECK(m == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "model.layers.0.mlp.gate_proj.weight");
+	CHECK_CONTAINS(atlas_errmsg(), "[160, 64]");
+	CHECK_CONTAINS(atlas_errmsg(), "[170, 64]");
+	be->destroy(be);
+}
+
+static void test_weight_bytes(void)
+{
+	struct atlas_backend *be = atlas_backend_mock_new();
+	struct atlas_model *m = atlas_model_load(golden("qwen3-bf16"), be, NULL);
+	CHECK(m != NULL);
+	if (m) {
+		/* 4 layers x (q 128x128 + k,v 64x128 + o 128x128 + 3 x 384x128
+		 * + norms 2x128 + 2x32) + final norm 128 + lm_head 1024x128, BF16 */
+		int64_t per_layer = 128 * 128 * 2 + 64 * 128 * 2 + 3 * 384 * 128 + 2 * 128 + 2 * 32;
+		CHECK_EQ_INT(atlas_model_weight_bytes(m), 2 * (4 * per_layer + 128 + 1024 * 128));
+		atlas_model_free(m);
+	}
+	be->destroy(be);
+}
+
+int main(void)
+{
+	RUN(test_qwen3_op_sequence);
+	RUN(test_family_flags);
+	RUN(test_refusals);
+	RUN(test_weight_bytes);
+	return harness_done();
+}
