@@ -165,11 +165,12 @@ static int parse_rope(struct json_object *r, const char *where, const char *fiel
 		return 0;
 
 	/* linear and llama3 need a factor; llama3 needs its band too. */
-	if ((rc = atlas_json_double(r, "factor", w, &c->rope_factor)) <= 0)
-		return rc < 0
-			   ? rc
-			   : atlas_error(ATLAS_EFORMAT,
-					 "%s: missing field 'factor' for rope type '%s'", w, type);
+	rc = atlas_json_double(r, "factor", w, &c->rope_factor);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: missing field 'factor' for rope type '%s'",
+				   w, type);
 	if (!isfinite(c->rope_factor) || c->rope_factor <= 0)
 		return atlas_error(ATLAS_EFORMAT, "%s: field 'factor' must be positive (got %g)", w,
 				   c->rope_factor);
@@ -258,10 +259,11 @@ static int parse_misc(struct json_object *o, const char *where, struct atlas_con
 	bool use_sw = true;
 	int rc;
 
-	if ((rc = atlas_json_string(o, "model_type", where, &s)) <= 0)
-		return rc < 0 ? rc
-			      : atlas_error(ATLAS_EFORMAT,
-					    "%s: missing required field 'model_type'", where);
+	rc = atlas_json_string(o, "model_type", where, &s);
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: missing required field 'model_type'", where);
 	if ((rc = copy_str(where, "model_type", s, c->model_type, sizeof(c->model_type))))
 		return rc;
 	if ((rc = atlas_json_array(o, "architectures", where, &arr)) < 0)

@@ -288,6 +288,7 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		   m->fam->name, dir, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads,
 		   (long long)c->vocab_size, (long long)m->max_ctx);
+	atlas_info("weights read per token: %lld bytes", (long long)atlas_model_weight_bytes(m));
 	return m;
 fail:
 	atlas_error_wrap(ATLAS_EFORMAT, "cannot load model '%s'", dir);

@@ -4,7 +4,7 @@
  * unicodedata module: canonical decompositions (Hangul syllables are
  * algorithmic and not listed), the primary composites, the code points
  * that can combine with a preceding starter, and the canonical combining
- * class ranges. Regenerate with a short script over unicodedata when the
+ * class ranges. Regenerate with scripts/gen-nfc-tables.py when the
  * Unicode version moves; nothing here is edited by hand. */
 #include "nfc_internal.h"
 

@@ -1,0 +1,101 @@
+# test_helper.bash - shared setup for the bats tests of the atlas programs.
+#
+# tests/run-all exports ATLAS_SRC (repo root) and ATLAS_BUILD (build dir)
+# and puts the build dir on PATH; when bats runs directly (bats tests/t/)
+# both default to this checkout and its build/. Only sh tools a bare
+# Debian has are used: no python, no jq.
+
+bats_require_minimum_version 1.5.0
+
+: "${ATLAS_SRC:=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)}"
+: "${ATLAS_BUILD:=$ATLAS_SRC/build}"
+export ATLAS_SRC ATLAS_BUILD
+export PATH="$ATLAS_BUILD:$PATH"
+
+# The tests pin the model they mean; the caller's settings must not leak in.
+export ATLAS_DEFAULT_MODEL="$ATLAS_SRC/models/default"
+unset ATLAS_LOG
+
+DEFAULT_MODEL=$ATLAS_SRC/models/default
+GOLDEN=$ATLAS_SRC/tests/fixtures/golden
+
+# The golden families with a greedy continuation from transformers.
+GOLDEN_MODELS="llama3 llama-tied mistral qwen2 qwen3 qwen3-bf16"
+
+# The sampling flags the pipe tests use, all samplers switched on.
+SAMPLING_FLAGS="--temperature 0.9 --top-k 20 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1"
+
+# greedy_ids EXPECTED_JSON KEY - print the ids of "greedy": {"KEY": [...]}
+# on one line, separated by single spaces (the pipe's id format). The file
+# is pretty-printed with one number a line inside arrays.
+greedy_ids() {
+	awk -v key="\"$2\"" '
+		/"greedy"/ { g = 1 }
+		g && !a && index($0, key) { a = 1; next }
+		a && /\]/ { exit }
+		a { gsub(/[ \t,]/, ""); if ($0 != "") printf "%s%s", (n++ ? " " : ""), $0 }
+		END { print "" }' "$1"
+}
+
+# model_copy SRC NAME - copy a model directory under the test's temporary
+# directory (to edit it there) and print the copy's path.
+model_copy() {
+	cp -r "$1" "$BATS_TEST_TMPDIR/$2"
+	printf '%s\n' "$BATS_TEST_TMPDIR/$2"
+}
+
+# count_words STRING - number of space-separated words (ids on a line).
+count_words() {
+	printf '%s\n' "$1" | awk '{ print NF }'
+}
+
+# json_field LINE KEY - the raw value of a flat JSON field: a number, or a
+# string with its quotes (enough for atlas-run's own one-line objects).
+json_field() {
+	printf '%s\n' "$1" | sed -n 's/.*"'"$2"'": *\("\([^"\\]\|\\.\)*"\|[^,}]*\).*/\1/p'
+}
+
+# Assertions that say what they expected on failure; bats shows their
+# output along with the failing line.
+expect_eq() { # ACTUAL EXPECTED [WHAT]
+	if [ "$1" != "$2" ]; then
+		printf '%s differs\n  expected: %s\n  actual:   %s\n' "${3:-value}" "$2" "$1" >&2
+		return 1
+	fi
+}
+
+expect_contains() { # HAYSTACK NEEDLE [WHAT]
+	case $1 in
+	*"$2"*) return 0 ;;
+	esac
+	printf '%s does not contain "%s":\n%s\n' "${3:-text}" "$2" "$1" >&2
+	return 1
+}
+
+expect_match() { # TEXT ERE [WHAT]
+	if ! printf '%s\n' "$1" | grep -Eq -- "$2"; then
+		printf '%s does not match /%s/:\n%s\n' "${3:-text}" "$2" "$1" >&2
+		return 1
+	fi
+}
+
+expect_empty() { # TEXT [WHAT]
+	if [ -n "$1" ]; then
+		printf '%s is not empty:\n%s\n' "${2:-text}" "$1" >&2
+		return 1
+	fi
+}
+
+# expect_same_file A B - byte-for-byte equality, with a dump when not.
+expect_same_file() {
+	if ! cmp "$1" "$2" >&2; then
+		echo "--- $1" >&2
+		od -c "$1" | head -20 >&2
+		echo "--- $2" >&2
+		od -c "$2" | head -20 >&2
+		return 1
+	fi
+}
+
+# The one-line timing summary atlas-run prints to stderr per prompt.
+TIMING_RE='^atlas-run: prompt [0-9]+ tokens in [0-9.]+ ms \([0-9.]+ tok/s\); generated [0-9]+ tokens in [0-9.]+ ms \([0-9.]+ tok/s\); first token after [0-9.]+ ms'
