@@ -89,6 +89,17 @@ lint:
 	cppcheck --quiet --enable=warning,portability --std=c11 --error-exitcode=1 \
 		--suppress=missingIncludeSystem lib cmd
 
+# libFuzzer targets (needs clang); see tests/fuzz/README. FUZZ_TIME seconds.
+FUZZ_TIME ?= 60
+fuzz:
+	@mkdir -p $(BUILD)/fuzz/corpus-st
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+		$$(pkg-config --cflags json-c) -o $(BUILD)/fuzz/fuzz-safetensors \
+		tests/fuzz/fuzz-safetensors.c lib/core/*.c lib/io/safetensors.c \
+		lib/io/json_util.c lib/io/file.c $$(pkg-config --libs json-c) -lm -pthread
+	cp tests/fixtures/golden/qwen3/model.safetensors $(BUILD)/fuzz/corpus-st/seed-qwen3
+	$(BUILD)/fuzz/fuzz-safetensors -max_len=4096 -max_total_time=$(FUZZ_TIME) $(BUILD)/fuzz/corpus-st
+
 clean:
 	rm -rf $(BUILD)
 

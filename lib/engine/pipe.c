@@ -160,7 +160,7 @@ void atlas_json_write_string(FILE *f, const char *s, size_t len)
 		else if ((n = utf8_len(u + i, len - i)) > 0) {
 			fwrite(u + i, 1, n, f);
 			i += n;
-		} else { /* a stray byte: keep it visible and lossless in meaning */
+		} else { /* a stray byte: its Latin-1 reading */
 			fprintf(f, "\\u%04x", ch);
 			i++;
 		}

@@ -24,8 +24,9 @@ int atlas_idline_parse_json(const char *line, const char *key, int32_t **ids,
 int atlas_jsonl_get_string(const char *line, const char *key, char **out,
 			   size_t *len);
 
-/* Write `len` bytes as a JSON string literal (quotes included, invalid
- * UTF-8 bytes as \u00XX of the byte so nothing is lost). */
+/* Write `len` bytes as a JSON string literal (quotes included). A byte
+ * that is not part of valid UTF-8 is written as \u00XX (its Latin-1
+ * reading), so the output stays valid JSON and the byte stays visible. */
 void atlas_json_write_string(FILE *f, const char *s, size_t len);
 
 #endif

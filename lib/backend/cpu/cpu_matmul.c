@@ -5,7 +5,7 @@
  *  - decode (T <= 4): a GEMV that streams each weight row from memory
  *    once for all T rows of x; bandwidth bound, so the kernel converts
  *    the weights inline and keeps several accumulators in flight.
- *  - prefill (T larger): tiles of 32 weight rows x 256 columns are
+ *  - prefill (T larger): tiles of 16 weight rows x 512 columns are
  *    converted to f32 once into an L1-sized buffer and reused by every
  *    row of x, so each weight byte leaves memory once per matmul.
  * Work is split over output features N with atlas_parallel_for. The

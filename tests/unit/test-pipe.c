@@ -1,0 +1,66 @@
+/* test-pipe.c - the pipe-stage line formats: id lines, JSONL fields,
+ * and JSON string output that keeps invalid UTF-8 bytes visible. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/core/error.h"
+#include "../../lib/engine/pipe.h"
+#include "harness.h"
+
+static void test_idline(void)
+{
+	int32_t *ids;
+	size_t n;
+	CHECK_EQ_INT(atlas_idline_parse("12 7\t99 0\n", &ids, &n), 0);
+	CHECK_EQ_INT(n, 4);
+	CHECK(ids[0] == 12 && ids[1] == 7 && ids[2] == 99 && ids[3] == 0);
+	free(ids);
+	CHECK_EQ_INT(atlas_idline_parse("", &ids, &n), 0);
+	CHECK_EQ_INT(n, 0);
+	CHECK_EQ_INT(atlas_idline_parse("12 abc 4", &ids, &n), ATLAS_EFORMAT);
+	CHECK_CONTAINS(atlas_errmsg(), "'abc' is not a token id");
+	CHECK_EQ_INT(atlas_idline_parse("1 -3", &ids, &n), ATLAS_EFORMAT);
+	CHECK_EQ_INT(atlas_idline_parse("1 2x", &ids, &n), ATLAS_EFORMAT);
+	CHECK_EQ_INT(atlas_idline_parse("99999999999", &ids, &n), ATLAS_EFORMAT);
+}
+
+static void test_jsonl(void)
+{
+	int32_t *ids;
+	size_t n;
+	char *s;
+	CHECK_EQ_INT(atlas_idline_parse_json("{\"ids\": [3, 4, 5]}", "ids", &ids, &n), 0);
+	CHECK_EQ_INT(n, 3);
+	CHECK_EQ_INT(ids[2], 5);
+	free(ids);
+	CHECK_EQ_INT(atlas_idline_parse_json("{\"ids\": [3, \"x\"]}", "ids", &ids, &n), ATLAS_EFORMAT);
+	CHECK_EQ_INT(atlas_idline_parse_json("[1, 2]", "ids", &ids, &n), ATLAS_EFORMAT);
+	CHECK_EQ_INT(atlas_idline_parse_json("{\"text\": 1}", "ids", &ids, &n), ATLAS_EFORMAT);
+	CHECK_CONTAINS(atlas_errmsg(), "missing field 'ids'");
+	CHECK_EQ_INT(atlas_jsonl_get_string("{\"prompt\": \"a\\u0000b\\n\"}", "prompt", &s, &n), 0);
+	CHECK_EQ_INT(n, 4);
+	CHECK(!memcmp(s, "a\0b\n", 4));
+	free(s);
+	CHECK_EQ_INT(atlas_jsonl_get_string("{\"prompt\": 5}", "prompt", &s, &n), ATLAS_EFORMAT);
+	CHECK_EQ_INT(atlas_jsonl_get_string("{not json", "prompt", &s, &n), ATLAS_EFORMAT);
+}
+
+static void test_write_string(void)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	atlas_json_write_string(f, "a\"\\\n\x01 caf\xc3\xa9 \xff\xc3", 14);
+	fclose(f);
+	CHECK_STR(buf, "\"a\\\"\\\\\\n\\u0001 caf\xc3\xa9 \\u00ff\\u00c3\"");
+	free(buf);
+}
+
+int main(void)
+{
+	RUN(test_idline);
+	RUN(test_jsonl);
+	RUN(test_write_string);
+	return harness_done();
+}
