@@ -324,14 +324,14 @@ static void print_stats(const struct ctx *x, const struct atlas_gen_stats *st)
 		atlas_finish_name(st->finish));
 }
 
-/* Generate for one prompt of ids; prints per the sink. */
+/* Generate for one prompt of ids; prints per the sink. On failure the
+ * message is left in atlas_errmsg() for the caller, who knows the line. */
 static int run_ids(struct ctx *x, const int32_t *ids, size_t n, struct sink *k,
 		   struct atlas_gen_stats *st)
 {
 	atlas_seq_reset(x->seq);
-	if (atlas_generate(x->model, x->seq, x->tok, ids, (int64_t)n, &x->gp, on_token, k, st))
-		return cmd_lib_error();
-	return 0;
+	return atlas_generate(x->model, x->seq, x->tok, ids, (int64_t)n, &x->gp, on_token, k, st)
+		       ? 1 : 0;
 }
 
 static int run_prompt(struct ctx *x, const char *text, size_t len)
@@ -346,7 +346,7 @@ static int run_prompt(struct ctx *x, const char *text, size_t len)
 	free(ids);
 	if (rc) {
 		free(k.text);
-		return rc;
+		return cmd_lib_error();
 	}
 	if (x->o->jsonl) {
 		fputs("{\"prompt\": ", stdout);
@@ -495,7 +495,7 @@ static int stage_generate(struct ctx *x)
 			for (size_t i = 0; i < n; i++)
 				printf(k.count++ ? " %d" : "%d", ids[i]);
 		if (run_ids(x, ids, n, &k, &st)) {
-			fprintf(stderr, "%s: (input line %lld)\n", cmd_name, (long long)lineno);
+			cmd_error("line %lld: %s", (long long)lineno, atlas_errmsg());
 			rc = 1;
 		} else if (x->o->jsonl) {
 			fputs("{\"ids\": [", stdout);

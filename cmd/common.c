@@ -105,8 +105,12 @@ static char *default_model(void)
 	const char *env = getenv("ATLAS_DEFAULT_MODEL");
 	char exe[PATH_MAX], cand[PATH_MAX + 64];
 	_Static_assert(sizeof(cand) > sizeof(exe) + 40, "room for the suffix");
-	if (env && *env)
-		return strdup(env);
+	if (env && *env) {
+		if (is_model_dir(env))
+			return strdup(env);
+		cmd_error("ATLAS_DEFAULT_MODEL '%s' is not a model directory (no config.json)", env);
+		return NULL;
+	}
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n > 0) {
 		exe[n] = '\0';

@@ -16,7 +16,7 @@ bwn=$(build/membw 1024)
 run() { # model -> "prompt_toks prompt_tps gen_toks gen_tps weight_bytes"
 	build/atlas-run -m "$1" -p "$prompt" -n 64 --ignore-eos -v 2>&1 >/dev/null |
 	awk '/weights read per token/ { for (i = 1; i <= NF; i++) if ($i == "bytes") wb = $(i-1) }
-	     /^atlas-run: prompt/ { gsub(/[();]/, ""); print $3, $8, $10, $15, wb }'
+	     /^atlas-run: prompt/ { gsub(/[();]/, ""); print $3, $8, $11, $16, wb }'
 }
 {
 	echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"

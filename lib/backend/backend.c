@@ -25,11 +25,9 @@ struct atlas_backend *atlas_backend_open(const char *device)
 		return atlas_backend_mock_new();
 	if (is_cuda(device)) {
 		atlas_error(ATLAS_EUNSUPPORTED,
-			    "device '%s' is not available: this build has no CUDA backend",
-			    device);
+			    "device '%s' is not available: this build has no CUDA backend", device);
 		return NULL;
 	}
-	atlas_error(ATLAS_EINVAL,
-		    "unknown device '%s' (expected cpu, cuda[:N] or auto)", device);
+	atlas_error(ATLAS_EINVAL, "unknown device '%s' (expected cpu, cuda[:N] or auto)", device);
 	return NULL;
 }

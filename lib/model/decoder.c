@@ -266,6 +266,10 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		goto fail;
 	m->max_ctx = p && p->max_context > 0 ? p->max_context
 		: (c->max_position < 4096 ? c->max_position : 4096);
+	if (m->max_ctx > c->max_position)
+		atlas_warn("context %lld is longer than the model's max_position_embeddings %lld; "
+			   "output past that is untested territory for the model",
+			   (long long)m->max_ctx, (long long)c->max_position);
 	if (!(m->st = atlas_st_open(dir)))
 		goto fail;
 	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));

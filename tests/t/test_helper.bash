@@ -16,11 +16,10 @@ export PATH="$ATLAS_BUILD:$PATH"
 export ATLAS_DEFAULT_MODEL="$ATLAS_SRC/models/default"
 unset ATLAS_LOG
 
+# Variables for the .bats files that load this helper.
+# shellcheck disable=SC2034
 DEFAULT_MODEL=$ATLAS_SRC/models/default
 GOLDEN=$ATLAS_SRC/tests/fixtures/golden
-
-# The golden families with a greedy continuation from transformers.
-GOLDEN_MODELS="llama3 llama-tied mistral qwen2 qwen3 qwen3-bf16"
 
 # The sampling flags the pipe tests use, all samplers switched on.
 SAMPLING_FLAGS="--temperature 0.9 --top-k 20 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1"

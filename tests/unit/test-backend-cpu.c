@@ -84,17 +84,23 @@ static double rel_err(const float *out, const double *ref, int64_t n)
 	return mr > 0 ? md / mr : md;
 }
 
-#define CHECK_REL(out, ref, n, what) do { double e_ = rel_err(out, ref, n); \
-	if (!(e_ < 1e-5)) harness_fail(__FILE__, __LINE__, "%s: relative error %g", what, e_); } while (0)
+#define CHECK_REL(out, ref, n, what)                                                               \
+	do {                                                                                       \
+		double e_ = rel_err(out, ref, n);                                                  \
+		if (!(e_ < 1e-5))                                                                  \
+			harness_fail(__FILE__, __LINE__, "%s: relative error %g", what, e_);       \
+	} while (0)
 
 static const enum atlas_dtype wdts[] = {
-	ATLAS_DTYPE_F32, ATLAS_DTYPE_F16, ATLAS_DTYPE_BF16,
+    ATLAS_DTYPE_F32,
+    ATLAS_DTYPE_F16,
+    ATLAS_DTYPE_BF16,
 };
 
 /* --- matmul ----------------------------------------------------------- */
 
-static void check_matmul(struct atlas_backend *be, enum atlas_dtype dt,
-			 int64_t T, int64_t N, int64_t K, int with_bias)
+static void check_matmul(struct atlas_backend *be, enum atlas_dtype dt, int64_t T, int64_t N,
+			 int64_t K, int with_bias)
 {
 	double *wr, *br = NULL;
 	void *w = rnd_weights(dt, N * K, &wr);
@@ -112,8 +118,8 @@ static void check_matmul(struct atlas_backend *be, enum atlas_dtype dt,
 		}
 	poison(out, T * N);
 	snprintf(what, sizeof(what), "matmul %s isa=%d T=%lld N=%lld K=%lld%s",
-		 atlas_dtype_name(dt), (int)atlas_cpu_isa_get(), (long long)T,
-		 (long long)N, (long long)K, with_bias ? " bias" : "");
+		 atlas_dtype_name(dt), (int)atlas_cpu_isa_get(), (long long)T, (long long)N,
+		 (long long)K, with_bias ? " bias" : "");
 	CHECK_EQ_INT(be->matmul(be, out, x, w, b, dt, T, N, K), 0);
 	CHECK_REL(out, ref, T * N, what);
 	free(w);
@@ -131,14 +137,14 @@ static void check_matmul(struct atlas_backend *be, enum atlas_dtype dt,
 static void matmul_all(struct atlas_backend *be)
 {
 	static const int64_t shapes[][3] = {
-		{1, 1, 1}, {1, 37, 45}, {2, 19, 8}, {3, 67, 129}, {4, 130, 264},
-		{1, 1000, 517}, {3, 1000, 517}, {5, 33, 257}, {37, 45, 300},
-		{37, 200, 517}, {130, 70, 517}, {130, 257, 260}, {7, 9, 3},
+	    {1, 1, 1},	    {1, 37, 45},     {2, 19, 8},   {3, 67, 129},  {4, 130, 264},
+	    {1, 1000, 517}, {3, 1000, 517},  {5, 33, 257}, {37, 45, 300}, {37, 200, 517},
+	    {130, 70, 517}, {130, 257, 260}, {7, 9, 3},
 	};
 	for (size_t d = 0; d < sizeof(wdts) / sizeof(wdts[0]); d++)
 		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
-			check_matmul(be, wdts[d], shapes[s][0], shapes[s][1],
-				     shapes[s][2], (int)(s % 2));
+			check_matmul(be, wdts[d], shapes[s][0], shapes[s][1], shapes[s][2],
+				     (int)(s % 2));
 }
 
 static void test_matmul(void)
@@ -148,8 +154,7 @@ static void test_matmul(void)
 	CHECK(atlas_threads_count() >= 1);
 	matmul_all(be);
 	if (best != ATLAS_CPU_ISA_GENERIC) {
-		CHECK_EQ_INT(atlas_cpu_isa_set(ATLAS_CPU_ISA_GENERIC),
-			     ATLAS_CPU_ISA_GENERIC);
+		CHECK_EQ_INT(atlas_cpu_isa_set(ATLAS_CPU_ISA_GENERIC), ATLAS_CPU_ISA_GENERIC);
 		matmul_all(be);
 		atlas_cpu_isa_set(best);
 	} else {
@@ -166,8 +171,7 @@ static void test_matmul_k0_and_empty(void)
 	CHECK_EQ_INT(be->matmul(be, out, x, x, bias, ATLAS_DTYPE_F32, 2, 3, 0), 0);
 	CHECK(out[0] == 0.5f && out[4] == -1.0f && out[5] == 2.0f);
 	CHECK_EQ_INT(be->matmul(be, out, x, x, NULL, ATLAS_DTYPE_F32, 0, 3, 4), 0);
-	CHECK_EQ_INT(be->matmul(be, out, x, x, NULL, ATLAS_DTYPE_F32, -1, 3, 4),
-		     ATLAS_EINVAL);
+	CHECK_EQ_INT(be->matmul(be, out, x, x, NULL, ATLAS_DTYPE_F32, -1, 3, 4), ATLAS_EINVAL);
 	be->destroy(be);
 }
 
@@ -184,8 +188,8 @@ static void test_f16_inline_conversion(void)
 
 /* --- norms ------------------------------------------------------------ */
 
-static void ref_norm(double *ref, const double *v, const double *w,
-		     int64_t R, int64_t D, double eps)
+static void ref_norm(double *ref, const double *v, const double *w, int64_t R, int64_t D,
+		     double eps)
 {
 	for (int64_t r = 0; r < R; r++) {
 		double ss = 0;
@@ -197,8 +201,8 @@ static void ref_norm(double *ref, const double *v, const double *w,
 	}
 }
 
-static void check_rmsnorm(struct atlas_backend *be, enum atlas_dtype dt,
-			  int64_t R, int64_t D, int in_place)
+static void check_rmsnorm(struct atlas_backend *be, enum atlas_dtype dt, int64_t R, int64_t D,
+			  int in_place)
 {
 	double *wr;
 	void *w = rnd_weights(dt, D, &wr);
@@ -226,13 +230,11 @@ static void test_rmsnorm(void)
 	static const int64_t shapes[][2] = {{1, 64}, {3, 517}, {37, 7}, {130, 517}};
 	for (size_t d = 0; d < 3; d++)
 		for (size_t s = 0; s < 4; s++)
-			check_rmsnorm(be, wdts[d], shapes[s][0], shapes[s][1],
-				      (int)(s % 2));
+			check_rmsnorm(be, wdts[d], shapes[s][0], shapes[s][1], (int)(s % 2));
 	be->destroy(be);
 }
 
-static void check_add_rmsnorm(struct atlas_backend *be, enum atlas_dtype dt,
-			      int64_t R, int64_t D)
+static void check_add_rmsnorm(struct atlas_backend *be, enum atlas_dtype dt, int64_t R, int64_t D)
 {
 	double *wr;
 	void *w = rnd_weights(dt, D, &wr);
@@ -268,8 +270,7 @@ static void test_add_rmsnorm(void)
 
 /* --- rope ------------------------------------------------------------- */
 
-static void check_rope(struct atlas_backend *be, int64_t T, int64_t H,
-		       int64_t hd)
+static void check_rope(struct atlas_backend *be, int64_t T, int64_t H, int64_t hd)
 {
 	int64_t n = T * H * hd, half = hd / 2;
 	float *x = rnd_f32(n), *inv = malloc((size_t)half * 4);
@@ -312,8 +313,8 @@ static void test_rope(void)
 
 /* --- attention -------------------------------------------------------- */
 
-static void check_attention(struct atlas_backend *be, int64_t T, int64_t pos0,
-			    int64_t H, int64_t Hkv, int64_t hd, int64_t window)
+static void check_attention(struct atlas_backend *be, int64_t T, int64_t pos0, int64_t H,
+			    int64_t Hkv, int64_t hd, int64_t window)
 {
 	int64_t S = pos0 + T, n = T * H * hd;
 	float *q = rnd_f32(n), *kc = rnd_f32(S * Hkv * hd), *vc = rnd_f32(S * Hkv * hd);
@@ -344,11 +345,10 @@ static void check_attention(struct atlas_backend *be, int64_t T, int64_t pos0,
 			}
 		}
 	poison(out, n);
-	snprintf(what, sizeof(what), "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld",
-		 (long long)T, (long long)pos0, (long long)H, (long long)Hkv,
-		 (long long)hd, (long long)window);
-	CHECK_EQ_INT(be->attention(be, out, q, kc, vc, T, pos0, H, Hkv, hd,
-				   window, scale), 0);
+	snprintf(what, sizeof(what),
+		 "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld", (long long)T,
+		 (long long)pos0, (long long)H, (long long)Hkv, (long long)hd, (long long)window);
+	CHECK_EQ_INT(be->attention(be, out, q, kc, vc, T, pos0, H, Hkv, hd, window, scale), 0);
 	CHECK_REL(out, ref, n, what);
 	free(q);
 	free(kc);
@@ -369,8 +369,7 @@ static void test_attention(void)
 	check_attention(be, 1, 5000, 8, 2, 16, 0);    /* beyond the stack buffer */
 	check_attention(be, 2, 5000, 8, 2, 16, 4500); /* long window */
 	float x[4];
-	CHECK_EQ_INT(be->attention(be, x, x, x, x, 1, 0, 3, 2, 4, 0, 1.0f),
-		     ATLAS_EINVAL);
+	CHECK_EQ_INT(be->attention(be, x, x, x, x, 1, 0, 3, 2, 4, 0, 1.0f), ATLAS_EINVAL);
 	be->destroy(be);
 }
 
@@ -478,11 +477,10 @@ static void test_unsupported_dtype(void)
 	CHECK_EQ_INT(be->rmsnorm(be, buf, buf, buf, ATLAS_DTYPE_I8, 1, 4, 1e-6f),
 		     ATLAS_EUNSUPPORTED);
 	CHECK_CONTAINS(atlas_errmsg(), "rmsnorm");
-	CHECK_EQ_INT(be->add_rmsnorm(be, buf, buf, buf + 8, buf, ATLAS_DTYPE_F8_E4M3,
-				     1, 4, 1e-6f), ATLAS_EUNSUPPORTED);
-	CHECK_CONTAINS(atlas_errmsg(), "'F8_E4M3'");
-	CHECK_EQ_INT(be->embed(be, buf, buf, ATLAS_DTYPE_I8, ids, 1, 4),
+	CHECK_EQ_INT(be->add_rmsnorm(be, buf, buf, buf + 8, buf, ATLAS_DTYPE_F8_E4M3, 1, 4, 1e-6f),
 		     ATLAS_EUNSUPPORTED);
+	CHECK_CONTAINS(atlas_errmsg(), "'F8_E4M3'");
+	CHECK_EQ_INT(be->embed(be, buf, buf, ATLAS_DTYPE_I8, ids, 1, 4), ATLAS_EUNSUPPORTED);
 	CHECK_CONTAINS(atlas_errmsg(), "embed");
 	be->destroy(be);
 }

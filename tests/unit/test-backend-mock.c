@@ -46,17 +46,10 @@ static void test_records_ops(void)
 	CHECK(back[0] == 0.0f && back[4] == 0.0f && back[5] == 6.0f);
 
 	static const char *want[] = {
-		"embed T=2 D=16",
-		"rmsnorm R=2 D=16",
-		"matmul T=1 N=64 K=32",
-		"matmul T=3 N=8 K=4 bias",
-		"rope T=2 H=4 hd=8",
-		"attention T=2 pos0=7 H=4 Hkv=2 hd=8",
-		"swiglu T=2 F=24",
-		"add n=48",
-		"add_rmsnorm R=1 D=16",
-		"copy bytes=12",
-		"to_f32 n=5",
+	    "embed T=2 D=16",	       "rmsnorm R=2 D=16",  "matmul T=1 N=64 K=32",
+	    "matmul T=3 N=8 K=4 bias", "rope T=2 H=4 hd=8", "attention T=2 pos0=7 H=4 Hkv=2 hd=8",
+	    "swiglu T=2 F=24",	       "add n=48",	    "add_rmsnorm R=1 D=16",
+	    "copy bytes=12",	       "to_f32 n=5",
 	};
 	int64_t n = (int64_t)(sizeof(want) / sizeof(want[0]));
 	CHECK_EQ_INT(atlas_backend_mock_count(be), n);
@@ -93,13 +86,11 @@ static void test_open(void)
 
 	atlas_error_clear();
 	CHECK(atlas_backend_open("cuda") == NULL);
-	CHECK_STR(atlas_errmsg(),
-		  "device 'cuda' is not available: this build has no CUDA backend");
+	CHECK_STR(atlas_errmsg(), "device 'cuda' is not available: this build has no CUDA backend");
 	CHECK(atlas_backend_open("cuda:1") == NULL);
 	CHECK_CONTAINS(atlas_errmsg(), "this build has no CUDA backend");
 	CHECK(atlas_backend_open("bogus") == NULL);
-	CHECK_STR(atlas_errmsg(),
-		  "unknown device 'bogus' (expected cpu, cuda[:N] or auto)");
+	CHECK_STR(atlas_errmsg(), "unknown device 'bogus' (expected cpu, cuda[:N] or auto)");
 	CHECK(atlas_backend_open("cuda:x") == NULL);
 	CHECK_CONTAINS(atlas_errmsg(), "unknown device 'cuda:x'");
 }

@@ -48,16 +48,14 @@ enum atlas_cpu_isa atlas_cpu_isa_set(enum atlas_cpu_isa isa)
 
 int atlas_cpu_check_wdt(enum atlas_dtype wdt, const char *op)
 {
-	if (wdt == ATLAS_DTYPE_F32 || wdt == ATLAS_DTYPE_F16 ||
-	    wdt == ATLAS_DTYPE_BF16)
+	if (wdt == ATLAS_DTYPE_F32 || wdt == ATLAS_DTYPE_F16 || wdt == ATLAS_DTYPE_BF16)
 		return 0;
 	return atlas_error(ATLAS_EUNSUPPORTED,
-			   "cpu %s: unsupported weight dtype '%s' (expected F32, F16 or BF16)",
-			   op, atlas_dtype_name(wdt));
+			   "cpu %s: unsupported weight dtype '%s' (expected F32, F16 or BF16)", op,
+			   atlas_dtype_name(wdt));
 }
 
-void atlas_cpu_convert(float *dst, const void *w, enum atlas_dtype wdt,
-		       int64_t off, int64_t n)
+void atlas_cpu_convert(float *dst, const void *w, enum atlas_dtype wdt, int64_t off, int64_t n)
 {
 	if (wdt == ATLAS_DTYPE_BF16) {
 		const uint16_t *s = (const uint16_t *)w + off;
@@ -100,8 +98,7 @@ static void cpu_free(struct atlas_backend *be, void *p)
 	free(p);
 }
 
-static const void *cpu_weight_upload(struct atlas_backend *be,
-				     const void *host, size_t bytes)
+static const void *cpu_weight_upload(struct atlas_backend *be, const void *host, size_t bytes)
 {
 	return host;
 }
@@ -110,8 +107,7 @@ static void cpu_weight_release(struct atlas_backend *be, const void *w)
 {
 }
 
-static int cpu_copy(struct atlas_backend *be, void *dst, const void *src,
-		    size_t bytes)
+static int cpu_copy(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
 {
 	if (bytes)
 		memmove(dst, src, bytes);
@@ -123,12 +119,10 @@ static int cpu_sync(struct atlas_backend *be)
 	return 0;
 }
 
-static int cpu_to_f32(struct atlas_backend *be, float *host, const void *src,
-		      int64_t n)
+static int cpu_to_f32(struct atlas_backend *be, float *host, const void *src, int64_t n)
 {
 	if (n < 0)
-		return atlas_error(ATLAS_EINVAL, "cpu to_f32: negative count %lld",
-				   (long long)n);
+		return atlas_error(ATLAS_EINVAL, "cpu to_f32: negative count %lld", (long long)n);
 	if (n)
 		memmove(host, src, (size_t)n * sizeof(float));
 	return 0;
@@ -142,27 +136,27 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 		return NULL;
 	}
 	*be = (struct atlas_backend){
-		.name = "cpu",
-		.ctx = NULL,
-		.act_dtype = ATLAS_DTYPE_F32,
-		.destroy = cpu_destroy,
-		.alloc = cpu_alloc,
-		.free = cpu_free,
-		.weight_upload = cpu_weight_upload,
-		.weight_release = cpu_weight_release,
-		.upload = cpu_copy,
-		.download = cpu_copy,
-		.copy = cpu_copy,
-		.sync = cpu_sync,
-		.embed = atlas_cpu_embed,
-		.rmsnorm = atlas_cpu_rmsnorm,
-		.add_rmsnorm = atlas_cpu_add_rmsnorm,
-		.matmul = atlas_cpu_matmul,
-		.rope = atlas_cpu_rope,
-		.attention = atlas_cpu_attention,
-		.swiglu = atlas_cpu_swiglu,
-		.add = atlas_cpu_add,
-		.to_f32 = cpu_to_f32,
+	    .name = "cpu",
+	    .ctx = NULL,
+	    .act_dtype = ATLAS_DTYPE_F32,
+	    .destroy = cpu_destroy,
+	    .alloc = cpu_alloc,
+	    .free = cpu_free,
+	    .weight_upload = cpu_weight_upload,
+	    .weight_release = cpu_weight_release,
+	    .upload = cpu_copy,
+	    .download = cpu_copy,
+	    .copy = cpu_copy,
+	    .sync = cpu_sync,
+	    .embed = atlas_cpu_embed,
+	    .rmsnorm = atlas_cpu_rmsnorm,
+	    .add_rmsnorm = atlas_cpu_add_rmsnorm,
+	    .matmul = atlas_cpu_matmul,
+	    .rope = atlas_cpu_rope,
+	    .attention = atlas_cpu_attention,
+	    .swiglu = atlas_cpu_swiglu,
+	    .add = atlas_cpu_add,
+	    .to_f32 = cpu_to_f32,
 	};
 	atlas_cpu_isa_get();
 	return be;

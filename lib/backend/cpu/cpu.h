@@ -18,7 +18,7 @@
 /* Kernel sets of the matmul. */
 enum atlas_cpu_isa {
 	ATLAS_CPU_ISA_GENERIC = 0, /* portable C, auto-vectorized */
-	ATLAS_CPU_ISA_AVX2 = 1,    /* x86-64 AVX2 + FMA + F16C intrinsics */
+	ATLAS_CPU_ISA_AVX2 = 1,	   /* x86-64 AVX2 + FMA + F16C intrinsics */
 };
 
 /* The kernel set in use (the best this CPU supports unless forced). */
@@ -58,8 +58,7 @@ static inline float atlas_cpu_f16(uint16_t h)
 
 /* Element i of a weight vector stored as wdt (F32, F16 or BF16; the
  * caller checked). For the ops that are not hot. */
-static inline float atlas_cpu_wload(const void *w, enum atlas_dtype wdt,
-				    int64_t i)
+static inline float atlas_cpu_wload(const void *w, enum atlas_dtype wdt, int64_t i)
 {
 	if (wdt == ATLAS_DTYPE_BF16)
 		return atlas_bf16_to_f32(((const uint16_t *)w)[i]);
@@ -69,30 +68,24 @@ static inline float atlas_cpu_wload(const void *w, enum atlas_dtype wdt,
 }
 
 /* Convert n weights starting at element `off` of w into dst[n] (F32). */
-void atlas_cpu_convert(float *dst, const void *w, enum atlas_dtype wdt,
-		       int64_t off, int64_t n);
+void atlas_cpu_convert(float *dst, const void *w, enum atlas_dtype wdt, int64_t off, int64_t n);
 
 /* The ops (shapes and semantics in backend.h). */
-int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x,
-		     const void *w, const void *bias, enum atlas_dtype wdt,
-		     int64_t T, int64_t N, int64_t K);
-int atlas_cpu_embed(struct atlas_backend *be, void *out, const void *table,
-		    enum atlas_dtype wdt, const int32_t *ids, int64_t T,
-		    int64_t D);
-int atlas_cpu_rmsnorm(struct atlas_backend *be, void *out, const void *x,
-		      const void *w, enum atlas_dtype wdt, int64_t R, int64_t D,
-		      float eps);
-int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x,
-			  void *out, const void *w, enum atlas_dtype wdt,
-			  int64_t R, int64_t D, float eps);
-int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos,
-		   const float *inv_freq, int64_t T, int64_t H, int64_t hd);
-int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q,
-			const void *kc, const void *vc, int64_t T, int64_t pos0,
-			int64_t H, int64_t Hkv, int64_t hd, int64_t window,
-			float scale);
-int atlas_cpu_swiglu(struct atlas_backend *be, void *out, const void *gate,
-		     const void *up, int64_t T, int64_t F);
+int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
+		     const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K);
+int atlas_cpu_embed(struct atlas_backend *be, void *out, const void *table, enum atlas_dtype wdt,
+		    const int32_t *ids, int64_t T, int64_t D);
+int atlas_cpu_rmsnorm(struct atlas_backend *be, void *out, const void *x, const void *w,
+		      enum atlas_dtype wdt, int64_t R, int64_t D, float eps);
+int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, void *out,
+			  const void *w, enum atlas_dtype wdt, int64_t R, int64_t D, float eps);
+int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
+		   int64_t T, int64_t H, int64_t hd);
+int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
+			const void *vc, int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t hd,
+			int64_t window, float scale);
+int atlas_cpu_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
+		     int64_t T, int64_t F);
 int atlas_cpu_add(struct atlas_backend *be, void *y, const void *x, int64_t n);
 
 /* Matmul kernels over rows [n0, n1) of W. x [T,K] f32, out [T,N] f32,
@@ -101,21 +94,18 @@ int atlas_cpu_add(struct atlas_backend *be, void *y, const void *x, int64_t n);
  * f32 and reuses each for all T rows. */
 #define ATLAS_CPU_GEMV_MAX_T 4
 struct atlas_cpu_mm {
-	float *out;          /* [T,N] f32 result */
-	const float *x;      /* [T,K] f32 input */
-	const void *w;       /* [N,K] weights in wdt */
-	const void *bias;    /* [N] in wdt, or NULL */
+	float *out;	      /* [T,N] f32 result */
+	const float *x;	      /* [T,K] f32 input */
+	const void *w;	      /* [N,K] weights in wdt */
+	const void *bias;     /* [N] in wdt, or NULL */
 	enum atlas_dtype wdt; /* dtype of w and bias */
-	int64_t T, N, K;     /* shapes */
+	int64_t T, N, K;      /* shapes */
 };
-void atlas_cpu_gemv_generic(const struct atlas_cpu_mm *m, int64_t n0,
-			    int64_t n1);
-void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0,
-			     int64_t n1);
+void atlas_cpu_gemv_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
+void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
 #if defined(__x86_64__)
 void atlas_cpu_gemv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
-void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0,
-			  int64_t n1);
+void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
 #endif
 
 /* Weight rows per tile of the tiled kernels (the unit of parallel work)

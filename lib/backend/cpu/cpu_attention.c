@@ -21,15 +21,15 @@
 
 /* One attention call. */
 struct attn_job {
-	float *out;         /* [T,H,hd] */
-	const float *q;     /* [T,H,hd] */
+	float *out;	    /* [T,H,hd] */
+	const float *q;	    /* [T,H,hd] */
 	const float *kc;    /* [S,Hkv,hd] */
 	const float *vc;    /* [S,Hkv,hd] */
-	int64_t pos0;       /* absolute position of query 0 */
+	int64_t pos0;	    /* absolute position of query 0 */
 	int64_t H, Hkv, hd; /* heads, kv heads, head size */
-	int64_t window;     /* keys visible per query, 0 = all */
+	int64_t window;	    /* keys visible per query, 0 = all */
 	int64_t maxkeys;    /* most keys any query sees */
-	float scale;        /* score multiplier, usually 1/sqrt(hd) */
+	float scale;	    /* score multiplier, usually 1/sqrt(hd) */
 	atomic_int failed;  /* set when a task could not get its buffer */
 };
 
@@ -96,21 +96,28 @@ static void attn_range(void *ctx, int64_t b, int64_t e)
 		free(sc);
 }
 
-int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q,
-			const void *kc, const void *vc, int64_t T, int64_t pos0,
-			int64_t H, int64_t Hkv, int64_t hd, int64_t window,
-			float scale)
+int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
+			const void *vc, int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t hd,
+			int64_t window, float scale)
 {
-	if (T < 0 || pos0 < 0 || H <= 0 || Hkv <= 0 || hd <= 0 || window < 0 ||
-	    H % Hkv)
-		return atlas_error(ATLAS_EINVAL,
-				   "cpu attention: bad shape T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld",
-				   (long long)T, (long long)pos0, (long long)H,
-				   (long long)Hkv, (long long)hd, (long long)window);
+	if (T < 0 || pos0 < 0 || H <= 0 || Hkv <= 0 || hd <= 0 || window < 0 || H % Hkv)
+		return atlas_error(
+		    ATLAS_EINVAL,
+		    "cpu attention: bad shape T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld",
+		    (long long)T, (long long)pos0, (long long)H, (long long)Hkv, (long long)hd,
+		    (long long)window);
 	struct attn_job j = {
-		.out = out, .q = q, .kc = kc, .vc = vc, .pos0 = pos0,
-		.H = H, .Hkv = Hkv, .hd = hd, .window = window,
-		.maxkeys = pos0 + T, .scale = scale,
+	    .out = out,
+	    .q = q,
+	    .kc = kc,
+	    .vc = vc,
+	    .pos0 = pos0,
+	    .H = H,
+	    .Hkv = Hkv,
+	    .hd = hd,
+	    .window = window,
+	    .maxkeys = pos0 + T,
+	    .scale = scale,
 	};
 	if (window > 0 && window < j.maxkeys)
 		j.maxkeys = window;

@@ -20,8 +20,7 @@
  * the compiler vectorize without reassociating the FP32 sum itself. */
 #define LANES 8
 
-static inline void dot_lanes(float *a, const float *x, const float *w,
-			     int64_t n)
+static inline void dot_lanes(float *a, const float *x, const float *w, int64_t n)
 {
 	int64_t k = 0;
 	for (; k + LANES <= n; k += LANES)
@@ -36,8 +35,7 @@ static inline float sum_lanes(const float *a)
 	return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
 }
 
-void atlas_cpu_gemv_generic(const struct atlas_cpu_mm *m, int64_t n0,
-			    int64_t n1)
+void atlas_cpu_gemv_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 {
 	/* one chunk of a weight row in f32; stays in L1 across the T dots */
 	float wb[ATLAS_CPU_TILE_K];
@@ -57,8 +55,7 @@ void atlas_cpu_gemv_generic(const struct atlas_cpu_mm *m, int64_t n0,
 	}
 }
 
-void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0,
-			     int64_t n1)
+void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 {
 	/* the current tile of W in f32: ATLAS_CPU_TILE_N rows of TILE_K */
 	float wt[ATLAS_CPU_TILE_N * ATLAS_CPU_TILE_K];
@@ -69,16 +66,18 @@ void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0,
 		for (int64_t k0 = 0; k0 < K; k0 += ATLAS_CPU_TILE_K) {
 			int64_t kb = K - k0 < ATLAS_CPU_TILE_K ? K - k0 : ATLAS_CPU_TILE_K;
 			for (int64_t r = 0; r < nb; r++)
-				atlas_cpu_convert(wt + r * ATLAS_CPU_TILE_K, m->w,
-						  m->wdt, (nt + r) * K + k0, kb);
+				atlas_cpu_convert(wt + r * ATLAS_CPU_TILE_K, m->w, m->wdt,
+						  (nt + r) * K + k0, kb);
 			for (int64_t t = 0; t < T; t++) {
 				const float *xt = m->x + t * K + k0;
 				float *o = m->out + t * N + nt;
 				for (int64_t r = 0; r < nb; r++) {
 					float a[LANES] = {0};
 					dot_lanes(a, xt, wt + r * ATLAS_CPU_TILE_K, kb);
-					float prev = k0 ? o[r] :
-						m->bias ? atlas_cpu_wload(m->bias, m->wdt, nt + r) : 0.0f;
+					float prev = k0 ? o[r]
+						     : m->bias
+							 ? atlas_cpu_wload(m->bias, m->wdt, nt + r)
+							 : 0.0f;
 					o[r] = prev + sum_lanes(a);
 				}
 			}
@@ -88,9 +87,9 @@ void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0,
 
 /* One matmul handed to the pool: items are groups of `unit` rows of W. */
 struct mm_job {
-	struct atlas_cpu_mm m; /* the operands */
+	struct atlas_cpu_mm m;					   /* the operands */
 	void (*fn)(const struct atlas_cpu_mm *, int64_t, int64_t); /* kernel */
-	int64_t unit;          /* rows of W per item */
+	int64_t unit;						   /* rows of W per item */
 };
 
 static void mm_range(void *ctx, int64_t b, int64_t e)
@@ -100,21 +99,19 @@ static void mm_range(void *ctx, int64_t b, int64_t e)
 	j->fn(&j->m, b * j->unit, n1);
 }
 
-int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x,
-		     const void *w, const void *bias, enum atlas_dtype wdt,
-		     int64_t T, int64_t N, int64_t K)
+int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
+		     const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
 	int rc = atlas_cpu_check_wdt(wdt, "matmul");
 	if (rc)
 		return rc;
 	if (T < 0 || N < 0 || K < 0)
-		return atlas_error(ATLAS_EINVAL,
-				   "cpu matmul: bad shape T=%lld N=%lld K=%lld",
+		return atlas_error(ATLAS_EINVAL, "cpu matmul: bad shape T=%lld N=%lld K=%lld",
 				   (long long)T, (long long)N, (long long)K);
 	if (T == 0 || N == 0)
 		return 0;
 	struct mm_job j = {
-		.m = {out, x, w, bias, wdt, T, N, K},
+	    .m = {out, x, w, bias, wdt, T, N, K},
 	};
 	if (K == 0) {
 		for (int64_t t = 0; t < T; t++)

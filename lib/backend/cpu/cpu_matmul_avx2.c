@@ -22,19 +22,16 @@ AVX2 INLINE __m256 ld8(const void *w, enum atlas_dtype dt, int64_t i)
 {
 	if (dt == ATLAS_DTYPE_BF16) {
 		__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + i));
-		return _mm256_castsi256_ps(
-			_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 	}
 	if (dt == ATLAS_DTYPE_F16)
-		return _mm256_cvtph_ps(
-			_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
 	return _mm256_loadu_ps((const float *)w + i);
 }
 
 AVX2 INLINE float hsum(__m256 v)
 {
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
-			      _mm256_extractf128_ps(v, 1));
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
 	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
 	s = _mm_add_ss(s, _mm_movehdup_ps(s));
 	return _mm_cvtss_f32(s);
@@ -42,8 +39,8 @@ AVX2 INLINE float hsum(__m256 v)
 
 /* --- decode: out[0..T, n..n+R) straight from W ------------------------ */
 
-AVX2 INLINE void gemv_block(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
-			    int T, int R, int64_t n)
+AVX2 INLINE void gemv_block(const struct atlas_cpu_mm *m, enum atlas_dtype dt, int T, int R,
+			    int64_t n)
 {
 	const int64_t K = m->K, K8 = K & ~(int64_t)7;
 	const float *x = m->x;
@@ -67,28 +64,26 @@ AVX2 INLINE void gemv_block(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
 		for (int t = 0; t < T; t++) {
 			float s = hsum(acc[t][r]);
 			for (int64_t k = K8; k < K; k++)
-				s += x[t * K + k] *
-				     atlas_cpu_wload(m->w, dt, (n + r) * K + k);
+				s += x[t * K + k] * atlas_cpu_wload(m->w, dt, (n + r) * K + k);
 			m->out[t * m->N + n + r] = b + s;
 		}
 	}
 }
 
 /* Rows of W per block for T rows of x: T*R accumulators, at most 12. */
-#define GEMV_FN(name, DT, T, R)                                          \
-	AVX2 static void name(const struct atlas_cpu_mm *m, int64_t n0,  \
-			      int64_t n1)                                \
-	{                                                                \
-		int64_t n = n0;                                          \
-		for (; n + (R) <= n1; n += (R))                          \
-			gemv_block(m, DT, T, R, n);                      \
-		for (; n < n1; n++)                                      \
-			gemv_block(m, DT, T, 1, n);                      \
+#define GEMV_FN(name, DT, T, R)                                                                    \
+	AVX2 static void name(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)                \
+	{                                                                                          \
+		int64_t n = n0;                                                                    \
+		for (; n + (R) <= n1; n += (R))                                                    \
+			gemv_block(m, DT, T, R, n);                                                \
+		for (; n < n1; n++)                                                                \
+			gemv_block(m, DT, T, 1, n);                                                \
 	}
-#define GEMV_DT(sfx, DT)                         \
-	GEMV_FN(gemv1_##sfx, DT, 1, 8)           \
-	GEMV_FN(gemv2_##sfx, DT, 2, 4)           \
-	GEMV_FN(gemv3_##sfx, DT, 3, 4)           \
+#define GEMV_DT(sfx, DT)                                                                           \
+	GEMV_FN(gemv1_##sfx, DT, 1, 8)                                                             \
+	GEMV_FN(gemv2_##sfx, DT, 2, 4)                                                             \
+	GEMV_FN(gemv3_##sfx, DT, 3, 4)                                                             \
 	GEMV_FN(gemv4_##sfx, DT, 4, 3)
 GEMV_DT(f32, ATLAS_DTYPE_F32)
 GEMV_DT(f16, ATLAS_DTYPE_F16)
@@ -98,9 +93,9 @@ void atlas_cpu_gemv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 {
 	typedef void (*fn_t)(const struct atlas_cpu_mm *, int64_t, int64_t);
 	static const fn_t tab[3][ATLAS_CPU_GEMV_MAX_T] = {
-		{gemv1_f32, gemv2_f32, gemv3_f32, gemv4_f32},
-		{gemv1_f16, gemv2_f16, gemv3_f16, gemv4_f16},
-		{gemv1_bf16, gemv2_bf16, gemv3_bf16, gemv4_bf16},
+	    {gemv1_f32, gemv2_f32, gemv3_f32, gemv4_f32},
+	    {gemv1_f16, gemv2_f16, gemv3_f16, gemv4_f16},
+	    {gemv1_bf16, gemv2_bf16, gemv3_bf16, gemv4_bf16},
 	};
 	int d = m->wdt == ATLAS_DTYPE_F32 ? 0 : m->wdt == ATLAS_DTYPE_F16 ? 1 : 2;
 	tab[d][m->T - 1](m, n0, n1);
@@ -117,9 +112,8 @@ void atlas_cpu_gemv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 #define CHUNK 8
 
 /* out[t..t+mt, nt+r..nt+r+nr) (+)= x[t.., k0..k0+kb) . wt[r.., 0..kb) */
-AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt,
-		       int64_t t, int64_t nt, int64_t r, int64_t k0,
-		       int64_t kb, int mt, int nr)
+AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt, int64_t t, int64_t nt,
+		       int64_t r, int64_t k0, int64_t kb, int mt, int nr)
 {
 	const int64_t K = m->K, kb8 = kb & ~(int64_t)7;
 	const float *xp = m->x + t * K + k0;
@@ -146,8 +140,8 @@ AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt,
 			/* four sums at once: pairwise hadds, then fold halves */
 			__m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[i][0], acc[i][1]),
 						  _mm256_hadd_ps(acc[i][2], acc[i][3]));
-			_mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h),
-						    _mm256_extractf128_ps(h, 1)));
+			_mm_storeu_ps(
+			    s, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
 		} else {
 			for (int j = 0; j < nr; j++) {
 				s[j] = hsum(acc[i][j]);
@@ -156,16 +150,17 @@ AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt,
 			}
 		}
 		for (int j = 0; j < nr; j++)
-			prev[j] = k0 ? o[j] : m->bias ?
-				atlas_cpu_wload(m->bias, m->wdt, nt + r + j) : 0.0f;
+			prev[j] = k0	    ? o[j]
+				  : m->bias ? atlas_cpu_wload(m->bias, m->wdt, nt + r + j)
+					    : 0.0f;
 		for (int j = 0; j < nr; j++)
 			o[j] = prev[j] + s[j];
 	}
 }
 
 /* wt[r, 0..kb) = W[nt + r, k0..k0+kb) in f32, for r < nb. */
-AVX2 INLINE void pack(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
-		      float *wt, int64_t nt, int64_t nb, int64_t k0, int64_t kb)
+AVX2 INLINE void pack(const struct atlas_cpu_mm *m, enum atlas_dtype dt, float *wt, int64_t nt,
+		      int64_t nb, int64_t k0, int64_t kb)
 {
 	int64_t kb8 = kb & ~(int64_t)7;
 	for (int64_t r = 0; r < nb; r++) {
@@ -178,8 +173,8 @@ AVX2 INLINE void pack(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
 }
 
 /* All rows of x against one packed tile (any dtype: wt is f32). */
-AVX2 static void tile_rows(const struct atlas_cpu_mm *m, const float *wt,
-			   int64_t nt, int64_t nb, int64_t k0, int64_t kb)
+AVX2 static void tile_rows(const struct atlas_cpu_mm *m, const float *wt, int64_t nt, int64_t nb,
+			   int64_t k0, int64_t kb)
 {
 	const int64_t T = m->T;
 	int64_t t = 0, r;
@@ -202,8 +197,7 @@ AVX2 static void tile_rows(const struct atlas_cpu_mm *m, const float *wt,
 	}
 }
 
-AVX2 INLINE void tiled(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
-		       int64_t n0, int64_t n1)
+AVX2 INLINE void tiled(const struct atlas_cpu_mm *m, enum atlas_dtype dt, int64_t n0, int64_t n1)
 {
 	/* the current tile of W in f32, rows LDT floats apart */
 	float wt[ATLAS_CPU_TILE_N * LDT] __attribute__((aligned(64)));
@@ -212,13 +206,13 @@ AVX2 INLINE void tiled(const struct atlas_cpu_mm *m, enum atlas_dtype dt,
 	/* A chunk of tiles shares each K block of x, which then stays in L2
 	 * while the chunk's tiles stream past it. */
 	for (int64_t nc = n0; nc < n1; nc += CHUNK * ATLAS_CPU_TILE_N) {
-		int64_t nce = n1 - nc < CHUNK * ATLAS_CPU_TILE_N ? n1 :
-			nc + CHUNK * ATLAS_CPU_TILE_N;
+		int64_t nce =
+		    n1 - nc < CHUNK * ATLAS_CPU_TILE_N ? n1 : nc + CHUNK * ATLAS_CPU_TILE_N;
 		for (int64_t k0 = 0; k0 < K; k0 += LDT) {
 			int64_t kb = K - k0 < LDT ? K - k0 : LDT;
 			for (int64_t nt = nc; nt < nce; nt += ATLAS_CPU_TILE_N) {
-				int64_t nb = nce - nt < ATLAS_CPU_TILE_N ?
-					nce - nt : ATLAS_CPU_TILE_N;
+				int64_t nb =
+				    nce - nt < ATLAS_CPU_TILE_N ? nce - nt : ATLAS_CPU_TILE_N;
 				pack(m, dt, wt, nt, nb, k0, kb);
 				tile_rows(m, wt, nt, nb, k0, kb);
 			}
@@ -236,8 +230,7 @@ AVX2 static void tiled_f16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 	tiled(m, ATLAS_DTYPE_F16, n0, n1);
 }
 
-AVX2 static void tiled_bf16(const struct atlas_cpu_mm *m, int64_t n0,
-			    int64_t n1)
+AVX2 static void tiled_bf16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 {
 	tiled(m, ATLAS_DTYPE_BF16, n0, n1);
 }

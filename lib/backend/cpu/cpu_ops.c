@@ -18,8 +18,8 @@
 
 static int bad_shape(const char *op, int64_t a, int64_t b)
 {
-	return atlas_error(ATLAS_EINVAL, "cpu %s: bad shape %lld x %lld", op,
-			   (long long)a, (long long)b);
+	return atlas_error(ATLAS_EINVAL, "cpu %s: bad shape %lld x %lld", op, (long long)a,
+			   (long long)b);
 }
 
 static int64_t row_grain(int64_t D)
@@ -31,24 +31,23 @@ static int64_t row_grain(int64_t D)
 
 /* One embed call: rows of the table gathered into out. */
 struct embed_job {
-	float *out;           /* [T,D] */
+	float *out;	      /* [T,D] */
 	const void *table;    /* [V,D] in wdt */
 	enum atlas_dtype wdt; /* dtype of table */
 	const int32_t *ids;   /* [T] */
-	int64_t D;            /* row length */
+	int64_t D;	      /* row length */
 };
 
 static void embed_range(void *ctx, int64_t b, int64_t e)
 {
 	const struct embed_job *j = ctx;
 	for (int64_t t = b; t < e; t++)
-		atlas_cpu_convert(j->out + t * j->D, j->table, j->wdt,
-				  (int64_t)j->ids[t] * j->D, j->D);
+		atlas_cpu_convert(j->out + t * j->D, j->table, j->wdt, (int64_t)j->ids[t] * j->D,
+				  j->D);
 }
 
-int atlas_cpu_embed(struct atlas_backend *be, void *out, const void *table,
-		    enum atlas_dtype wdt, const int32_t *ids, int64_t T,
-		    int64_t D)
+int atlas_cpu_embed(struct atlas_backend *be, void *out, const void *table, enum atlas_dtype wdt,
+		    const int32_t *ids, int64_t T, int64_t D)
 {
 	int rc = atlas_cpu_check_wdt(wdt, "embed");
 	if (rc)
@@ -57,8 +56,7 @@ int atlas_cpu_embed(struct atlas_backend *be, void *out, const void *table,
 		return bad_shape("embed", T, D);
 	for (int64_t t = 0; t < T; t++)
 		if (ids[t] < 0)
-			return atlas_error(ATLAS_ERANGE,
-					   "cpu embed: negative token id %d",
+			return atlas_error(ATLAS_ERANGE, "cpu embed: negative token id %d",
 					   (int)ids[t]);
 	struct embed_job j = {out, table, wdt, ids, D};
 	atlas_parallel_for(T, row_grain(D), embed_range, &j);
@@ -69,18 +67,18 @@ int atlas_cpu_embed(struct atlas_backend *be, void *out, const void *table,
 
 /* One rmsnorm or add_rmsnorm call. */
 struct norm_job {
-	float *out;           /* [R,D] result */
-	const float *x;       /* [R,D] input (rmsnorm) or residual addend */
-	float *res;           /* [R,D] residual, updated in place, or NULL */
-	const void *w;        /* [D] in wdt */
+	float *out;	      /* [R,D] result */
+	const float *x;	      /* [R,D] input (rmsnorm) or residual addend */
+	float *res;	      /* [R,D] residual, updated in place, or NULL */
+	const void *w;	      /* [D] in wdt */
 	enum atlas_dtype wdt; /* dtype of w */
-	int64_t D;            /* row length */
-	float eps;            /* added to the mean square */
+	int64_t D;	      /* row length */
+	float eps;	      /* added to the mean square */
 };
 
 /* out = v * rsqrt(mean(v^2) + eps) * w for one row v. */
-static void norm_row(float *out, const float *v, const void *w,
-		     enum atlas_dtype wdt, int64_t D, float eps)
+static void norm_row(float *out, const float *v, const void *w, enum atlas_dtype wdt, int64_t D,
+		     float eps)
 {
 	float a[8] = {0};
 	int64_t i = 0;
@@ -117,9 +115,8 @@ static void norm_range(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-int atlas_cpu_rmsnorm(struct atlas_backend *be, void *out, const void *x,
-		      const void *w, enum atlas_dtype wdt, int64_t R, int64_t D,
-		      float eps)
+int atlas_cpu_rmsnorm(struct atlas_backend *be, void *out, const void *x, const void *w,
+		      enum atlas_dtype wdt, int64_t R, int64_t D, float eps)
 {
 	int rc = atlas_cpu_check_wdt(wdt, "rmsnorm");
 	if (rc)
@@ -131,9 +128,8 @@ int atlas_cpu_rmsnorm(struct atlas_backend *be, void *out, const void *x,
 	return 0;
 }
 
-int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x,
-			  void *out, const void *w, enum atlas_dtype wdt,
-			  int64_t R, int64_t D, float eps)
+int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, void *out,
+			  const void *w, enum atlas_dtype wdt, int64_t R, int64_t D, float eps)
 {
 	int rc = atlas_cpu_check_wdt(wdt, "add_rmsnorm");
 	if (rc)
@@ -149,10 +145,10 @@ int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x,
 
 /* One rope call. */
 struct rope_job {
-	float *x;              /* [T,H,hd], rotated in place */
+	float *x;	       /* [T,H,hd], rotated in place */
 	const int32_t *pos;    /* [T] positions */
 	const float *inv_freq; /* [hd/2] */
-	int64_t H, hd;         /* heads and head size */
+	int64_t H, hd;	       /* heads and head size */
 };
 
 static void rope_range(void *ctx, int64_t b, int64_t e)
@@ -176,12 +172,11 @@ static void rope_range(void *ctx, int64_t b, int64_t e)
 	}
 }
 
-int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos,
-		   const float *inv_freq, int64_t T, int64_t H, int64_t hd)
+int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
+		   int64_t T, int64_t H, int64_t hd)
 {
 	if (T < 0 || H < 0 || hd < 0 || hd % 2)
-		return atlas_error(ATLAS_EINVAL,
-				   "cpu rope: bad shape T=%lld H=%lld hd=%lld",
+		return atlas_error(ATLAS_EINVAL, "cpu rope: bad shape T=%lld H=%lld hd=%lld",
 				   (long long)T, (long long)H, (long long)hd);
 	struct rope_job j = {x, pos, inv_freq, H, hd};
 	atlas_parallel_for(T, row_grain(H * hd * 8), rope_range, &j);
@@ -192,9 +187,9 @@ int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos,
 
 /* One swiglu or add call over n elements. */
 struct ew_job {
-	float *out;      /* result (swiglu) or y (add) */
-	const float *a;  /* gate (swiglu) or x (add) */
-	const float *b;  /* up (swiglu), unused by add */
+	float *out;	/* result (swiglu) or y (add) */
+	const float *a; /* gate (swiglu) or x (add) */
+	const float *b; /* up (swiglu), unused by add */
 };
 
 static void swiglu_range(void *ctx, int64_t b, int64_t e)
@@ -213,8 +208,8 @@ static void add_range(void *ctx, int64_t b, int64_t e)
 		j->out[i] += j->a[i];
 }
 
-int atlas_cpu_swiglu(struct atlas_backend *be, void *out, const void *gate,
-		     const void *up, int64_t T, int64_t F)
+int atlas_cpu_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
+		     int64_t T, int64_t F)
 {
 	if (T < 0 || F < 0)
 		return bad_shape("swiglu", T, F);

@@ -23,7 +23,7 @@ struct mock_ctx {
 
 /* Append one formatted line; ATLAS_ENOMEM if it cannot be stored. */
 static int record(struct atlas_backend *be, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 static int record(struct atlas_backend *be, const char *fmt, ...)
 {
@@ -90,8 +90,7 @@ static void mock_free(struct atlas_backend *be, void *p)
 	free(p);
 }
 
-static const void *mock_weight_upload(struct atlas_backend *be,
-				      const void *host, size_t bytes)
+static const void *mock_weight_upload(struct atlas_backend *be, const void *host, size_t bytes)
 {
 	return host;
 }
@@ -100,16 +99,14 @@ static void mock_weight_release(struct atlas_backend *be, const void *w)
 {
 }
 
-static int mock_memcpy(struct atlas_backend *be, void *dst, const void *src,
-		       size_t bytes)
+static int mock_memcpy(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
 {
 	if (bytes)
 		memmove(dst, src, bytes);
 	return 0;
 }
 
-static int mock_copy(struct atlas_backend *be, void *dst, const void *src,
-		     size_t bytes)
+static int mock_copy(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
 {
 	return record(be, "copy bytes=%zu", bytes);
 }
@@ -119,68 +116,57 @@ static int mock_sync(struct atlas_backend *be)
 	return 0;
 }
 
-static int mock_embed(struct atlas_backend *be, void *out, const void *table,
-		      enum atlas_dtype wdt, const int32_t *ids, int64_t T,
-		      int64_t D)
+static int mock_embed(struct atlas_backend *be, void *out, const void *table, enum atlas_dtype wdt,
+		      const int32_t *ids, int64_t T, int64_t D)
 {
 	return record(be, "embed T=%lld D=%lld", (long long)T, (long long)D);
 }
 
-static int mock_rmsnorm(struct atlas_backend *be, void *out, const void *x,
-			const void *w, enum atlas_dtype wdt, int64_t R,
-			int64_t D, float eps)
+static int mock_rmsnorm(struct atlas_backend *be, void *out, const void *x, const void *w,
+			enum atlas_dtype wdt, int64_t R, int64_t D, float eps)
 {
 	return record(be, "rmsnorm R=%lld D=%lld", (long long)R, (long long)D);
 }
 
-static int mock_add_rmsnorm(struct atlas_backend *be, void *res,
-			    const void *x, void *out, const void *w,
-			    enum atlas_dtype wdt, int64_t R, int64_t D,
-			    float eps)
+static int mock_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, void *out,
+			    const void *w, enum atlas_dtype wdt, int64_t R, int64_t D, float eps)
 {
-	return record(be, "add_rmsnorm R=%lld D=%lld", (long long)R,
-		      (long long)D);
+	return record(be, "add_rmsnorm R=%lld D=%lld", (long long)R, (long long)D);
 }
 
-static int mock_matmul(struct atlas_backend *be, void *out, const void *x,
-		       const void *w, const void *bias, enum atlas_dtype wdt,
-		       int64_t T, int64_t N, int64_t K)
+static int mock_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
+		       const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
-	return record(be, "matmul T=%lld N=%lld K=%lld%s", (long long)T,
-		      (long long)N, (long long)K, bias ? " bias" : "");
+	return record(be, "matmul T=%lld N=%lld K=%lld%s", (long long)T, (long long)N, (long long)K,
+		      bias ? " bias" : "");
 }
 
-static int mock_rope(struct atlas_backend *be, void *x, const int32_t *pos,
-		     const float *inv_freq, int64_t T, int64_t H, int64_t hd)
+static int mock_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
+		     int64_t T, int64_t H, int64_t hd)
 {
-	return record(be, "rope T=%lld H=%lld hd=%lld", (long long)T,
-		      (long long)H, (long long)hd);
+	return record(be, "rope T=%lld H=%lld hd=%lld", (long long)T, (long long)H, (long long)hd);
 }
 
-static int mock_attention(struct atlas_backend *be, void *out, const void *q,
-			  const void *kc, const void *vc, int64_t T,
-			  int64_t pos0, int64_t H, int64_t Hkv, int64_t hd,
-			  int64_t window, float scale)
+static int mock_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
+			  const void *vc, int64_t T, int64_t pos0, int64_t H, int64_t Hkv,
+			  int64_t hd, int64_t window, float scale)
 {
-	return record(be, "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld",
-		      (long long)T, (long long)pos0, (long long)H,
-		      (long long)Hkv, (long long)hd);
+	return record(be, "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld", (long long)T,
+		      (long long)pos0, (long long)H, (long long)Hkv, (long long)hd);
 }
 
-static int mock_swiglu(struct atlas_backend *be, void *out, const void *gate,
-		       const void *up, int64_t T, int64_t F)
+static int mock_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
+		       int64_t T, int64_t F)
 {
 	return record(be, "swiglu T=%lld F=%lld", (long long)T, (long long)F);
 }
 
-static int mock_add(struct atlas_backend *be, void *y, const void *x,
-		    int64_t n)
+static int mock_add(struct atlas_backend *be, void *y, const void *x, int64_t n)
 {
 	return record(be, "add n=%lld", (long long)n);
 }
 
-static int mock_to_f32(struct atlas_backend *be, float *host, const void *src,
-		       int64_t n)
+static int mock_to_f32(struct atlas_backend *be, float *host, const void *src, int64_t n)
 {
 	if (n > 0)
 		memset(host, 0, (size_t)n * sizeof(float));
@@ -198,27 +184,27 @@ struct atlas_backend *atlas_backend_mock_new(void)
 		return NULL;
 	}
 	*be = (struct atlas_backend){
-		.name = "mock",
-		.ctx = c,
-		.act_dtype = ATLAS_DTYPE_F32,
-		.destroy = mock_destroy,
-		.alloc = mock_alloc,
-		.free = mock_free,
-		.weight_upload = mock_weight_upload,
-		.weight_release = mock_weight_release,
-		.upload = mock_memcpy,
-		.download = mock_memcpy,
-		.copy = mock_copy,
-		.sync = mock_sync,
-		.embed = mock_embed,
-		.rmsnorm = mock_rmsnorm,
-		.add_rmsnorm = mock_add_rmsnorm,
-		.matmul = mock_matmul,
-		.rope = mock_rope,
-		.attention = mock_attention,
-		.swiglu = mock_swiglu,
-		.add = mock_add,
-		.to_f32 = mock_to_f32,
+	    .name = "mock",
+	    .ctx = c,
+	    .act_dtype = ATLAS_DTYPE_F32,
+	    .destroy = mock_destroy,
+	    .alloc = mock_alloc,
+	    .free = mock_free,
+	    .weight_upload = mock_weight_upload,
+	    .weight_release = mock_weight_release,
+	    .upload = mock_memcpy,
+	    .download = mock_memcpy,
+	    .copy = mock_copy,
+	    .sync = mock_sync,
+	    .embed = mock_embed,
+	    .rmsnorm = mock_rmsnorm,
+	    .add_rmsnorm = mock_add_rmsnorm,
+	    .matmul = mock_matmul,
+	    .rope = mock_rope,
+	    .attention = mock_attention,
+	    .swiglu = mock_swiglu,
+	    .add = mock_add,
+	    .to_f32 = mock_to_f32,
 	};
 	return be;
 }
