@@ -36,6 +36,8 @@ UNITS   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 HARNESS := $(BUILD)/obj/tests/unit/harness.o
 
 .PHONY: all lib progs tests test install uninstall clean lint fuzz
+# keep objects of pattern-built programs (make would delete them, and print so)
+.SECONDARY:
 all: lib progs
 
 lib: $(BUILD)/libatlas.a
