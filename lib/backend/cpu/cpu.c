@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../../core/error.h"
 
@@ -75,36 +76,85 @@ static void cpu_destroy(struct atlas_backend *be)
 	free(be);
 }
 
-static void *cpu_alloc(struct atlas_backend *be, size_t bytes)
+/* Every block starts with a 64-byte header holding its mapped size (0 for
+ * a heap block), so free knows how to give it back. Blocks of 1 MiB and
+ * more are anonymous mappings: zero pages arrive lazily (no memset of a
+ * KV cache that is mostly never touched) and transparent huge pages are
+ * asked for, which matters for streaming weights through the TLB. */
+#define HDR 64
+#define BIG (1u << 20)
+
+static void *cpu_alloc_raw(size_t bytes, int zero)
 {
-	/* aligned_alloc wants a multiple of the alignment; never 0 bytes */
 	size_t n = (bytes + 63) & ~(size_t)63;
-	void *p;
-	if (n == 0)
-		n = 64;
-	if (n < bytes)
+	if (n < bytes || n > SIZE_MAX - 4096) {
+		atlas_error(ATLAS_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
 		return NULL;
-	p = aligned_alloc(64, n);
+	}
+	if (n >= BIG) {
+		size_t len = n + 4096;
+		char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED) {
+			atlas_error(ATLAS_ENOMEM, "cpu: cannot map %zu bytes", bytes);
+			return NULL;
+		}
+#ifdef MADV_HUGEPAGE
+		madvise(m, len, MADV_HUGEPAGE);
+#endif
+		/* header at the end of the first page keeps the data page-aligned */
+		*(size_t *)(m + 4096 - HDR) = len;
+		return m + 4096;
+	}
+	char *p = aligned_alloc(64, n + HDR);
 	if (!p) {
 		atlas_error(ATLAS_ENOMEM, "cpu: cannot allocate %zu bytes", bytes);
 		return NULL;
 	}
-	memset(p, 0, n);
-	return p;
+	*(size_t *)p = 0;
+	if (zero)
+		memset(p + HDR, 0, n);
+	return p + HDR;
+}
+
+static void cpu_free_raw(const void *q)
+{
+	if (!q)
+		return;
+	char *p = (char *)q - HDR;
+	size_t len = *(size_t *)p;
+	if (len)
+		munmap((char *)q - 4096, len);
+	else
+		free(p);
+}
+
+static void *cpu_alloc(struct atlas_backend *be, size_t bytes)
+{
+	return cpu_alloc_raw(bytes, 1);
 }
 
 static void cpu_free(struct atlas_backend *be, void *p)
 {
-	free(p);
+	cpu_free_raw(p);
 }
 
+/* Weights are used in place from the checkpoint's mmap (zero copy), unless
+ * ATLAS_CPU_COPY_WEIGHTS=1 asks for a private huge-page copy: more memory
+ * and load time, fewer TLB misses while streaming them. */
 static const void *cpu_weight_upload(struct atlas_backend *be, const void *host, size_t bytes)
 {
-	return host;
+	if (!be->ctx)
+		return host;
+	void *p = cpu_alloc_raw(bytes, 0);
+	if (p)
+		memcpy(p, host, bytes);
+	return p;
 }
 
 static void cpu_weight_release(struct atlas_backend *be, const void *w)
 {
+	if (be->ctx)
+		cpu_free_raw(w);
 }
 
 static int cpu_copy(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
@@ -137,7 +187,7 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 	}
 	*be = (struct atlas_backend){
 	    .name = "cpu",
-	    .ctx = NULL,
+	    .ctx = NULL, /* non-NULL: copy weights (see cpu_weight_upload) */
 	    .act_dtype = ATLAS_DTYPE_F32,
 	    .destroy = cpu_destroy,
 	    .alloc = cpu_alloc,
@@ -158,6 +208,9 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 	    .add = atlas_cpu_add,
 	    .to_f32 = cpu_to_f32,
 	};
+	const char *cw = getenv("ATLAS_CPU_COPY_WEIGHTS");
+	if (cw && !strcmp(cw, "1"))
+		be->ctx = be; /* a flag; the CPU backend has no other state */
 	atlas_cpu_isa_get();
 	return be;
 }

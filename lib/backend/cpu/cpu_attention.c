@@ -33,7 +33,7 @@ struct attn_job {
 	atomic_int failed;  /* set when a task could not get its buffer */
 };
 
-static float dot(const float *a, const float *b, int64_t n)
+static inline __attribute__((always_inline)) float dot(const float *a, const float *b, int64_t n)
 {
 	float s[8] = {0};
 	int64_t i = 0;
@@ -45,8 +45,17 @@ static float dot(const float *a, const float *b, int64_t n)
 	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+/* Built twice on x86-64 (AVX2+FMA and baseline), picked at load by the
+ * dynamic linker, so the inner loops get 8-wide FMAs where the CPU has
+ * them and the binary still runs everywhere. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define ATTN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define ATTN_CLONES
+#endif
+
 /* out [hd] for query t of head h; sc has room for the visible keys. */
-static void attend(const struct attn_job *j, int64_t t, int64_t h, float *sc)
+ATTN_CLONES static void attend(const struct attn_job *j, int64_t t, int64_t h, float *sc)
 {
 	const int64_t hd = j->hd, ld = j->Hkv * hd;
 	const int64_t p = j->pos0 + t, kvh = h / (j->H / j->Hkv);
