@@ -31,3 +31,10 @@ struct atlas_backend *atlas_backend_open(const char *device)
 	atlas_error(ATLAS_EINVAL, "unknown device '%s' (expected cpu, cuda[:N] or auto)", device);
 	return NULL;
 }
+
+/* Weak default for CPU-only builds; the generated kernel registry of a
+ * CUDA build defines the strong one. */
+__attribute__((weak)) const char *atlas_kernel_targets(void)
+{
+	return "";
+}

@@ -25,6 +25,18 @@
 
 #include "../core/dtype.h"
 
+/* Where the tokens of one forward step live in the paged KV cache. All
+ * pointers are backend memory; sizes are host values. */
+struct atlas_kv_batch {
+	const int32_t *seq_of;       /* [T] row of block_tables of each token */
+	const int32_t *pos;          /* [T] absolute position of each token */
+	const int32_t *block_tables; /* [n_seq, max_blocks] cache block ids */
+	int64_t n_seq;               /* rows of block_tables */
+	int64_t max_blocks;          /* row stride of block_tables */
+	int64_t block_size;          /* tokens per cache block */
+	int64_t max_keys;            /* most keys any token sees (<= max_blocks*block_size) */
+};
+
 struct atlas_backend {
 	const char *name;           /* "cpu", "cuda", "mock" */
 	void *ctx;                  /* backend private state */
@@ -82,15 +94,22 @@ struct atlas_backend {
 	 * backend memory (scaling already folded in). */
 	int (*rope)(struct atlas_backend *be, void *x, const int32_t *pos,
 		    const float *inv_freq, int64_t T, int64_t H, int64_t hd);
-	/* Causal attention of T new queries against a KV cache that already
-	 * holds their own keys/values: q [T,H,hd]; kc, vc [S,Hkv,hd] with
-	 * S >= pos0+T; query t sees keys max(0, pos0+t-window+1)..pos0+t
-	 * (window 0 = unlimited). GQA: head h reads kv head h / (H/Hkv).
-	 * out [T,H,hd]. */
+	/* Store the K and V rows of T tokens into the paged cache: row t of
+	 * k, v ([T, row] each) goes to cache row slot[t] of kc, vc
+	 * ([n_slots, row]); slot [T] int32 in backend memory. */
+	int (*kv_store)(struct atlas_backend *be, void *kc, void *vc, const void *k,
+			const void *v, const int32_t *slot, int64_t T, int64_t row);
+	/* Causal attention of the T tokens of a batch against the paged KV
+	 * cache (which already holds their own keys and values): token t of
+	 * sequence b->seq_of[t] at position p = b->pos[t] sees the keys at
+	 * positions max(0, p-window+1)..p of its sequence (window 0 = all),
+	 * key j being cache row block_tables[seq][j / block_size] *
+	 * block_size + j % block_size. q, out [T,H,hd]; kc, vc
+	 * [n_slots, Hkv, hd]. GQA: head h reads kv head h / (H/Hkv). */
 	int (*attention)(struct atlas_backend *be, void *out, const void *q,
-			 const void *kc, const void *vc, int64_t T, int64_t pos0,
-			 int64_t H, int64_t Hkv, int64_t hd, int64_t window,
-			 float scale);
+			 const void *kc, const void *vc,
+			 const struct atlas_kv_batch *b, int64_t T, int64_t H,
+			 int64_t Hkv, int64_t hd, int64_t window, float scale);
 	/* out[T,F] = silu(gate) * up; gate, up [T,F]. out may alias gate. */
 	int (*swiglu)(struct atlas_backend *be, void *out, const void *gate,
 		      const void *up, int64_t T, int64_t F);
@@ -113,6 +132,29 @@ struct atlas_backend *atlas_backend_mock_new(void);
 int64_t atlas_backend_mock_count(const struct atlas_backend *be);
 const char *atlas_backend_mock_call(const struct atlas_backend *be, int64_t i);
 void atlas_backend_mock_reset(struct atlas_backend *be);
+
+/* --- machine facts (for atlas-doctor, atlas-load and logs) ------------ */
+
+struct atlas_gpu_info {
+	int index;          /* CUDA device ordinal */
+	char name[128];     /* "NVIDIA H200" */
+	int cc_major;       /* compute capability, e.g. 9 */
+	int cc_minor;       /* e.g. 0 */
+	size_t mem_total;   /* bytes */
+	size_t mem_free;    /* bytes, 0 if unknown */
+};
+
+/* Probe NVIDIA GPUs through the driver loaded at run time (no link-time
+ * dependency on libcuda). Fills up to `max` entries and returns the number
+ * of GPUs (>= 0); *driver_version gets e.g. 13000 (or 0). Returns
+ * ATLAS_ENOTFOUND with a message when no NVIDIA driver can be loaded,
+ * another negative code when the driver fails. */
+int atlas_gpu_probe(struct atlas_gpu_info *gpus, int max, int *driver_version);
+
+/* The kernel targets compiled into this build, as a static string of
+ * "arch/family/quant" entries separated by ", " (e.g.
+ * "sm90/common/bf16, sm90/qwen3/bf16"), or "" for a CPU-only build. */
+const char *atlas_kernel_targets(void);
 
 /* Pick a backend by name: "cpu", "mock", "auto" (the best available;
  * "cpu" until the CUDA backend exists), "cuda[:N]". NULL with a message

@@ -1,4 +1,4 @@
-/* decoder.c - the generic dense decoder: load weights, run tokens.
+/* decoder.c - the generic dense decoder: load and check weights.
  *
  * One pre-norm transformer for every dense family; family.h flags switch
  * the differences (QKV bias, q/k norm, sliding window). The forward pass
@@ -14,8 +14,8 @@
  *     x += (silu(h Wg) * h Wu) Wd
  *   logits = rmsnorm(x) Wlm
  *
- * Prompts longer than the activation buffers run in chunks of CHUNK
- * tokens; every buffer is allocated at load, none per step. */
+ * This file loads; forward.c runs the steps and kvpool.c keeps the paged
+ * KV cache. Every buffer is allocated at load, none per step. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,53 +23,12 @@
 
 #include "../core/error.h"
 #include "../core/log.h"
-#include "../io/safetensors.h"
-#include "family.h"
-#include "model.h"
+#include "decoder_internal.h"
 #include "rope.h"
-
-#define CHUNK 128 /* tokens per forward chunk */
-
-struct weight {
-	const void *p;          /* backend pointer, NULL if absent */
-	enum atlas_dtype dtype; /* as stored */
-	size_t nbytes;          /* bytes */
-};
-
-struct layer {
-	struct weight ln1, ln2;         /* input / post-attention norms [D] */
-	struct weight wq, wk, wv, wo;   /* [H*hd, D], [Hkv*hd, D] x2, [D, H*hd] */
-	struct weight bq, bk, bv, bo;   /* biases, or absent */
-	struct weight qn, kn;           /* q/k norms [hd] (Qwen3) */
-	struct weight wg, wu, wd;       /* [F, D], [F, D], [D, F] */
-	struct weight bg, bu, bd;       /* MLP biases, or absent */
-};
-
-struct atlas_model {
-	struct atlas_config cfg;          /* parsed config.json */
-	const struct atlas_family *fam;   /* family flags */
-	struct atlas_backend *be;         /* not owned */
-	struct atlas_st *st;              /* the mmapped checkpoint */
-	int64_t max_ctx;                  /* KV capacity per sequence */
-	struct weight embed, norm, lm_head; /* lm_head may alias embed */
-	struct layer *layers;             /* [num_layers] */
-	float *inv_freq;                  /* backend [hd/2] */
-	size_t act;                       /* bytes per activation element */
-	/* activation buffers, CHUNK rows each */
-	void *x, *h, *q, *k, *v, *att, *o, *g, *u, *logits;
-	int32_t *ids_buf, *pos_buf;       /* backend [CHUNK] */
-	int32_t pos_host[CHUNK];          /* staging for positions */
-};
-
-struct atlas_seq {
-	struct atlas_model *m; /* owner model */
-	void *kv;              /* one allocation: K then V, [L][max_ctx][Hkv*hd] each */
-	int64_t len;           /* tokens in the cache */
-};
 
 void atlas_model_default_params(struct atlas_model_params *p)
 {
-	p->max_context = 0;
+	*p = (struct atlas_model_params){0};
 }
 
 const struct atlas_config *atlas_model_config(const struct atlas_model *m)
@@ -85,6 +44,16 @@ const char *atlas_model_family(const struct atlas_model *m)
 int64_t atlas_model_max_context(const struct atlas_model *m)
 {
 	return m->max_ctx;
+}
+
+int64_t atlas_model_max_seqs(const struct atlas_model *m)
+{
+	return m->max_seqs;
+}
+
+int64_t atlas_model_max_tokens(const struct atlas_model *m)
+{
+	return m->max_tokens;
 }
 
 int64_t atlas_model_weight_bytes(const struct atlas_model *m)
@@ -223,18 +192,17 @@ static int alloc_buffers(struct atlas_model *m)
 	float *freq = malloc(hd2 * sizeof(float));
 	if (!freq)
 		goto nomem;
-	ALLOC(m->x, CHUNK * c->hidden_size * a);
-	ALLOC(m->h, CHUNK * c->hidden_size * a);
-	ALLOC(m->o, CHUNK * c->hidden_size * a);
-	ALLOC(m->q, CHUNK * qd * a);
-	ALLOC(m->att, CHUNK * qd * a);
-	ALLOC(m->k, CHUNK * kvd * a);
-	ALLOC(m->v, CHUNK * kvd * a);
-	ALLOC(m->g, CHUNK * c->intermediate_size * a);
-	ALLOC(m->u, CHUNK * c->intermediate_size * a);
-	ALLOC(m->logits, CHUNK * c->vocab_size * a);
-	ALLOC(m->ids_buf, CHUNK * sizeof(int32_t));
-	ALLOC(m->pos_buf, CHUNK * sizeof(int32_t));
+	ALLOC(m->x, m->max_tokens * c->hidden_size * a);
+	ALLOC(m->h, m->max_tokens * c->hidden_size * a);
+	ALLOC(m->o, m->max_tokens * c->hidden_size * a);
+	ALLOC(m->q, m->max_tokens * qd * a);
+	ALLOC(m->att, m->max_tokens * qd * a);
+	ALLOC(m->k, m->max_tokens * kvd * a);
+	ALLOC(m->v, m->max_tokens * kvd * a);
+	ALLOC(m->g, m->max_tokens * c->intermediate_size * a);
+	ALLOC(m->u, m->max_tokens * c->intermediate_size * a);
+	ALLOC(m->logits, m->max_tokens * c->vocab_size * a);
+	ALLOC(m->sel, m->max_seqs * c->hidden_size * a);
 	ALLOC(m->inv_freq, hd2 * sizeof(float));
 	atlas_rope_inv_freq(c, freq);
 	if (m->be->upload(m->be, m->inv_freq, freq, hd2 * sizeof(float))) {
@@ -266,6 +234,11 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		goto fail;
 	m->max_ctx = p && p->max_context > 0 ? p->max_context
 		: (c->max_position < 4096 ? c->max_position : 4096);
+	m->max_seqs = p && p->max_seqs > 0 ? p->max_seqs : 1;
+	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 128;
+	m->block_size = p && p->block_size > 0 ? p->block_size : 16;
+	m->max_blocks = (m->max_ctx + m->block_size - 1) / m->block_size;
+	m->n_blocks = p && p->kv_blocks > 0 ? p->kv_blocks : m->max_seqs * m->max_blocks;
 	if (m->max_ctx > c->max_position)
 		atlas_warn("context %lld is longer than the model's max_position_embeddings %lld; "
 			   "output past that is untested territory for the model",
@@ -286,12 +259,16 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		rc = bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, c->hidden_size, 1);
 	for (int64_t l = 0; !rc && l < c->num_layers; l++)
 		rc = bind_layer(m, l);
-	if (rc || alloc_buffers(m))
+	if (rc || alloc_buffers(m) || atlas_kvpool_init(m))
 		goto fail;
 	atlas_info("loaded %s model from '%s': %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld, context %lld",
 		   m->fam->name, dir, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads,
 		   (long long)c->vocab_size, (long long)m->max_ctx);
+	atlas_info("KV cache: %lld blocks of %lld tokens (%lld MiB)", (long long)m->n_blocks,
+		   (long long)m->block_size,
+		   (long long)((2 * c->num_layers * m->n_blocks * m->block_size *
+				c->num_kv_heads * c->head_dim * (int64_t)m->act) >> 20));
 	atlas_info("weights read per token: %lld bytes", (long long)atlas_model_weight_bytes(m));
 	return m;
 fail:
@@ -324,8 +301,9 @@ void atlas_model_free(struct atlas_model *m)
 		release(m, &m->lm_head);
 	release(m, &m->embed);
 	release(m, &m->norm);
+	atlas_kvpool_release(m);
 	void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u,
-		m->logits, m->ids_buf, m->pos_buf, m->inv_freq};
+		m->logits, m->sel, m->inv_freq};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);
@@ -333,155 +311,3 @@ void atlas_model_free(struct atlas_model *m)
 	free(m);
 }
 
-struct atlas_seq *atlas_seq_new(struct atlas_model *m)
-{
-	const struct atlas_config *c = &m->cfg;
-	struct atlas_seq *s = calloc(1, sizeof(*s));
-	size_t bytes = 2 * (size_t)c->num_layers * (size_t)m->max_ctx *
-		       (size_t)(c->num_kv_heads * c->head_dim) * m->act;
-	if (!s || !(s->kv = m->be->alloc(m->be, bytes))) {
-		free(s);
-		atlas_error(ATLAS_ENOMEM, "cannot allocate a KV cache of %zu MiB",
-			    bytes >> 20);
-		return NULL;
-	}
-	s->m = m;
-	return s;
-}
-
-void atlas_seq_free(struct atlas_seq *s)
-{
-	if (!s)
-		return;
-	s->m->be->free(s->m->be, s->kv);
-	free(s);
-}
-
-int64_t atlas_seq_len(const struct atlas_seq *s)
-{
-	return s->len;
-}
-
-void atlas_seq_reset(struct atlas_seq *s)
-{
-	s->len = 0;
-}
-
-/* The K (which = 0) or V (1) cache of layer l, at position pos. */
-static char *kv_at(struct atlas_seq *s, int which, int64_t l, int64_t pos)
-{
-	const struct atlas_config *c = &s->m->cfg;
-	size_t row = (size_t)(c->num_kv_heads * c->head_dim) * s->m->act;
-	size_t per_layer = row * (size_t)s->m->max_ctx;
-	size_t half = per_layer * (size_t)c->num_layers;
-	return (char *)s->kv + (size_t)which * half + (size_t)l * per_layer + (size_t)pos * row;
-}
-
-#define TRY(call) \
-	do { \
-		int rc_ = (call); \
-		if (rc_) \
-			return rc_; \
-	} while (0)
-
-/* One layer over T tokens at positions pos0..pos0+T-1. On entry m->h holds
- * rmsnorm(x) for this layer; on exit x holds the residual stream without
- * the MLP output, which is left in m->o for the next fused add+norm. */
-static int layer_forward(struct atlas_model *m, struct atlas_seq *s, int64_t l,
-			 int64_t T, int64_t pos0)
-{
-	struct atlas_backend *be = m->be;
-	const struct atlas_config *c = &m->cfg;
-	const struct layer *L = &m->layers[l];
-	int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-	int64_t H = c->num_heads, Hkv = c->num_kv_heads;
-	int64_t window = m->fam->use_window ? c->sliding_window : 0;
-	float eps = (float)c->rms_eps;
-
-	TRY(be->matmul(be, m->q, m->h, L->wq.p, L->bq.p, L->wq.dtype, T, H * hd, D));
-	TRY(be->matmul(be, m->k, m->h, L->wk.p, L->bk.p, L->wk.dtype, T, Hkv * hd, D));
-	TRY(be->matmul(be, m->v, m->h, L->wv.p, L->bv.p, L->wv.dtype, T, Hkv * hd, D));
-	if (m->fam->qk_norm) {
-		TRY(be->rmsnorm(be, m->q, m->q, L->qn.p, L->qn.dtype, T * H, hd, eps));
-		TRY(be->rmsnorm(be, m->k, m->k, L->kn.p, L->kn.dtype, T * Hkv, hd, eps));
-	}
-	TRY(be->rope(be, m->q, m->pos_buf, m->inv_freq, T, H, hd));
-	TRY(be->rope(be, m->k, m->pos_buf, m->inv_freq, T, Hkv, hd));
-	size_t kvbytes = (size_t)(T * Hkv * hd) * m->act;
-	TRY(be->copy(be, kv_at(s, 0, l, pos0), m->k, kvbytes));
-	TRY(be->copy(be, kv_at(s, 1, l, pos0), m->v, kvbytes));
-	TRY(be->attention(be, m->att, m->q, kv_at(s, 0, l, 0), kv_at(s, 1, l, 0),
-			  T, pos0, H, Hkv, hd, window, 1.0f / sqrtf((float)hd)));
-	TRY(be->matmul(be, m->o, m->att, L->wo.p, L->bo.p, L->wo.dtype, T, D, H * hd));
-	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln2.p, L->ln2.dtype, T, D, eps));
-	TRY(be->matmul(be, m->g, m->h, L->wg.p, L->bg.p, L->wg.dtype, T, F, D));
-	TRY(be->matmul(be, m->u, m->h, L->wu.p, L->bu.p, L->wu.dtype, T, F, D));
-	TRY(be->swiglu(be, m->g, m->g, m->u, T, F));
-	TRY(be->matmul(be, m->o, m->g, L->wd.p, L->bd.p, L->wd.dtype, T, D, F));
-	return 0;
-}
-
-/* Forward of one chunk (T <= CHUNK); logits for every row when all,
- * else for the last row only, written to host `logits`. */
-static int chunk_forward(struct atlas_model *m, struct atlas_seq *s,
-			 const int32_t *ids, int64_t T, float *logits, bool all)
-{
-	struct atlas_backend *be = m->be;
-	const struct atlas_config *c = &m->cfg;
-	int64_t D = c->hidden_size, V = c->vocab_size, pos0 = s->len;
-	float eps = (float)c->rms_eps;
-
-	for (int64_t t = 0; t < T; t++)
-		m->pos_host[t] = (int32_t)(pos0 + t);
-	TRY(be->upload(be, m->ids_buf, ids, (size_t)T * sizeof(int32_t)));
-	TRY(be->upload(be, m->pos_buf, m->pos_host, (size_t)T * sizeof(int32_t)));
-	TRY(be->embed(be, m->x, m->embed.p, m->embed.dtype, m->ids_buf, T, D));
-	for (int64_t l = 0; l < c->num_layers; l++) {
-		const struct layer *L = &m->layers[l];
-		if (l == 0)
-			TRY(be->rmsnorm(be, m->h, m->x, L->ln1.p, L->ln1.dtype, T, D, eps));
-		else
-			TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln1.p, L->ln1.dtype, T, D, eps));
-		TRY(layer_forward(m, s, l, T, pos0));
-	}
-	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps));
-	if (all) {
-		TRY(be->matmul(be, m->logits, m->h, m->lm_head.p, NULL, m->lm_head.dtype, T, V, D));
-		TRY(be->to_f32(be, logits, m->logits, T * V));
-	} else if (logits) {
-		const char *last = (const char *)m->h + (size_t)((T - 1) * D) * m->act;
-		TRY(be->matmul(be, m->logits, last, m->lm_head.p, NULL, m->lm_head.dtype, 1, V, D));
-		TRY(be->to_f32(be, logits, m->logits, V));
-	}
-	s->len += T;
-	return 0;
-}
-
-int atlas_model_forward(struct atlas_model *m, struct atlas_seq *s,
-			const int32_t *ids, int64_t T, float *logits, bool all_logits)
-{
-	const struct atlas_config *c = &m->cfg;
-	if (T <= 0)
-		return atlas_error(ATLAS_EINVAL, "no tokens to run");
-	if (s->len + T > m->max_ctx)
-		return atlas_error(ATLAS_ERANGE,
-				   "%lld tokens do not fit in the context (%lld of %lld used)",
-				   (long long)T, (long long)s->len, (long long)m->max_ctx);
-	for (int64_t t = 0; t < T; t++)
-		if (ids[t] < 0 || ids[t] >= c->vocab_size)
-			return atlas_error(ATLAS_ERANGE,
-					   "token id %d is outside the vocabulary (0..%lld)",
-					   ids[t], (long long)c->vocab_size - 1);
-	int64_t start = s->len;
-	for (int64_t done = 0; done < T; done += CHUNK) {
-		int64_t n = T - done < CHUNK ? T - done : CHUNK;
-		bool last = done + n == T;
-		float *out = all_logits ? logits + done * c->vocab_size : (last ? logits : NULL);
-		int rc = chunk_forward(m, s, ids + done, n, out, all_logits);
-		if (rc) {
-			s->len = start; /* nothing appended on failure */
-			return rc;
-		}
-	}
-	return 0;
-}

@@ -3,8 +3,12 @@
  * atlas_model_load reads config.json, picks the family from model_type /
  * architectures (llama, mistral, qwen2, qwen3), checks every tensor's
  * presence, dtype and shape against the config, and hands the weights to
- * the backend. A sequence (struct atlas_seq) owns one KV cache; forward
- * appends tokens to it and returns logits. */
+ * the backend. The KV cache is one pool of fixed-size blocks owned by the
+ * model; a sequence (struct atlas_seq) holds a block table that grows as
+ * tokens are appended and gives its blocks back when reset or freed. A
+ * forward step runs tokens of one or several sequences together
+ * (continuous batching); results never depend on what else is in the
+ * batch. */
 #ifndef ATLAS_MODEL_H
 #define ATLAS_MODEL_H
 
@@ -18,7 +22,11 @@ struct atlas_model; /* opaque */
 struct atlas_seq;   /* opaque: one sequence's KV cache and length */
 
 struct atlas_model_params {
-	int64_t max_context; /* KV capacity per sequence; 0 = min(config max, 4096) */
+	int64_t max_context; /* tokens per sequence; 0 = min(config max, 4096) */
+	int64_t max_seqs;    /* sequences in one forward step; 0 = 1 */
+	int64_t max_tokens;  /* tokens in one forward step; 0 = 128 */
+	int64_t block_size;  /* tokens per KV block; 0 = 16 */
+	int64_t kv_blocks;   /* blocks in the pool; 0 = enough for max_seqs full sequences */
 };
 
 void atlas_model_default_params(struct atlas_model_params *p);
@@ -43,20 +51,49 @@ int64_t atlas_model_weight_bytes(const struct atlas_model *m);
 /* Comma-separated list of supported families; static string. */
 const char *atlas_model_supported(void);
 
-/* A new empty sequence for `m`, or NULL. Owned by the caller. */
+/* A new empty sequence for `m` (holding no blocks yet), or NULL. Owned
+ * by the caller; free it before the model. */
 struct atlas_seq *atlas_seq_new(struct atlas_model *m);
 void atlas_seq_free(struct atlas_seq *s);
 /* Tokens held so far. */
 int64_t atlas_seq_len(const struct atlas_seq *s);
-/* Forget all tokens (keeps the memory). */
+/* Forget all tokens and give the blocks back to the pool. */
 void atlas_seq_reset(struct atlas_seq *s);
 
 /* Run T tokens `ids` at positions len..len+T-1 of `s`, appending them to
- * its cache. Writes logits to host memory: [T, vocab] when all_logits,
- * else [vocab] for the last token only. ATLAS_ERANGE when an id is out of
- * the vocabulary or the context would overflow (nothing is appended). */
+ * its cache (in steps of at most max_tokens). Writes logits to host
+ * memory: [T, vocab] when all_logits, else [vocab] for the last token
+ * only (logits may be NULL then). ATLAS_ERANGE when an id is out of the
+ * vocabulary or the context would overflow, ATLAS_ENOMEM when the pool
+ * has too few free blocks; on error nothing is appended. */
 int atlas_model_forward(struct atlas_model *m, struct atlas_seq *s,
 			const int32_t *ids, int64_t T, float *logits,
 			bool all_logits);
+
+/* One sequence's share of a batched step. */
+struct atlas_batch_item {
+	struct atlas_seq *seq; /* the sequence the tokens are appended to */
+	const int32_t *ids;    /* its new tokens */
+	int64_t n;             /* how many (>= 1) */
+	float *logits;         /* host [vocab] for its last token, or NULL */
+};
+
+/* One forward step over several sequences: at most max_seqs items, each
+ * sequence at most once, at most max_tokens tokens in all. Errors as
+ * atlas_model_forward; on error no sequence changes. */
+int atlas_model_forward_batch(struct atlas_model *m,
+			      const struct atlas_batch_item *items, int64_t n);
+
+/* KV pool: total blocks, free blocks, tokens per block. */
+int64_t atlas_model_kv_blocks_total(const struct atlas_model *m);
+int64_t atlas_model_kv_blocks_free(const struct atlas_model *m);
+int64_t atlas_model_block_size(const struct atlas_model *m);
+/* Limits of one step (from the params). */
+int64_t atlas_model_max_seqs(const struct atlas_model *m);
+int64_t atlas_model_max_tokens(const struct atlas_model *m);
+/* Blocks `s` would need to take from the pool to append n more tokens. */
+int64_t atlas_seq_blocks_needed(const struct atlas_seq *s, int64_t n);
+/* Blocks `s` holds now. */
+int64_t atlas_seq_blocks(const struct atlas_seq *s);
 
 #endif

@@ -313,63 +313,122 @@ static void test_rope(void)
 
 /* --- attention -------------------------------------------------------- */
 
+/* nseq sequences, each with T new tokens at positions pos0..pos0+T-1 and
+ * its own random cache of S = pos0+T keys, stored in a paged cache of
+ * blocks of 7 rows in a scrambled order; tokens of all sequences run in
+ * one batch. The reference reads each sequence's logical cache. */
 static void check_attention(struct atlas_backend *be, int64_t T, int64_t pos0, int64_t H,
-			    int64_t Hkv, int64_t hd, int64_t window)
+			    int64_t Hkv, int64_t hd, int64_t window, int64_t nseq)
 {
-	int64_t S = pos0 + T, n = T * H * hd;
-	float *q = rnd_f32(n), *kc = rnd_f32(S * Hkv * hd), *vc = rnd_f32(S * Hkv * hd);
+	const int64_t B = 7, S = pos0 + T, row = Hkv * hd, nb = (S + B - 1) / B;
+	int64_t n = nseq * T * H * hd, slots = nseq * nb * B;
+	float *q = rnd_f32(n), *kc = rnd_f32(slots * row), *vc = rnd_f32(slots * row);
 	float *out = malloc((size_t)n * 4), scale = 1.0f / sqrtf((float)hd);
 	double *ref = malloc((size_t)n * 8), *p = malloc((size_t)S * 8);
-	char what[128];
+	int32_t *tables = malloc((size_t)(nseq * nb) * 4);
+	int32_t *seq_of = malloc((size_t)(nseq * T) * 4), *pos = malloc((size_t)(nseq * T) * 4);
+	char what[160];
 
-	for (int64_t t = 0; t < T; t++)
-		for (int64_t h = 0; h < H; h++) {
-			int64_t pt = pos0 + t, kh = h / (H / Hkv);
-			int64_t lo = window && pt - window + 1 > 0 ? pt - window + 1 : 0;
-			double mx = -INFINITY, sum = 0;
-			for (int64_t j = lo; j <= pt; j++) {
-				double s = 0;
-				for (int64_t d = 0; d < hd; d++)
-					s += (double)q[(t * H + h) * hd + d] *
-					     kc[(j * Hkv + kh) * hd + d];
-				p[j] = s * scale;
-				mx = p[j] > mx ? p[j] : mx;
-			}
-			for (int64_t j = lo; j <= pt; j++)
-				sum += p[j] = exp(p[j] - mx);
-			for (int64_t d = 0; d < hd; d++) {
-				double o = 0;
-				for (int64_t j = lo; j <= pt; j++)
-					o += p[j] / sum * vc[(j * Hkv + kh) * hd + d];
-				ref[(t * H + h) * hd + d] = o;
-			}
+	/* block i of sequence s lives in physical block (i*nseq + s) scrambled */
+	for (int64_t s = 0; s < nseq; s++)
+		for (int64_t i = 0; i < nb; i++)
+			tables[s * nb + i] = (int32_t)(((i * nseq + s) * 5 + 3) % (nseq * nb));
+	for (int64_t s = 0; s < nseq; s++)
+		for (int64_t t = 0; t < T; t++) {
+			seq_of[s * T + t] = (int32_t)s;
+			pos[s * T + t] = (int32_t)(pos0 + t);
 		}
+#define KROW(s, j) ((int64_t)tables[(s) * nb + (j) / B] * B + (j) % B)
+	for (int64_t s = 0; s < nseq; s++)
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t h = 0; h < H; h++) {
+				int64_t pt = pos0 + t, kh = h / (H / Hkv), qi = ((s * T + t) * H + h) * hd;
+				int64_t lo = window && pt - window + 1 > 0 ? pt - window + 1 : 0;
+				double mx = -INFINITY, sum = 0;
+				for (int64_t j = lo; j <= pt; j++) {
+					double sc = 0;
+					for (int64_t d = 0; d < hd; d++)
+						sc += (double)q[qi + d] * kc[KROW(s, j) * row + kh * hd + d];
+					p[j] = sc * scale;
+					mx = p[j] > mx ? p[j] : mx;
+				}
+				for (int64_t j = lo; j <= pt; j++)
+					sum += p[j] = exp(p[j] - mx);
+				for (int64_t d = 0; d < hd; d++) {
+					double o = 0;
+					for (int64_t j = lo; j <= pt; j++)
+						o += p[j] / sum * vc[KROW(s, j) * row + kh * hd + d];
+					ref[qi + d] = o;
+				}
+			}
+#undef KROW
+	struct atlas_kv_batch kb = {.seq_of = seq_of, .pos = pos, .block_tables = tables,
+				    .n_seq = nseq, .max_blocks = nb, .block_size = B, .max_keys = S};
 	poison(out, n);
 	snprintf(what, sizeof(what),
-		 "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld", (long long)T,
-		 (long long)pos0, (long long)H, (long long)Hkv, (long long)hd, (long long)window);
-	CHECK_EQ_INT(be->attention(be, out, q, kc, vc, T, pos0, H, Hkv, hd, window, scale), 0);
+		 "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld seqs=%lld",
+		 (long long)T, (long long)pos0, (long long)H, (long long)Hkv, (long long)hd,
+		 (long long)window, (long long)nseq);
+	CHECK_EQ_INT(be->attention(be, out, q, kc, vc, &kb, nseq * T, H, Hkv, hd, window, scale), 0);
 	CHECK_REL(out, ref, n, what);
+	/* a token whose position is past its block table is refused */
+	pos[0] = (int32_t)(nb * B);
+	kb.max_keys = nb * B + 1;
+	CHECK_EQ_INT(be->attention(be, out, q, kc, vc, &kb, nseq * T, H, Hkv, hd, window, scale),
+		     ATLAS_EINVAL);
 	free(q);
 	free(kc);
 	free(vc);
 	free(out);
 	free(ref);
 	free(p);
+	free(tables);
+	free(seq_of);
+	free(pos);
+}
+
+static void test_kv_store(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	const int64_t T = 5, row = 24, slots = 40;
+	float *k = rnd_f32(T * row), *v = rnd_f32(T * row);
+	float *kc = malloc((size_t)(slots * row) * 4), *vc = malloc((size_t)(slots * row) * 4);
+	int32_t slot[5] = {3, 39, 0, 17, 18};
+	poison(kc, slots * row);
+	poison(vc, slots * row);
+	CHECK_EQ_INT(be->kv_store(be, kc, vc, k, v, slot, T, row), 0);
+	int ok = 1, untouched = 1;
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t i = 0; i < row; i++)
+			ok &= kc[slot[t] * row + i] == k[t * row + i] &&
+			      vc[slot[t] * row + i] == v[t * row + i];
+	untouched = isnan(kc[1 * row]) && isnan(vc[20 * row + 3]);
+	CHECK(ok);
+	CHECK(untouched);
+	free(k);
+	free(v);
+	free(kc);
+	free(vc);
+	be->destroy(be);
 }
 
 static void test_attention(void)
 {
 	struct atlas_backend *be = atlas_backend_cpu_new();
-	check_attention(be, 1, 0, 8, 2, 64, 0);
-	check_attention(be, 3, 5, 8, 2, 64, 0);
-	check_attention(be, 3, 5, 8, 2, 64, 4);
-	check_attention(be, 37, 20, 8, 2, 40, 16);
-	check_attention(be, 130, 0, 4, 4, 17, 0);
-	check_attention(be, 1, 5000, 8, 2, 16, 0);    /* beyond the stack buffer */
-	check_attention(be, 2, 5000, 8, 2, 16, 4500); /* long window */
+	check_attention(be, 1, 0, 8, 2, 64, 0, 1);
+	check_attention(be, 3, 5, 8, 2, 64, 0, 1);
+	check_attention(be, 3, 5, 8, 2, 64, 4, 1);
+	check_attention(be, 37, 20, 8, 2, 40, 16, 1);
+	check_attention(be, 130, 0, 4, 4, 17, 0, 1);
+	check_attention(be, 1, 30, 8, 2, 32, 0, 5);   /* a decode batch of 5 sequences */
+	check_attention(be, 9, 13, 4, 1, 16, 6, 3);   /* chunked prefill of 3, MQA, window */
+	check_attention(be, 1, 5000, 8, 2, 16, 0, 1);    /* beyond the stack buffer */
+	check_attention(be, 2, 5000, 8, 2, 16, 4500, 1); /* long window */
 	float x[4];
-	CHECK_EQ_INT(be->attention(be, x, x, x, x, 1, 0, 3, 2, 4, 0, 1.0f), ATLAS_EINVAL);
+	int32_t zero[1] = {0};
+	struct atlas_kv_batch kb = {.seq_of = zero, .pos = zero, .block_tables = zero,
+				    .n_seq = 1, .max_blocks = 1, .block_size = 4, .max_keys = 1};
+	CHECK_EQ_INT(be->attention(be, x, x, x, x, &kb, 1, 3, 2, 4, 0, 1.0f), ATLAS_EINVAL);
 	be->destroy(be);
 }
 
@@ -494,6 +553,7 @@ int main(void)
 	RUN(test_add_rmsnorm);
 	RUN(test_rope);
 	RUN(test_attention);
+	RUN(test_kv_store);
 	RUN(test_swiglu_add);
 	RUN(test_embed);
 	RUN(test_memory);

@@ -33,7 +33,11 @@ static void test_records_ops(void)
 	CHECK_EQ_INT(be->matmul(be, a, a, w, NULL, ATLAS_DTYPE_BF16, 1, 64, 32), 0);
 	CHECK_EQ_INT(be->matmul(be, a, a, w, w, ATLAS_DTYPE_BF16, 3, 8, 4), 0);
 	CHECK_EQ_INT(be->rope(be, a, ids, w, 2, 4, 8), 0);
-	CHECK_EQ_INT(be->attention(be, a, a, a, a, 2, 7, 4, 2, 8, 0, 0.5f), 0);
+	int32_t pos[2] = {7, 8}, seq_of[2] = {0, 0}, table[1] = {0}, slot[2] = {7, 8};
+	struct atlas_kv_batch kb = {.seq_of = seq_of, .pos = pos, .block_tables = table,
+				    .n_seq = 1, .max_blocks = 1, .block_size = 16, .max_keys = 9};
+	CHECK_EQ_INT(be->kv_store(be, a, a, a, a, slot, 2, 8), 0);
+	CHECK_EQ_INT(be->attention(be, a, a, a, a, &kb, 2, 4, 2, 8, 0, 0.5f), 0);
 	CHECK_EQ_INT(be->swiglu(be, a, a, a, 2, 24), 0);
 	CHECK_EQ_INT(be->add(be, a, a, 48), 0);
 	CHECK_EQ_INT(be->add_rmsnorm(be, a, a, a, w, ATLAS_DTYPE_F32, 1, 16, 1e-6f), 0);
@@ -47,7 +51,7 @@ static void test_records_ops(void)
 
 	static const char *want[] = {
 	    "embed T=2 D=16",	       "rmsnorm R=2 D=16",  "matmul T=1 N=64 K=32",
-	    "matmul T=3 N=8 K=4 bias", "rope T=2 H=4 hd=8", "attention T=2 pos0=7 H=4 Hkv=2 hd=8",
+	    "matmul T=3 N=8 K=4 bias", "rope T=2 H=4 hd=8", "kv_store T=2 row=8", "attention T=2 pos0=7 H=4 Hkv=2 hd=8 seqs=1",
 	    "swiglu T=2 F=24",	       "add n=48",	    "add_rmsnorm R=1 D=16",
 	    "copy bytes=12",	       "to_f32 n=5",
 	};

@@ -1,6 +1,7 @@
 /* test-model.c - the generic decoder's sequencing, through the mock
  * backend (which records every op), and its refusals: unknown
  * architecture, shape mismatch, context overflow, bad token ids. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,9 +53,8 @@ static void test_qwen3_op_sequence(void)
 		"rmsnorm R=6 D=32",       /* k_norm */
 		"rope T=3 H=4 hd=32",
 		"rope T=3 H=2 hd=32",
-		"copy bytes=768",         /* K into the cache: 3 x 64 floats */
-		"copy bytes=768",
-		"attention T=3 pos0=0 H=4 Hkv=2 hd=32",
+		"kv_store T=3 row=64",    /* K and V rows into the paged cache */
+		"attention T=3 pos0=0 H=4 Hkv=2 hd=32 seqs=1",
 		"matmul T=3 N=64 K=128",
 		"add_rmsnorm R=3 D=64",
 		"matmul T=3 N=160 K=64",
@@ -66,7 +66,8 @@ static void test_qwen3_op_sequence(void)
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		CHECK_STR(atlas_backend_mock_call(be, (int64_t)i), want[i]);
 	int64_t n = atlas_backend_mock_count(be);
-	CHECK_EQ_INT(n, 1 + 2 * 17 + 3); /* embed, 2 layers of 17 ops, final norm + lm_head + to_f32 */
+	/* embed, 2 layers of 16 ops, final norm + last-row gather + lm_head + to_f32 */
+	CHECK_EQ_INT(n, 1 + 2 * 16 + 4);
 	CHECK_STR(atlas_backend_mock_call(be, n - 2), "matmul T=1 N=1088 K=64"); /* last row only */
 	CHECK_STR(atlas_backend_mock_call(be, n - 1), "to_f32 n=1088");
 	CHECK_EQ_INT(atlas_seq_len(s), 3);
@@ -172,6 +173,101 @@ static void test_refusals(void)
 	be->destroy(be);
 }
 
+/* A batch of sequences gives each one exactly the logits it gets alone,
+ * whatever else is in the step (CPU backend, golden llama3). */
+static void test_batch_matches_alone(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_seqs = 4;
+	p.block_size = 4; /* several blocks per sequence */
+	struct atlas_model *m = atlas_model_load(golden("llama3"), be, &p);
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	const int64_t V = 1024;
+	int32_t prompts[3][9] = {{5, 9, 13, 200, 7, 8, 1, 2, 3}, {44, 45}, {900, 1, 1, 1, 77}};
+	int64_t lens[3] = {9, 2, 5};
+	float *alone = malloc(3 * V * sizeof(float)), *batch = malloc(3 * V * sizeof(float));
+	/* alone: prompt, then one more token */
+	for (int i = 0; i < 3; i++) {
+		struct atlas_seq *s = atlas_seq_new(m);
+		CHECK_EQ_INT(atlas_model_forward(m, s, prompts[i], lens[i], alone + i * V, false), 0);
+		int32_t next = 17 + i;
+		CHECK_EQ_INT(atlas_model_forward(m, s, &next, 1, alone + i * V, false), 0);
+		atlas_seq_free(s);
+	}
+	/* together: all prompts in one step, then the three decode tokens in one step */
+	struct atlas_seq *seqs[3];
+	struct atlas_batch_item it[3];
+	for (int i = 0; i < 3; i++) {
+		seqs[i] = atlas_seq_new(m);
+		it[i] = (struct atlas_batch_item){seqs[i], prompts[i], lens[i], NULL};
+	}
+	CHECK_EQ_INT(atlas_model_forward_batch(m, it, 3), 0);
+	int32_t nexts[3] = {17, 18, 19};
+	for (int i = 0; i < 3; i++)
+		it[i] = (struct atlas_batch_item){seqs[i], &nexts[i], 1, batch + i * V};
+	CHECK_EQ_INT(atlas_model_forward_batch(m, it, 3), 0);
+	double maxd = 0;
+	for (int64_t i = 0; i < 3 * V; i++)
+		maxd = fmax(maxd, fabs((double)alone[i] - batch[i]));
+	CHECK(maxd < 1e-5);
+	CHECK_EQ_INT(atlas_seq_len(seqs[0]), 10);
+	CHECK_EQ_INT(atlas_seq_blocks(seqs[0]), 3);
+	/* freeing a sequence gives its blocks back */
+	int64_t before = atlas_model_kv_blocks_free(m);
+	atlas_seq_free(seqs[0]);
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(m), before + 3);
+	atlas_seq_free(seqs[1]);
+	atlas_seq_free(seqs[2]);
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(m), atlas_model_kv_blocks_total(m));
+	free(alone);
+	free(batch);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
+/* A pool that runs dry refuses the step and changes nothing. */
+static void test_pool_exhaustion(void)
+{
+	struct atlas_backend *be = atlas_backend_mock_new();
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_seqs = 2;
+	p.block_size = 4;
+	p.kv_blocks = 3;
+	struct atlas_model *m = atlas_model_load(golden("qwen3"), be, &p);
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	float logits[1088];
+	int32_t ids[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+	struct atlas_seq *a = atlas_seq_new(m), *b = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, a, ids, 9, logits, false), 0); /* 3 blocks */
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(m), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, b, ids, 1, logits, false), ATLAS_ENOMEM);
+	CHECK_CONTAINS(atlas_errmsg(), "out of KV cache blocks");
+	CHECK_EQ_INT(atlas_seq_len(b), 0);
+	CHECK_EQ_INT(atlas_seq_blocks_needed(a, 3), 0);
+	CHECK_EQ_INT(atlas_seq_blocks_needed(a, 4), 1);
+	CHECK_EQ_INT(atlas_model_forward(m, a, ids, 3, logits, false), 0); /* fits block 3 */
+	CHECK_EQ_INT(atlas_model_forward(m, a, ids, 1, logits, false), ATLAS_ENOMEM);
+	CHECK_EQ_INT(atlas_seq_len(a), 12);
+	atlas_seq_reset(a);
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(m), 3);
+	CHECK_EQ_INT(atlas_model_forward(m, b, ids, 5, logits, false), 0);
+	atlas_seq_free(a);
+	atlas_seq_free(b);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
 static void test_weight_bytes(void)
 {
 	struct atlas_backend *be = atlas_backend_mock_new();
@@ -192,6 +288,8 @@ int main(void)
 	RUN(test_qwen3_op_sequence);
 	RUN(test_family_flags);
 	RUN(test_refusals);
+	RUN(test_batch_matches_alone);
+	RUN(test_pool_exhaustion);
 	RUN(test_weight_bytes);
 	return harness_done();
 }

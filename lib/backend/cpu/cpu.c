@@ -203,6 +203,7 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 	    .add_rmsnorm = atlas_cpu_add_rmsnorm,
 	    .matmul = atlas_cpu_matmul,
 	    .rope = atlas_cpu_rope,
+	    .kv_store = atlas_cpu_kv_store,
 	    .attention = atlas_cpu_attention,
 	    .swiglu = atlas_cpu_swiglu,
 	    .add = atlas_cpu_add,

@@ -81,9 +81,11 @@ int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
 			  const void *w, enum atlas_dtype wdt, int64_t R, int64_t D, float eps);
 int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
 		   int64_t T, int64_t H, int64_t hd);
+int atlas_cpu_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
+		       const void *v, const int32_t *slot, int64_t T, int64_t row);
 int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
-			const void *vc, int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t hd,
-			int64_t window, float scale);
+			const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
+			int64_t Hkv, int64_t hd, int64_t window, float scale);
 int atlas_cpu_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
 		     int64_t T, int64_t F);
 int atlas_cpu_add(struct atlas_backend *be, void *y, const void *x, int64_t n);

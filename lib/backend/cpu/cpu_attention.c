@@ -1,5 +1,6 @@
 /* cpu_attention.c - causal (optionally sliding-window) grouped-query
- * attention of T new queries against the f32 KV cache, on the CPU.
+ * attention of a batch of tokens against the paged f32 KV cache, and the
+ * store of new K/V rows into it, on the CPU.
  *
  * Each (query, head) pair is independent, so they are the unit of
  * parallel work. For one pair: scores over the visible keys, softmax
@@ -12,6 +13,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../core/error.h"
 #include "../../core/threads.h"
@@ -23,9 +25,9 @@
 struct attn_job {
 	float *out;	    /* [T,H,hd] */
 	const float *q;	    /* [T,H,hd] */
-	const float *kc;    /* [S,Hkv,hd] */
-	const float *vc;    /* [S,Hkv,hd] */
-	int64_t pos0;	    /* absolute position of query 0 */
+	const float *kc;    /* [n_slots,Hkv,hd] */
+	const float *vc;    /* [n_slots,Hkv,hd] */
+	const struct atlas_kv_batch *b; /* token positions and block tables */
 	int64_t H, Hkv, hd; /* heads, kv heads, head size */
 	int64_t window;	    /* keys visible per query, 0 = all */
 	int64_t maxkeys;    /* most keys any query sees */
@@ -57,17 +59,19 @@ static inline __attribute__((always_inline)) float dot(const float *a, const flo
 /* out [hd] for query t of head h; sc has room for the visible keys. */
 ATTN_CLONES static void attend(const struct attn_job *j, int64_t t, int64_t h, float *sc)
 {
-	const int64_t hd = j->hd, ld = j->Hkv * hd;
-	const int64_t p = j->pos0 + t, kvh = h / (j->H / j->Hkv);
+	const int64_t hd = j->hd, ld = j->Hkv * hd, bs = j->b->block_size;
+	const int64_t p = j->b->pos[t], kvh = h / (j->H / j->Hkv);
+	const int32_t *table = j->b->block_tables + (int64_t)j->b->seq_of[t] * j->b->max_blocks;
 	int64_t lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
 	const float *qv = j->q + (t * j->H + h) * hd;
 	const float *kb = j->kc + kvh * hd, *vb = j->vc + kvh * hd;
 	float *o = j->out + (t * j->H + h) * hd;
 	int64_t n = p - lo + 1;
+#define ROW(key) ((int64_t)table[(key) / bs] * bs + (key) % bs)
 
 	float mx = -INFINITY;
 	for (int64_t i = 0; i < n; i++) {
-		sc[i] = j->scale * dot(qv, kb + (lo + i) * ld, hd);
+		sc[i] = j->scale * dot(qv, kb + ROW(lo + i) * ld, hd);
 		if (sc[i] > mx)
 			mx = sc[i];
 	}
@@ -80,7 +84,7 @@ ATTN_CLONES static void attend(const struct attn_job *j, int64_t t, int64_t h, f
 	for (int64_t d = 0; d < hd; d++)
 		o[d] = 0.0f;
 	for (int64_t i = 0; i < n; i++) {
-		const float *v = vb + (lo + i) * ld;
+		const float *v = vb + ROW(lo + i) * ld;
 		float pr = sc[i] * inv;
 		for (int64_t d = 0; d < hd; d++)
 			o[d] += pr * v[d];
@@ -105,27 +109,50 @@ static void attn_range(void *ctx, int64_t b, int64_t e)
 		free(sc);
 }
 
-int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
-			const void *vc, int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t hd,
-			int64_t window, float scale)
+#undef ROW
+
+int atlas_cpu_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
+		       const void *v, const int32_t *slot, int64_t T, int64_t row)
 {
-	if (T < 0 || pos0 < 0 || H <= 0 || Hkv <= 0 || hd <= 0 || window < 0 || H % Hkv)
+	if (T < 0 || row <= 0)
+		return atlas_error(ATLAS_EINVAL, "cpu kv_store: bad shape T=%lld row=%lld",
+				   (long long)T, (long long)row);
+	size_t rb = (size_t)row * sizeof(float);
+	for (int64_t t = 0; t < T; t++) {
+		if (slot[t] < 0)
+			return atlas_error(ATLAS_EINVAL, "cpu kv_store: negative slot %d", slot[t]);
+		memcpy((char *)kc + (size_t)slot[t] * rb, (const char *)k + (size_t)t * rb, rb);
+		memcpy((char *)vc + (size_t)slot[t] * rb, (const char *)v + (size_t)t * rb, rb);
+	}
+	return 0;
+}
+
+int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
+			const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
+			int64_t Hkv, int64_t hd, int64_t window, float scale)
+{
+	if (T < 0 || H <= 0 || Hkv <= 0 || hd <= 0 || window < 0 || H % Hkv || !b ||
+	    b->block_size <= 0 || b->max_keys < 0)
 		return atlas_error(
-		    ATLAS_EINVAL,
-		    "cpu attention: bad shape T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld window=%lld",
-		    (long long)T, (long long)pos0, (long long)H, (long long)Hkv, (long long)hd,
-		    (long long)window);
+		    ATLAS_EINVAL, "cpu attention: bad shape T=%lld H=%lld Hkv=%lld hd=%lld window=%lld",
+		    (long long)T, (long long)H, (long long)Hkv, (long long)hd, (long long)window);
+	for (int64_t t = 0; t < T; t++)
+		if (b->pos[t] < 0 || b->pos[t] >= b->max_keys || b->seq_of[t] < 0 ||
+		    b->seq_of[t] >= b->n_seq || b->pos[t] / b->block_size >= b->max_blocks)
+			return atlas_error(ATLAS_EINVAL,
+					   "cpu attention: token %lld (sequence %d, position %d) is outside "
+					   "the batch's block tables", (long long)t, b->seq_of[t], b->pos[t]);
 	struct attn_job j = {
 	    .out = out,
 	    .q = q,
 	    .kc = kc,
 	    .vc = vc,
-	    .pos0 = pos0,
+	    .b = b,
 	    .H = H,
 	    .Hkv = Hkv,
 	    .hd = hd,
 	    .window = window,
-	    .maxkeys = pos0 + T,
+	    .maxkeys = b->max_keys,
 	    .scale = scale,
 	};
 	if (window > 0 && window < j.maxkeys)

@@ -147,12 +147,21 @@ static int mock_rope(struct atlas_backend *be, void *x, const int32_t *pos, cons
 	return record(be, "rope T=%lld H=%lld hd=%lld", (long long)T, (long long)H, (long long)hd);
 }
 
-static int mock_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
-			  const void *vc, int64_t T, int64_t pos0, int64_t H, int64_t Hkv,
-			  int64_t hd, int64_t window, float scale)
+static int mock_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
+			 const void *v, const int32_t *slot, int64_t T, int64_t row)
 {
-	return record(be, "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld", (long long)T,
-		      (long long)pos0, (long long)H, (long long)Hkv, (long long)hd);
+	return record(be, "kv_store T=%lld row=%lld", (long long)T, (long long)row);
+}
+
+/* pos0 is the first token's position (mock memory is host memory, so
+ * the batch description can be read here). */
+static int mock_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
+			  const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
+			  int64_t Hkv, int64_t hd, int64_t window, float scale)
+{
+	return record(be, "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld seqs=%lld",
+		      (long long)T, T > 0 ? (long long)b->pos[0] : -1LL, (long long)H,
+		      (long long)Hkv, (long long)hd, (long long)b->n_seq);
 }
 
 static int mock_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
@@ -201,6 +210,7 @@ struct atlas_backend *atlas_backend_mock_new(void)
 	    .add_rmsnorm = mock_add_rmsnorm,
 	    .matmul = mock_matmul,
 	    .rope = mock_rope,
+	    .kv_store = mock_kv_store,
 	    .attention = mock_attention,
 	    .swiglu = mock_swiglu,
 	    .add = mock_add,

@@ -1,0 +1,67 @@
+/* decoder_internal.h - the model's private state, shared by decoder.c
+ * (loading), kvpool.c (the paged KV cache and sequences) and forward.c
+ * (the forward step). Nothing outside lib/model includes this. */
+#ifndef ATLAS_MODEL_DECODER_INTERNAL_H
+#define ATLAS_MODEL_DECODER_INTERNAL_H
+
+#include "../io/safetensors.h"
+#include "family.h"
+#include "model.h"
+
+struct weight {
+	const void *p;          /* backend pointer, NULL if absent */
+	enum atlas_dtype dtype; /* as stored */
+	size_t nbytes;          /* bytes */
+};
+
+struct layer {
+	struct weight ln1, ln2;         /* input / post-attention norms [D] */
+	struct weight wq, wk, wv, wo;   /* [H*hd, D], [Hkv*hd, D] x2, [D, H*hd] */
+	struct weight bq, bk, bv, bo;   /* biases, or absent */
+	struct weight qn, kn;           /* q/k norms [hd] (Qwen3) */
+	struct weight wg, wu, wd;       /* [F, D], [F, D], [D, F] */
+	struct weight bg, bu, bd;       /* MLP biases, or absent */
+};
+
+struct atlas_model {
+	struct atlas_config cfg;          /* parsed config.json */
+	const struct atlas_family *fam;   /* family flags */
+	struct atlas_backend *be;         /* not owned */
+	struct atlas_st *st;              /* the mmapped checkpoint */
+	int64_t max_ctx;                  /* tokens per sequence */
+	int64_t max_seqs;                 /* sequences per step */
+	int64_t max_tokens;               /* tokens per step (activation rows) */
+	struct weight embed, norm, lm_head; /* lm_head may alias embed */
+	struct layer *layers;             /* [num_layers] */
+	float *inv_freq;                  /* backend [hd/2] */
+	size_t act;                       /* bytes per activation element */
+	/* activation buffers, max_tokens rows each (logits: [max_tokens, V]) */
+	void *x, *h, *q, *k, *v, *att, *o, *g, *u, *logits, *sel;
+	/* KV pool: K then V, each [num_layers][n_blocks * block_size][Hkv*hd] */
+	void *kv;                         /* backend */
+	int64_t block_size;               /* tokens per block */
+	int64_t n_blocks;                 /* blocks in the pool */
+	int64_t max_blocks;               /* blocks per sequence at most */
+	int32_t *free_list;               /* host stack of free block ids */
+	int64_t n_free;                   /* entries on free_list */
+	/* per-step token metadata: host staging and backend copies */
+	int32_t *h_ids, *h_pos, *h_seq, *h_slot; /* host [max_tokens] */
+	int32_t *h_tables;                /* host [max_seqs, max_blocks] */
+	int32_t *d_ids, *d_pos, *d_seq, *d_slot, *d_tables; /* backend, same shapes */
+};
+
+struct atlas_seq {
+	struct atlas_model *m; /* owner model */
+	int32_t *blocks;       /* block table [m->max_blocks] */
+	int64_t n_blocks;      /* entries in use */
+	int64_t len;           /* tokens in the cache */
+};
+
+/* kvpool.c: allocate the pool and staging buffers / release them. */
+int atlas_kvpool_init(struct atlas_model *m);
+void atlas_kvpool_release(struct atlas_model *m);
+/* Take blocks so that s can hold `len` tokens; 0 or ATLAS_ENOMEM (and
+ * then nothing is taken). */
+int atlas_kvpool_reserve(struct atlas_seq *s, int64_t len);
+
+#endif

@@ -1,0 +1,241 @@
+/* forward.c - one forward step over a batch of sequences.
+ *
+ * The tokens of every item are laid end to end (T rows); each layer's
+ * matrices run once over all T rows, and only attention looks at which
+ * sequence and position a row belongs to (through the block tables), so
+ * a request's result does not depend on its neighbours in the batch:
+ *
+ *   x = embed(ids)
+ *   for each layer:
+ *     h = rmsnorm(x)                      (fused with the residual add)
+ *     q, k, v = h Wq, h Wk, h Wv          (+ biases; + per-head norm)
+ *     rope(q, k); store k, v in the paged cache
+ *     x += attention(q, cache) Wo
+ *     h = rmsnorm(x)
+ *     x += (silu(h Wg) * h Wu) Wd
+ *   logits = rmsnorm(x) Wlm               (last row of each item, or all)
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "decoder_internal.h"
+
+#define TRY(call) \
+	do { \
+		int rc_ = (call); \
+		if (rc_) \
+			return rc_; \
+	} while (0)
+
+/* Base of layer l's K (which = 0) or V (1) pool. */
+static void *kv_pool(struct atlas_model *m, int which, int64_t l)
+{
+	const struct atlas_config *c = &m->cfg;
+	size_t per_layer = (size_t)(m->n_blocks * m->block_size) *
+			   (size_t)(c->num_kv_heads * c->head_dim) * m->act;
+	return (char *)m->kv + ((size_t)which * (size_t)c->num_layers + (size_t)l) * per_layer;
+}
+
+/* One layer over the T rows of the step. On entry m->h holds rmsnorm(x)
+ * for this layer; on exit x holds the residual stream without the MLP
+ * output, which is left in m->o for the next fused add+norm. */
+static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
+			 const struct atlas_kv_batch *kb)
+{
+	struct atlas_backend *be = m->be;
+	const struct atlas_config *c = &m->cfg;
+	const struct layer *L = &m->layers[l];
+	int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+	int64_t H = c->num_heads, Hkv = c->num_kv_heads;
+	int64_t window = m->fam->use_window ? c->sliding_window : 0;
+	float eps = (float)c->rms_eps;
+
+	TRY(be->matmul(be, m->q, m->h, L->wq.p, L->bq.p, L->wq.dtype, T, H * hd, D));
+	TRY(be->matmul(be, m->k, m->h, L->wk.p, L->bk.p, L->wk.dtype, T, Hkv * hd, D));
+	TRY(be->matmul(be, m->v, m->h, L->wv.p, L->bv.p, L->wv.dtype, T, Hkv * hd, D));
+	if (m->fam->qk_norm) {
+		TRY(be->rmsnorm(be, m->q, m->q, L->qn.p, L->qn.dtype, T * H, hd, eps));
+		TRY(be->rmsnorm(be, m->k, m->k, L->kn.p, L->kn.dtype, T * Hkv, hd, eps));
+	}
+	TRY(be->rope(be, m->q, m->d_pos, m->inv_freq, T, H, hd));
+	TRY(be->rope(be, m->k, m->d_pos, m->inv_freq, T, Hkv, hd));
+	void *kc = kv_pool(m, 0, l), *vc = kv_pool(m, 1, l);
+	TRY(be->kv_store(be, kc, vc, m->k, m->v, m->d_slot, T, Hkv * hd));
+	TRY(be->attention(be, m->att, m->q, kc, vc, kb, T, H, Hkv, hd, window,
+			  1.0f / sqrtf((float)hd)));
+	TRY(be->matmul(be, m->o, m->att, L->wo.p, L->bo.p, L->wo.dtype, T, D, H * hd));
+	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln2.p, L->ln2.dtype, T, D, eps));
+	TRY(be->matmul(be, m->g, m->h, L->wg.p, L->bg.p, L->wg.dtype, T, F, D));
+	TRY(be->matmul(be, m->u, m->h, L->wu.p, L->bu.p, L->wu.dtype, T, F, D));
+	TRY(be->swiglu(be, m->g, m->g, m->u, T, F));
+	TRY(be->matmul(be, m->o, m->g, L->wd.p, L->bd.p, L->wd.dtype, T, D, F));
+	return 0;
+}
+
+/* Check a step and take the KV blocks it needs; on error nothing moves. */
+static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		   int64_t *T_out)
+{
+	const struct atlas_config *c = &m->cfg;
+	int64_t T = 0;
+	if (n <= 0 || n > m->max_seqs)
+		return atlas_error(ATLAS_EINVAL, "a step takes 1..%lld sequences, not %lld",
+				   (long long)m->max_seqs, (long long)n);
+	int64_t need = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (it[i].n <= 0)
+			return atlas_error(ATLAS_EINVAL, "no tokens to run");
+		if (it[i].seq->len + it[i].n > m->max_ctx)
+			return atlas_error(ATLAS_ERANGE,
+					   "%lld tokens do not fit in the context (%lld of %lld used)",
+					   (long long)it[i].n, (long long)it[i].seq->len,
+					   (long long)m->max_ctx);
+		for (int64_t j = 0; j < i; j++)
+			if (it[j].seq == it[i].seq)
+				return atlas_error(ATLAS_EINVAL, "a sequence appears twice in one step");
+		for (int64_t t = 0; t < it[i].n; t++)
+			if (it[i].ids[t] < 0 || it[i].ids[t] >= c->vocab_size)
+				return atlas_error(ATLAS_ERANGE,
+						   "token id %d is outside the vocabulary (0..%lld)",
+						   it[i].ids[t], (long long)c->vocab_size - 1);
+		T += it[i].n;
+		need += atlas_seq_blocks_needed(it[i].seq, it[i].n);
+	}
+	if (T > m->max_tokens)
+		return atlas_error(ATLAS_EINVAL, "a step takes at most %lld tokens, not %lld",
+				   (long long)m->max_tokens, (long long)T);
+	if (need > m->n_free)
+		return atlas_error(ATLAS_ENOMEM,
+				   "out of KV cache blocks: %lld more needed, %lld of %lld free",
+				   (long long)need, (long long)m->n_free, (long long)m->n_blocks);
+	for (int64_t i = 0; i < n; i++)
+		TRY(atlas_kvpool_reserve(it[i].seq, it[i].seq->len + it[i].n));
+	*T_out = T;
+	return 0;
+}
+
+/* The step itself. all_logits: logits of every row to `all` (one item
+ * only); else each item's last row to its own logits pointer. */
+static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		float *all)
+{
+	struct atlas_backend *be = m->be;
+	const struct atlas_config *c = &m->cfg;
+	int64_t D = c->hidden_size, V = c->vocab_size, T = 0;
+	float eps = (float)c->rms_eps;
+	TRY(prepare(m, it, n, &T));
+
+	/* token metadata: ids, positions, owning sequence, cache slot */
+	int64_t row = 0, max_keys = 0, B = m->block_size;
+	for (int64_t i = 0; i < n; i++) {
+		const struct atlas_seq *s = it[i].seq;
+		for (int64_t t = 0; t < it[i].n; t++, row++) {
+			int64_t p = s->len + t;
+			m->h_ids[row] = it[i].ids[t];
+			m->h_pos[row] = (int32_t)p;
+			m->h_seq[row] = (int32_t)i;
+			m->h_slot[row] = (int32_t)(s->blocks[p / B] * B + p % B);
+		}
+		memcpy(m->h_tables + i * m->max_blocks, s->blocks,
+		       (size_t)s->n_blocks * sizeof(int32_t));
+		if (s->len + it[i].n > max_keys)
+			max_keys = s->len + it[i].n;
+	}
+	size_t tb = (size_t)T * sizeof(int32_t);
+	TRY(be->upload(be, m->d_ids, m->h_ids, tb));
+	TRY(be->upload(be, m->d_pos, m->h_pos, tb));
+	TRY(be->upload(be, m->d_seq, m->h_seq, tb));
+	TRY(be->upload(be, m->d_slot, m->h_slot, tb));
+	TRY(be->upload(be, m->d_tables, m->h_tables,
+		       (size_t)(n * m->max_blocks) * sizeof(int32_t)));
+	struct atlas_kv_batch kb = {
+		.seq_of = m->d_seq, .pos = m->d_pos, .block_tables = m->d_tables,
+		.n_seq = n, .max_blocks = m->max_blocks, .block_size = B, .max_keys = max_keys,
+	};
+
+	TRY(be->embed(be, m->x, m->embed.p, m->embed.dtype, m->d_ids, T, D));
+	for (int64_t l = 0; l < c->num_layers; l++) {
+		const struct layer *L = &m->layers[l];
+		if (l == 0)
+			TRY(be->rmsnorm(be, m->h, m->x, L->ln1.p, L->ln1.dtype, T, D, eps));
+		else
+			TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln1.p, L->ln1.dtype, T, D, eps));
+		TRY(layer_forward(m, l, T, &kb));
+	}
+	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps));
+
+	if (all) {
+		TRY(be->matmul(be, m->logits, m->h, m->lm_head.p, NULL, m->lm_head.dtype, T, V, D));
+		TRY(be->to_f32(be, all, m->logits, T * V));
+	} else {
+		/* gather the last row of each item that wants logits */
+		int64_t nsel = 0, end = 0;
+		size_t rb = (size_t)D * m->act;
+		for (int64_t i = 0; i < n; i++) {
+			end += it[i].n;
+			if (it[i].logits)
+				TRY(be->copy(be, (char *)m->sel + (size_t)nsel++ * rb,
+					     (const char *)m->h + (size_t)(end - 1) * rb, rb));
+		}
+		if (nsel) {
+			TRY(be->matmul(be, m->logits, m->sel, m->lm_head.p, NULL,
+				       m->lm_head.dtype, nsel, V, D));
+			for (int64_t i = 0, k = 0; i < n; i++)
+				if (it[i].logits)
+					TRY(be->to_f32(be, it[i].logits,
+						       (const char *)m->logits + (size_t)(k++ * V) * m->act,
+						       V));
+		}
+	}
+	for (int64_t i = 0; i < n; i++)
+		it[i].seq->len += it[i].n;
+	return 0;
+}
+
+int atlas_model_forward_batch(struct atlas_model *m, const struct atlas_batch_item *items,
+			      int64_t n)
+{
+	return step(m, items, n, NULL);
+}
+
+int atlas_model_forward(struct atlas_model *m, struct atlas_seq *s, const int32_t *ids,
+			int64_t T, float *logits, bool all_logits)
+{
+	const struct atlas_config *c = &m->cfg;
+	if (T <= 0)
+		return atlas_error(ATLAS_EINVAL, "no tokens to run");
+	if (s->len + T > m->max_ctx)
+		return atlas_error(ATLAS_ERANGE,
+				   "%lld tokens do not fit in the context (%lld of %lld used)",
+				   (long long)T, (long long)s->len, (long long)m->max_ctx);
+	for (int64_t t = 0; t < T; t++)
+		if (ids[t] < 0 || ids[t] >= c->vocab_size)
+			return atlas_error(ATLAS_ERANGE,
+					   "token id %d is outside the vocabulary (0..%lld)", ids[t],
+					   (long long)c->vocab_size - 1);
+	int64_t start = s->len, held = s->n_blocks;
+	if (atlas_seq_blocks_needed(s, T) > m->n_free)
+		return atlas_error(ATLAS_ENOMEM,
+				   "out of KV cache blocks: %lld more needed, %lld of %lld free",
+				   (long long)atlas_seq_blocks_needed(s, T), (long long)m->n_free,
+				   (long long)m->n_blocks);
+	for (int64_t done = 0; done < T; done += m->max_tokens) {
+		int64_t k = T - done < m->max_tokens ? T - done : m->max_tokens;
+		bool last = done + k == T;
+		struct atlas_batch_item it = {
+			.seq = s, .ids = ids + done, .n = k,
+			.logits = !all_logits && last ? logits : NULL,
+		};
+		int rc = step(m, &it, 1, all_logits ? logits + done * c->vocab_size : NULL);
+		if (rc) {
+			/* nothing appended on failure: drop what this call took */
+			s->len = start;
+			while (s->n_blocks > held)
+				m->free_list[m->n_free++] = s->blocks[--s->n_blocks];
+			return rc;
+		}
+	}
+	return 0;
+}

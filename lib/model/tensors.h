@@ -1,0 +1,33 @@
+/* tensors.h - the tensors a dense decoder family reads from a checkpoint,
+ * with the shapes config.json implies. atlas-load validate and
+ * atlas-doctor check a checkpoint against this list without loading it;
+ * it mirrors what decoder.c binds (a unit test keeps the two in step by
+ * loading every golden model). */
+#ifndef ATLAS_MODEL_TENSORS_H
+#define ATLAS_MODEL_TENSORS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../io/config.h"
+#include "family.h"
+
+struct atlas_expected_tensor {
+	const char *name;      /* "model.layers.0.self_attn.q_proj.weight"; valid during the callback */
+	int ndim;              /* 1 or 2 */
+	int64_t shape[2];      /* [rows] or [rows, cols] */
+	bool required;         /* false: an optional bias, checked only when present */
+	const char *weight_of; /* for a bias: the matrix it must match in dtype, else NULL */
+};
+
+/* Called once per tensor; a non-zero return stops the walk and is
+ * returned by atlas_model_expected_tensors. */
+typedef int (*atlas_expected_tensor_fn)(void *arg, const struct atlas_expected_tensor *t);
+
+/* Walk every tensor the decoder reads for config `c` of family `fam`, in
+ * load order (embedding, final norm, output head unless tied, then each
+ * layer). Returns 0, or the callback's first non-zero value. */
+int atlas_model_expected_tensors(const struct atlas_config *c, const struct atlas_family *fam,
+				 atlas_expected_tensor_fn fn, void *arg);
+
+#endif
