@@ -4,8 +4,11 @@
 # Variables:
 #   PREFIX        install prefix (default /usr/local)
 #   STATIC_DEPS=1 link json-c and PCRE2 statically (for carrying binaries
-#                 to a machine without their -dev packages)
-#   ATLAS_TARGETS narrow the CUDA kernel targets (later issue)
+#                 to a machine without their -dev packages); libcurl
+#                 stays dynamic
+#   ATLAS_TARGETS narrow the CUDA kernel targets, e.g. "sm90/common"
+#                 (default: every target in kernels/; see scripts/build-kernels.sh)
+#   NVCC          the CUDA compiler (default: nvcc on PATH; empty = CPU-only build)
 
 CC      ?= gcc
 PREFIX  ?= /usr/local
@@ -17,17 +20,33 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-trun
 CFLAGS  ?= -O2 -g
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -pthread -fPIC \
 	-DATLAS_VERSION='"$(VERSION)"' -DATLAS_GIT_REV='"$(GIT_REV)"' \
-	$(shell pkg-config --cflags json-c libpcre2-8 2>/dev/null)
+	$(shell pkg-config --cflags json-c libpcre2-8 libcurl libmicrohttpd 2>/dev/null)
 
 ifeq ($(STATIC_DEPS),1)
-DEP_LIBS := -Wl,-Bstatic -ljson-c -lpcre2-8 -Wl,-Bdynamic
+DEP_LIBS := -Wl,-Bstatic -ljson-c -lpcre2-8 -Wl,-Bdynamic -lcurl -lmicrohttpd
 else
-DEP_LIBS := $(shell pkg-config --libs json-c libpcre2-8 2>/dev/null || echo -ljson-c -lpcre2-8)
+DEP_LIBS := $(shell pkg-config --libs json-c libpcre2-8 libcurl libmicrohttpd 2>/dev/null || echo -ljson-c -lpcre2-8 -lcurl -lmicrohttpd)
 endif
-LDLIBS  := $(DEP_LIBS) -lreadline -lm -pthread
+LDLIBS  := $(DEP_LIBS) -lreadline -ldl -lm -pthread
+
+# CUDA: with nvcc the kernels are compiled into fatbins embedded in the
+# library, the CUDA backend is built, and programs link the static CUDA
+# runtime (which finds the driver at run time, so they still start on a
+# machine without one). Without nvcc the build is CPU-only.
+NVCC    ?= $(shell command -v nvcc 2>/dev/null)
+ifneq ($(NVCC),)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+HAVE_CUDA := 1
+CUDA_CFLAGS := -I$(CUDA_HOME)/include -DATLAS_HAVE_CUDA
+LDLIBS  += $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt
+endif
 
 LIB_SRC := $(sort $(wildcard lib/*/*.c lib/backend/*/*.c))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+ifneq ($(HAVE_CUDA),1)
+LIB_SRC := $(filter-out lib/backend/cuda/%,$(LIB_SRC))
+endif
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/kernels/registry.o \
+	$(BUILD)/obj/kernels/registry_data.o
 CMD_SRC := $(sort $(wildcard cmd/atlas-*.c))
 PROGS   := $(CMD_SRC:cmd/%.c=$(BUILD)/%)
 CMD_COMMON := $(BUILD)/obj/cmd/common.o
@@ -35,7 +54,7 @@ UNIT_SRC := $(sort $(wildcard tests/unit/test-*.c))
 UNITS   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 HARNESS := $(BUILD)/obj/tests/unit/harness.o
 
-.PHONY: all lib progs tests test install uninstall clean lint fuzz
+.PHONY: all lib progs tests test install uninstall clean lint fuzz gpu-tests gpu-test
 # keep objects of pattern-built programs (make would delete them, and print so)
 .SECONDARY:
 all: lib progs
@@ -46,6 +65,23 @@ progs: $(PROGS)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+# The kernel registry: scripts/build-kernels.sh runs every time (it only
+# recompiles a target whose sources changed and only rewrites the
+# registry files when they change, so objects rebuild only then).
+.PHONY: FORCE
+$(BUILD)/kernels/registry.c $(BUILD)/kernels/registry.S &: FORCE
+	@NVCC="$(NVCC)" ATLAS_TARGETS="$(ATLAS_TARGETS)" scripts/build-kernels.sh $(BUILD)/kernels
+
+$(BUILD)/obj/kernels/registry.o: $(BUILD)/kernels/registry.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/kernels/registry_data.o: $(BUILD)/kernels/registry.S
+	@mkdir -p $(dir $@)
+	$(CC) -c $< -o $@
+
+$(BUILD)/obj/lib/backend/cuda/%.o $(BUILD)/obj/lib/backend/backend.o $(BUILD)/obj/tests/%.o: ALL_CFLAGS += $(CUDA_CFLAGS)
 
 # The CPU matmul kernels are the hot path: let the compiler vectorize them.
 $(BUILD)/obj/lib/backend/cpu/%.o: ALL_CFLAGS += -O3
@@ -63,6 +99,25 @@ $(BUILD)/tests/test-%: $(BUILD)/obj/tests/unit/test-%.o $(HARNESS) $(BUILD)/liba
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
 
 tests: all $(UNITS)
+
+# The tokenizer verification driver that tests/tokverify/run (part of
+# make test) compares with the JS reference implementation.
+tests: $(BUILD)/tests/tokverify
+$(BUILD)/tests/tokverify: $(BUILD)/obj/tests/tokverify/tokverify.o $(BUILD)/libatlas.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+
+# GPU tests (need a GPU to run; build anywhere with nvcc): make gpu-test OUT=DIR
+GPU_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/test-*.c))
+$(BUILD)/tests/gpu/test-%: $(BUILD)/obj/tests/gpu/test-%.o $(HARNESS) $(BUILD)/libatlas.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS)
+
+gpu-tests: tests $(GPU_TESTS)
+
+OUT ?= gpu-test-out
+gpu-test: gpu-tests
+	scripts/gpu-test.sh $(OUT) $(BUILD)
 
 # The one test command (README and .ci/run use it): unit tests, golden
 # tests, bats tests of every program; ends with "N passed, N failed".

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../lib/backend/backend.h"
 #include "../lib/core/error.h"
 #include "../lib/io/hfcache.h"
 
@@ -80,9 +81,35 @@ uint64_t cmd_parse_u64(const char *flag, const char *s)
 	return v;
 }
 
+int64_t cmd_parse_size(const char *flag, const char *s, int64_t min)
+{
+	static const struct { const char *unit; double mult; } units[] = {
+		{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+		{"TiB", 1099511627776.0},
+	};
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || !isfinite(v) || v < 0)
+		cmd_usage_error("%s: '%s' is not a size (e.g. 500MB, 2GiB)", flag, s);
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].unit))
+			continue;
+		double bytes = v * units[i].mult;
+		if (bytes < (double)min || bytes > 9e18)
+			cmd_usage_error("%s: '%s' is out of range (at least %lld bytes)", flag, s,
+					(long long)min);
+		return (int64_t)bytes;
+	}
+	cmd_usage_error("%s: '%s' has an unknown unit (B, KB, MB, GB, KiB, MiB, GiB)", flag, s);
+}
+
 void cmd_print_version(void)
 {
+	const char *k = atlas_kernel_targets();
 	printf("%s %s (git %s)\n", cmd_name, ATLAS_VERSION, ATLAS_GIT_REV);
+	printf("kernel targets: %s\n", k[0] ? k : "none (CPU-only build)");
 }
 
 static int is_model_dir(const char *d)

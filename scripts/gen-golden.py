@@ -34,8 +34,12 @@ import torch
 import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-MIN_MARGIN = 2e-3
+MIN_MARGIN = 2e-3      # smallest top-1/top-2 logit gap allowed anywhere (FP32 check)
+MIN_MARGIN_16 = 0.08   # ... over the first 16 tokens, as a fraction of the logits' std:
+                       # BF16 backends (CUDA) must reproduce those 16 tokens, and their
+                       # logit error is about 1e-2 of the std
 N_GREEDY = 32
+MAX_SEEDS = 400
 QWEN2_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -146,8 +150,12 @@ def init_weights(model, seed):
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
-            elif "embed_tokens" in name:
-                p.copy_(torch.randn(p.shape, generator=g))
+            elif "embed_tokens" in name or "lm_head" in name:
+                # rows of varied norm (log-normal) give the output layer a few
+                # clear favourites, so greedy choices are not near-ties
+                rows = torch.exp(0.7 * torch.randn((p.shape[0], 1), generator=g))
+                scale = 1.0 if "embed_tokens" in name else 1.0 / p.shape[-1] ** 0.5
+                p.copy_(torch.randn(p.shape, generator=g) * rows * scale)
             else:
                 fan_in = p.shape[-1]
                 p.copy_(torch.randn(p.shape, generator=g) / fan_in ** 0.5)
@@ -172,13 +180,17 @@ def to_reference(model, saved):
 
 
 def greedy(model, prompt, n):
+    """Greedy continuation; None as soon as a step is too close to a tie."""
     ids = list(prompt)
     margins = []
     with torch.no_grad():
-        for _ in range(n):
+        for i in range(n):
             logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
             top = torch.topk(logits, 2)
-            margins.append(float(top.values[0] - top.values[1]))
+            m = float(top.values[0] - top.values[1])
+            if m < MIN_MARGIN or (i < 16 and m < MIN_MARGIN_16 * float(logits.std())):
+                return None, m
+            margins.append(m)
             ids.append(int(top.indices[0]))
     return ids[len(prompt):], min(margins)
 
@@ -196,7 +208,7 @@ def hf4_config(cfg_dict):
 
 
 def write_case(name, family, out, tok_dir, seed, wdtype, seqs, gen_extra=None, **cfg_kw):
-    for attempt in range(20):
+    for attempt in range(MAX_SEEDS):
         s = seed + 1000 * attempt
         torch.manual_seed(s)
         cfg = make_config(family, **cfg_kw)
@@ -209,9 +221,8 @@ def write_case(name, family, out, tok_dir, seed, wdtype, seqs, gen_extra=None, *
         ref.eval()
         prompt = seqs[-1][:8]
         toks, margin = greedy(ref, prompt, N_GREEDY)
-        if margin >= MIN_MARGIN:
+        if toks is not None:
             break
-        print(f"{name}: seed {s} has a near-tie (margin {margin:.2e}), redrawing", flush=True)
     else:
         raise SystemExit(f"{name}: no seed without near-ties")
     d = os.path.join(out, name)
@@ -236,12 +247,13 @@ def write_case(name, family, out, tok_dir, seed, wdtype, seqs, gen_extra=None, *
         "transformers": transformers.__version__, "torch": torch.__version__,
         "reference": "float64 forward pass on the CPU, eager attention",
         "cases": cases,
-        "greedy": {"prompt": prompt, "tokens": toks, "min_margin": margin},
+        "greedy": {"prompt": prompt, "tokens": toks, "min_margin": margin,
+                   "min_margin_first16_vs_std": MIN_MARGIN_16},
     }
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(exp, f, indent=1)
-    print(f"{name}: {sum(p.numel() for p in model.parameters())} params, seed {s}, "
-          f"greedy margin {margin:.3g}", flush=True)
+    print(f"{name}: {sum(p.numel() for p in model.parameters())} params, seed {s} "
+          f"(attempt {attempt + 1}), greedy margin {margin:.3g}", flush=True)
     return d
 
 

@@ -1,9 +1,11 @@
 /* backend.c - pick a backend by device name (see atlas_backend_open). */
 #include "backend.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/log.h"
 
 /* "cuda" or "cuda:N" with N a decimal GPU index. */
 static int is_cuda(const char *d)
@@ -19,22 +21,29 @@ static int is_cuda(const char *d)
 
 struct atlas_backend *atlas_backend_open(const char *device)
 {
-	if (!device || !strcmp(device, "auto") || !strcmp(device, "cpu"))
+	if (!device || !strcmp(device, "auto")) {
+#ifdef ATLAS_HAVE_CUDA
+		/* the GPU when there is a usable one, else the CPU, saying why */
+		struct atlas_backend *be = atlas_backend_cuda_new(0);
+		if (be)
+			return be;
+		atlas_info("using the CPU: %s", atlas_errmsg());
+#endif
+		return atlas_backend_cpu_new();
+	}
+	if (!strcmp(device, "cpu"))
 		return atlas_backend_cpu_new();
 	if (!strcmp(device, "mock"))
 		return atlas_backend_mock_new();
 	if (is_cuda(device)) {
+#ifdef ATLAS_HAVE_CUDA
+		return atlas_backend_cuda_new(device[4] ? atoi(device + 5) : 0);
+#else
 		atlas_error(ATLAS_EUNSUPPORTED,
 			    "device '%s' is not available: this build has no CUDA backend", device);
 		return NULL;
+#endif
 	}
 	atlas_error(ATLAS_EINVAL, "unknown device '%s' (expected cpu, cuda[:N] or auto)", device);
 	return NULL;
-}
-
-/* Weak default for CPU-only builds; the generated kernel registry of a
- * CUDA build defines the strong one. */
-__attribute__((weak)) const char *atlas_kernel_targets(void)
-{
-	return "";
 }

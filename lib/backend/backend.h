@@ -37,6 +37,17 @@ struct atlas_kv_batch {
 	int64_t max_keys;            /* most keys any token sees (<= max_blocks*block_size) */
 };
 
+/* One row's sampling settings for the on-device sampler. The uniform u
+ * comes from the host's seeded generator, so a backend's choice equals
+ * the host sampler's for the same logits (see atlas_sample_pick). */
+struct atlas_sample_args {
+	float temperature; /* 0 = greedy (argmax, lowest id on ties) */
+	int32_t top_k;     /* 0 = off */
+	float top_p;       /* 1 = off */
+	float min_p;       /* 0 = off */
+	float u;           /* uniform in [0, 1) */
+};
+
 struct atlas_backend {
 	const char *name;           /* "cpu", "cuda", "mock" */
 	void *ctx;                  /* backend private state */
@@ -89,6 +100,12 @@ struct atlas_backend {
 	int (*matmul)(struct atlas_backend *be, void *out, const void *x,
 		      const void *w, const void *bias, enum atlas_dtype wdt,
 		      int64_t T, int64_t N, int64_t K);
+	/* The output head: out[T,N] = x[T,K] W^T in FP32 (host float layout
+	 * in backend memory), whatever the activation type, so that logits
+	 * keep full precision for sampling. */
+	int (*logits)(struct atlas_backend *be, float *out, const void *x,
+		      const void *w, enum atlas_dtype wdt, int64_t T, int64_t N,
+		      int64_t K);
 	/* Rotary embedding in place, rotate-half (GPT-NeoX/HF) layout:
 	 * x [T,H,hd]; pos [T] int32 in backend memory; inv_freq [hd/2] f32 in
 	 * backend memory (scaling already folded in). */
@@ -118,11 +135,36 @@ struct atlas_backend {
 	/* Download n activations as float (converting from act_dtype). */
 	int (*to_f32)(struct atlas_backend *be, float *host, const void *src,
 		      int64_t n);
+	/* Optional (NULL: the host samples): ids[i] = the token drawn from row
+	 * i of the FP32 logits [n,V] (from the logits op) with args[i] (host
+	 * array); ids [n] in backend memory, so only ids cross to the host. */
+	int (*sample)(struct atlas_backend *be, int32_t *ids, const float *logits,
+		      int64_t n, int64_t V, const struct atlas_sample_args *args);
+	/* Optional: size the backend's memory arena before a model loads
+	 * (CUDA: one allocation for weights, activations and KV cache). */
+	int (*reserve)(struct atlas_backend *be, size_t bytes);
+	/* Optional: the model is known; choose kernels for its family and
+	 * weight type ("bf16", "f16", "f32"), falling back to common ones. */
+	int (*specialize)(struct atlas_backend *be, const char *family, const char *quant);
 };
+
+/* The reference sampling algorithm, shared by the host sampler and the
+ * CPU backend's sample op: temperature, top-k, top-p, min-p, then the
+ * candidate where the running probability mass first exceeds u times the
+ * kept mass. `logits` [V] is overwritten; `scratch` holds V * 8 bytes. */
+int32_t atlas_sample_pick(float *logits, int64_t V, const struct atlas_sample_args *a,
+			  void *scratch);
 
 /* Backend constructors. Each returns a new backend owned by the caller
  * (release with be->destroy(be)) or NULL with a message. */
 struct atlas_backend *atlas_backend_cpu_new(void);
+
+/* The CUDA backend on GPU `device` (only in builds with CUDA), or NULL
+ * with a message: no driver or GPU, a GPU without kernels in this build. */
+struct atlas_backend *atlas_backend_cuda_new(int device);
+/* Its kernel target ("sm90/qwen3/bf16") and device memory in use. */
+const char *atlas_backend_cuda_target(const struct atlas_backend *be);
+size_t atlas_backend_cuda_used(const struct atlas_backend *be);
 
 /* The mock backend records one line per op call ("matmul T=1 N=64 K=32")
  * and computes nothing: alloc gives zeroed host memory, to_f32 writes

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../backend/backend.h"
 #include "../core/error.h"
 
 const char *atlas_finish_name(enum atlas_finish f)
@@ -123,15 +124,29 @@ int atlas_generate(struct atlas_model *m, struct atlas_seq *s,
 	if (tok)
 		atlas_tok_stream_init(&ts, tok);
 
+	/* sample on the backend (only ids cross) unless penalties need the
+	 * token history on the host; both paths draw the same uniforms */
+	const struct atlas_sampler_params *sp = &p->sampling;
+	bool dev = atlas_model_can_sample(m) && sp->repetition_penalty == 1.0 &&
+		   sp->presence_penalty == 0.0 && sp->frequency_penalty == 0.0;
+	struct atlas_sample_args args;
+	int32_t id = -1;
 	double t0 = now();
-	if ((rc = atlas_model_forward(m, s, prompt, n, logits, false)))
+	if (dev) {
+		atlas_sampler_args(smp, &args);
+		rc = atlas_model_forward_sample(m, s, prompt, n, &args, &id);
+	} else {
+		rc = atlas_model_forward(m, s, prompt, n, logits, false);
+	}
+	if (rc)
 		goto out;
 	double t1 = now();
 	st.prompt_s = t1 - t0;
 	st.finish = ATLAS_FINISH_LENGTH;
 	int64_t ng = 0;
 	for (;;) {
-		int32_t id = atlas_sampler_sample(smp, logits, hist, n + ng, ng);
+		if (!dev)
+			id = atlas_sampler_sample(smp, logits, hist, n + ng, ng);
 		if (ng == 0)
 			st.ttft_s = now() - t0;
 		if (!p->ignore_eos && is_eos(p, id)) {
@@ -174,7 +189,15 @@ int atlas_generate(struct atlas_model *m, struct atlas_seq *s,
 		}
 		if (ng >= p->max_tokens || atlas_seq_len(s) >= ctx)
 			break;
-		if ((rc = atlas_model_forward(m, s, &id, 1, logits, false)))
+		if (dev) {
+			int32_t next;
+			atlas_sampler_args(smp, &args);
+			rc = atlas_model_forward_sample(m, s, &id, 1, &args, &next);
+			id = next;
+		} else {
+			rc = atlas_model_forward(m, s, &id, 1, logits, false);
+		}
+		if (rc)
 			goto out;
 		st.n_decode++;
 	}

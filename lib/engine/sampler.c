@@ -8,18 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/backend.h"
 #include "../core/error.h"
-
-struct cand {
-	float logit; /* processed logit */
-	int32_t id;  /* token id */
-};
 
 struct atlas_sampler {
 	struct atlas_sampler_params p; /* as given */
 	int64_t n_vocab;               /* logits length */
 	uint64_t rng[4];               /* xoshiro256** state */
-	struct cand *cands;            /* scratch [n_vocab] */
+	void *cands;                   /* scratch for atlas_sample_pick [n_vocab * 8 bytes] */
 	int32_t *counts;               /* scratch [n_vocab]: generated counts */
 	uint8_t *seen;                 /* scratch [n_vocab]: in context */
 };
@@ -99,7 +95,7 @@ struct atlas_sampler *atlas_sampler_new(const struct atlas_sampler_params *p,
 	uint64_t x = p->seed;
 	for (int i = 0; i < 4; i++)
 		s->rng[i] = splitmix(&x);
-	s->cands = malloc((size_t)n_vocab * sizeof(*s->cands));
+	s->cands = malloc((size_t)n_vocab * 8);
 	s->counts = calloc((size_t)n_vocab, sizeof(*s->counts));
 	s->seen = calloc((size_t)n_vocab, 1);
 	if (!s->cands || !s->counts || !s->seen)
@@ -154,106 +150,29 @@ static void penalties(struct atlas_sampler *s, float *logits,
 	}
 }
 
-static int32_t argmax(const float *x, int64_t n)
-{
-	int64_t best = 0;
-	for (int64_t i = 1; i < n; i++)
-		if (x[i] > x[best])
-			best = i;
-	return (int32_t)best;
-}
 
-static int cmp_cand(const void *a, const void *b)
+int atlas_sampler_args(struct atlas_sampler *s, struct atlas_sample_args *a)
 {
-	const struct cand *x = a, *y = b;
-	if (x->logit != y->logit)
-		return x->logit < y->logit ? 1 : -1;
-	return x->id - y->id;
+	const struct atlas_sampler_params *p = &s->p;
+	a->temperature = (float)p->temperature;
+	a->top_k = p->top_k > INT32_MAX ? INT32_MAX : (int32_t)p->top_k;
+	a->top_p = (float)p->top_p;
+	a->min_p = (float)p->min_p;
+	a->u = (float)next_unit(s->rng);
+	if (a->u >= 1.0f) /* float rounding of a double just under 1 */
+		a->u = 0.99999994f;
+	return p->repetition_penalty == 1.0 && p->presence_penalty == 0.0 &&
+	       p->frequency_penalty == 0.0;
 }
 
 int32_t atlas_sampler_sample(struct atlas_sampler *s, float *logits,
 			     const int32_t *context, int64_t n_context,
 			     int64_t n_generated)
 {
-	const struct atlas_sampler_params *p = &s->p;
-	int64_t n = s->n_vocab;
+	struct atlas_sample_args a;
 	if (n_generated > n_context)
 		n_generated = n_context;
 	penalties(s, logits, context, n_context, n_generated);
-	if (p->temperature == 0.0)
-		return argmax(logits, n);
-
-	/* candidates: all tokens, or the k best when top-k narrows first */
-	struct cand *c = s->cands;
-	for (int64_t i = 0; i < n; i++) {
-		c[i].logit = logits[i] / (float)p->temperature;
-		c[i].id = (int32_t)i;
-	}
-	int64_t k = n;
-	if (p->top_k > 0 && p->top_k < n)
-		k = p->top_k;
-	if (k < n || p->top_p < 1.0 || p->min_p > 0.0) {
-		if (k < n) {
-			/* partial selection: keep the k largest, then sort them */
-			struct cand *tmp = c;
-			int64_t lo = 0, hi = n - 1;
-			while (lo < hi) { /* quickselect on descending order */
-				float pivot = tmp[(lo + hi) / 2].logit;
-				int64_t i = lo, j = hi;
-				while (i <= j) {
-					while (tmp[i].logit > pivot) i++;
-					while (tmp[j].logit < pivot) j--;
-					if (i <= j) {
-						struct cand t = tmp[i];
-						tmp[i++] = tmp[j];
-						tmp[j--] = t;
-					}
-				}
-				if (k - 1 <= j) hi = j;
-				else if (k - 1 >= i) lo = i;
-				else break;
-			}
-		}
-		qsort(c, (size_t)k, sizeof(*c), cmp_cand);
-	}
-	/* softmax over the survivors */
-	float mx = c[0].logit;
-	for (int64_t i = 1; i < k; i++)
-		if (c[i].logit > mx)
-			mx = c[i].logit;
-	double sum = 0;
-	float *prob = logits; /* reuse: logits are consumed */
-	for (int64_t i = 0; i < k; i++) {
-		prob[i] = expf(c[i].logit - mx);
-		sum += prob[i];
-	}
-	if (p->top_p < 1.0) { /* smallest prefix with mass >= top_p, keep >= 1 */
-		double acc = 0;
-		int64_t keep = k;
-		for (int64_t i = 0; i < k; i++) {
-			acc += prob[i] / sum;
-			if (acc >= p->top_p) {
-				keep = i + 1;
-				break;
-			}
-		}
-		k = keep;
-	}
-	if (p->min_p > 0.0) { /* drop tokens under min_p * p(top) */
-		float floor_p = (float)p->min_p * prob[0];
-		int64_t keep = 1;
-		while (keep < k && prob[keep] >= floor_p)
-			keep++;
-		k = keep;
-	}
-	sum = 0;
-	for (int64_t i = 0; i < k; i++)
-		sum += prob[i];
-	double r = next_unit(s->rng) * sum, acc = 0;
-	for (int64_t i = 0; i < k; i++) {
-		acc += prob[i];
-		if (r < acc)
-			return c[i].id;
-	}
-	return c[k - 1].id;
+	atlas_sampler_args(s, &a);
+	return atlas_sample_pick(logits, s->n_vocab, &a, s->cands);
 }

@@ -38,6 +38,14 @@ int32_t atlas_sampler_sample(struct atlas_sampler *s, float *logits,
 			     const int32_t *context, int64_t n_context,
 			     int64_t n_generated);
 
+/* The settings of the next draw for an on-device sampler, with a fresh
+ * uniform from this sampler's generator (so host and device choices
+ * match). Returns 1 when the device may sample (no penalties, which need
+ * the token history), else 0 (sample on the host with
+ * atlas_sampler_sample instead; note that this call consumed a draw). */
+struct atlas_sample_args;
+int atlas_sampler_args(struct atlas_sampler *s, struct atlas_sample_args *a);
+
 /* Check params; returns 0 or ATLAS_EINVAL with a message naming the field. */
 int atlas_sampler_check(const struct atlas_sampler_params *p);
 

@@ -201,7 +201,7 @@ static int alloc_buffers(struct atlas_model *m)
 	ALLOC(m->v, m->max_tokens * kvd * a);
 	ALLOC(m->g, m->max_tokens * c->intermediate_size * a);
 	ALLOC(m->u, m->max_tokens * c->intermediate_size * a);
-	ALLOC(m->logits, m->max_tokens * c->vocab_size * a);
+	ALLOC(m->logits, m->max_tokens * c->vocab_size * sizeof(float));
 	ALLOC(m->sel, m->max_seqs * c->hidden_size * a);
 	ALLOC(m->inv_freq, hd2 * sizeof(float));
 	atlas_rope_inv_freq(c, freq);
@@ -214,6 +214,47 @@ static int alloc_buffers(struct atlas_model *m)
 nomem:
 	free(freq);
 	return atlas_error(ATLAS_ENOMEM, "cannot allocate activation buffers");
+}
+
+/* Tell the backend how much memory the model will take (weights,
+ * activations, KV pool, staging), so it can reserve one arena and report
+ * a shortfall up front; and which kernels suit it. */
+static int size_memory(struct atlas_model *m)
+{
+	const struct atlas_config *c = &m->cfg;
+	struct atlas_backend *be = m->be;
+	size_t a = m->act, pad = 256, w = 0;
+	int64_t qd = c->num_heads * c->head_dim, kvd = c->num_kv_heads * c->head_dim;
+	enum atlas_dtype wdt = ATLAS_DTYPE_BF16;
+	for (int64_t i = 0; i < atlas_st_count(m->st); i++) {
+		const struct atlas_tensor_info *t = atlas_st_get(m->st, i);
+		w += t->nbytes + pad;
+		if (t->ndim == 2)
+			wdt = t->dtype; /* the matrices' type names the kernel target */
+	}
+	size_t rows = (size_t)m->max_tokens;
+	size_t act = rows * a * (size_t)(3 * c->hidden_size + 2 * qd + 2 * kvd +
+					 2 * c->intermediate_size) +
+		     rows * 4 * (size_t)c->vocab_size +
+		     (size_t)m->max_seqs * (size_t)c->hidden_size * a + 16 * pad;
+	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) *
+		    (size_t)kvd * a;
+	size_t meta = (size_t)(4 * m->max_tokens + m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
+	/* to_f32 staging and sampling scratch grow on first use */
+	size_t scratch = rows * (size_t)c->vocab_size * 4 + 64 * 2 * (size_t)c->vocab_size * 4 + 4 * pad;
+	size_t total = w + act + kv + meta + scratch + (size_t)c->head_dim * 4 + pad;
+	if (be->reserve) {
+		int rc = be->reserve(be, total);
+		if (rc)
+			return rc;
+	}
+	if (be->specialize) {
+		const char *q = wdt == ATLAS_DTYPE_F32 ? "f32" : wdt == ATLAS_DTYPE_F16 ? "f16" : "bf16";
+		int rc = be->specialize(be, m->fam->name, q);
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
@@ -244,6 +285,8 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 			   "output past that is untested territory for the model",
 			   (long long)m->max_ctx, (long long)c->max_position);
 	if (!(m->st = atlas_st_open(dir)))
+		goto fail;
+	if (size_memory(m))
 		goto fail;
 	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));
 	if (!m->layers) {

@@ -35,8 +35,9 @@ struct atlas_model {
 	struct layer *layers;             /* [num_layers] */
 	float *inv_freq;                  /* backend [hd/2] */
 	size_t act;                       /* bytes per activation element */
-	/* activation buffers, max_tokens rows each (logits: [max_tokens, V]) */
-	void *x, *h, *q, *k, *v, *att, *o, *g, *u, *logits, *sel;
+	/* activation buffers, max_tokens rows each */
+	void *x, *h, *q, *k, *v, *att, *o, *g, *u, *sel;
+	float *logits;                    /* backend [max_tokens, V], FP32 always */
 	/* KV pool: K then V, each [num_layers][n_blocks * block_size][Hkv*hd] */
 	void *kv;                         /* backend */
 	int64_t block_size;               /* tokens per block */
@@ -48,6 +49,9 @@ struct atlas_model {
 	int32_t *h_ids, *h_pos, *h_seq, *h_slot; /* host [max_tokens] */
 	int32_t *h_tables;                /* host [max_seqs, max_blocks] */
 	int32_t *d_ids, *d_pos, *d_seq, *d_slot, *d_tables; /* backend, same shapes */
+	int32_t *d_out;                   /* backend [max_seqs]: sampled ids */
+	int32_t *h_out;                   /* host [max_seqs] */
+	struct atlas_sample_args *h_args; /* host [max_seqs] */
 };
 
 struct atlas_seq {

@@ -167,26 +167,45 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps));
 
 	if (all) {
-		TRY(be->matmul(be, m->logits, m->h, m->lm_head.p, NULL, m->lm_head.dtype, T, V, D));
-		TRY(be->to_f32(be, all, m->logits, T * V));
+		TRY(be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, T, V, D));
+		TRY(be->download(be, all, m->logits, (size_t)(T * V) * sizeof(float)));
 	} else {
 		/* gather the last row of each item that wants logits */
 		int64_t nsel = 0, end = 0;
 		size_t rb = (size_t)D * m->act;
+		int want_ids = 0;
 		for (int64_t i = 0; i < n; i++) {
 			end += it[i].n;
-			if (it[i].logits)
+			if (it[i].logits || it[i].sample) {
+				/* rows without sampling settings get greedy ones (unused) */
+				m->h_args[nsel] = it[i].sample ? *it[i].sample
+							       : (struct atlas_sample_args){0};
+				want_ids |= it[i].sample != NULL;
 				TRY(be->copy(be, (char *)m->sel + (size_t)nsel++ * rb,
 					     (const char *)m->h + (size_t)(end - 1) * rb, rb));
+			}
 		}
 		if (nsel) {
-			TRY(be->matmul(be, m->logits, m->sel, m->lm_head.p, NULL,
-				       m->lm_head.dtype, nsel, V, D));
-			for (int64_t i = 0, k = 0; i < n; i++)
+			TRY(be->logits(be, m->logits, m->sel, m->lm_head.p, m->lm_head.dtype, nsel,
+				       V, D));
+			if (want_ids) {
+				if (!be->sample)
+					return atlas_error(ATLAS_EUNSUPPORTED,
+							   "backend '%s' cannot sample", be->name);
+				TRY(be->sample(be, m->d_out, m->logits, nsel, V, m->h_args));
+				TRY(be->download(be, m->h_out, m->d_out,
+						 (size_t)nsel * sizeof(int32_t)));
+			}
+			for (int64_t i = 0, k = 0; i < n; i++) {
+				if (!it[i].logits && !it[i].sample)
+					continue;
 				if (it[i].logits)
-					TRY(be->to_f32(be, it[i].logits,
-						       (const char *)m->logits + (size_t)(k++ * V) * m->act,
-						       V));
+					TRY(be->download(be, it[i].logits, m->logits + k * V,
+							 (size_t)V * sizeof(float)));
+				if (it[i].sample)
+					*it[i].token = m->h_out[k];
+				k++;
+			}
 		}
 	}
 	for (int64_t i = 0; i < n; i++)
@@ -200,8 +219,9 @@ int atlas_model_forward_batch(struct atlas_model *m, const struct atlas_batch_it
 	return step(m, items, n, NULL);
 }
 
-int atlas_model_forward(struct atlas_model *m, struct atlas_seq *s, const int32_t *ids,
-			int64_t T, float *logits, bool all_logits)
+static int run(struct atlas_model *m, struct atlas_seq *s, const int32_t *ids, int64_t T,
+	       float *logits, bool all_logits, const struct atlas_sample_args *args,
+	       int32_t *token)
 {
 	const struct atlas_config *c = &m->cfg;
 	if (T <= 0)
@@ -227,6 +247,8 @@ int atlas_model_forward(struct atlas_model *m, struct atlas_seq *s, const int32_
 		struct atlas_batch_item it = {
 			.seq = s, .ids = ids + done, .n = k,
 			.logits = !all_logits && last ? logits : NULL,
+			.sample = last ? args : NULL,
+			.token = token,
 		};
 		int rc = step(m, &it, 1, all_logits ? logits + done * c->vocab_size : NULL);
 		if (rc) {
@@ -238,4 +260,24 @@ int atlas_model_forward(struct atlas_model *m, struct atlas_seq *s, const int32_
 		}
 	}
 	return 0;
+}
+
+int atlas_model_forward(struct atlas_model *m, struct atlas_seq *s, const int32_t *ids,
+			int64_t T, float *logits, bool all_logits)
+{
+	return run(m, s, ids, T, logits, all_logits, NULL, NULL);
+}
+
+int atlas_model_forward_sample(struct atlas_model *m, struct atlas_seq *s,
+			       const int32_t *ids, int64_t T,
+			       const struct atlas_sample_args *args, int32_t *token)
+{
+	if (!m->be->sample)
+		return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", m->be->name);
+	return run(m, s, ids, T, NULL, false, args, token);
+}
+
+bool atlas_model_can_sample(const struct atlas_model *m)
+{
+	return m->be->sample != NULL;
 }

@@ -41,13 +41,17 @@ int atlas_kvpool_init(struct atlas_model *m)
 	m->h_seq = malloc(nt);
 	m->h_slot = malloc(nt);
 	m->h_tables = calloc(1, nb);
-	if (!m->free_list || !m->h_ids || !m->h_pos || !m->h_seq || !m->h_slot || !m->h_tables)
+	m->h_out = calloc((size_t)m->max_seqs, sizeof(int32_t));
+	m->h_args = calloc((size_t)m->max_seqs, sizeof(*m->h_args));
+	if (!m->free_list || !m->h_ids || !m->h_pos || !m->h_seq || !m->h_slot || !m->h_tables ||
+	    !m->h_out || !m->h_args)
 		goto nomem;
 	ALLOC(m->d_ids, nt);
 	ALLOC(m->d_pos, nt);
 	ALLOC(m->d_seq, nt);
 	ALLOC(m->d_slot, nt);
 	ALLOC(m->d_tables, nb);
+	ALLOC(m->d_out, (size_t)m->max_seqs * sizeof(int32_t));
 	/* pop order 0, 1, 2...: the stack holds the ids in reverse */
 	for (int64_t i = 0; i < m->n_blocks; i++)
 		m->free_list[i] = (int32_t)(m->n_blocks - 1 - i);
@@ -59,7 +63,7 @@ nomem:
 
 void atlas_kvpool_release(struct atlas_model *m)
 {
-	void *dev[] = {m->kv, m->d_ids, m->d_pos, m->d_seq, m->d_slot, m->d_tables};
+	void *dev[] = {m->kv, m->d_ids, m->d_pos, m->d_seq, m->d_slot, m->d_tables, m->d_out};
 	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 		if (dev[i])
 			m->be->free(m->be, dev[i]);
@@ -69,6 +73,8 @@ void atlas_kvpool_release(struct atlas_model *m)
 	free(m->h_seq);
 	free(m->h_slot);
 	free(m->h_tables);
+	free(m->h_out);
+	free(m->h_args);
 }
 
 int64_t atlas_model_kv_blocks_total(const struct atlas_model *m)

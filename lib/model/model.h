@@ -76,7 +76,20 @@ struct atlas_batch_item {
 	const int32_t *ids;    /* its new tokens */
 	int64_t n;             /* how many (>= 1) */
 	float *logits;         /* host [vocab] for its last token, or NULL */
+	const struct atlas_sample_args *sample; /* or: sample its next token on
+				  the backend with these settings ... */
+	int32_t *token;        /* ... into this host int (with sample) */
 };
+
+/* Can the model's backend sample on the device (atlas_model_forward_sample)? */
+bool atlas_model_can_sample(const struct atlas_model *m);
+
+/* Like atlas_model_forward without logits, but the token after the last
+ * one is sampled on the backend with `args` (be->sample must exist) and
+ * only its id comes back, in *token. */
+int atlas_model_forward_sample(struct atlas_model *m, struct atlas_seq *s,
+			       const int32_t *ids, int64_t T,
+			       const struct atlas_sample_args *args, int32_t *token);
 
 /* One forward step over several sequences: at most max_seqs items, each
  * sequence at most once, at most max_tokens tokens in all. Errors as

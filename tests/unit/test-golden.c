@@ -1,9 +1,12 @@
-/* test-golden.c - every golden model on the CPU backend against the
- * logits and greedy tokens that transformers produced for the same
- * weights (tests/fixtures/golden, made by scripts/gen-golden.py).
+/* test-golden.c - every golden model against the logits and greedy
+ * tokens that transformers produced for the same weights
+ * (tests/fixtures/golden, made by scripts/gen-golden.py).
  *
- * Pass: max |ours - ref| / max |ref| under 1e-4 for every case, and the
- * 32 greedy tokens identical. */
+ * On the CPU backend (FP32 activations; the default): max |ours - ref| /
+ * max |ref| under 1e-4 for every case, and all 32 greedy tokens
+ * identical. With ATLAS_TEST_DEVICE=cuda (BF16 activations; run by
+ * make gpu-test): relative L2 error ||ours - ref|| / ||ref|| under 2e-2,
+ * and the first 16 greedy tokens identical. */
 #include <dirent.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -17,9 +20,12 @@
 #include "../../lib/model/model.h"
 #include "harness.h"
 
-#define TOL 1e-4
+#define TOL 1e-4      /* FP32 activations: max relative error */
+#define TOL_L2 2e-2   /* BF16 activations: relative L2 error */
+#define GREEDY_BF16 16 /* BF16: greedy tokens that must match */
 
 static struct atlas_backend *be;
+static int bf16;          /* the backend computes in BF16 */
 static char dir[512];     /* model directory of the current test */
 static double worst;      /* worst relative error over all models */
 
@@ -91,19 +97,23 @@ static void check_logits(struct atlas_model *m, json_object *c)
 	if (rc)
 		printf("# %s\n", atlas_errmsg());
 	if (ref && !rc) {
-		double maxdiff = 0, maxref = 0;
+		double maxdiff = 0, maxref = 0, d2 = 0, r2 = 0;
 		for (size_t i = 0; i < n * (size_t)V; i++) {
 			double d = fabs((double)out[i] - ref[i]);
 			if (!(d <= maxdiff))
 				maxdiff = isnan(d) ? INFINITY : d;
 			if (fabs(ref[i]) > maxref)
 				maxref = fabs(ref[i]);
+			d2 += isnan(d) ? INFINITY : d * d;
+			r2 += (double)ref[i] * ref[i];
 		}
-		double rel = maxdiff / maxref;
-		if (rel > worst)
-			worst = rel;
-		printf("# %s: %zu tokens, max relative logit error %.3g\n", dir, n, rel);
-		CHECK(rel < TOL);
+		double rel = maxdiff / maxref, l2 = sqrt(d2 / r2);
+		double score = bf16 ? l2 : rel;
+		if (score > worst)
+			worst = score;
+		printf("# %s: %zu tokens, max relative logit error %.3g, relative L2 %.3g\n", dir,
+		       n, rel, l2);
+		CHECK(bf16 ? l2 < TOL_L2 : rel < TOL);
 	}
 	/* the same logits, one token at a time through the KV cache */
 	if (!rc && n > 1) {
@@ -118,7 +128,7 @@ static void check_logits(struct atlas_model *m, json_object *c)
 				maxref = fmax(maxref, fabs(ref[t * (size_t)V + (size_t)i]));
 			}
 		}
-		CHECK(maxdiff / maxref < TOL);
+		CHECK(maxdiff / maxref < (bf16 ? 10 * TOL_L2 : TOL));
 		free(last);
 	}
 	atlas_seq_free(s);
@@ -144,9 +154,11 @@ static void check_greedy(struct atlas_model *m, json_object *g)
 	CHECK_EQ_INT(atlas_generate(m, s, NULL, prompt, (int64_t)np, &gp, collect_cb, &col, &st), 0);
 	size_t ngot = col.n;
 	CHECK_EQ_INT(ngot, nt);
-	int same = ngot == nt;
-	for (size_t i = 0; same && i < nt; i++)
-		same = got[i] == want[i];
+	size_t must = bf16 && nt > GREEDY_BF16 ? GREEDY_BF16 : nt, agree = 0;
+	while (agree < ngot && agree < nt && got[agree] == want[agree])
+		agree++;
+	int same = ngot == nt && agree >= must;
+	printf("# greedy: first %zu of %zu tokens identical (%zu required)\n", agree, nt, must);
 	if (!same) {
 		printf("# greedy tokens differ:\n#  want");
 		for (size_t i = 0; i < nt; i++) printf(" %d", want[i]);
@@ -192,7 +204,14 @@ int main(void)
 	char root[512];
 	struct dirent **ents;
 	snprintf(root, sizeof(root), "%s/tests/fixtures/golden", harness_srcdir());
-	be = atlas_backend_cpu_new();
+	const char *dev = getenv("ATLAS_TEST_DEVICE");
+	be = atlas_backend_open(dev ? dev : "cpu");
+	if (!be) {
+		printf("not ok 1 - open device '%s': %s\n", dev, atlas_errmsg());
+		return 1;
+	}
+	bf16 = be->act_dtype == ATLAS_DTYPE_BF16;
+	printf("# device %s (%s activations)\n", be->name, bf16 ? "BF16" : "FP32");
 	int n = scandir(root, &ents, NULL, by_name);
 
 	for (int i = 0; i < n; i++) {
@@ -209,7 +228,8 @@ int main(void)
 	}
 	free(ents);
 	RUN(test_fixtures_present);
-	printf("# worst relative logit error over all models: %.3g (limit %g)\n", worst, TOL);
+	printf("# worst %s over all models: %.3g (limit %g)\n",
+	       bf16 ? "relative L2 logit error" : "relative logit error", worst, bf16 ? TOL_L2 : TOL);
 	be->destroy(be);
 	return harness_done();
 }

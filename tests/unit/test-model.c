@@ -66,10 +66,10 @@ static void test_qwen3_op_sequence(void)
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		CHECK_STR(atlas_backend_mock_call(be, (int64_t)i), want[i]);
 	int64_t n = atlas_backend_mock_count(be);
-	/* embed, 2 layers of 16 ops, final norm + last-row gather + lm_head + to_f32 */
-	CHECK_EQ_INT(n, 1 + 2 * 16 + 4);
-	CHECK_STR(atlas_backend_mock_call(be, n - 2), "matmul T=1 N=1088 K=64"); /* last row only */
-	CHECK_STR(atlas_backend_mock_call(be, n - 1), "to_f32 n=1088");
+	/* embed, 2 layers of 16 ops, final norm + last-row gather + FP32 logits */
+	CHECK_EQ_INT(n, 1 + 2 * 16 + 3);
+	CHECK_STR(atlas_backend_mock_call(be, n - 2), "copy bytes=256");        /* last row only */
+	CHECK_STR(atlas_backend_mock_call(be, n - 1), "logits T=1 N=1088 K=64");
 	CHECK_EQ_INT(atlas_seq_len(s), 3);
 
 	/* decode continues at position 3 */
@@ -80,7 +80,7 @@ static void test_qwen3_op_sequence(void)
 	atlas_seq_reset(s);
 	atlas_backend_mock_reset(be);
 	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 3, logits, true), 0);
-	CHECK_EQ_INT(count(be, "matmul T=3 N=1088 K=64"), 1);
+	CHECK_EQ_INT(count(be, "logits T=3 N=1088 K=64"), 1);
 	free(logits);
 	atlas_seq_free(s);
 	atlas_model_free(m);
@@ -205,12 +205,12 @@ static void test_batch_matches_alone(void)
 	struct atlas_batch_item it[3];
 	for (int i = 0; i < 3; i++) {
 		seqs[i] = atlas_seq_new(m);
-		it[i] = (struct atlas_batch_item){seqs[i], prompts[i], lens[i], NULL};
+		it[i] = (struct atlas_batch_item){.seq = seqs[i], .ids = prompts[i], .n = lens[i]};
 	}
 	CHECK_EQ_INT(atlas_model_forward_batch(m, it, 3), 0);
 	int32_t nexts[3] = {17, 18, 19};
 	for (int i = 0; i < 3; i++)
-		it[i] = (struct atlas_batch_item){seqs[i], &nexts[i], 1, batch + i * V};
+		it[i] = (struct atlas_batch_item){.seq = seqs[i], .ids = &nexts[i], .n = 1, .logits = batch + i * V};
 	CHECK_EQ_INT(atlas_model_forward_batch(m, it, 3), 0);
 	double maxd = 0;
 	for (int64_t i = 0; i < 3 * V; i++)

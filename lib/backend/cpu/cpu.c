@@ -178,6 +178,33 @@ static int cpu_to_f32(struct atlas_backend *be, float *host, const void *src, in
 	return 0;
 }
 
+/* The reference algorithm row by row (logits are F32 here). */
+static int cpu_sample(struct atlas_backend *be, int32_t *ids, const float *logits, int64_t n,
+		      int64_t V, const struct atlas_sample_args *args)
+{
+	float *row = malloc((size_t)V * sizeof(float));
+	void *scratch = malloc((size_t)V * 8);
+	if (!row || !scratch) {
+		free(row);
+		free(scratch);
+		return atlas_error(ATLAS_ENOMEM, "cpu sample: out of memory");
+	}
+	for (int64_t i = 0; i < n; i++) {
+		memcpy(row, logits + i * V, (size_t)V * sizeof(float));
+		ids[i] = atlas_sample_pick(row, V, &args[i], scratch);
+	}
+	free(row);
+	free(scratch);
+	return 0;
+}
+
+/* Activations are FP32 already: the output head is a plain matmul. */
+static int cpu_logits(struct atlas_backend *be, float *out, const void *x, const void *w,
+		      enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
+{
+	return atlas_cpu_matmul(be, out, x, w, NULL, wdt, T, N, K);
+}
+
 struct atlas_backend *atlas_backend_cpu_new(void)
 {
 	struct atlas_backend *be = calloc(1, sizeof(*be));
@@ -202,12 +229,14 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 	    .rmsnorm = atlas_cpu_rmsnorm,
 	    .add_rmsnorm = atlas_cpu_add_rmsnorm,
 	    .matmul = atlas_cpu_matmul,
+	    .logits = cpu_logits,
 	    .rope = atlas_cpu_rope,
 	    .kv_store = atlas_cpu_kv_store,
 	    .attention = atlas_cpu_attention,
 	    .swiglu = atlas_cpu_swiglu,
 	    .add = atlas_cpu_add,
 	    .to_f32 = cpu_to_f32,
+	    .sample = cpu_sample,
 	};
 	const char *cw = getenv("ATLAS_CPU_COPY_WEIGHTS");
 	if (cw && !strcmp(cw, "1"))

@@ -164,6 +164,25 @@ static int mock_attention(struct atlas_backend *be, void *out, const void *q, co
 		      (long long)Hkv, (long long)hd, (long long)b->n_seq);
 }
 
+static int mock_logits(struct atlas_backend *be, float *out, const void *x, const void *w,
+		       enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
+{
+	return record(be, "logits T=%lld N=%lld K=%lld", (long long)T, (long long)N, (long long)K);
+}
+
+static int mock_sample(struct atlas_backend *be, int32_t *ids, const float *logits, int64_t n,
+		       int64_t V, const struct atlas_sample_args *args)
+{
+	for (int64_t i = 0; i < n; i++)
+		ids[i] = 0;
+	return record(be, "sample n=%lld V=%lld", (long long)n, (long long)V);
+}
+
+static int mock_reserve(struct atlas_backend *be, size_t bytes)
+{
+	return record(be, "reserve bytes=%zu", bytes);
+}
+
 static int mock_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
 		       int64_t T, int64_t F)
 {
@@ -212,6 +231,9 @@ struct atlas_backend *atlas_backend_mock_new(void)
 	    .rope = mock_rope,
 	    .kv_store = mock_kv_store,
 	    .attention = mock_attention,
+	    .sample = mock_sample,
+	    .logits = mock_logits,
+	    .reserve = mock_reserve,
 	    .swiglu = mock_swiglu,
 	    .add = mock_add,
 	    .to_f32 = mock_to_f32,

@@ -1,0 +1,177 @@
+/* common.cuh - device helpers shared by every kernel file of a target:
+ * weight loads in any weight dtype, bf16 packing, warp and block
+ * reductions.
+ *
+ * All .cu files of one target are compiled as one translation unit (the
+ * Makefile's umbrella file includes each of them), so everything here is
+ * `static __device__` or a template, behind one include guard, and the
+ * .cu files keep their own helpers static too.
+ */
+#ifndef ATLAS_KERNELS_COMMON_CUH
+#define ATLAS_KERNELS_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+// enum atlas_dtype numbers of the weight dtypes the kernels accept.
+#define ATLAS_WDT_F32 0
+#define ATLAS_WDT_F16 1
+#define ATLAS_WDT_BF16 2
+
+// Element i of a weight array in dtype wdt, as float.
+static __device__ __forceinline__ float atlas_wload(const void *w, int wdt, long long i)
+{
+	if (wdt == ATLAS_WDT_BF16)
+		return __bfloat162float(((const bf16 *)w)[i]);
+	if (wdt == ATLAS_WDT_F16)
+		return __half2float(((const __half *)w)[i]);
+	return ((const float *)w)[i];
+}
+
+// Size in bytes of one weight element.
+static __device__ __forceinline__ int atlas_wsize(int wdt)
+{
+	return wdt == ATLAS_WDT_F32 ? 4 : 2;
+}
+
+static __device__ __forceinline__ float atlas_bf(bf16 v)
+{
+	return __bfloat162float(v);
+}
+
+static __device__ __forceinline__ bf16 atlas_tobf(float v)
+{
+	return __float2bfloat16_rn(v);
+}
+
+// True when p is aligned to `a` bytes (a power of two).
+static __device__ __forceinline__ bool atlas_aligned(const void *p, unsigned a)
+{
+	return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+// 16 bytes of eight bf16 values, for vectorized loads and stores.
+union atlas_bf16x8 {
+	uint4 u;       // the raw 16 bytes
+	bf16 h[8];     // as bf16 values
+};
+
+// Unpack eight bf16 values to float.
+static __device__ __forceinline__ void atlas_unpack8(uint4 u, float *f)
+{
+	atlas_bf16x8 v;
+	v.u = u;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		f[i] = __bfloat162float(v.h[i]);
+}
+
+// Pack eight floats to bf16 (round to nearest even).
+static __device__ __forceinline__ uint4 atlas_pack8(const float *f)
+{
+	atlas_bf16x8 v;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		v.h[i] = __float2bfloat16_rn(f[i]);
+	return v.u;
+}
+
+// Eight consecutive weights starting at element i, as float. The caller
+// guarantees the 16-byte (bf16/f16) or 32-byte (f32: two 16-byte loads)
+// alignment of element i.
+template <int WDT>
+static __device__ __forceinline__ void atlas_wload8(const void *w, long long i, float *f)
+{
+	if (WDT == ATLAS_WDT_BF16) {
+		atlas_unpack8(__ldg((const uint4 *)((const bf16 *)w + i)), f);
+	} else if (WDT == ATLAS_WDT_F16) {
+		union {
+			uint4 u;
+			__half h[8];
+		} v;
+		v.u = __ldg((const uint4 *)((const __half *)w + i));
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			f[j] = __half2float(v.h[j]);
+	} else {
+		const float4 *p = (const float4 *)((const float *)w + i);
+		float4 a = __ldg(p), b = __ldg(p + 1);
+		f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+		f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+	}
+}
+
+// --- reductions --------------------------------------------------------
+// Block reductions need blockDim.x to be a multiple of 32 (every launch
+// shape of kernels/ABI.md is) and must be reached by every thread.
+
+static __device__ __forceinline__ float atlas_warp_sum(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+static __device__ __forceinline__ double atlas_warp_sum_d(double v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+static __device__ __forceinline__ float atlas_warp_max(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+// Sum of v over the block, returned to every thread. `tmp` is 32 floats
+// of shared memory; the function synchronizes before reusing it, so one
+// buffer serves successive calls.
+static __device__ __forceinline__ float atlas_block_sum(float v, float *tmp)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nw = (blockDim.x + 31) >> 5;
+	v = atlas_warp_sum(v);
+	__syncthreads(); // earlier readers of tmp are done
+	if (lane == 0)
+		tmp[warp] = v;
+	__syncthreads();
+	v = lane < nw ? tmp[lane] : 0.0f;
+	return atlas_warp_sum(v);
+}
+
+static __device__ __forceinline__ double atlas_block_sum_d(double v, double *tmp)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nw = (blockDim.x + 31) >> 5;
+	v = atlas_warp_sum_d(v);
+	__syncthreads();
+	if (lane == 0)
+		tmp[warp] = v;
+	__syncthreads();
+	v = lane < nw ? tmp[lane] : 0.0;
+	return atlas_warp_sum_d(v);
+}
+
+static __device__ __forceinline__ float atlas_block_max(float v, float *tmp)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nw = (blockDim.x + 31) >> 5;
+	v = atlas_warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		tmp[warp] = v;
+	__syncthreads();
+	v = lane < nw ? tmp[lane] : -INFINITY;
+	return atlas_warp_max(v);
+}
+
+#endif

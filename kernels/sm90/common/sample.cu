@@ -1,0 +1,339 @@
+/* sample.cu - atlas_sample: pick the next token of each row of logits on
+ * the device, so only the id crosses to the host.
+ *
+ * grid n (one row each), block 1024 (any multiple of 32 works; the sort
+ * is written for 1024). Row i reads args[5i .. 5i+4] = {temperature,
+ * top_k, top_p, min_p, u} and follows atlas_sample_pick
+ * (lib/backend/sample_ref.c) step by step:
+ *  - temperature 0: argmax, lowest index on ties (one block reduction);
+ *  - no filter (top_k 0 or >= V, top_p 1, min_p 0): the candidates stay in
+ *    index order, p_i = exp(l_i - max), the walk runs in index order (as
+ *    the reference does: it sorts only when a filter needs the order);
+ *  - else the kept candidates in scratch, sorted by logit descending, ties
+ *    by lower index: top_k <= SAMPLE_SMALLK by repeated block argmax (k
+ *    passes over the row), otherwise a bitonic sort of the whole row
+ *    (shrunk first to the min_p survivors when no top_k applies, which is
+ *    exact: min_p keeps precisely the candidates with p_j >= min_p);
+ *    then top-p, min-p and the draw as prefix scans over the list.
+ * Sums are in double as in the reference, but taken as block reductions
+ * and scans, so they can differ from the sequential host sums in the last
+ * bits; expf may differ from the host's by an ulp. A draw differs only
+ * when u lands within that rounding of a boundary.
+ *
+ * scratch: 2*V floats per row: V float keys then V int ids.
+ * Cost: greedy and unfiltered draws read the row 1-3 times (2 V bytes
+ * each); top_k <= 64 reads it k times; the sort path does ~log2(V)^2 / 2
+ * passes over 8 V bytes in L2 (~1-2 ms at V = 152K: the part to tune).
+ */
+#include <limits.h>
+
+#include "common.cuh"
+
+#define SAMPLE_TILE 2048  /* elements of one shared-memory sort tile */
+#define SAMPLE_SMALLK 64  /* top_k up to this: repeated argmax, no sort */
+
+/* (la, ia) comes before (lb, ib): larger logit, then lower index. */
+static __device__ __forceinline__ bool smp_before(float la, int ia, float lb, int ib)
+{
+	return la > lb || (la == lb && ia < ib);
+}
+
+/* The first of (l, i) over the block in the order above, to every
+ * thread. tl, ti: 32 entries of shared memory each. */
+static __device__ void smp_block_first(float &l, int &i, float *tl, int *ti)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		float ol = __shfl_xor_sync(0xffffffffu, l, o);
+		int oi = __shfl_xor_sync(0xffffffffu, i, o);
+		if (smp_before(ol, oi, l, i))
+			l = ol, i = oi;
+	}
+	__syncthreads();
+	if (lane == 0)
+		tl[warp] = l, ti[warp] = i;
+	__syncthreads();
+	l = lane < nw ? tl[lane] : -INFINITY;
+	i = lane < nw ? ti[lane] : INT_MAX;
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		float ol = __shfl_xor_sync(0xffffffffu, l, o);
+		int oi = __shfl_xor_sync(0xffffffffu, i, o);
+		if (smp_before(ol, oi, l, i))
+			l = ol, i = oi;
+	}
+}
+
+/* Shared state of one row. */
+struct smp_shared {
+	float tl[32];		 /* block_first scratch: logits */
+	int ti[32];		 /* block_first scratch: ids */
+	double td[32];		 /* double sums and scans */
+	int found;		 /* first index meeting a predicate */
+	float skey[SAMPLE_TILE]; /* sort tile: keys */
+	int sidx[SAMPLE_TILE];	 /* sort tile: ids */
+};
+
+/* The first i in [0, n) for which pred(i, sum of val(0..i)) holds, or -1;
+ * val gives doubles, the sum is an inclusive prefix sum in double. Runs
+ * blockDim.x elements at a time and stops at the first chunk with a hit. */
+template <class V, class P>
+static __device__ int smp_first(int n, V val, P pred, smp_shared *sh)
+{
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nw = (blockDim.x + 31) >> 5;
+	double carry = 0.0;
+	__syncthreads(); /* everyone has read the previous call's found */
+	if (threadIdx.x == 0)
+		sh->found = INT_MAX;
+	for (int b = 0; b < n; b += blockDim.x) {
+		const int i = b + threadIdx.x;
+		double x = i < n ? val(i) : 0.0;
+#pragma unroll
+		for (int o = 1; o < 32; o <<= 1) {
+			double y = __shfl_up_sync(0xffffffffu, x, o);
+			if (lane >= o)
+				x += y;
+		}
+		__syncthreads(); /* td of the previous chunk is read; found is set */
+		if (lane == 31)
+			sh->td[warp] = x;
+		__syncthreads();
+		double before = 0.0, total = 0.0;
+		for (int w = 0; w < nw; w++) {
+			if (w < warp)
+				before += sh->td[w];
+			total += sh->td[w];
+		}
+		if (i < n && pred(i, carry + before + x))
+			atomicMin(&sh->found, i);
+		__syncthreads();
+		if (sh->found != INT_MAX)
+			return sh->found;
+		carry += total;
+	}
+	return -1;
+}
+
+/* One compare-exchange step of the bitonic sort over positions
+ * [base, base + len) of key/idx (global or shared), for sub-sequences of
+ * size s and partner distance j; flip: the first step of a merge, which
+ * pairs i with the mirror position so that every comparator sorts the
+ * same way. Positions >= n stand for entries after every real one and
+ * never move, so comparators that reach them are skipped. */
+static __device__ __forceinline__ void smp_step(float *key, int *idx, int base, int len, int s,
+						int j, bool flip, int n)
+{
+	for (int c = threadIdx.x; c < len / 2; c += blockDim.x) {
+		int i, p;
+		if (flip) {
+			const int h = s / 2, b = (c / h) * s, m = c % h;
+			i = b + m;
+			p = b + s - 1 - m;
+		} else {
+			i = (c / j) * 2 * j + c % j;
+			p = i + j;
+		}
+		if (base + p >= n)
+			continue;
+		float ki = key[i], kp = key[p];
+		int ii = idx[i], ip = idx[p];
+		if (smp_before(kp, ip, ki, ii)) {
+			key[i] = kp, key[p] = ki;
+			idx[i] = ip, idx[p] = ii;
+		}
+	}
+}
+
+/* Copy one tile between the scratch list and shared memory. */
+static __device__ void smp_tile(float *key, int *idx, int base, int len, int n, smp_shared *sh,
+				bool load)
+{
+	for (int i = threadIdx.x; i < len && base + i < n; i += blockDim.x) {
+		if (load)
+			sh->skey[i] = key[base + i], sh->sidx[i] = idx[base + i];
+		else
+			key[base + i] = sh->skey[i], idx[base + i] = sh->sidx[i];
+	}
+	__syncthreads();
+}
+
+/* Sort key/idx[0, n) in place: logit descending, ties by lower index. */
+static __device__ void smp_sort(float *key, int *idx, int n, smp_shared *sh)
+{
+	int P = 1;
+	while (P < n)
+		P <<= 1;
+	const int tile = P < SAMPLE_TILE ? P : SAMPLE_TILE;
+	/* every tile sorted on its own, in shared memory */
+	for (int base = 0; base < n; base += tile) {
+		smp_tile(key, idx, base, tile, n, sh, true);
+		for (int s = 2; s <= tile; s <<= 1)
+			for (int j = s / 2; j > 0; j >>= 1) {
+				smp_step(sh->skey, sh->sidx, base, tile, s, j, j == s / 2, n);
+				__syncthreads();
+			}
+		smp_tile(key, idx, base, tile, n, sh, false);
+	}
+	/* merges wider than a tile: long strides in place, short in shared */
+	for (int s = 2 * tile; s <= P; s <<= 1) {
+		for (int j = s / 2; j >= tile; j >>= 1) {
+			smp_step(key, idx, 0, P, s, j, j == s / 2, n);
+			__syncthreads();
+		}
+		for (int base = 0; base < n; base += tile) {
+			smp_tile(key, idx, base, tile, n, sh, true);
+			for (int j = tile / 2; j > 0; j >>= 1) {
+				smp_step(sh->skey, sh->sidx, base, tile, s, j, false, n);
+				__syncthreads();
+			}
+			smp_tile(key, idx, base, tile, n, sh, false);
+		}
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+    atlas_sample(int *ids, const float *logits, long long V, const float *args, float *scratch)
+{
+	__shared__ smp_shared sh;
+	const long long row = blockIdx.x;
+	const float *lg = logits + row * V;
+	const float temp = args[row * 5 + 0];
+	const long long top_k = (long long)args[row * 5 + 1];
+	const float top_p = args[row * 5 + 2], min_p = args[row * 5 + 3];
+	const float u = args[row * 5 + 4];
+	const int n = (int)V;
+	if (n <= 0)
+		return;
+
+	if (temp == 0.0f) {
+		float bl = -INFINITY;
+		int bi = INT_MAX;
+		for (int i = threadIdx.x; i < n; i += blockDim.x) {
+			float l = lg[i];
+			if (smp_before(l, i, bl, bi))
+				bl = l, bi = i;
+		}
+		smp_block_first(bl, bi, sh.tl, sh.ti);
+		if (threadIdx.x == 0)
+			ids[row] = bi < n ? bi : 0;
+		return;
+	}
+
+	/* the processed logit of token i */
+	auto logit = [&](int i) { return lg[i] / temp; };
+	const int k = top_k > 0 && top_k < n ? (int)top_k : n;
+
+	if (k == n && !(top_p < 1.0f) && !(min_p > 0.0f)) {
+		float mx = -INFINITY;
+		for (int i = threadIdx.x; i < n; i += blockDim.x)
+			mx = fmaxf(mx, logit(i));
+		mx = atlas_block_max(mx, sh.tl);
+		double sum = 0.0;
+		for (int i = threadIdx.x; i < n; i += blockDim.x)
+			sum += (double)expf(logit(i) - mx);
+		sum = atlas_block_sum_d(sum, sh.td);
+		const double r = (double)u * sum;
+		int hit = smp_first(
+		    n, [&](int i) { return (double)expf(logit(i) - mx); },
+		    [&](int, double acc) { return r < acc; }, &sh);
+		if (threadIdx.x == 0)
+			ids[row] = hit >= 0 ? hit : n - 1;
+		return;
+	}
+
+	float *key = scratch + row * 2 * V;
+	int *idx = (int *)(key + V);
+	int len;	     /* entries of the sorted list */
+	double sum = -1.0;   /* mass of the top-k set, when known before the list */
+	if (k <= SAMPLE_SMALLK) {
+		float ll = INFINITY;
+		int li = -1;
+		for (int j = 0; j < k; j++) {
+			float bl = -INFINITY;
+			int bi = INT_MAX;
+			for (int i = threadIdx.x; i < n; i += blockDim.x) {
+				float l = logit(i);
+				if (smp_before(ll, li, l, i) && smp_before(l, i, bl, bi))
+					bl = l, bi = i;
+			}
+			smp_block_first(bl, bi, sh.tl, sh.ti);
+			if (bi == INT_MAX) /* only NaNs left */
+				bi = li, bl = ll;
+			if (threadIdx.x == 0)
+				key[j] = bl, idx[j] = bi;
+			ll = bl, li = bi;
+		}
+		len = k;
+	} else {
+		/* with no top_k, min_p keeps exactly the p_j >= min_p: sort only those */
+		const bool compact = k == n && min_p > 0.0f;
+		if (compact) {
+			float mx = -INFINITY;
+			for (int i = threadIdx.x; i < n; i += blockDim.x)
+				mx = fmaxf(mx, logit(i));
+			mx = atlas_block_max(mx, sh.tl);
+			double s = 0.0;
+			for (int i = threadIdx.x; i < n; i += blockDim.x)
+				s += (double)expf(logit(i) - mx);
+			sum = atlas_block_sum_d(s, sh.td);
+			if (threadIdx.x == 0)
+				sh.found = 0;
+			__syncthreads();
+			for (int i = threadIdx.x; i < n; i += blockDim.x) {
+				float l = logit(i);
+				if (expf(l - mx) >= min_p) {
+					int at = atomicAdd(&sh.found, 1);
+					key[at] = l, idx[at] = i;
+				}
+			}
+		} else {
+			for (int i = threadIdx.x; i < n; i += blockDim.x)
+				key[i] = logit(i), idx[i] = i;
+		}
+		__syncthreads();
+		len = compact ? sh.found : n;
+		__syncthreads();
+		smp_sort(key, idx, len, &sh);
+		if (len > k)
+			len = k;
+	}
+	__syncthreads();
+
+	/* softmax over the survivors: the list is sorted, so its max is key[0] */
+	const float mx = key[0];
+	auto prob = [&](int i) { return expf(key[i] - mx); };
+	if (sum < 0.0) {
+		double s = 0.0;
+		for (int i = threadIdx.x; i < len; i += blockDim.x)
+			s += (double)prob(i);
+		sum = atlas_block_sum_d(s, sh.td);
+	}
+	if (top_p < 1.0f) {
+		const double tp = top_p;
+		int hit = smp_first(
+		    len, [&](int i) { return (double)prob(i) / sum; },
+		    [&](int, double acc) { return acc >= tp; }, &sh);
+		if (hit >= 0)
+			len = hit + 1;
+	}
+	if (min_p > 0.0f) {
+		const float floor_p = min_p * prob(0);
+		int hit = smp_first(
+		    len, [&](int) { return 0.0; },
+		    [&](int i, double) { return i > 0 && prob(i) < floor_p; }, &sh);
+		if (hit >= 0)
+			len = hit;
+	}
+	double s = 0.0;
+	for (int i = threadIdx.x; i < len; i += blockDim.x)
+		s += (double)prob(i);
+	const double r = (double)u * atlas_block_sum_d(s, sh.td);
+	int hit = smp_first(
+	    len, [&](int i) { return (double)prob(i); }, [&](int, double acc) { return r < acc; },
+	    &sh);
+	if (threadIdx.x == 0)
+		ids[row] = idx[hit >= 0 ? hit : len - 1];
+}

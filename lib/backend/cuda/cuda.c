@@ -1,0 +1,369 @@
+/* cuda.c - the CUDA backend: device choice, kernel target, memory arena,
+ * copies; the ops are in cuda_ops.c.
+ *
+ * Kernels come from the fatbins embedded in libatlas (kernel_registry.h):
+ * the target for the GPU's architecture is loaded with
+ * cudaLibraryLoadData and each entry point is looked up by its stable
+ * name (kernels/ABI.md). At creation the architecture's common target is
+ * loaded; once the model is known, specialize() switches to its
+ * (family, quant) leaf when one exists. Memory comes from one arena that
+ * reserve() allocates before the model loads, so no step allocates. All
+ * work is queued on one stream; download and sync wait for it.
+ *
+ * The static CUDA runtime finds the driver at run time: on a machine with
+ * no driver, creation fails cleanly and "auto" falls back to the CPU. */
+#include "cuda_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/error.h"
+#include "../../core/log.h"
+
+static const char *const kernel_names[ATLAS_CK_COUNT] = {
+	[ATLAS_CK_EMBED] = "atlas_embed",
+	[ATLAS_CK_RMSNORM] = "atlas_rmsnorm",
+	[ATLAS_CK_ADD_RMSNORM] = "atlas_add_rmsnorm",
+	[ATLAS_CK_GEMV] = "atlas_gemv",
+	[ATLAS_CK_GEMM] = "atlas_gemm",
+	[ATLAS_CK_GEMV_F32] = "atlas_gemv_f32",
+	[ATLAS_CK_GEMM_F32] = "atlas_gemm_f32",
+	[ATLAS_CK_ROPE] = "atlas_rope",
+	[ATLAS_CK_KV_STORE] = "atlas_kv_store",
+	[ATLAS_CK_ATTENTION] = "atlas_attention",
+	[ATLAS_CK_SWIGLU] = "atlas_swiglu",
+	[ATLAS_CK_ADD] = "atlas_add",
+	[ATLAS_CK_TO_F32] = "atlas_to_f32",
+	[ATLAS_CK_SAMPLE] = "atlas_sample",
+};
+
+const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
+{
+	return kernel_names[k];
+}
+
+int atlas_cuda_check(struct cuda_ctx *c, cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return 0;
+	return atlas_error(ATLAS_EIO, "CUDA %s failed: %s (after kernel '%s')", what,
+			   cudaGetErrorString(e), c->last_kernel ? c->last_kernel : "none");
+}
+
+int atlas_cuda_launch(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx, unsigned gy,
+		      unsigned block, size_t smem, void **args)
+{
+	dim3 grid = {gx, gy, 1}, blk = {block, 1, 1};
+	if (gx == 0 || gy == 0)
+		return 0; /* nothing to do */
+	cudaError_t e = cudaLaunchKernel((const void *)c->kern[k], grid, blk, args, smem, c->stream);
+	if (e == cudaSuccess)
+		e = cudaGetLastError();
+	c->last_kernel = kernel_names[k];
+	if (e != cudaSuccess)
+		return atlas_error(ATLAS_EIO, "CUDA kernel '%s' failed: %s", kernel_names[k],
+				   cudaGetErrorString(e));
+	return 0;
+}
+
+/* Load a target's fatbin and look up every entry point. */
+static int load_target(struct cuda_ctx *c, const struct atlas_kernel_blob *b)
+{
+	cudaLibrary_t lib;
+	cudaKernel_t kern[ATLAS_CK_COUNT];
+	char name[96];
+	cudaError_t e = cudaLibraryLoadData(&lib, b->data, NULL, NULL, 0, NULL, NULL, 0);
+	if (e != cudaSuccess)
+		return atlas_error(ATLAS_EIO, "cannot load kernel target %s: %s",
+				   atlas_kernel_blob_name(b, name, sizeof(name)), cudaGetErrorString(e));
+	for (int i = 0; i < ATLAS_CK_COUNT; i++) {
+		e = cudaLibraryGetKernel(&kern[i], lib, kernel_names[i]);
+		if (e != cudaSuccess) {
+			cudaLibraryUnload(lib);
+			return atlas_error(ATLAS_EIO, "kernel target %s has no entry point '%s'",
+					   atlas_kernel_blob_name(b, name, sizeof(name)),
+					   kernel_names[i]);
+		}
+	}
+	if (c->lib_loaded)
+		cudaLibraryUnload(c->lib);
+	c->lib = lib;
+	c->lib_loaded = 1;
+	memcpy(c->kern, kern, sizeof(kern));
+	c->blob = b;
+	atlas_kernel_blob_name(b, c->target, sizeof(c->target));
+	return 0;
+}
+
+/* --- memory ------------------------------------------------------------- */
+
+static int cuda_reserve(struct atlas_backend *be, size_t bytes)
+{
+	struct cuda_ctx *c = be->ctx;
+	size_t free_b = 0, total_b = 0;
+	if (c->arena) {
+		/* another model on the same backend: keep the old arena (its
+		 * blocks may still be in use) and start a new one */
+		if (c->n_old == 16)
+			return atlas_error(ATLAS_ENOMEM, "cuda: too many models on one backend");
+		c->old_arenas[c->n_old] = c->arena;
+		c->old_sizes[c->n_old++] = c->arena_size;
+		c->arena = NULL;
+	}
+	bytes = (bytes + 255) & ~(size_t)255;
+	cudaMemGetInfo(&free_b, &total_b);
+	cudaError_t e = cudaMalloc((void **)&c->arena, bytes);
+	if (e != cudaSuccess) {
+		cudaGetLastError(); /* clear the sticky-free error state */
+		return atlas_error(ATLAS_ENOMEM,
+				   "out of GPU memory: the model needs %zu MiB, %zu MiB free of %zu MiB on %s",
+				   bytes >> 20, free_b >> 20, total_b >> 20, c->gpu_name);
+	}
+	c->arena_size = bytes;
+	c->arena_used = 0;
+	return 0;
+}
+
+static void *cuda_alloc(struct atlas_backend *be, size_t bytes)
+{
+	struct cuda_ctx *c = be->ctx;
+	size_t n = (bytes + 255) & ~(size_t)255;
+	void *p = NULL;
+	if (n == 0)
+		n = 256;
+	if (c->arena && c->arena_used + n <= c->arena_size) {
+		p = c->arena + c->arena_used;
+		c->arena_used += n;
+	} else {
+		/* outside the arena: only before reserve() or if it was too small */
+		if (cudaMalloc(&p, n) != cudaSuccess) {
+			size_t free_b = 0, total_b = 0;
+			cudaGetLastError();
+			cudaMemGetInfo(&free_b, &total_b);
+			atlas_error(ATLAS_ENOMEM,
+				    "out of GPU memory: %zu MiB needed, %zu MiB free of %zu MiB",
+				    n >> 20, free_b >> 20, total_b >> 20);
+			return NULL;
+		}
+		c->outside += n;
+		if (c->arena)
+			atlas_debug("cuda: %zu bytes allocated outside the arena", n);
+	}
+	if (cudaMemsetAsync(p, 0, n, c->stream) != cudaSuccess) {
+		atlas_error(ATLAS_EIO, "cuda: cannot clear new memory");
+		return NULL;
+	}
+	return p;
+}
+
+static int in_arena(const struct cuda_ctx *c, const void *p)
+{
+	const char *q = p;
+	if (c->arena && q >= c->arena && q < c->arena + c->arena_size)
+		return 1;
+	for (int i = 0; i < c->n_old; i++)
+		if (q >= c->old_arenas[i] && q < c->old_arenas[i] + c->old_sizes[i])
+			return 1;
+	return 0;
+}
+
+static void cuda_free(struct atlas_backend *be, void *p)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (p && !in_arena(c, p))
+		cudaFree(p); /* arena blocks live until the backend is destroyed */
+}
+
+static const void *cuda_weight_upload(struct atlas_backend *be, const void *host, size_t bytes)
+{
+	struct cuda_ctx *c = be->ctx;
+	void *d = cuda_alloc(be, bytes);
+	if (!d)
+		return NULL;
+	if (atlas_cuda_check(c, cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, c->stream),
+			     "weight upload"))
+		return NULL;
+	return d;
+}
+
+static void cuda_weight_release(struct atlas_backend *be, const void *w)
+{
+	cuda_free(be, (void *)w);
+}
+
+static int cuda_upload(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (!bytes)
+		return 0;
+	return atlas_cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
+				"upload");
+}
+
+static int cuda_download(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (!bytes)
+		return 0;
+	int rc = atlas_cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
+				  "download");
+	return rc ? rc : atlas_cuda_check(c, cudaStreamSynchronize(c->stream), "download");
+}
+
+static int cuda_copy(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (!bytes)
+		return 0;
+	return atlas_cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+				"copy");
+}
+
+static int cuda_sync(struct atlas_backend *be)
+{
+	struct cuda_ctx *c = be->ctx;
+	return atlas_cuda_check(c, cudaStreamSynchronize(c->stream), "synchronize");
+}
+
+int atlas_cuda_scratch(struct atlas_backend *be, void **buf, size_t *cap, size_t need)
+{
+	if (*cap >= need)
+		return 0;
+	/* grows at the first steps only; arena memory is not returned */
+	void *p = cuda_alloc(be, need);
+	if (!p)
+		return ATLAS_ENOMEM;
+	cuda_free(be, *buf);
+	*buf = p;
+	*cap = need;
+	return 0;
+}
+
+/* --- lifetime ------------------------------------------------------------ */
+
+static int cuda_specialize(struct atlas_backend *be, const char *family, const char *quant)
+{
+	struct cuda_ctx *c = be->ctx;
+	int fallback;
+	const struct atlas_kernel_blob *b = atlas_kernel_pick(atlas_kernel_blobs, atlas_kernel_nblobs,
+							      c->arch, family, quant, &fallback);
+	if (!b)
+		return atlas_error(ATLAS_EUNSUPPORTED, "no kernels for %s", c->arch);
+	if (b != c->blob) {
+		int rc = load_target(c, b);
+		if (rc)
+			return rc;
+	}
+	if (fallback)
+		atlas_info("no %s kernels of its own for %s/%s; using %s", c->arch, family, quant,
+			   c->target);
+	atlas_info("kernel target: %s", c->target);
+	return 0;
+}
+
+static void cuda_destroy(struct atlas_backend *be)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (c) {
+		cudaStreamSynchronize(c->stream);
+		if (c->lib_loaded)
+			cudaLibraryUnload(c->lib);
+		if (c->arena)
+			cudaFree(c->arena);
+		for (int i = 0; i < c->n_old; i++)
+			cudaFree(c->old_arenas[i]);
+		cudaStreamDestroy(c->stream);
+		free(c);
+	}
+	free(be);
+}
+
+const char *atlas_backend_cuda_target(const struct atlas_backend *be)
+{
+	const struct cuda_ctx *c = be->ctx;
+	return c->target;
+}
+
+size_t atlas_backend_cuda_used(const struct atlas_backend *be)
+{
+	const struct cuda_ctx *c = be->ctx;
+	return c->arena_used + c->outside;
+}
+
+struct atlas_backend *atlas_backend_cuda_new(int device)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n == 0) {
+		const char *why = e == cudaErrorInsufficientDriver
+			? "no NVIDIA driver (or one older than the CUDA this build uses)"
+			: e == cudaErrorNoDevice || n == 0 ? "no NVIDIA GPU found"
+			: cudaGetErrorString(e);
+		atlas_error(ATLAS_ENOTFOUND, "no usable NVIDIA GPU: %s", why);
+		cudaGetLastError();
+		return NULL;
+	}
+	if (device < 0 || device >= n) {
+		atlas_error(ATLAS_EINVAL, "GPU %d does not exist (this machine has %d)", device, n);
+		return NULL;
+	}
+	struct cudaDeviceProp prop;
+	if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+		atlas_error(ATLAS_EIO, "cannot open GPU %d", device);
+		return NULL;
+	}
+	struct atlas_backend *be = calloc(1, sizeof(*be));
+	struct cuda_ctx *c = calloc(1, sizeof(*c));
+	if (!be || !c) {
+		free(be);
+		free(c);
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		return NULL;
+	}
+	c->dev = device;
+	snprintf(c->arch, sizeof(c->arch), "sm%d%d", prop.major, prop.minor);
+	snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", prop.name);
+	int fallback;
+	const struct atlas_kernel_blob *b = atlas_kernel_pick(atlas_kernel_blobs, atlas_kernel_nblobs,
+							      c->arch, "common", "", &fallback);
+	if (!b) {
+		const char *t = atlas_kernel_targets();
+		atlas_error(ATLAS_EUNSUPPORTED,
+			    "GPU %d (%s) is %s; this build has kernels for: %s", device, prop.name,
+			    c->arch, t[0] ? t : "none (built without nvcc)");
+		free(c);
+		free(be);
+		return NULL;
+	}
+	if (cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
+	    load_target(c, b)) {
+		if (!atlas_errmsg()[0])
+			atlas_error(ATLAS_EIO, "cannot create a CUDA stream");
+		free(c);
+		free(be);
+		return NULL;
+	}
+	*be = (struct atlas_backend){
+		.name = "cuda",
+		.ctx = c,
+		.act_dtype = ATLAS_DTYPE_BF16,
+		.destroy = cuda_destroy,
+		.alloc = cuda_alloc,
+		.free = cuda_free,
+		.weight_upload = cuda_weight_upload,
+		.weight_release = cuda_weight_release,
+		.upload = cuda_upload,
+		.download = cuda_download,
+		.copy = cuda_copy,
+		.sync = cuda_sync,
+		.reserve = cuda_reserve,
+		.specialize = cuda_specialize,
+	};
+	atlas_cuda_ops_init(be);
+	size_t free_b = 0, total_b = 0;
+	cudaMemGetInfo(&free_b, &total_b);
+	atlas_info("device: GPU %d, %s (%s, %d SMs), %zu MiB free of %zu MiB; kernels %s", device,
+		   prop.name, c->arch, prop.multiProcessorCount, free_b >> 20, total_b >> 20, c->target);
+	return be;
+}

@@ -1,0 +1,69 @@
+#!/bin/bash
+# gpu-test.sh OUT [BUILD] - the GPU half of the test suite, on a machine
+# with an H100/H200 and binaries already built (make gpu-tests, or carried
+# from a build machine). Writes OUT/summary.md (a table) and the full logs:
+#   1. every CUDA op against the CPU op (build/tests/gpu/test-cuda-ops)
+#   2. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda)
+#   3. tokenize | generate | detokenize on CUDA equals -p on CUDA
+#   4. device selection messages and a short decode timing
+# Exit status 0 only if every part passed.
+set -u
+out=${1:?usage: gpu-test.sh OUT [BUILD]}
+build=${2:-build}
+src=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+export ATLAS_SRC="$src" PATH="$src/$build:$PATH"
+cd "$src"
+status=0
+summary="$out/summary.md"
+echo "| part | result | detail |" >"$summary"
+echo "|---|---|---|" >>"$summary"
+row() { echo "| $1 | $2 | $3 |" >>"$summary"; [ "$2" = pass ] || status=1; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+echo "# gpu: $(cat "$out/gpu.txt")"
+
+# 1. ops
+"$build/tests/gpu/test-cuda-ops" >"$out/ops.log" 2>&1
+rc=$?
+fails=$(grep -c '^not ok' "$out/ops.log")
+row "CUDA ops vs CPU" "$([ $rc -eq 0 ] && [ "$fails" -eq 0 ] && echo pass || echo FAIL)" \
+	"$(grep -c ' ok$' "$out/ops.log") cases ok, $(grep -c ' FAIL$' "$out/ops.log") failed; $(grep 'worst' "$out/ops.log" | sed 's/^# //')"
+
+# 2. golden models
+ATLAS_TEST_DEVICE=cuda ATLAS_LOG=info "$build/tests/test-golden" >"$out/golden.log" 2>&1
+rc=$?
+row "golden models on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \
+	"$(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok; $(grep 'worst' "$out/golden.log" | sed 's/^# //')"
+
+# 3. the pipe equals -p, on CUDA
+pipe_ok=pass
+: >"$out/pipe.log"
+for m in models/default tests/fixtures/golden/qwen3-bf16 tests/fixtures/golden/llama3; do
+	for flags in "--temperature 0" "--temperature 0.9 --top-k 20 --top-p 0.9 --min-p 0.05 --seed 7"; do
+		# shellcheck disable=SC2086
+		atlas-run -m "$m" --device cuda -p "The meaning of life is" -n 24 -q $flags >"$out/p.txt" 2>>"$out/pipe.log"
+		# shellcheck disable=SC2086
+		printf 'The meaning of life is\n' | atlas-run tokenize -m "$m" |
+			atlas-run generate -m "$m" --device cuda -n 24 -q $flags 2>>"$out/pipe.log" |
+			atlas-run detokenize -m "$m" >"$out/q.txt"
+		if cmp -s "$out/p.txt" "$out/q.txt" && [ -s "$out/p.txt" ]; then r=same; else r=DIFFERENT; pipe_ok=FAIL; fi
+		echo "$m [$flags]: $r" >>"$out/pipe.log"
+	done
+done
+row "pipe = -p on CUDA" "$pipe_ok" "$(grep -c ': same' "$out/pipe.log") of 6 identical"
+
+# 4. selection and a short timing
+atlas-run -m tests/fixtures/golden/llama3 -p hi -n 4 -v >/dev/null 2>"$out/select.log"
+atlas-run -m tests/fixtures/golden/qwen3 -p hi -n 4 -v >/dev/null 2>>"$out/select.log"
+atlas-run -m tests/fixtures/golden/qwen3 --device cpu -p hi -n 4 -v >/dev/null 2>>"$out/select.log"
+sel=$(grep -c 'kernel target' "$out/select.log")
+row "device selection" "$([ "$sel" -ge 2 ] && grep -q 'device: cpu' "$out/select.log" && echo pass || echo FAIL)" \
+	"$(grep -m1 'kernel target' "$out/select.log" | sed 's/atlas: info: //'); --device cpu honoured"
+if [ -n "${SYNTH:-}" ] && [ -d "$SYNTH" ]; then
+	atlas-run -m "$SYNTH" -p "$(printf 'word %.0s' $(seq 1 120))" -n 128 --ignore-eos -v \
+		>/dev/null 2>"$out/bench.log"
+	row "decode timing ($(basename "$SYNTH"))" info "$(grep '^atlas-run: prompt' "$out/bench.log" | sed 's/atlas-run: //; s/|/\//g')"
+fi
+cat "$summary"
+exit $status

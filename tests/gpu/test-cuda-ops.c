@@ -1,0 +1,438 @@
+/* test-cuda-ops.c - every op of the CUDA backend against the CPU backend
+ * (the reference) on random inputs of several shapes, odd sizes included.
+ *
+ * Inputs are drawn once, rounded to BF16 (the CUDA activation type) and
+ * given to both backends, so the only differences are the GPU's BF16
+ * outputs and its summation order. Every GPU output buffer is poisoned
+ * with NaN before the op runs, so an element the kernel forgot to write
+ * fails. Reported per case: max abs error and relative L2 error
+ * ||gpu - cpu|| / ||cpu||; BF16 ops must stay under 1e-2, NaN never
+ * passes. Prints TAP and a summary table (one line per case) to stdout.
+ * Needs a GPU: without one it prints a skip line and exits 0. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/backend/backend.h"
+#include "../../lib/core/error.h"
+#include "../unit/harness.h"
+
+#define TOL 1e-2
+
+static struct atlas_backend *cpu, *gpu;
+static uint64_t rng = 0x243f6a8885a308d3ull;
+static double worst;
+
+static float rnd(void)
+{
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	uint64_t r = rng * 0x2545f4914f6cdd1dull;
+	return (float)((double)(r >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* n random values rounded to BF16 (as float), scaled. */
+static float *rnd_bf(int64_t n, float scale)
+{
+	float *p = malloc((size_t)n * sizeof(float));
+	for (int64_t i = 0; i < n; i++)
+		p[i] = atlas_bf16_to_f32(atlas_f32_to_bf16(rnd() * scale));
+	return p;
+}
+
+/* An input for both backends: CPU gets floats, GPU gets BF16. */
+struct buf {
+	float *h;     /* host floats (also the CPU backend's memory) */
+	void *d;      /* GPU memory, BF16 */
+	int64_t n;    /* elements */
+};
+
+static struct buf mkbuf(int64_t n, float scale)
+{
+	struct buf b = {rnd_bf(n, scale), gpu->alloc(gpu, (size_t)n * 2), n};
+	uint16_t *t = malloc((size_t)n * 2);
+	for (int64_t i = 0; i < n; i++)
+		t[i] = atlas_f32_to_bf16(b.h[i]);
+	gpu->upload(gpu, b.d, t, (size_t)n * 2);
+	free(t);
+	return b;
+}
+
+static void poison(struct buf *b)
+{
+	uint16_t *t = malloc((size_t)b->n * 2);
+	for (int64_t i = 0; i < b->n; i++)
+		t[i] = 0x7fc0; /* BF16 NaN */
+	gpu->upload(gpu, b->d, t, (size_t)b->n * 2);
+	for (int64_t i = 0; i < b->n; i++)
+		b->h[i] = NAN;
+	free(t);
+}
+
+static void freebuf(struct buf *b)
+{
+	free(b->h);
+	gpu->free(gpu, b->d);
+}
+
+/* Weights of dtype wdt, the same bits on both sides; GPU copy uploaded. */
+struct wbuf {
+	void *h;      /* host */
+	const void *d; /* GPU */
+	enum atlas_dtype dt;
+};
+
+static struct wbuf mkw(enum atlas_dtype dt, int64_t n, float scale)
+{
+	struct wbuf w = {malloc((size_t)n * atlas_dtype_size(dt)), NULL, dt};
+	for (int64_t i = 0; i < n; i++) {
+		float f = rnd() * scale;
+		if (dt == ATLAS_DTYPE_BF16)
+			((uint16_t *)w.h)[i] = atlas_f32_to_bf16(f);
+		else if (dt == ATLAS_DTYPE_F16)
+			((uint16_t *)w.h)[i] = atlas_f32_to_f16(f);
+		else
+			((float *)w.h)[i] = f;
+	}
+	w.d = gpu->weight_upload(gpu, w.h, (size_t)n * atlas_dtype_size(dt));
+	return w;
+}
+
+static void freew(struct wbuf *w)
+{
+	gpu->weight_release(gpu, w->d);
+	free(w->h);
+}
+
+/* Compare GPU buffer against CPU floats; print a table line; CHECK. */
+static void compare(const char *what, const struct buf *g, const float *ref, int64_t n)
+{
+	float *out = malloc((size_t)n * sizeof(float));
+	int rc = gpu->to_f32(gpu, out, g->d, n);
+	double maxabs = 0, d2 = 0, r2 = 0;
+	int64_t nans = 0;
+	for (int64_t i = 0; i < n && !rc; i++) {
+		if (isnan(out[i]) || isnan(ref[i])) {
+			nans++;
+			continue;
+		}
+		double d = fabs((double)out[i] - ref[i]);
+		maxabs = d > maxabs ? d : maxabs;
+		d2 += d * d;
+		r2 += (double)ref[i] * ref[i];
+	}
+	double l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+	int ok = !rc && nans == 0 && l2 < TOL;
+	printf("# %-58s max_abs %-10.3g rel_l2 %-10.3g nan %-4lld %s\n", what, maxabs, l2,
+	       (long long)nans, ok ? "ok" : "FAIL");
+	if (rc)
+		printf("# %s\n", atlas_errmsg());
+	if (l2 > worst || nans)
+		worst = nans ? INFINITY : l2;
+	CHECK(ok);
+	free(out);
+}
+
+static const enum atlas_dtype wdts[] = {ATLAS_DTYPE_BF16, ATLAS_DTYPE_F16, ATLAS_DTYPE_F32};
+static const char *wname(enum atlas_dtype d)
+{
+	return atlas_dtype_name(d);
+}
+
+static void test_matmul(void)
+{
+	static const int64_t shapes[][3] = {
+		{1, 64, 64}, {1, 67, 61}, {3, 1024, 1024}, {8, 300, 129}, {1, 4096, 1024},
+		{9, 128, 64}, {64, 256, 512}, {130, 67, 61}, {200, 1000, 333}, {512, 2048, 1024},
+	};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (size_t d = 0; d < 3; d++)
+			for (int bias = 0; bias < 2; bias++) {
+				int64_t T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+				if (bias && d == 2 && N > 1000)
+					continue;
+				struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * N, 1.0f);
+				struct wbuf w = mkw(wdts[d], N * K, 1.0f / sqrtf((float)K));
+				struct wbuf b = bias ? mkw(wdts[d], N, 0.5f) : (struct wbuf){0};
+				float *ref = malloc((size_t)(T * N) * 4);
+				char what[128];
+				poison(&o);
+				CHECK_EQ_INT(cpu->matmul(cpu, ref, x.h, w.h, bias ? b.h : NULL, wdts[d], T, N, K), 0);
+				CHECK_EQ_INT(gpu->matmul(gpu, o.d, x.d, w.d, bias ? b.d : NULL, wdts[d], T, N, K), 0);
+				snprintf(what, sizeof(what), "matmul T=%lld N=%lld K=%lld %s%s", (long long)T,
+					 (long long)N, (long long)K, wname(wdts[d]), bias ? " bias" : "");
+				compare(what, &o, ref, T * N);
+				freebuf(&x);
+				freebuf(&o);
+				freew(&w);
+				if (bias)
+					freew(&b);
+				free(ref);
+			}
+}
+
+static void test_norms(void)
+{
+	static const int64_t shapes[][2] = {{1, 64}, {3, 4096}, {37, 130}, {256, 128}, {5, 1000}};
+	for (size_t s = 0; s < 5; s++)
+		for (size_t d = 0; d < 3; d++) {
+			int64_t R = shapes[s][0], D = shapes[s][1];
+			struct buf x = mkbuf(R * D, 2.0f), o = mkbuf(R * D, 1.0f), res = mkbuf(R * D, 1.0f);
+			struct wbuf w = mkw(wdts[d], D, 1.5f);
+			float *ref = malloc((size_t)(R * D) * 4), *rres = malloc((size_t)(R * D) * 4);
+			char what[128];
+			poison(&o);
+			CHECK_EQ_INT(cpu->rmsnorm(cpu, ref, x.h, w.h, wdts[d], R, D, 1e-6f), 0);
+			CHECK_EQ_INT(gpu->rmsnorm(gpu, o.d, x.d, w.d, wdts[d], R, D, 1e-6f), 0);
+			snprintf(what, sizeof(what), "rmsnorm R=%lld D=%lld %s", (long long)R, (long long)D,
+				 wname(wdts[d]));
+			compare(what, &o, ref, R * D);
+			/* fused residual: both the updated residual and the output */
+			memcpy(rres, res.h, (size_t)(R * D) * 4);
+			poison(&o);
+			CHECK_EQ_INT(cpu->add_rmsnorm(cpu, rres, x.h, ref, w.h, wdts[d], R, D, 1e-6f), 0);
+			CHECK_EQ_INT(gpu->add_rmsnorm(gpu, res.d, x.d, o.d, w.d, wdts[d], R, D, 1e-6f), 0);
+			snprintf(what, sizeof(what), "add_rmsnorm R=%lld D=%lld %s (out)", (long long)R,
+				 (long long)D, wname(wdts[d]));
+			compare(what, &o, ref, R * D);
+			snprintf(what, sizeof(what), "add_rmsnorm R=%lld D=%lld %s (residual)", (long long)R,
+				 (long long)D, wname(wdts[d]));
+			compare(what, &res, rres, R * D);
+			freebuf(&x);
+			freebuf(&o);
+			freebuf(&res);
+			freew(&w);
+			free(ref);
+			free(rres);
+		}
+}
+
+static void test_elementwise(void)
+{
+	for (int64_t n = 1; n <= 300000; n = n * 37 + 5) {
+		struct buf g = mkbuf(n, 6.0f), u = mkbuf(n, 1.0f), o = mkbuf(n, 1.0f);
+		float *ref = malloc((size_t)n * 4);
+		char what[96];
+		poison(&o);
+		CHECK_EQ_INT(cpu->swiglu(cpu, ref, g.h, u.h, 1, n), 0);
+		CHECK_EQ_INT(gpu->swiglu(gpu, o.d, g.d, u.d, 1, n), 0);
+		snprintf(what, sizeof(what), "swiglu n=%lld", (long long)n);
+		compare(what, &o, ref, n);
+		memcpy(ref, u.h, (size_t)n * 4);
+		CHECK_EQ_INT(cpu->add(cpu, ref, g.h, n), 0);
+		CHECK_EQ_INT(gpu->add(gpu, u.d, g.d, n), 0);
+		snprintf(what, sizeof(what), "add n=%lld", (long long)n);
+		compare(what, &u, ref, n);
+		freebuf(&g);
+		freebuf(&u);
+		freebuf(&o);
+		free(ref);
+	}
+}
+
+static void test_embed(void)
+{
+	const int64_t V = 1000, D = 67, T = 33;
+	int32_t ids[33], *dids = gpu->alloc(gpu, sizeof(ids));
+	for (int t = 0; t < T; t++)
+		ids[t] = (t * 131 + 7) % V;
+	gpu->upload(gpu, dids, ids, sizeof(ids));
+	for (size_t d = 0; d < 3; d++) {
+		struct wbuf tab = mkw(wdts[d], V * D, 1.0f);
+		struct buf o = mkbuf(T * D, 1.0f);
+		float *ref = malloc((size_t)(T * D) * 4);
+		char what[64];
+		poison(&o);
+		CHECK_EQ_INT(cpu->embed(cpu, ref, tab.h, wdts[d], ids, T, D), 0);
+		CHECK_EQ_INT(gpu->embed(gpu, o.d, tab.d, wdts[d], dids, T, D), 0);
+		snprintf(what, sizeof(what), "embed T=%lld D=%lld %s", (long long)T, (long long)D,
+			 wname(wdts[d]));
+		compare(what, &o, ref, T * D);
+		freebuf(&o);
+		freew(&tab);
+		free(ref);
+	}
+	gpu->free(gpu, dids);
+}
+
+static void test_rope(void)
+{
+	static const int64_t shapes[][3] = {{1, 16, 128}, {7, 4, 64}, {130, 8, 32}, {3, 2, 256}};
+	for (size_t s = 0; s < 4; s++) {
+		int64_t T = shapes[s][0], H = shapes[s][1], hd = shapes[s][2];
+		int32_t *pos = malloc((size_t)T * 4), *dpos = gpu->alloc(gpu, (size_t)T * 4);
+		float *freq = malloc((size_t)hd / 2 * 4), *dfreq = gpu->alloc(gpu, (size_t)hd / 2 * 4);
+		for (int64_t t = 0; t < T; t++)
+			pos[t] = (int32_t)(t * 37 + 5);
+		for (int64_t i = 0; i < hd / 2; i++)
+			freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)hd);
+		gpu->upload(gpu, dpos, pos, (size_t)T * 4);
+		gpu->upload(gpu, dfreq, freq, (size_t)hd / 2 * 4);
+		struct buf x = mkbuf(T * H * hd, 1.0f);
+		char what[64];
+		CHECK_EQ_INT(cpu->rope(cpu, x.h, pos, freq, T, H, hd), 0);
+		CHECK_EQ_INT(gpu->rope(gpu, x.d, dpos, dfreq, T, H, hd), 0);
+		snprintf(what, sizeof(what), "rope T=%lld H=%lld hd=%lld", (long long)T, (long long)H,
+			 (long long)hd);
+		compare(what, &x, x.h, T * H * hd);
+		freebuf(&x);
+		free(pos);
+		free(freq);
+		gpu->free(gpu, dpos);
+		gpu->free(gpu, dfreq);
+	}
+}
+
+/* kv_store then paged attention, nseq sequences of T new tokens each at
+ * positions pos0.., blocks of B rows in scrambled order. */
+static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t hd,
+			    int64_t window, int64_t nseq, int64_t B)
+{
+	int64_t S = pos0 + T, nb = (S + B - 1) / B, row = Hkv * hd, slots = nseq * nb * B;
+	int64_t nt = nseq * T;
+	struct buf kc = mkbuf(slots * row, 1.0f), vc = mkbuf(slots * row, 1.0f);
+	struct buf k = mkbuf(nt * row, 1.0f), v = mkbuf(nt * row, 1.0f);
+	struct buf q = mkbuf(nt * H * hd, 1.0f), o = mkbuf(nt * H * hd, 1.0f);
+	int32_t *tab = malloc((size_t)(nseq * nb) * 4), *seq = malloc((size_t)nt * 4);
+	int32_t *pos = malloc((size_t)nt * 4), *slot = malloc((size_t)nt * 4);
+	for (int64_t s = 0; s < nseq; s++)
+		for (int64_t i = 0; i < nb; i++)
+			tab[s * nb + i] = (int32_t)(((i * nseq + s) * 5 + 3) % (nseq * nb));
+	for (int64_t s = 0; s < nseq; s++)
+		for (int64_t t = 0; t < T; t++) {
+			int64_t p = pos0 + t;
+			seq[s * T + t] = (int32_t)s;
+			pos[s * T + t] = (int32_t)p;
+			slot[s * T + t] = (int32_t)(tab[s * nb + p / B] * B + p % B);
+		}
+	int32_t *dtab = gpu->alloc(gpu, (size_t)(nseq * nb) * 4), *dseq = gpu->alloc(gpu, (size_t)nt * 4);
+	int32_t *dpos = gpu->alloc(gpu, (size_t)nt * 4), *dslot = gpu->alloc(gpu, (size_t)nt * 4);
+	gpu->upload(gpu, dtab, tab, (size_t)(nseq * nb) * 4);
+	gpu->upload(gpu, dseq, seq, (size_t)nt * 4);
+	gpu->upload(gpu, dpos, pos, (size_t)nt * 4);
+	gpu->upload(gpu, dslot, slot, (size_t)nt * 4);
+	char what[128];
+	CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, nt, row), 0);
+	CHECK_EQ_INT(gpu->kv_store(gpu, kc.d, vc.d, k.d, v.d, dslot, nt, row), 0);
+	snprintf(what, sizeof(what), "kv_store T=%lld row=%lld", (long long)nt, (long long)row);
+	compare(what, &kc, kc.h, slots * row);
+	struct atlas_kv_batch hb = {seq, pos, tab, nseq, nb, B, S};
+	struct atlas_kv_batch db = {dseq, dpos, dtab, nseq, nb, B, S};
+	float *ref = malloc((size_t)(nt * H * hd) * 4);
+	float scale = 1.0f / sqrtf((float)hd);
+	poison(&o);
+	CHECK_EQ_INT(cpu->attention(cpu, ref, q.h, kc.h, vc.h, &hb, nt, H, Hkv, hd, window, scale), 0);
+	CHECK_EQ_INT(gpu->attention(gpu, o.d, q.d, kc.d, vc.d, &db, nt, H, Hkv, hd, window, scale), 0);
+	snprintf(what, sizeof(what), "attention T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld w=%lld seqs=%lld",
+		 (long long)T, (long long)pos0, (long long)H, (long long)Hkv, (long long)hd,
+		 (long long)window, (long long)nseq);
+	compare(what, &o, ref, nt * H * hd);
+	freebuf(&kc);
+	freebuf(&vc);
+	freebuf(&k);
+	freebuf(&v);
+	freebuf(&q);
+	freebuf(&o);
+	free(tab);
+	free(seq);
+	free(pos);
+	free(slot);
+	free(ref);
+	gpu->free(gpu, dtab);
+	gpu->free(gpu, dseq);
+	gpu->free(gpu, dpos);
+	gpu->free(gpu, dslot);
+}
+
+static void test_attention(void)
+{
+	check_attention(1, 0, 8, 2, 64, 0, 1, 16);
+	check_attention(17, 0, 4, 2, 32, 0, 1, 16);    /* prefill */
+	check_attention(1, 300, 32, 8, 128, 0, 4, 16); /* decode batch, Qwen3-8B heads */
+	check_attention(9, 13, 4, 1, 16, 6, 3, 7);     /* chunked prefill, MQA, window */
+	check_attention(130, 0, 16, 8, 128, 0, 1, 16);
+	check_attention(2, 2000, 8, 8, 96, 0, 2, 16);
+}
+
+/* Device sampling picks what the host reference picks for the same
+ * logits (BF16-representable) and the same uniform. */
+static void test_sample(void)
+{
+	const int64_t V = 5000, n = 6;
+	struct buf l = mkbuf(n * V, 4.0f);
+	float *dl = gpu->alloc(gpu, (size_t)(n * V) * 4); /* the sampler reads FP32 logits */
+	gpu->upload(gpu, dl, l.h, (size_t)(n * V) * 4);
+	struct atlas_sample_args a[6] = {
+		{0, 0, 1, 0, 0.5f}, {1.0f, 0, 1, 0, 0.3f}, {0.7f, 40, 1, 0, 0.9f},
+		{1.0f, 0, 0.9f, 0, 0.42f}, {1.2f, 0, 1, 0.05f, 0.77f}, {0.8f, 20, 0.95f, 0.02f, 0.01f},
+	};
+	int32_t want[6], got[6], *dids = gpu->alloc(gpu, sizeof(got));
+	CHECK_EQ_INT(cpu->sample(cpu, want, l.h, n, V, a), 0);
+	CHECK_EQ_INT(gpu->sample(gpu, dids, dl, n, V, a), 0);
+	CHECK_EQ_INT(gpu->download(gpu, got, dids, sizeof(got)), 0);
+	for (int i = 0; i < n; i++) {
+		printf("# sample row %d (T=%.2f k=%d p=%.2f min_p=%.2f u=%.2f): cpu %d gpu %d %s\n", i,
+		       a[i].temperature, a[i].top_k, a[i].top_p, a[i].min_p, a[i].u, want[i], got[i],
+		       want[i] == got[i] ? "ok" : "FAIL");
+		CHECK_EQ_INT(got[i], want[i]);
+	}
+	freebuf(&l);
+	gpu->free(gpu, dl);
+	gpu->free(gpu, dids);
+}
+
+/* The output head in FP32: compared element for element at FP32 rounding. */
+static void test_logits(void)
+{
+	static const int64_t shapes[][3] = {{1, 1000, 64}, {3, 5003, 128}, {40, 1088, 64}, {1, 151936, 1024}};
+	for (size_t s = 0; s < 4; s++) {
+		int64_t T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+		struct buf x = mkbuf(T * K, 1.0f);
+		struct wbuf w = mkw(ATLAS_DTYPE_BF16, N * K, 4.0f / sqrtf((float)K));
+		float *ref = malloc((size_t)(T * N) * 4), *got = malloc((size_t)(T * N) * 4);
+		float *d = gpu->alloc(gpu, (size_t)(T * N) * 4);
+		CHECK_EQ_INT(cpu->logits(cpu, ref, x.h, w.h, ATLAS_DTYPE_BF16, T, N, K), 0);
+		CHECK_EQ_INT(gpu->logits(gpu, d, x.d, w.d, ATLAS_DTYPE_BF16, T, N, K), 0);
+		CHECK_EQ_INT(gpu->download(gpu, got, d, (size_t)(T * N) * 4), 0);
+		double maxd = 0, maxr = 0;
+		for (int64_t i = 0; i < T * N; i++) {
+			double e = fabs((double)got[i] - ref[i]);
+			maxd = e > maxd || isnan(e) ? e : maxd;
+			maxr = fmax(maxr, fabs(ref[i]));
+		}
+		printf("# %-58s max_rel %-10.3g %s\n", "logits (FP32 out)", maxd / maxr,
+		       maxd / maxr < 1e-5 ? "ok" : "FAIL");
+		CHECK(maxd / maxr < 1e-5);
+		freebuf(&x);
+		freew(&w);
+		free(ref);
+		free(got);
+		gpu->free(gpu, d);
+	}
+}
+
+int main(void)
+{
+	cpu = atlas_backend_cpu_new();
+	gpu = atlas_backend_open("cuda");
+	if (!gpu) {
+		printf("1..0 # skip no CUDA device: %s\n", atlas_errmsg());
+		return 0;
+	}
+	RUN(test_matmul);
+	RUN(test_norms);
+	RUN(test_elementwise);
+	RUN(test_embed);
+	RUN(test_rope);
+	RUN(test_attention);
+	RUN(test_sample);
+	RUN(test_logits);
+	CHECK_EQ_INT(gpu->sync(gpu), 0);
+	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);
+	gpu->destroy(gpu);
+	cpu->destroy(cpu);
+	return harness_done();
+}
