@@ -60,6 +60,11 @@ atlas-run -m tests/fixtures/golden/qwen3 --device cpu -p hi -n 4 -v >/dev/null 2
 sel=$(grep -c 'kernel target' "$out/select.log")
 row "device selection" "$([ "$sel" -ge 2 ] && grep -q 'device: cpu' "$out/select.log" && echo pass || echo FAIL)" \
 	"$(grep -m1 'kernel target' "$out/select.log" | sed 's/atlas: info: //'); --device cpu honoured"
+# 5. a model that does not fit says how much it needed and how much was free
+atlas-run -m tests/fixtures/golden/qwen3 --device cuda -c 400000000 -p hi -n 2 >/dev/null 2>"$out/oom.log"
+rc=$?
+row "out of memory at load" "$([ $rc -ne 0 ] && grep -q 'needs .* MiB free of' "$out/oom.log" && echo pass || echo FAIL)" \
+	"exit $rc: $(head -1 "$out/oom.log" | cut -c1-160)"
 if [ -n "${SYNTH:-}" ] && [ -d "$SYNTH" ]; then
 	atlas-run -m "$SYNTH" -p "$(printf 'word %.0s' $(seq 1 120))" -n 128 --ignore-eos -v \
 		>/dev/null 2>"$out/bench.log"
