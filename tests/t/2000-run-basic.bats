@@ -29,7 +29,8 @@ load test_helper
 @test "--version prints the name and the version from VERSION" {
 	run -0 --separate-stderr atlas-run --version
 	expect_match "$output" "^atlas-run $(cat "$ATLAS_SRC/VERSION")( |\$)" "version line"
-	expect_eq "${#lines[@]}" 1 "line count"
+	expect_eq "${#lines[@]}" 2 "line count"
+	expect_match "${lines[1]}" '^kernel targets: ' "kernel targets line"
 	run -0 --separate-stderr atlas-run -V
 	expect_match "$output" '^atlas-run [0-9]+\.[0-9]+' "-V line"
 }
