@@ -2,17 +2,24 @@
  *
  *   atlas-run [-m MODEL] -p PROMPT [-p PROMPT...]   generate from prompts
  *   atlas-run [-m MODEL] -f FILE [--jsonl]          one prompt per line
+ *   atlas-run [-m MODEL] --chat [--system TEXT]      interactive chat
  *   atlas-run tokenize | generate | detokenize      the pipe stages
+ *   atlas-run template [-m MODEL] < request.json    render the chat template
  *
  * Flags, usage and calls into libatlas only; the formats live in
  * lib/engine/pipe.c, generation in lib/engine/generate.c. */
 #include <errno.h>
 #include <getopt.h>
+#include <json-c/json.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
 
 #include "../lib/backend/backend.h"
 #include "../lib/core/error.h"
@@ -22,15 +29,18 @@
 #include "../lib/engine/pipe.h"
 #include "../lib/io/config.h"
 #include "../lib/model/model.h"
+#include "../lib/tok/chat.h"
 #include "../lib/tok/tok.h"
 #include "common.h"
 
 static const char usage_text[] =
 	"usage: atlas-run [options] -p PROMPT [-p PROMPT...]\n"
 	"   or: atlas-run [options] -f FILE [--jsonl]\n"
-	"   or: atlas-run tokenize [-m MODEL] [--jsonl] [--no-special] [--whole] < text\n"
+	"   or: atlas-run [options] --chat [--system TEXT]\n"
+	"   or: atlas-run tokenize [-m MODEL] [--jsonl] [--no-special] [--whole] [--show] < text\n"
 	"   or: atlas-run generate [options] [--echo] [--jsonl] < ids\n"
 	"   or: atlas-run detokenize [-m MODEL] [--jsonl] < ids\n"
+	"   or: atlas-run template [-m MODEL] < request.json\n"
 	"\n"
 	"Generate text with a model. Text goes to stdout, timings and logs to stderr.\n"
 	"\n"
@@ -49,6 +59,14 @@ static const char usage_text[] =
 	"                            {\"text\": ..., ...}; pipe stages read and write\n"
 	"                            {\"text\": ...} / {\"ids\": [...]}\n"
 	"\n"
+	"Chat:\n"
+	"      --chat                talk with the model: read turns from stdin\n"
+	"                            (readline on a terminal; a line ending in '\\'\n"
+	"                            continues; Ctrl-D ends)\n"
+	"      --chat-template       wrap each -p/-f prompt in the model's chat\n"
+	"                            template as one user turn (default: raw text)\n"
+	"      --system TEXT         system message for --chat / --chat-template\n"
+	"\n"
 	"Sampling (defaults from the model's generation_config.json):\n"
 	"  -n, --max-tokens N        most tokens to generate (default 256)\n"
 	"      --temperature T       0 = greedy\n"
@@ -66,6 +84,7 @@ static const char usage_text[] =
 	"      --echo                generate: print the prompt ids first\n"
 	"      --no-special          tokenize: add no BOS/EOS\n"
 	"      --whole               tokenize: all of stdin is one document\n"
+	"      --show                tokenize: one token a line: id, text, bytes\n"
 	"\n"
 	"Other:\n"
 	"  -q, --quiet               no timing summary\n"
@@ -75,7 +94,7 @@ static const char usage_text[] =
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ,
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
-	OPT_WHOLE };
+	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -99,6 +118,10 @@ static const struct option longopts[] = {
 	{"echo", no_argument, NULL, OPT_ECHO},
 	{"no-special", no_argument, NULL, OPT_NOSPECIAL},
 	{"whole", no_argument, NULL, OPT_WHOLE},
+	{"chat", no_argument, NULL, OPT_CHAT},
+	{"chat-template", no_argument, NULL, OPT_CHAT_TEMPLATE},
+	{"system", required_argument, NULL, OPT_SYSTEM},
+	{"show", no_argument, NULL, OPT_SHOW},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
@@ -109,7 +132,8 @@ static const struct option longopts[] = {
 /* Command-line state. Sampling fields are "unset" (NAN / -1) until given,
  * so generation_config.json can fill them in. */
 struct opts {
-	const char *mode;        /* NULL, "tokenize", "generate", "detokenize" */
+	const char *mode;        /* NULL, "tokenize", "generate", "detokenize", "template" */
+	const char *system;      /* --system */
 	const char *model;       /* -m, or NULL for the default model */
 	const char *device;      /* --device */
 	const char **prompts;    /* -p values */
@@ -123,6 +147,9 @@ struct opts {
 	int64_t top_k;           /* -1 unset */
 	uint64_t seed;           /* --seed */
 	bool ignore_eos, jsonl, echo, no_special, whole, quiet;
+	bool chat;               /* --chat */
+	bool chat_template;      /* --chat-template */
+	bool show;               /* --show */
 };
 
 /* Everything loaded for a run. */
@@ -142,7 +169,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	*o = (struct opts){.device = "auto", .max_tokens = -1, .temperature = NAN,
 		.top_p = NAN, .min_p = NAN, .rep = NAN, .pres = NAN, .freq = NAN, .top_k = -1};
 	if (argc > 1 && (!strcmp(argv[1], "tokenize") || !strcmp(argv[1], "generate") ||
-			 !strcmp(argv[1], "detokenize"))) {
+			 !strcmp(argv[1], "detokenize") || !strcmp(argv[1], "template"))) {
 		o->mode = argv[1];
 		argv[1] = argv[0];
 		argv++;
@@ -173,6 +200,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_ECHO: o->echo = true; break;
 		case OPT_NOSPECIAL: o->no_special = true; break;
 		case OPT_WHOLE: o->whole = true; break;
+		case OPT_CHAT: o->chat = true; break;
+		case OPT_CHAT_TEMPLATE: o->chat_template = true; break;
+		case OPT_SYSTEM: o->system = optarg; break;
+		case OPT_SHOW: o->show = true; break;
 		case 'q': o->quiet = true; break;
 		case 'v': atlas_log_set_level(ATLAS_LOG_INFO); break;
 		case 'h': fputs(usage_text, stdout); exit(0);
@@ -182,8 +213,20 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (optind < argc)
 		cmd_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!o->mode && !o->n_prompts && !o->file)
-		cmd_usage_error("nothing to do: give -p PROMPT, -f FILE or a pipe stage");
+	if (!o->mode && !o->n_prompts && !o->file && !o->chat)
+		cmd_usage_error("nothing to do: give -p PROMPT, -f FILE, --chat or a pipe stage");
+	if (o->chat && (o->mode || o->n_prompts || o->file))
+		cmd_usage_error("--chat reads turns from standard input; -p, -f and pipe stages do not apply");
+	if (o->chat && o->jsonl)
+		cmd_usage_error("--chat and --jsonl cannot be used together");
+	if (o->chat_template && (o->mode || o->chat))
+		cmd_usage_error("--chat-template applies to -p and -f prompts");
+	if (o->system && !o->chat && !o->chat_template)
+		cmd_usage_error("--system needs --chat or --chat-template");
+	if (o->show && (!o->mode || strcmp(o->mode, "tokenize")))
+		cmd_usage_error("--show applies to 'tokenize'");
+	if (o->show && o->jsonl)
+		cmd_usage_error("--show and --jsonl cannot be used together");
 	if (o->mode && (o->n_prompts || o->file))
 		cmd_usage_error("'%s' reads standard input; -p and -f do not apply", o->mode);
 	if (o->n_prompts && o->file)
@@ -334,13 +377,61 @@ static int run_ids(struct ctx *x, const int32_t *ids, size_t n, struct sink *k,
 		       ? 1 : 0;
 }
 
+/* A chat request: the --system message (if any), then `messages`. */
+static json_object *chat_request(const char *system, json_object *messages)
+{
+	json_object *req = json_object_new_object(), *all = json_object_new_array();
+	if (system) {
+		json_object *m = json_object_new_object();
+		json_object_object_add(m, "role", json_object_new_string("system"));
+		json_object_object_add(m, "content", json_object_new_string(system));
+		json_object_array_add(all, m);
+	}
+	for (size_t i = 0; messages && i < json_object_array_length(messages); i++)
+		json_object_array_add(all, json_object_get(json_object_array_get_idx(messages, i)));
+	json_object_object_add(req, "messages", all);
+	json_object_object_add(req, "add_generation_prompt", json_object_new_boolean(1));
+	return req;
+}
+
+static json_object *message(const char *role, const char *text, size_t len)
+{
+	json_object *m = json_object_new_object();
+	json_object_object_add(m, "role", json_object_new_string(role));
+	json_object_object_add(m, "content", json_object_new_string_len(text, (int)len));
+	return m;
+}
+
+/* The prompt's ids: the text as it is, or (--chat-template) the rendered
+ * template around it as one user turn. A rendered template carries its
+ * own BOS, so it is encoded without special additions, as transformers'
+ * apply_chat_template(tokenize=True) does. */
+static int prompt_ids(struct ctx *x, const char *text, size_t len, int32_t **ids, size_t *n)
+{
+	if (!x->o->chat_template)
+		return atlas_tok_encode(x->tok, text, len, !x->o->no_special, ids, n);
+	json_object *msgs = json_object_new_array();
+	json_object_array_add(msgs, message("user", text, len));
+	json_object *req = chat_request(x->o->system, msgs);
+	char *out;
+	size_t olen;
+	int rc = atlas_chat_render(x->tok, req, &out, &olen);
+	json_object_put(req);
+	json_object_put(msgs);
+	if (rc)
+		return rc;
+	rc = atlas_tok_encode(x->tok, out, olen, false, ids, n);
+	free(out);
+	return rc;
+}
+
 static int run_prompt(struct ctx *x, const char *text, size_t len)
 {
 	int32_t *ids;
 	size_t n;
 	struct sink k = {.jsonl = x->o->jsonl};
 	struct atlas_gen_stats st;
-	if (atlas_tok_encode(x->tok, text, len, !x->o->no_special, &ids, &n))
+	if (prompt_ids(x, text, len, &ids, &n))
 		return cmd_lib_error();
 	int rc = run_ids(x, ids, n, &k, &st);
 	free(ids);
@@ -420,13 +511,33 @@ static void print_ids(const int32_t *ids, size_t n, bool jsonl)
 	puts(jsonl ? "]}" : "");
 }
 
+/* --show: one token a line: id, its text as a JSON string, its bytes in
+ * hex, and "special" for special tokens; a blank line ends each input. */
+static void show_ids(const struct atlas_tok *tok, const int32_t *ids, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t len;
+		const char *p = atlas_tok_piece(tok, ids[i], &len);
+		printf("%d\t", ids[i]);
+		atlas_json_write_string(stdout, p ? p : "", p ? len : 0);
+		putchar('\t');
+		for (size_t j = 0; p && j < len; j++)
+			printf(j ? " %02x" : "%02x", (unsigned char)p[j]);
+		puts(atlas_tok_is_special(tok, ids[i]) ? "\tspecial" : "");
+	}
+	putchar('\n');
+}
+
 static int tokenize_one(struct ctx *x, const char *text, size_t len)
 {
 	int32_t *ids;
 	size_t n;
 	if (atlas_tok_encode(x->tok, text, len, !x->o->no_special, &ids, &n))
 		return cmd_lib_error();
-	print_ids(ids, n, x->o->jsonl);
+	if (x->o->show)
+		show_ids(x->tok, ids, n);
+	else
+		print_ids(ids, n, x->o->jsonl);
 	free(ids);
 	return 0;
 }
@@ -566,6 +677,208 @@ static int stage_detokenize(struct ctx *x)
 	return rc ? rc : (r < 0 ? 1 : 0);
 }
 
+/* --- chat templates ------------------------------------------------------ */
+
+static int need_template(struct ctx *x)
+{
+	if (atlas_chat_has_template(x->tok))
+		return 0;
+	cmd_error("model '%s' has no chat template (no \"chat_template\" in tokenizer_config.json)",
+		  x->dir);
+	return 1;
+}
+
+/* template: one request body on stdin, the rendered prompt on stdout. */
+static int stage_template(struct ctx *x)
+{
+	char buf[65536], *all = NULL;
+	size_t len = 0, n;
+	if (need_template(x))
+		return 1;
+	while ((n = fread(buf, 1, sizeof(buf), stdin)) > 0) {
+		all = realloc(all, len + n + 1);
+		memcpy(all + len, buf, n);
+		len += n;
+	}
+	enum json_tokener_error jerr = json_tokener_success;
+	json_object *req = all ? json_tokener_parse_verbose(all, &jerr) : NULL;
+	free(all);
+	if (!req || !json_object_is_type(req, json_type_object)) {
+		cmd_error("standard input is not a JSON request object%s%s",
+			  jerr != json_tokener_success ? ": " : "",
+			  jerr != json_tokener_success ? json_tokener_error_desc(jerr) : "");
+		json_object_put(req);
+		return 1;
+	}
+	char *out;
+	int rc = atlas_chat_render(x->tok, req, &out, &len);
+	json_object_put(req);
+	if (rc)
+		return cmd_lib_error();
+	fwrite(out, 1, len, stdout);
+	fflush(stdout);
+	free(out);
+	return 0;
+}
+
+/* One chat turn from stdin: readline on a terminal, plain lines otherwise;
+ * a line ending in a backslash continues on the next. NULL at the end. */
+static char *read_turn(bool tty)
+{
+	char *turn = NULL, *line = NULL;
+	size_t len = 0, cap = 0;
+	for (;;) {
+		ssize_t n;
+		if (tty) {
+			free(line);
+			line = readline(turn ? "... " : "> ");
+			n = line ? (ssize_t)strlen(line) : -1;
+		} else {
+			n = read_line(stdin, &line, &cap);
+		}
+		if (n < 0)
+			break;
+		bool more = n > 0 && line[n - 1] == '\\';
+		if (more)
+			line[--n] = '\0';
+		turn = realloc(turn, len + (size_t)n + 2);
+		memcpy(turn + len, line, (size_t)n);
+		len += (size_t)n;
+		turn[len] = '\0';
+		if (!more)
+			break;
+		turn[len++] = '\n';
+		turn[len] = '\0';
+	}
+	free(line);
+	if (turn && tty && *turn)
+		add_history(turn);
+	return turn;
+}
+
+/* Collects the reply while it streams to stdout. */
+struct reply {
+	struct sink k;     /* the streaming printer */
+	char *text;        /* the whole reply */
+	size_t len, cap;   /* of text */
+	int32_t last;      /* the last id generated, -1 for none */
+};
+
+/* A conversation and what the sequence holds of it. */
+struct chat {
+	json_object *msgs; /* the turns so far */
+	char *held;        /* the text the sequence holds: last render + reply */
+	size_t held_len;   /* bytes in held */
+	int32_t pending;   /* a reply's last id, sampled but not yet fed; -1 */
+};
+
+static int on_reply(void *ud, int32_t id, const char *text, size_t len)
+{
+	struct reply *r = ud;
+	if (id >= 0)
+		r->last = id;
+	if (r->len + len + 1 > r->cap) {
+		r->cap = (r->len + len + 1) * 2;
+		r->text = realloc(r->text, r->cap);
+	}
+	memcpy(r->text + r->len, text, len);
+	r->len += len;
+	r->text[r->len] = '\0';
+	return on_token(&r->k, id, text, len);
+}
+
+/* One turn: render the whole conversation; when what the sequence already
+ * holds (the last render plus the reply) is a prefix of it, prefill only
+ * the new part, else start the sequence over. */
+static int chat_turn(struct ctx *x, struct chat *c)
+{
+	json_object *req = chat_request(x->o->system, c->msgs);
+	char *text;
+	size_t len, skip = 0;
+	int rc = atlas_chat_render(x->tok, req, &text, &len);
+	json_object_put(req);
+	if (rc)
+		return cmd_lib_error();
+	if (c->held && atlas_seq_len(x->seq) > 0 && c->held_len <= len &&
+	    !memcmp(text, c->held, c->held_len))
+		skip = c->held_len;
+	else
+		atlas_seq_reset(x->seq);
+	int32_t *ids;
+	size_t n;
+	if (atlas_tok_encode(x->tok, text + skip, len - skip, false, &ids, &n)) {
+		free(text);
+		return cmd_lib_error();
+	}
+	if (skip && c->pending >= 0) { /* the last reply token was never fed */
+		ids = realloc(ids, (n + 1) * sizeof(*ids));
+		memmove(ids + 1, ids, n * sizeof(*ids));
+		ids[0] = c->pending;
+		n++;
+	}
+	c->pending = -1;
+	int64_t before = atlas_seq_len(x->seq);
+	atlas_info("chat turn: %zu new prompt tokens after %lld kept", n,
+		   (long long)atlas_seq_len(x->seq));
+	struct reply r = {.last = -1};
+	struct atlas_gen_stats st;
+	rc = n ? atlas_generate(x->model, x->seq, x->tok, ids, (int64_t)n, &x->gp, on_reply, &r, &st)
+	       : 0;
+	free(ids);
+	putchar('\n');
+	fflush(stdout);
+	free(c->held);
+	c->held = NULL;
+	if (rc || !n) {
+		free(text);
+		free(r.text);
+		atlas_seq_reset(x->seq);
+		return n ? cmd_lib_error() : 0;
+	}
+	print_stats(x, &st);
+	json_object_array_add(c->msgs, message("assistant", r.text ? r.text : "", r.len));
+	/* The sequence holds the prompt and the reply's ids but the last one
+	 * (fed next turn); after a stop string the text is shorter than the
+	 * ids, so the next turn starts over. */
+	if (st.finish == ATLAS_FINISH_EOS || st.finish == ATLAS_FINISH_LENGTH) {
+		if (atlas_seq_len(x->seq) == before + (int64_t)n + st.n_gen - 1)
+			c->pending = r.last;
+		c->held = realloc(text, len + r.len + 1);
+		memcpy(c->held + len, r.text ? r.text : "", r.len);
+		c->held_len = len + r.len;
+	} else {
+		free(text);
+	}
+	free(r.text);
+	return 0;
+}
+
+static int run_chat(struct ctx *x)
+{
+	bool tty = isatty(STDIN_FILENO);
+	struct chat c = {.msgs = json_object_new_array(), .pending = -1};
+	char *turn;
+	int rc = 0;
+	while (!rc && (turn = read_turn(tty)) != NULL) {
+		if (!*turn) {
+			free(turn);
+			continue;
+		}
+		json_object_array_add(c.msgs, message("user", turn, strlen(turn)));
+		free(turn);
+		if (chat_turn(x, &c)) {
+			/* forget the failed turn and keep talking on a terminal */
+			json_object_array_del_idx(c.msgs, json_object_array_length(c.msgs) - 1, 1);
+			rc = tty ? 0 : 1;
+		}
+	}
+	if (tty && !rc)
+		putchar('\n');
+	free(c.held);
+	json_object_put(c.msgs);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -576,10 +889,17 @@ int main(int argc, char **argv)
 	bool tokenize = o.mode && !strcmp(o.mode, "tokenize");
 	bool detok = o.mode && !strcmp(o.mode, "detokenize");
 	bool gen_stage = o.mode && !strcmp(o.mode, "generate");
+	bool tmpl = o.mode && !strcmp(o.mode, "template");
 	/* generate needs the tokenizer only to find stop strings */
-	rc = load(&x, !tokenize && !detok, !gen_stage || o.n_stop > 0);
+	rc = load(&x, !tokenize && !detok && !tmpl, !gen_stage || o.n_stop > 0);
+	if (!rc && (o.chat_template || o.chat))
+		rc = need_template(&x);
 	if (!rc) {
-		if (tokenize)
+		if (tmpl)
+			rc = stage_template(&x);
+		else if (o.chat)
+			rc = run_chat(&x);
+		else if (tokenize)
 			rc = stage_tokenize(&x);
 		else if (detok)
 			rc = stage_detokenize(&x);

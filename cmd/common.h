@@ -21,6 +21,11 @@ int64_t cmd_parse_int(const char *flag, const char *s, int64_t min, int64_t max)
 double cmd_parse_double(const char *flag, const char *s, double min, double max);
 uint64_t cmd_parse_u64(const char *flag, const char *s);
 
+/* Parse a byte size for a flag: a number with an optional unit, B, KB,
+ * MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024);
+ * exits 2 naming the flag when it is not one or is below `min`. */
+int64_t cmd_parse_size(const char *flag, const char *s, int64_t min);
+
 /* Print "NAME VERSION (git REV)" to stdout. */
 void cmd_print_version(void);
 

@@ -4,7 +4,13 @@
  * this list and the loader agree. */
 #include "tensors.h"
 
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "../io/safetensors.h"
 
 /* Emit one tensor; d1 < 0 makes it 1-D. */
 static int emit(atlas_expected_tensor_fn fn, void *arg, const char *name, int64_t d0,
@@ -74,4 +80,135 @@ int atlas_model_expected_tensors(const struct atlas_config *c, const struct atla
 	for (int64_t l = 0; !rc && l < c->num_layers; l++)
 		rc = layer(c, fam, l, fn, arg);
 	return rc;
+}
+
+/* --- validation ---------------------------------------------------------- */
+
+struct vstate {
+	struct atlas_st *st;   /* the checkpoint */
+	unsigned char *seen;   /* [count] tensor i was expected */
+	atlas_finding_fn fn;   /* where findings go */
+	void *arg;             /* its argument */
+	int problems;          /* count of ATLAS_FINDING_PROBLEM */
+};
+
+static void finding(struct vstate *v, enum atlas_finding level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void finding(struct vstate *v, enum atlas_finding level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (level == ATLAS_FINDING_PROBLEM)
+		v->problems++;
+	v->fn(v->arg, level, msg);
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
+{
+	size_t off = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < ndim && off + 24 < n; i++)
+		off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? ", " : "",
+					(long long)shape[i]);
+}
+
+static bool float_dtype(enum atlas_dtype d)
+{
+	return d == ATLAS_DTYPE_F32 || d == ATLAS_DTYPE_F16 || d == ATLAS_DTYPE_BF16;
+}
+
+static int check_one(void *arg, const struct atlas_expected_tensor *e)
+{
+	struct vstate *v = arg;
+	const struct atlas_tensor_info *t = atlas_st_find(v->st, e->name);
+	char got[128], want[64];
+
+	if (!t) {
+		if (e->required)
+			finding(v, ATLAS_FINDING_PROBLEM, "tensor '%s' is missing", e->name);
+		return 0;
+	}
+	for (int64_t i = 0; i < atlas_st_count(v->st); i++)
+		if (atlas_st_get(v->st, i) == t)
+			v->seen[i] = 1;
+	if (t->ndim != e->ndim || t->shape[0] != e->shape[0] ||
+	    (e->ndim == 2 && t->shape[1] != e->shape[1])) {
+		shape_str(got, sizeof(got), t->ndim, t->shape);
+		shape_str(want, sizeof(want), e->ndim, e->shape);
+		finding(v, ATLAS_FINDING_PROBLEM,
+			"tensor '%s' in '%s' has shape [%s], but config.json implies [%s]", e->name,
+			t->file, got, want);
+	}
+	if (!float_dtype(t->dtype))
+		finding(v, ATLAS_FINDING_PROBLEM,
+			"tensor '%s' has dtype %s; supported: F32, F16, BF16", e->name,
+			atlas_dtype_name(t->dtype));
+	if (e->weight_of) {
+		const struct atlas_tensor_info *w = atlas_st_find(v->st, e->weight_of);
+		if (w && w->dtype != t->dtype)
+			finding(v, ATLAS_FINDING_PROBLEM,
+				"bias '%s' is %s but its weight is %s; they must match", e->name,
+				atlas_dtype_name(t->dtype), atlas_dtype_name(w->dtype));
+	}
+	return 0;
+}
+
+/* The decoder's refusals of a config, as findings (decoder.c check_config). */
+static void check_config(struct vstate *v, const struct atlas_config *c,
+			 const struct atlas_family *fam)
+{
+	if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
+		finding(v, ATLAS_FINDING_PROBLEM, "config.json: hidden_act '%s' is not supported "
+			"(supported: silu)", c->hidden_act);
+	if (c->head_dim % 2)
+		finding(v, ATLAS_FINDING_PROBLEM, "config.json: head_dim %lld must be even",
+			(long long)c->head_dim);
+	if (c->num_kv_heads <= 0 || c->num_heads % c->num_kv_heads)
+		finding(v, ATLAS_FINDING_PROBLEM, "config.json: num_attention_heads %lld is not "
+			"a multiple of num_key_value_heads %lld", (long long)c->num_heads,
+			(long long)c->num_kv_heads);
+	if (fam->check && fam->check(c))
+		finding(v, ATLAS_FINDING_PROBLEM, "config.json: %s", atlas_errmsg());
+}
+
+int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg)
+{
+	struct vstate v = {.fn = fn, .arg = arg};
+	struct atlas_config c;
+	const struct atlas_family *fam;
+
+	if (atlas_config_load(dir, &c)) {
+		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
+		return v.problems;
+	}
+	if (!(fam = atlas_family_find(&c))) {
+		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
+		return v.problems;
+	}
+	check_config(&v, &c, fam);
+	if (!(v.st = atlas_st_open(dir))) {
+		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
+		return v.problems;
+	}
+	int64_t n = atlas_st_count(v.st);
+	if (!(v.seen = calloc((size_t)n + 1, 1))) {
+		atlas_st_close(v.st);
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	}
+	atlas_model_expected_tensors(&c, fam, check_one, &v);
+	for (int64_t i = 0; i < n; i++)
+		if (!v.seen[i]) {
+			const struct atlas_tensor_info *t = atlas_st_get(v.st, i);
+			finding(&v, ATLAS_FINDING_WARNING,
+				"unexpected tensor '%s' in '%s' (not read by the %s family)", t->name,
+				t->file, fam->name);
+		}
+	free(v.seen);
+	atlas_st_close(v.st);
+	return v.problems;
 }

@@ -30,4 +30,22 @@ typedef int (*atlas_expected_tensor_fn)(void *arg, const struct atlas_expected_t
 int atlas_model_expected_tensors(const struct atlas_config *c, const struct atlas_family *fam,
 				 atlas_expected_tensor_fn fn, void *arg);
 
+/* Severity of a finding of atlas_model_validate. */
+enum atlas_finding {
+	ATLAS_FINDING_WARNING = 1, /* odd but loadable: an unexpected tensor */
+	ATLAS_FINDING_PROBLEM = 2, /* the model will not load or will compute wrong */
+};
+
+/* Receives each finding as one line of text (no newline). */
+typedef void (*atlas_finding_fn)(void *arg, enum atlas_finding level, const char *msg);
+
+/* Check the checkpoint in `dir` against its config.json without loading
+ * it: config parses and its family is supported, shards are consistent,
+ * every tensor the family needs is present with the implied shape and a
+ * supported dtype, biases match their matrices' dtypes; tensors nobody
+ * reads are warnings. Every finding goes to `fn`; the walk goes on past
+ * problems so the caller gets the whole list. Returns the number of
+ * problems (0: loadable), or ATLAS_ENOMEM. */
+int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg);
+
 #endif

@@ -2,7 +2,10 @@
  * before normalization and pre-tokenization, and map straight to their
  * ids.
  *
- * Matching is leftmost-longest, like the Aho-Corasick matcher Hugging
+ * Tokens with `normalized: false` (every special token, by default) are
+ * found in the raw text; those with `normalized: true` in each span's
+ * normalized text, as Hugging Face does. lstrip / rstrip absorb Unicode
+ * white space. Matching is leftmost-longest, like the Aho-Corasick matcher Hugging
  * Face uses: at the first position where any added token matches, the
  * longest one wins. A first-byte index keeps the scan cheap: most bytes
  * of ordinary text start no added token at all. */
@@ -54,21 +57,42 @@ int atlas_tok_added_index(struct atlas_tok *tok)
 	return 0;
 }
 
-static bool is_space(unsigned char c)
+bool atlas_tok_is_space(uint32_t cp)
 {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+	return (cp >= 9 && cp <= 13) || cp == 0x20 || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+	       (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
+	       cp == 0x205f || cp == 0x3000;
 }
 
-/* A word character for single_word tokens; bytes of non-ASCII
- * characters count as word characters (most are letters). */
+/* Length of the white-space character starting at s[0], or 0. */
+static size_t space_at(const unsigned char *s, size_t len)
+{
+	uint32_t cp;
+	int n = len ? atlas_tok_utf8(s, len, &cp) : 0;
+	return n && atlas_tok_is_space(cp) ? (size_t)n : 0;
+}
+
+/* Length of the white-space character ending at s[end), not before from. */
+static size_t space_before(const unsigned char *s, size_t from, size_t end)
+{
+	for (size_t k = 1; k <= 3 && k <= end - from; k++) {
+		if (k < 3 && end - k > from && (s[end - k] & 0xc0) == 0x80)
+			continue; /* a continuation byte: look further back */
+		return space_at(s + end - k, k) == k ? k : 0;
+	}
+	return 0;
+}
+
+/* A word character for single_word tokens (Rust's char::is_alphanumeric
+ * for ASCII; every non-ASCII character counts as one, most are letters). */
 static bool is_word(unsigned char c)
 {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-	       c == '_' || c >= 0x80;
+	       c >= 0x80;
 }
 
 int64_t atlas_tok_added_find(const struct atlas_tok *tok, const char *s, size_t len, size_t from,
-			     size_t *start, size_t *end)
+			     bool normalized, size_t *start, size_t *end)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	if (tok->nadded == 0)
@@ -77,19 +101,19 @@ int64_t atlas_tok_added_find(const struct atlas_tok *tok, const char *s, size_t 
 		uint32_t lo = tok->added_first[u[i]], hi = tok->added_first[u[i] + 1];
 		for (uint32_t k = lo; k < hi; k++) {
 			const struct tok_added *a = &tok->added[tok->added_order[k]];
-			if (a->content.len > len - i ||
+			if (a->normalized != normalized || a->content.len > len - i ||
 			    memcmp(s + i, tok->arena + a->content.off, a->content.len))
 				continue;
-			size_t b = i, e = i + a->content.len;
+			size_t b = i, e = i + a->content.len, n;
 			if (a->single_word &&
 			    ((b > 0 && is_word(u[b - 1])) || (e < len && is_word(u[e]))))
 				break; /* the longest match is refused: move on */
 			if (a->lstrip)
-				while (b > from && is_space(u[b - 1]))
-					b--;
+				while (b > from && (n = space_before(u, from, b)))
+					b -= n;
 			if (a->rstrip)
-				while (e < len && is_space(u[e]))
-					e++;
+				while (e < len && (n = space_at(u + e, len - e)))
+					e += n;
 			*start = b;
 			*end = e;
 			return tok->added_order[k];

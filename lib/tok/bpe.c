@@ -166,7 +166,7 @@ int atlas_tok_ids_push(struct tok_ids *ids, int32_t id)
 
 /* A symbol of the word being merged. */
 struct sym {
-	int32_t id;   /* token id, -1 if the byte has none; -2 once merged away */
+	int32_t id;   /* token id; -2 once merged away */
 	int32_t prev; /* index of the previous live symbol, -1 at the start */
 	int32_t next; /* index of the next live symbol, -1 at the end */
 };
@@ -280,6 +280,71 @@ static size_t map_bytes(const char *s, size_t len, char *out)
 	return w;
 }
 
+int atlas_tok_fallback_byte(const char *s, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	if (len != 6 || memcmp(s, "<0x", 3) || s[5] != '>')
+		return -1;
+	const char *h = memchr(hex, s[3], 16), *l = memchr(hex, s[4], 16);
+	if (!h || !l || !s[3] || !s[4])
+		return -1;
+	return (int)((h - hex) << 4 | (l - hex));
+}
+
+/* The first symbols of a byte-level word: one per byte. A byte whose
+ * symbol is not in the vocabulary is left out, as Hugging Face does when
+ * there is no unk_token. Returns the number of symbols. */
+static size_t initial_bytes(const struct atlas_tok *tok, const char *s, size_t len, struct sym *sy)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < len; i++) {
+		int32_t id = tok->byte_id[(uint8_t)s[i]];
+		if (id >= 0)
+			sy[n++].id = id;
+		else if (tok->unk >= 0 && !(tok->fuse_unk && n && sy[n - 1].id == tok->unk))
+			sy[n++].id = tok->unk;
+	}
+	return n;
+}
+
+/* The first symbols of a word of characters (SentencePiece-style BPE):
+ * one per character in the vocabulary; a character that is not becomes
+ * its <0xNN> byte tokens (byte_fallback, when all of them exist), else
+ * unk (consecutive ones fused with fuse_unk), else nothing. A byte that
+ * is not UTF-8 counts as a character of its own. */
+static size_t initial_chars(const struct atlas_tok *tok, const char *s, size_t len, struct sym *sy)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t n = 0;
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+		int32_t id = u[i] < 0x80 ? tok->byte_id[u[i]] : -1;
+		size_t k = 1;
+		if (id < 0) {
+			int c = atlas_tok_utf8(u + i, len - i, &cp);
+			k = c ? (size_t)c : 1;
+			id = atlas_tok_map_get(tok, s + i, k);
+		}
+		if (id >= 0) {
+			sy[n++].id = id;
+		} else if (tok->byte_fallback) {
+			size_t j = 0;
+			while (j < k && tok->fallback_id[u[i + j]] >= 0)
+				j++;
+			if (j == k) {
+				for (j = 0; j < k; j++)
+					sy[n++].id = tok->fallback_id[u[i + j]];
+			} else if (tok->unk >= 0 && !(tok->fuse_unk && n && sy[n - 1].id == tok->unk)) {
+				sy[n++].id = tok->unk;
+			}
+		} else if (tok->unk >= 0 && !(tok->fuse_unk && n && sy[n - 1].id == tok->unk)) {
+			sy[n++].id = tok->unk;
+		}
+		i += k;
+	}
+	return n;
+}
+
 int atlas_tok_bpe(const struct atlas_tok *tok, struct tok_bpe_scratch *sc, const char *s,
 		  size_t len, struct tok_ids *out)
 {
@@ -291,20 +356,27 @@ int atlas_tok_bpe(const struct atlas_tok *tok, struct tok_bpe_scratch *sc, const
 	if (rc)
 		return rc;
 	if (tok->ignore_merges || len == 1) {
-		size_t mlen = map_bytes(s, len, sc->mapped);
-		int32_t id = atlas_tok_map_get(tok, sc->mapped, mlen);
+		const char *key = s;
+		size_t klen = len;
+		if (tok->byte_level) {
+			klen = map_bytes(s, len, sc->mapped);
+			key = sc->mapped;
+		}
+		int32_t id = atlas_tok_map_get(tok, key, klen);
 		if (id >= 0)
 			return atlas_tok_ids_push(out, id);
 	}
 	struct sym *sy = sc->sym;
 	struct cand *h = sc->heap;
-	size_t nh = 0;
-	for (size_t i = 0; i < len; i++) {
-		sy[i].id = tok->byte_id[(uint8_t)s[i]];
+	size_t nh = 0, n = tok->byte_level ? initial_bytes(tok, s, len, sy)
+					   : initial_chars(tok, s, len, sy);
+	if (n == 0)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
 		sy[i].prev = (int32_t)i - 1;
-		sy[i].next = i + 1 < len ? (int32_t)i + 1 : -1;
+		sy[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
 	}
-	for (size_t i = 0; i + 1 < len; i++)
+	for (size_t i = 0; i + 1 < n; i++)
 		try_pair(tok, sy, (int32_t)i, h, &nh);
 	while (nh) {
 		struct cand c = heap_pop(h, &nh);
@@ -320,10 +392,8 @@ int atlas_tok_bpe(const struct atlas_tok *tok, struct tok_bpe_scratch *sc, const
 		try_pair(tok, sy, l->prev, h, &nh);
 		try_pair(tok, sy, c.pos, h, &nh);
 	}
-	/* Bytes without a token (no byte fallback, no unk) are dropped, as
-	 * Hugging Face does when unk_token is null. */
 	for (int32_t i = 0; i >= 0; i = sy[i].next) {
-		if (sy[i].id >= 0 && (rc = atlas_tok_ids_push(out, sy[i].id)))
+		if ((rc = atlas_tok_ids_push(out, sy[i].id)))
 			return rc;
 	}
 	return 0;

@@ -1,8 +1,11 @@
 /* decode.c - ids back to bytes: whole sequences (atlas_tok_decode) and
  * the streaming decoder that only lets complete UTF-8 characters out.
  *
- * Pieces are stored already mapped back from the byte-level alphabet, so
- * decoding is concatenation. The stream holds back a trailing sequence
+ * Pieces are stored already run through the per-token decoder steps
+ * (pipeline.c), so decoding is concatenation, plus the two things that
+ * depend on position: the first token's own piece (Metaspace) and a
+ * Strip after Fuse (leading and trailing characters of the whole text;
+ * the stream applies the leading part only, it cannot know the end). The stream holds back a trailing sequence
  * only while it is a valid but unfinished UTF-8 prefix; bytes that can
  * never become a character are passed through raw at once. */
 #include "tok_internal.h"
@@ -20,6 +23,18 @@ static int bad_id(const struct atlas_tok *tok, int32_t id)
 	return atlas_error(ATLAS_ERANGE, "token id %ld has no token in the vocabulary", (long)id);
 }
 
+/* The bytes of id as the i-th token of a decode: the first token has its
+ * own piece when a Metaspace decoder drops its replacement characters. */
+static const char *piece_at(const struct atlas_tok *tok, int32_t id, int64_t i, size_t *len)
+{
+	const char *p = atlas_tok_piece(tok, id, len);
+	if (p && i == 0 && tok->piece0) {
+		*len = tok->piece0[id].len;
+		p = tok->arena + tok->piece0[id].off;
+	}
+	return p;
+}
+
 int atlas_tok_decode(const struct atlas_tok *tok, const int32_t *ids, size_t n, char **out,
 		     size_t *len)
 {
@@ -27,7 +42,7 @@ int atlas_tok_decode(const struct atlas_tok *tok, const int32_t *ids, size_t n, 
 	*out = NULL;
 	*len = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (!atlas_tok_piece(tok, ids[i], &plen))
+		if (!piece_at(tok, ids[i], (int64_t)i, &plen))
 			return bad_id(tok, ids[i]);
 		total += plen;
 	}
@@ -35,10 +50,18 @@ int atlas_tok_decode(const struct atlas_tok *tok, const int32_t *ids, size_t n, 
 	if (!buf)
 		return atlas_error(ATLAS_ENOMEM, "out of memory decoding %zu ids", n);
 	for (size_t i = 0; i < n; i++) {
-		const char *p = atlas_tok_piece(tok, ids[i], &plen);
+		const char *p = piece_at(tok, ids[i], (int64_t)i, &plen);
 		memcpy(buf + w, p, plen);
 		w += plen;
 	}
+	/* A Strip decoder after Fuse trims the whole text. */
+	size_t s = 0;
+	for (int k = 0; k < tok->strip_start && s < w && buf[s] == tok->strip_char; k++)
+		s++;
+	for (int k = 0; k < tok->strip_stop && w > s && buf[w - 1] == tok->strip_char; k++)
+		w--;
+	memmove(buf, buf + s, w - s);
+	w -= s;
 	buf[w] = '\0';
 	*out = buf;
 	*len = w;
@@ -49,6 +72,7 @@ void atlas_tok_stream_init(struct atlas_tok_stream *s, const struct atlas_tok *t
 {
 	memset(s, 0, sizeof(*s));
 	s->tok = tok;
+	s->strip_left = tok->strip_start;
 }
 
 /* Total length of the UTF-8 sequence lead byte c starts, 0 if none. */
@@ -99,9 +123,22 @@ static size_t unfinished_tail(const unsigned char *a, size_t n)
 int64_t atlas_tok_stream_push(struct atlas_tok_stream *s, int32_t id, char *buf, size_t cap)
 {
 	size_t plen;
-	const char *p = atlas_tok_piece(s->tok, id, &plen);
+	const char *p = piece_at(s->tok, id, s->ntok, &plen);
 	if (!p)
 		return bad_id(s->tok, id);
+	s->ntok++;
+	/* Leading characters a Strip decoder drops from the whole text. */
+	while (s->strip_left > 0 && plen > 0 && s->npending == 0) {
+		if (p[0] != s->tok->strip_char) {
+			s->strip_left = 0;
+			break;
+		}
+		p++;
+		plen--;
+		s->strip_left--;
+	}
+	if (plen == 0 && s->npending == 0)
+		return 0;
 	/* Only the last 3 bytes can be held back: look at pending + the end
 	 * of the piece together. */
 	unsigned char tail[16];

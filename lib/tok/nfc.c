@@ -1,5 +1,6 @@
-/* nfc.c - NFC normalization (Unicode canonical decomposition, ordering
- * and composition) for tokenizers whose normalizer is "NFC" (Qwen 2/3).
+/* nfc.c - NFC and NFKC normalization (Unicode canonical or compatibility
+ * decomposition, ordering and composition) for tokenizers whose
+ * normalizer is "NFC" (Qwen 2/3) or "NFKC".
  *
  * Almost all text is already NFC, so a quick scan decides that first and
  * copies nothing. Only when a character could change (a combining mark,
@@ -99,9 +100,27 @@ static uint32_t compose(uint32_t a, uint32_t b)
 	return 0;
 }
 
-/* Could NFC change this character, alone or with its neighbours? */
-static int unstable(uint32_t cp)
+static const struct atlas_nfkc_decomp *compat_of(uint32_t cp)
 {
+	size_t lo = 0, hi = atlas_nfkc_decomp_len;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (cp < atlas_nfkc_decomp[mid].cp)
+			hi = mid;
+		else if (cp > atlas_nfkc_decomp[mid].cp)
+			lo = mid + 1;
+		else
+			return &atlas_nfkc_decomp[mid];
+	}
+	return NULL;
+}
+
+/* Could NFC (NFKC with compat) change this character, alone or with its
+ * neighbours? */
+static int unstable(uint32_t cp, int compat)
+{
+	if (compat && compat_of(cp))
+		return 1;
 	if (cp < 0x300)
 		return 0;
 	if (ccc_of(cp) || is_second(cp))
@@ -110,10 +129,16 @@ static int unstable(uint32_t cp)
 	return d && !d->primary;
 }
 
-/* Append the full canonical decomposition of cp to out[*n]. The deepest
- * canonical decomposition in Unicode has 4 code points; out has room. */
-static void decompose(uint32_t cp, uint32_t *out, size_t *n)
+/* Append the full canonical (with compat: compatibility) decomposition of
+ * cp to out[*n]; out has room for expand_len(cp, compat) more. */
+static void decompose(uint32_t cp, uint32_t *out, size_t *n, int compat)
 {
+	const struct atlas_nfkc_decomp *k = compat && cp < RAW_BYTE ? compat_of(cp) : NULL;
+	if (k) {
+		memcpy(out + *n, atlas_nfkc_pool + k->off, k->len * sizeof(*out));
+		*n += k->len;
+		return;
+	}
 	if (cp >= SBASE && cp < SBASE + SCOUNT) {
 		uint32_t s = cp - SBASE;
 		out[(*n)++] = LBASE + s / NCOUNT;
@@ -127,9 +152,17 @@ static void decompose(uint32_t cp, uint32_t *out, size_t *n)
 		out[(*n)++] = cp;
 		return;
 	}
-	decompose(d->a, out, n);
+	decompose(d->a, out, n, compat);
 	if (d->b)
-		decompose(d->b, out, n);
+		decompose(d->b, out, n, compat);
+}
+
+/* An upper bound of the code points decompose() appends for cp: the
+ * deepest canonical decomposition in Unicode has 4 code points. */
+static size_t expand_len(uint32_t cp, int compat)
+{
+	const struct atlas_nfkc_decomp *k = compat ? compat_of(cp) : NULL;
+	return k && k->len > 4 ? k->len : 4;
 }
 
 /* Canonical ordering: stable insertion sort of each run of non-starters. */
@@ -205,7 +238,7 @@ static void put_utf8(uint32_t cp, char *out, size_t *n)
 	}
 }
 
-int atlas_nfc(const char *s, size_t len, char **out, size_t *outlen)
+static int normalize(const char *s, size_t len, char **out, size_t *outlen, int compat)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	size_t i = 0;
@@ -223,16 +256,23 @@ int atlas_nfc(const char *s, size_t len, char **out, size_t *outlen)
 			i++;
 			continue;
 		}
-		if (unstable(cp))
+		if (unstable(cp, compat))
 			break;
 		i += (size_t)k;
 	}
 	if (i == len)
 		return 0;
 
-	/* Each input byte yields at most 4 code points (the longest canonical
-	 * decomposition of a 2..4-byte character is 4 code points). */
-	uint32_t *cps = malloc(len * 4 * sizeof(*cps));
+	/* Room for the decomposition: 4 code points per character at most,
+	 * more for the few long compatibility expansions. */
+	size_t room = 0;
+	for (i = 0; i < len;) {
+		uint32_t cp;
+		int k = atlas_tok_utf8(u + i, len - i, &cp);
+		room += k ? expand_len(cp, compat) : 1;
+		i += k ? (size_t)k : 1;
+	}
+	uint32_t *cps = malloc(room * sizeof(*cps));
 	if (!cps)
 		return atlas_error(ATLAS_ENOMEM, "out of memory normalizing text");
 	size_t n = 0;
@@ -243,7 +283,7 @@ int atlas_nfc(const char *s, size_t len, char **out, size_t *outlen)
 			cps[n++] = RAW_BYTE + u[i++];
 			continue;
 		}
-		decompose(cp, cps, &n);
+		decompose(cp, cps, &n, compat);
 		i += (size_t)k;
 	}
 	reorder(cps, n);
@@ -260,4 +300,14 @@ int atlas_nfc(const char *s, size_t len, char **out, size_t *outlen)
 	*out = o;
 	*outlen = w;
 	return 0;
+}
+
+int atlas_nfc(const char *s, size_t len, char **out, size_t *outlen)
+{
+	return normalize(s, len, out, outlen, 0);
+}
+
+int atlas_nfkc(const char *s, size_t len, char **out, size_t *outlen)
+{
+	return normalize(s, len, out, outlen, 1);
 }

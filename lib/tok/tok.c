@@ -1,6 +1,5 @@
 /* tok.c - encoding (added tokens, normalization, pre-tokenization, BPE,
  * template tokens) and the small read-only queries of tok.h. */
-#include "nfc_internal.h"
 #include "tok_internal.h"
 
 #include "../core/error.h"
@@ -47,24 +46,35 @@ bool atlas_tok_is_special(const struct atlas_tok *tok, int32_t id)
 	return id >= 0 && id < tok->nvocab && (tok->flags[id] & TOK_F_SPECIAL);
 }
 
-/* Normalize (when the tokenizer asks) and pre-tokenize + BPE one span of
- * text that holds no added token. */
+/* Normalize one span of raw text that holds no raw-matched added token,
+ * cut it at the added tokens matched after normalization, and
+ * pre-tokenize + BPE the rest. `first`: the span starts the text. */
 static int encode_text(const struct atlas_tok *tok, struct tok_bpe_scratch *sc, const char *s,
-		       size_t len, struct tok_ids *out)
+		       size_t len, bool first, struct tok_ids *out)
 {
 	char *norm = NULL;
-	size_t nlen = 0;
+	size_t nlen = len, at = 0;
 	int rc;
 	if (len == 0)
 		return 0;
-	if (tok->nfc && (rc = atlas_nfc(s, len, &norm, &nlen)))
+	if (tok->nnorm && (rc = atlas_tok_normalize(tok, s, len, &norm, &nlen)))
 		return rc;
-	if (norm) {
-		rc = atlas_tok_encode_segment(tok, sc, norm, nlen, out);
-		free(norm);
-		return rc;
+	const char *t = norm ? norm : s;
+	rc = 0;
+	while (!rc && tok->has_normalized_added && at < nlen) {
+		size_t start, end;
+		int64_t k = atlas_tok_added_find(tok, t, nlen, at, true, &start, &end);
+		if (k < 0)
+			break;
+		rc = atlas_tok_encode_segment(tok, sc, t + at, start - at, first && at == 0, out);
+		if (!rc)
+			rc = atlas_tok_ids_push(out, tok->added[k].id);
+		at = end;
 	}
-	return atlas_tok_encode_segment(tok, sc, s, len, out);
+	if (!rc && at < nlen)
+		rc = atlas_tok_encode_segment(tok, sc, t + at, nlen - at, first && at == 0, out);
+	free(norm);
+	return rc;
 }
 
 int atlas_tok_encode(const struct atlas_tok *tok, const char *text, size_t len, bool add_special,
@@ -86,12 +96,12 @@ int atlas_tok_encode(const struct atlas_tok *tok, const char *text, size_t len, 
 		rc = atlas_tok_ids_push(&out, tok->prefix_ids[i]);
 	while (!rc && at < len) {
 		size_t start, end;
-		int64_t k = atlas_tok_added_find(tok, text, len, at, &start, &end);
+		int64_t k = atlas_tok_added_find(tok, text, len, at, false, &start, &end);
 		if (k < 0) {
-			rc = encode_text(tok, &sc, text + at, len - at, &out);
+			rc = encode_text(tok, &sc, text + at, len - at, at == 0, &out);
 			break;
 		}
-		rc = encode_text(tok, &sc, text + at, start - at, &out);
+		rc = encode_text(tok, &sc, text + at, start - at, at == 0, &out);
 		if (!rc)
 			rc = atlas_tok_ids_push(&out, tok->added[k].id);
 		at = end;

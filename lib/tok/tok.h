@@ -1,9 +1,12 @@
 /* tok.h - tokenizers loaded from Hugging Face `tokenizer.json`.
  *
- * Byte-level BPE (Qwen 2/3, Llama 3, GPT-2 style): the pre-tokenizer's
- * Split regex runs through PCRE2 with Unicode properties, added tokens
- * (special or not) are matched first, and decoding maps byte-level
- * symbols back to bytes. Settings from `tokenizer_config.json`
+ * BPE, byte-level (Qwen 2/3, Llama 3, DeepSeek V3, GPT-2, gpt-oss) or over
+ * characters with byte fallback (Llama 2, Mistral, Gemma 3): added
+ * tokens are matched first, then the normalizer (NFC, NFKC, Replace,
+ * Prepend), the pre-tokenizer (Split with every behaviour, ByteLevel,
+ * Metaspace, Digits, ...; regexes run through PCRE2 with Unicode
+ * properties) and the merges; decoding runs the decoder chain
+ * (ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace). Settings from `tokenizer_config.json`
  * (add_bos_token, add_eos_token, bos/eos tokens) are honoured when the
  * file exists. Anything in tokenizer.json that is not supported is
  * refused at load, by name. Text is bytes: invalid UTF-8 passes through
@@ -61,6 +64,8 @@ struct atlas_tok_stream {
 	const struct atlas_tok *tok; /* the tokenizer */
 	char pending[8];             /* bytes of an incomplete character */
 	size_t npending;             /* number of bytes in pending */
+	int64_t ntok;                /* ids pushed so far (the first decodes differently) */
+	int strip_left;              /* leading characters a Strip decoder still drops */
 };
 
 void atlas_tok_stream_init(struct atlas_tok_stream *s,

@@ -1,10 +1,11 @@
 /* tok_load.c - read tokenizer.json (and tokenizer_config.json) into a
  * struct atlas_tok, refusing by name whatever Atlas does not implement.
  *
- * Supported: model BPE (vocab + merges in either spelling), normalizer
- * null or NFC, pre-tokenizer ByteLevel or a Sequence of Split stages
- * ending in ByteLevel, post-processor null / ByteLevel /
- * TemplateProcessing (or a Sequence of them), decoder ByteLevel. */
+ * This file reads the model (BPE: vocab, merges in either spelling,
+ * byte_fallback, unk_token, fuse_unk, ignore_merges), the added tokens,
+ * the post-processor (null, ByteLevel, TemplateProcessing, or a
+ * Sequence of them) and tokenizer_config.json; pipeline.c reads the
+ * normalizer, pre-tokenizer and decoder. */
 #include "tok_internal.h"
 
 #include "../core/error.h"
@@ -51,8 +52,7 @@ static bool get_bool(json_object *o, const char *key, bool dflt)
 	return v && json_object_is_type(v, json_type_boolean) ? json_object_get_boolean(v) : dflt;
 }
 
-/* Copy len bytes into the arena; returns its place there. */
-static int arena_add(struct atlas_tok *tok, const char *s, size_t len, struct tok_str *out)
+int atlas_tok_arena_add(struct atlas_tok *tok, const char *s, size_t len, struct tok_str *out)
 {
 	if (tok->arena_len + len > tok->arena_cap) {
 		size_t cap = tok->arena_cap ? tok->arena_cap : 1 << 20;
@@ -71,34 +71,6 @@ static int arena_add(struct atlas_tok *tok, const char *s, size_t len, struct to
 	out->len = (uint32_t)len;
 	tok->arena_len += len;
 	return 0;
-}
-
-/* The bytes a token stands for: its symbols mapped back through the
- * byte-level alphabet, or its own UTF-8 when some symbol is outside that
- * alphabet (what the ByteLevel decoder does). */
-static int set_piece(struct atlas_tok *tok, int32_t id, const char *s, size_t len)
-{
-	char tmp[256] = "", *buf = len <= sizeof(tmp) ? tmp : malloc(len);
-	size_t w = 0;
-	int rc;
-	if (!buf)
-		return atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
-	for (size_t i = 0; i < len;) {
-		uint32_t cp;
-		int n = atlas_tok_utf8((const unsigned char *)s + i, len - i, &cp);
-		int b = n ? atlas_tok_cp_byte(cp) : -1;
-		if (b < 0) {
-			memcpy(buf, s, len);
-			w = len;
-			break;
-		}
-		buf[w++] = (char)b;
-		i += (size_t)n;
-	}
-	rc = arena_add(tok, buf, w, &tok->piece[id]);
-	if (buf != tmp)
-		free(buf);
-	return rc;
 }
 
 static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab,
@@ -132,9 +104,10 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 	}
 	tok->nvocab = maxid + 1;
 	tok->piece = calloc((size_t)tok->nvocab + 1, sizeof(*tok->piece));
+	tok->token = calloc((size_t)tok->nvocab + 1, sizeof(*tok->token));
 	tok->flags = calloc((size_t)tok->nvocab + 1, 1);
 	tok->added = calloc(nadded + 1, sizeof(*tok->added));
-	if (!tok->piece || !tok->flags || !tok->added)
+	if (!tok->piece || !tok->token || !tok->flags || !tok->added)
 		return atlas_error(ATLAS_ENOMEM, "out of memory loading the tokenizer");
 	int rc = atlas_tok_map_build(tok, (size_t)json_object_object_length(vocab));
 	if (rc)
@@ -144,11 +117,10 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 		int32_t id = (int32_t)json_object_get_int64(v2);
 		size_t len = strlen(k2);
 		struct tok_str skey;
-		if ((rc = arena_add(tok, k2, len, &skey)))
+		if ((rc = atlas_tok_arena_add(tok, k2, len, &skey)))
 			return rc;
 		atlas_tok_map_put(tok, skey, id);
-		if ((rc = set_piece(tok, id, k2, len)))
-			return rc;
+		tok->token[id] = skey;
 		tok->flags[id] |= TOK_F_PRESENT;
 	}
 	for (size_t i = 0; i < nadded; i++) {
@@ -160,11 +132,13 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 		t->single_word = get_bool(a, "single_word", false);
 		t->lstrip = get_bool(a, "lstrip", false);
 		t->rstrip = get_bool(a, "rstrip", false);
+		/* Hugging Face's default: special tokens match raw text */
+		t->normalized = get_bool(a, "normalized", !t->special);
+		tok->has_normalized_added |= t->normalized;
 		size_t len = (size_t)json_object_get_string_len(cv);
-		if ((rc = arena_add(tok, json_object_get_string(cv), len, &t->content)))
+		if ((rc = atlas_tok_arena_add(tok, json_object_get_string(cv), len, &t->content)))
 			return rc;
-		if ((rc = set_piece(tok, t->id, json_object_get_string(cv), len)))
-			return rc;
+		tok->token[t->id] = t->content;
 		tok->flags[t->id] |= TOK_F_PRESENT | TOK_F_ADDED | (t->special ? TOK_F_SPECIAL : 0);
 	}
 	return 0;
@@ -247,8 +221,8 @@ static int load_model(struct atlas_tok *tok, const char *dir, json_object *root)
 	if (*type && strcmp(type, "BPE"))
 		return bad(dir, ATLAS_EUNSUPPORTED,
 			   "model type '%s' is not supported (supported: BPE)", type);
-	if (get_bool(model, "byte_fallback", false))
-		return bad(dir, ATLAS_EUNSUPPORTED, "model.byte_fallback true is not supported");
+	tok->byte_fallback = get_bool(model, "byte_fallback", false);
+	tok->fuse_unk = get_bool(model, "fuse_unk", false);
 	json_object *dropout = get(model, "dropout");
 	if (dropout && json_object_get_double(dropout) != 0.0)
 		return bad(dir, ATLAS_EUNSUPPORTED, "model.dropout is not supported");
@@ -264,10 +238,34 @@ static int load_model(struct atlas_tok *tok, const char *dir, json_object *root)
 	int rc = load_vocab(tok, dir, get(model, "vocab"), get(root, "added_tokens"));
 	if (rc)
 		return rc;
+	json_object *unk = get(model, "unk_token");
+	tok->unk = -1;
+	if (unk && json_object_is_type(unk, json_type_string) &&
+	    (tok->unk = atlas_tok_map_get(tok, json_object_get_string(unk),
+					  (size_t)json_object_get_string_len(unk))) < 0)
+		return bad(dir, ATLAS_EFORMAT, "model.unk_token '%s' is not in the vocabulary",
+			   json_object_get_string(unk));
+	for (int b = 0; b < 256; b++) {
+		char name[8];
+		snprintf(name, sizeof(name), "<0x%02X>", b);
+		tok->fallback_id[b] = atlas_tok_map_get(tok, name, 6);
+	}
+	return load_merges(tok, dir, get(model, "merges"));
+}
+
+/* The one-symbol token of each byte: its GPT-2 alphabet symbol for a
+ * byte-level vocabulary, else the ASCII character itself (bytes >= 0x80
+ * are no character on their own there). */
+static void set_byte_ids(struct atlas_tok *tok)
+{
 	for (int b = 0; b < 256; b++) {
 		char sym[2];
-		uint32_t cp = atlas_tok_byte_cp((uint8_t)b);
+		uint32_t cp = tok->byte_level ? atlas_tok_byte_cp((uint8_t)b) : (uint32_t)b;
 		size_t n = 1;
+		if (!tok->byte_level && b >= 0x80) {
+			tok->byte_id[b] = -1;
+			continue;
+		}
 		if (cp < 0x80) {
 			sym[0] = (char)cp;
 		} else {
@@ -277,89 +275,6 @@ static int load_model(struct atlas_tok *tok, const char *dir, json_object *root)
 		}
 		tok->byte_id[b] = atlas_tok_map_get(tok, sym, n);
 	}
-	return load_merges(tok, dir, get(model, "merges"));
-}
-
-static int load_normalizer(struct atlas_tok *tok, const char *dir, json_object *n)
-{
-	if (!n || json_object_is_type(n, json_type_null))
-		return 0;
-	const char *type = type_of(n);
-	if (!strcmp(type, "NFC")) {
-		tok->nfc = true;
-		return 0;
-	}
-	if (!strcmp(type, "Sequence")) {
-		json_object *list = get(n, "normalizers");
-		size_t len = list ? json_object_array_length(list) : 0;
-		for (size_t i = 0; i < len; i++) {
-			int rc = load_normalizer(tok, dir, json_object_array_get_idx(list, i));
-			if (rc)
-				return rc;
-		}
-		return 0;
-	}
-	return bad(dir, ATLAS_EUNSUPPORTED, "normalizer '%s' is not supported (supported: NFC)",
-		   type);
-}
-
-static int load_split(struct atlas_tok *tok, const char *dir, json_object *p)
-{
-	json_object *pat = get(p, "pattern");
-	json_object *re = get(pat, "Regex"), *str = get(pat, "String");
-	json_object *beh = get(p, "behavior");
-	const char *b = beh ? json_object_get_string(beh) : "";
-	if (strcmp(b, "Isolated"))
-		return bad(dir, ATLAS_EUNSUPPORTED,
-			   "Split behavior '%s' is not supported (supported: Isolated)", b);
-	if (get_bool(p, "invert", false))
-		return bad(dir, ATLAS_EUNSUPPORTED, "Split with invert true is not supported");
-	if (!re && !str)
-		return bad(dir, ATLAS_EFORMAT, "Split pattern is neither Regex nor String");
-	int rc = atlas_tok_stage_compile(tok, json_object_get_string(re ? re : str), !re, false,
-					 "Split pre-tokenizer");
-	return rc ? atlas_error_wrap(rc, "tokenizer.json in '%s'", dir) : 0;
-}
-
-static int load_pretok(struct atlas_tok *tok, const char *dir, json_object *p)
-{
-	const char *type = type_of(p);
-	json_object *list = p;
-	size_t n = 1;
-	if (!strcmp(type, "Sequence")) {
-		list = get(p, "pretokenizers");
-		if (!list || !json_object_is_type(list, json_type_array))
-			return bad(dir, ATLAS_EFORMAT, "pre_tokenizer Sequence has no list");
-		n = json_object_array_length(list);
-	}
-	for (size_t i = 0; i < n; i++) {
-		json_object *s = list == p ? p : json_object_array_get_idx(list, i);
-		const char *t = type_of(s);
-		int rc;
-		if (!strcmp(t, "Split")) {
-			rc = load_split(tok, dir, s);
-		} else if (!strcmp(t, "ByteLevel")) {
-			if (i + 1 != n)
-				return bad(
-				    dir, ATLAS_EUNSUPPORTED,
-				    "pre_tokenizer ByteLevel must come last in the Sequence");
-			rc = atlas_tok_stage_compile(
-			    tok, get_bool(s, "use_regex", true) ? atlas_tok_gpt2_regex : NULL,
-			    false, get_bool(s, "add_prefix_space", true), "ByteLevel");
-			if (!rc)
-				return 0;
-		} else {
-			return bad(dir, ATLAS_EUNSUPPORTED,
-				   "pre_tokenizer '%s' is not supported (supported: ByteLevel, "
-				   "Split, Sequence)",
-				   *t ? t : "null");
-		}
-		if (rc)
-			return rc;
-	}
-	return bad(
-	    dir, ATLAS_EUNSUPPORTED,
-	    "pre_tokenizer without ByteLevel is not supported (the vocabulary must be byte-level)");
 }
 
 /* The ids of a template SpecialToken: post_processor.special_tokens
@@ -498,26 +413,29 @@ static int load_config(struct atlas_tok *tok, const char *dir)
 		}
 		tok->suffix_ids[tok->nsuffix++] = tok->eos;
 	}
+	int rc = atlas_chat_tmpl_load(cfg, path, &tok->chat); /* chat.c */
 	json_object_put(cfg);
-	return 0;
+	return rc;
 }
 
 static int load_all(struct atlas_tok *tok, const char *dir, json_object *root)
 {
 	int rc = load_model(tok, dir, root);
 	if (!rc)
-		rc = load_normalizer(tok, dir, get(root, "normalizer"));
+		rc = atlas_tok_load_normalizer(tok, dir, get(root, "normalizer"));
 	if (!rc)
-		rc = load_pretok(tok, dir, get(root, "pre_tokenizer"));
+		rc = atlas_tok_load_pretok(tok, dir, get(root, "pre_tokenizer"));
+	if (!rc)
+		set_byte_ids(tok);
 	if (!rc)
 		rc = load_postproc(tok, dir, get(root, "post_processor"));
 	if (!rc) {
 		json_object *d = get(root, "decoder");
-		const char *type = type_of(d);
-		if (strcmp(type, "ByteLevel"))
+		if (!d || json_object_is_type(d, json_type_null))
 			rc = bad(dir, ATLAS_EUNSUPPORTED,
-				 "decoder '%s' is not supported (supported: ByteLevel)",
-				 *type ? type : "null");
+				 "decoder 'null' is not supported (tokens would be joined by spaces)");
+		else
+			rc = atlas_tok_load_decoder(tok, dir, d);
 	}
 	if (!rc)
 		rc = atlas_tok_added_index(tok);
@@ -565,12 +483,17 @@ void atlas_tok_free(struct atlas_tok *tok)
 		return;
 	for (int k = 0; k < tok->nstage; k++)
 		pcre2_code_free(tok->stage[k].re);
+	for (int k = 0; k < tok->nnorm; k++)
+		pcre2_code_free(tok->norm[k].re);
 	free(tok->arena);
 	free(tok->piece);
+	free(tok->piece0);
+	free(tok->token);
 	free(tok->flags);
 	free(tok->vocab.slots);
 	free(tok->merges.slots);
 	free(tok->added);
 	free(tok->added_order);
+	atlas_chat_tmpl_free(tok->chat);
 	free(tok);
 }

@@ -98,3 +98,65 @@ expect_same_file() {
 
 # The one-line timing summary atlas-run prints to stderr per prompt.
 TIMING_RE='^atlas-run: prompt [0-9]+ tokens in [0-9.]+ ms \([0-9.]+ tok/s\); generated [0-9]+ tokens in [0-9.]+ ms \([0-9.]+ tok/s\); first token after [0-9.]+ ms'
+
+# --- the mock Hub (tests/hubmock/hubmock.py) for the atlas-fetch tests ----
+
+# hub_fixture - build the fixture repository test/tiny under
+# $BATS_TEST_TMPDIR/hub: revision main is the golden qwen3 model plus a
+# pytorch_model.bin duplicate and a README; revision v1 is golden llama3.
+hub_fixture() {
+	local h=$BATS_TEST_TMPDIR/hub f
+	mkdir -p "$h/main/sub" "$h/v1"
+	for f in config.json generation_config.json tokenizer.json tokenizer_config.json \
+		model.safetensors; do
+		cp "$GOLDEN/qwen3/$f" "$h/main/$f"
+		cp "$GOLDEN/llama3/$f" "$h/v1/$f"
+	done
+	cp "$GOLDEN/qwen3/model.safetensors" "$h/main/pytorch_model.bin"
+	printf '# tiny\n' >"$h/main/README.md"
+	printf 'nested\n' >"$h/main/sub/notes.txt"
+}
+
+# hub_start [ENV=VALUE...] [-- MOCK-ARGS...] - start the mock Hub with the
+# given fault variables, serving test/tiny (main, v1) and the gated
+# test/gated (token "secret"); export HF_ENDPOINT and HF_HUB_CACHE (a fresh
+# cache under the test's directory unless already set). Requests are
+# logged to $HUB_LOG.
+hub_start() {
+	local h=$BATS_TEST_TMPDIR/hub i
+	[ -d "$h/main" ] || hub_fixture
+	HUB_LOG=$BATS_TEST_TMPDIR/hub.log
+	: >"$HUB_LOG"
+	rm -f "$BATS_TEST_TMPDIR/hub.port"
+	env "$@" python3 "$ATLAS_SRC/tests/hubmock/hubmock.py" \
+		--repo "test/tiny@main=$h/main" --repo "test/tiny@v1=$h/v1" \
+		--repo "test/gated@main=$h/v1" --gated test/gated --token secret \
+		--log "$HUB_LOG" >"$BATS_TEST_TMPDIR/hub.port" 2>"$BATS_TEST_TMPDIR/hub.err" &
+	HUB_PID=$!
+	for i in $(seq 100); do
+		[ -s "$BATS_TEST_TMPDIR/hub.port" ] && break
+		sleep 0.05
+	done
+	HUB_PORT=$(head -n 1 "$BATS_TEST_TMPDIR/hub.port")
+	[ -n "$HUB_PORT" ] || { cat "$BATS_TEST_TMPDIR/hub.err" >&2; return 1; }
+	export HF_ENDPOINT=http://127.0.0.1:$HUB_PORT
+	: "${HF_HUB_CACHE:=$BATS_TEST_TMPDIR/cache}"
+	export HF_HUB_CACHE HUB_LOG
+	# fast retries in tests; the real default is one second, doubling
+	export ATLAS_HUB_BACKOFF_MS=20
+	unset HF_TOKEN HF_HUB_OFFLINE HF_HOME HF_TOKEN_PATH
+}
+
+# hub_stop - stop the mock Hub started by hub_start (if any).
+hub_stop() {
+	if [ -n "${HUB_PID:-}" ]; then
+		kill "$HUB_PID" 2>/dev/null || true
+		wait "$HUB_PID" 2>/dev/null || true
+		HUB_PID=
+	fi
+}
+
+# hub_requests PATTERN - how many logged requests match the ERE.
+hub_requests() {
+	grep -Ec -- "$1" "$HUB_LOG" || true
+}

@@ -283,9 +283,9 @@ static void test_unsupported(void)
 	m = load_variant("unigram", "\"type\": \"BPE\"", "\"type\": \"Unigram\"");
 	CHECK_CONTAINS(m, "model type 'Unigram' is not supported (supported: BPE)");
 	CHECK_CONTAINS(m, "tokenizer.json in '");
-	m = load_variant("metaspace", "\"pre_tokenizer\": {\"type\": \"ByteLevel\"",
-			 "\"pre_tokenizer\": {\"type\": \"Metaspace\"");
-	CHECK_CONTAINS(m, "pre_tokenizer 'Metaspace' is not supported");
+	m = load_variant("scripts", "\"pre_tokenizer\": {\"type\": \"ByteLevel\"",
+			 "\"pre_tokenizer\": {\"type\": \"UnicodeScripts\"");
+	CHECK_CONTAINS(m, "pre_tokenizer 'UnicodeScripts' is not supported");
 	m = load_variant("lowercase", "\"normalizer\": null",
 			 "\"normalizer\": {\"type\": \"Lowercase\"}");
 	CHECK_CONTAINS(m, "normalizer 'Lowercase' is not supported");
@@ -295,8 +295,9 @@ static void test_unsupported(void)
 	m = load_variant("bert", "\"post_processor\": {\"type\": \"ByteLevel\"",
 			 "\"post_processor\": {\"type\": \"BertProcessing\"");
 	CHECK_CONTAINS(m, "post_processor 'BertProcessing' is not supported");
-	m = load_variant("fallback", "\"byte_fallback\": false", "\"byte_fallback\": true");
-	CHECK_CONTAINS(m, "byte_fallback");
+	m = load_variant("ctc", "\"decoder\": {\"type\": \"ByteLevel\"",
+			 "\"decoder\": {\"type\": \"CTC\"");
+	CHECK_CONTAINS(m, "decoder 'CTC' is not supported");
 	m = load_variant("suffix", "\"end_of_word_suffix\": \"\"",
 			 "\"end_of_word_suffix\": \"</w>\"");
 	CHECK_CONTAINS(m, "end_of_word_suffix '</w>' is not supported");

@@ -1,0 +1,78 @@
+/* sched_internal.h - the scheduler's private structures, shared by
+ * scheduler.c (queues, batching, the engine loop) and sched_req.c (a
+ * request's life: submission, sampling, output, release). */
+#ifndef ATLAS_ENGINE_SCHED_INTERNAL_H
+#define ATLAS_ENGINE_SCHED_INTERNAL_H
+
+#include <pthread.h>
+
+#include "sampler.h"
+#include "scheduler.h"
+#include "stopper.h"
+
+struct atlas_sreq {
+	struct atlas_sched *s;         /* owner */
+	int refs;                      /* submitter + engine (under s->mu) */
+	pthread_cond_t cv;             /* signalled on new output (with s->mu) */
+
+	/* input, fixed at submission */
+	int64_t n_prompt;              /* prompt tokens at the front of hist */
+	struct atlas_gen_params gen;   /* limits, EOS ids, sampling (stop moved to stopper) */
+	int top;                       /* top_logprobs, -1 when not asked */
+	double t_submit;               /* monotonic seconds at submission */
+
+	/* engine thread only */
+	int32_t *hist;                 /* prompt then generated ids */
+	int64_t n_hist;                /* ids in hist */
+	int64_t n_gen;                 /* generated ids in hist */
+	struct atlas_seq *seq;         /* KV sequence while admitted, else NULL */
+	struct atlas_sampler *smp;     /* per-request sampler (its own seed) */
+	struct atlas_stopper stopper;  /* stop strings and held text */
+	int64_t preemptions;           /* times preempted */
+	double t_first;                /* time of the first token, 0 before */
+
+	/* shared, under s->mu */
+	bool cancelled;                /* the submitter gave up */
+	bool done;                     /* finished; res is valid */
+	struct atlas_sreq_result res;  /* outcome */
+	struct atlas_sched_token *out; /* output not taken yet */
+	size_t n_out, cap_out;         /* of out */
+	char *text;                    /* text of out */
+	size_t len_text, cap_text;     /* of text */
+};
+
+struct atlas_sched {
+	struct atlas_model *m;         /* the model (engine thread only) */
+	const struct atlas_tok *tok;   /* tokenizer, may be NULL */
+	int64_t V;                     /* vocabulary size */
+	int64_t ctx;                   /* context per sequence */
+	int64_t max_seqs;              /* sequences per step */
+	int64_t budget;                /* tokens per step */
+
+	pthread_mutex_t mu;            /* guards queues, request shared state, stats */
+	pthread_cond_t work;           /* signalled on submit, cancel, stop */
+	bool stopping;                 /* atlas_sched_stop was called */
+	struct atlas_sreq **waiting;   /* queue, head first */
+	int64_t n_waiting, cap_waiting; /* of waiting */
+	struct atlas_sreq **running;   /* admitted, oldest first */
+	int64_t n_running;             /* of running (<= max_seqs) */
+	struct atlas_sched_stats st;   /* monitoring numbers */
+
+	/* step scratch (engine thread only) */
+	struct atlas_batch_item *items; /* [max_seqs] */
+	struct atlas_sreq **item_req;  /* [max_seqs] request of each item */
+	float *logits;                 /* [max_seqs, V] */
+	float *raw;                    /* [V] logits before the sampler, for logprobs */
+};
+
+double atlas_sched_now(void);
+/* sched_req.c: after a step, sample the next token of `r` from `logits`
+ * and publish it (under s->mu, held by the caller); finishes r when it is
+ * complete. */
+void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logits);
+/* Finish `r` (under s->mu): release its sequence, sampler and stopper,
+ * publish the outcome, drop the engine's reference. rc/msg for errors. */
+void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_finish f,
+		       int rc, const char *msg);
+
+#endif

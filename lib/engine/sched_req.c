@@ -1,0 +1,321 @@
+/* sched_req.c - one request's life in the scheduler: submission, the
+ * token chosen after each step (with its log-probabilities), the output
+ * queue its submitter drains, finishing and release. See scheduler.h. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../core/error.h"
+#include "sched_internal.h"
+
+double atlas_sched_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Free what only plain memory holds (the engine has let go already). */
+static void sreq_free(struct atlas_sreq *r)
+{
+	pthread_cond_destroy(&r->cv);
+	free(r->hist);
+	free(r->out);
+	free(r->text);
+	free(r);
+}
+
+int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
+		       struct atlas_sreq **out)
+{
+	*out = NULL;
+	if (p->n_prompt <= 0)
+		return atlas_error(ATLAS_EINVAL, "the prompt is empty (no tokens)");
+	if (p->n_prompt > s->ctx)
+		return atlas_error(ATLAS_ERANGE,
+				   "the prompt has %lld tokens, more than the context of %lld",
+				   (long long)p->n_prompt, (long long)s->ctx);
+	int64_t B = atlas_model_block_size(s->m), total = atlas_model_kv_blocks_total(s->m);
+	if ((p->n_prompt + B) / B > total)
+		return atlas_error(ATLAS_ERANGE,
+				   "the prompt of %lld tokens needs more KV cache blocks than the pool's %lld",
+				   (long long)p->n_prompt, (long long)total);
+	if (p->gen.max_tokens <= 0)
+		return atlas_error(ATLAS_EINVAL, "max_tokens must be > 0");
+	if (p->top_logprobs > ATLAS_SCHED_MAX_TOP)
+		return atlas_error(ATLAS_EINVAL, "top_logprobs must be at most %d",
+				   ATLAS_SCHED_MAX_TOP);
+	for (int64_t i = 0; i < p->n_prompt; i++)
+		if (p->prompt[i] < 0 || p->prompt[i] >= s->V)
+			return atlas_error(ATLAS_ERANGE,
+					   "token id %d is outside the vocabulary (0..%lld)",
+					   p->prompt[i], (long long)s->V - 1);
+	struct atlas_sreq *r = calloc(1, sizeof(*r));
+	if (!r)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	pthread_cond_init(&r->cv, NULL);
+	r->s = s;
+	r->refs = 2;
+	r->n_prompt = r->n_hist = p->n_prompt;
+	r->gen = p->gen;
+	r->gen.stop = NULL;
+	r->gen.n_stop = 0;
+	/* no more tokens than the context can follow the prompt with */
+	if (r->gen.max_tokens > s->ctx - p->n_prompt + 1)
+		r->gen.max_tokens = s->ctx - p->n_prompt + 1;
+	r->top = p->top_logprobs;
+	r->res.stop_index = -1;
+	r->res.n_prompt = p->n_prompt;
+	r->hist = malloc((size_t)(p->n_prompt + r->gen.max_tokens) * sizeof(int32_t));
+	int rc = r->hist ? 0 : atlas_error(ATLAS_ENOMEM, "out of memory");
+	if (!rc && !(r->smp = atlas_sampler_new(&p->gen.sampling, s->V)))
+		rc = ATLAS_EINVAL;
+	if (!rc)
+		rc = atlas_stopper_init(&r->stopper, s->tok, p->gen.stop,
+					s->tok ? p->gen.n_stop : 0);
+	if (rc) {
+		atlas_sampler_free(r->smp);
+		atlas_stopper_release(&r->stopper);
+		sreq_free(r);
+		return rc;
+	}
+	memcpy(r->hist, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+	r->t_submit = atlas_sched_now();
+
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping) {
+		pthread_mutex_unlock(&s->mu);
+		atlas_sampler_free(r->smp);
+		atlas_stopper_release(&r->stopper);
+		sreq_free(r);
+		return atlas_error(ATLAS_EIO, "the server is shutting down");
+	}
+	if (s->n_waiting == s->cap_waiting) {
+		int64_t cap = s->cap_waiting ? 2 * s->cap_waiting : 64;
+		struct atlas_sreq **w = realloc(s->waiting, (size_t)cap * sizeof(*w));
+		if (!w) {
+			pthread_mutex_unlock(&s->mu);
+			atlas_sampler_free(r->smp);
+			atlas_stopper_release(&r->stopper);
+			sreq_free(r);
+			return atlas_error(ATLAS_ENOMEM, "out of memory");
+		}
+		s->waiting = w;
+		s->cap_waiting = cap;
+	}
+	s->waiting[s->n_waiting++] = r;
+	s->st.waiting = s->n_waiting;
+	pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->mu);
+	*out = r;
+	return 0;
+}
+
+/* Append one output token with its text (under s->mu). */
+static int publish(struct atlas_sreq *r, const struct atlas_sched_token *t,
+		   const char *text, size_t len)
+{
+	if (r->n_out == r->cap_out) {
+		size_t cap = r->cap_out ? 2 * r->cap_out : 16;
+		struct atlas_sched_token *o = realloc(r->out, cap * sizeof(*o));
+		if (!o)
+			return atlas_error(ATLAS_ENOMEM, "out of memory");
+		r->out = o;
+		r->cap_out = cap;
+	}
+	if (r->len_text + len + 1 > r->cap_text) {
+		size_t cap = r->cap_text ? 2 * r->cap_text : 256;
+		while (cap < r->len_text + len + 1)
+			cap *= 2;
+		char *b = realloc(r->text, cap);
+		if (!b)
+			return atlas_error(ATLAS_ENOMEM, "out of memory");
+		r->text = b;
+		r->cap_text = cap;
+	}
+	struct atlas_sched_token *o = &r->out[r->n_out++];
+	*o = *t;
+	o->text_off = r->len_text;
+	o->text_len = len;
+	memcpy(r->text + r->len_text, text, len);
+	r->len_text += len;
+	r->text[r->len_text] = '\0';
+	return 0;
+}
+
+void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_finish f,
+		       int rc, const char *msg)
+{
+	if (!rc && f != ATLAS_FINISH_STOP && f != ATLAS_FINISH_CANCELLED) {
+		const char *text;
+		size_t len;
+		struct atlas_sched_token t = {.id = -1};
+		rc = atlas_stopper_finish(&r->stopper, &text, &len);
+		if (!rc && len)
+			rc = publish(r, &t, text, len);
+		if (rc)
+			msg = atlas_errmsg();
+	}
+	if (r->seq) {
+		atlas_seq_free(r->seq);
+		r->seq = NULL;
+	}
+	atlas_sampler_free(r->smp);
+	r->smp = NULL;
+	r->res.stop_index = r->stopper.matched;
+	atlas_stopper_release(&r->stopper);
+	r->res.rc = rc;
+	if (rc)
+		snprintf(r->res.error, sizeof(r->res.error), "%s", msg ? msg : "engine failure");
+	r->res.finish = f;
+	r->res.n_gen = r->n_gen;
+	r->res.preemptions = r->preemptions;
+	r->res.ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0;
+	r->res.total_s = atlas_sched_now() - r->t_submit;
+	r->done = true;
+	pthread_cond_broadcast(&r->cv);
+	if (--r->refs == 0)
+		sreq_free(r);
+}
+
+static bool is_eos(const struct atlas_gen_params *p, int32_t id)
+{
+	for (int i = 0; i < p->n_eos; i++)
+		if (p->eos_ids[i] == id)
+			return true;
+	return false;
+}
+
+/* Log-sum-exp of raw logits and the `top` most likely ids (best first,
+ * lowest id on ties). */
+static double top_logprobs(const float *x, int64_t V, int top, struct atlas_sched_token *t)
+{
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < V; i++)
+		if (x[i] > mx)
+			mx = x[i];
+	double sum = 0;
+	for (int64_t i = 0; i < V; i++)
+		sum += exp((double)x[i] - mx);
+	double lse = mx + log(sum);
+	int n = 0;
+	for (int64_t i = 0; i < V && top > 0; i++) {
+		if (n == top && x[i] <= x[t->top_id[n - 1]])
+			continue;
+		int j = n < top ? n++ : n - 1;
+		while (j > 0 && x[t->top_id[j - 1]] < x[i]) {
+			t->top_id[j] = t->top_id[j - 1];
+			j--;
+		}
+		t->top_id[j] = (int32_t)i;
+	}
+	t->n_top = n;
+	for (int k = 0; k < n; k++)
+		t->top_lp[k] = (float)(x[t->top_id[k]] - lse);
+	return lse;
+}
+
+void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logits)
+{
+	struct atlas_sched_token t = {.id = -1};
+	double lse = 0;
+	if (r->top >= 0) {
+		memcpy(s->raw, logits, (size_t)s->V * sizeof(float));
+		lse = top_logprobs(s->raw, s->V, r->top, &t);
+	}
+	int32_t id = atlas_sampler_sample(r->smp, logits, r->hist, r->n_hist, r->n_gen);
+	if (r->t_first == 0)
+		r->t_first = atlas_sched_now();
+	s->st.tokens_generated++;
+	if (!r->gen.ignore_eos && is_eos(&r->gen, id)) {
+		atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);
+		return;
+	}
+	t.id = id;
+	if (r->top >= 0)
+		t.logprob = (float)(s->raw[id] - lse);
+	r->hist[r->n_hist++] = id;
+	r->n_gen++;
+	const char *text;
+	size_t len;
+	bool stopped;
+	int rc = atlas_stopper_push(&r->stopper, id, &text, &len, &stopped);
+	if (!rc)
+		rc = publish(r, &t, text, len);
+	if (rc) {
+		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, atlas_errmsg());
+		return;
+	}
+	pthread_cond_broadcast(&r->cv);
+	if (stopped)
+		atlas_sreq_finish(s, r, ATLAS_FINISH_STOP, 0, NULL);
+	else if (r->n_gen >= r->gen.max_tokens || r->n_hist > s->ctx)
+		atlas_sreq_finish(s, r, ATLAS_FINISH_LENGTH, 0, NULL);
+}
+
+int atlas_sreq_take(struct atlas_sreq *r, int timeout_ms, struct atlas_sched_chunk *out)
+{
+	struct atlas_sched *s = r->s;
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&s->mu);
+	if (!r->n_out && !r->done && timeout_ms != 0) {
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		if (timeout_ms > 0) {
+			dl.tv_sec += timeout_ms / 1000;
+			dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+			if (dl.tv_nsec >= 1000000000L) {
+				dl.tv_sec++;
+				dl.tv_nsec -= 1000000000L;
+			}
+		}
+		while (!r->n_out && !r->done) {
+			if (timeout_ms < 0)
+				pthread_cond_wait(&r->cv, &s->mu);
+			else if (pthread_cond_timedwait(&r->cv, &s->mu, &dl) == ETIMEDOUT)
+				break;
+		}
+	}
+	out->tok = r->out;
+	out->n = r->n_out;
+	out->text = r->text;
+	out->text_len = r->len_text;
+	out->done = r->done;
+	r->out = NULL;
+	r->text = NULL;
+	r->n_out = r->cap_out = r->len_text = r->cap_text = 0;
+	pthread_mutex_unlock(&s->mu);
+	return out->n || out->done;
+}
+
+void atlas_sched_chunk_free(struct atlas_sched_chunk *c)
+{
+	free(c->tok);
+	free(c->text);
+	memset(c, 0, sizeof(*c));
+}
+
+void atlas_sreq_result(struct atlas_sreq *r, struct atlas_sreq_result *out)
+{
+	pthread_mutex_lock(&r->s->mu);
+	*out = r->res;
+	pthread_mutex_unlock(&r->s->mu);
+}
+
+void atlas_sreq_release(struct atlas_sreq *r)
+{
+	if (!r)
+		return;
+	struct atlas_sched *s = r->s;
+	pthread_mutex_lock(&s->mu);
+	if (!r->done) {
+		r->cancelled = true;
+		pthread_cond_signal(&s->work);
+	}
+	if (--r->refs == 0)
+		sreq_free(r);
+	pthread_mutex_unlock(&s->mu);
+}

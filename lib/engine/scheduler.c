@@ -1,0 +1,313 @@
+/* scheduler.c - continuous batching: the queues, the make-up of each
+ * step (decodes first, then chunked prefill within the token budget,
+ * admission only when the KV pool has room, preemption of the newest
+ * request when a decode cannot grow) and the engine loop. See
+ * scheduler.h; a request's own bookkeeping is in sched_req.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "sched_internal.h"
+
+struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_tok *tok,
+				    const struct atlas_sched_params *p)
+{
+	int64_t ms = p && p->max_seqs > 0 ? p->max_seqs : atlas_model_max_seqs(m);
+	int64_t mt = p && p->max_batch_tokens > 0 ? p->max_batch_tokens : atlas_model_max_tokens(m);
+	if (ms > atlas_model_max_seqs(m) || mt > atlas_model_max_tokens(m)) {
+		atlas_error(ATLAS_EINVAL,
+			    "the scheduler's limits (%lld sequences, %lld tokens) exceed the model's (%lld, %lld)",
+			    (long long)ms, (long long)mt, (long long)atlas_model_max_seqs(m),
+			    (long long)atlas_model_max_tokens(m));
+		return NULL;
+	}
+	if (mt < ms) {
+		atlas_error(ATLAS_EINVAL,
+			    "the step's token budget (%lld) must be at least its sequence limit (%lld)",
+			    (long long)mt, (long long)ms);
+		return NULL;
+	}
+	struct atlas_sched *s = calloc(1, sizeof(*s));
+	if (!s)
+		goto nomem;
+	s->m = m;
+	s->tok = tok;
+	s->V = atlas_model_config(m)->vocab_size;
+	s->ctx = atlas_model_max_context(m);
+	s->max_seqs = ms;
+	s->budget = mt;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->work, NULL);
+	s->running = calloc((size_t)ms, sizeof(*s->running));
+	s->items = calloc((size_t)ms, sizeof(*s->items));
+	s->item_req = calloc((size_t)ms, sizeof(*s->item_req));
+	s->logits = malloc((size_t)(ms * s->V) * sizeof(float));
+	s->raw = malloc((size_t)s->V * sizeof(float));
+	if (!s->running || !s->items || !s->item_req || !s->logits || !s->raw) {
+		atlas_sched_free(s);
+		goto nomem;
+	}
+	s->st.kv_blocks_total = atlas_model_kv_blocks_total(m);
+	s->st.kv_blocks_free = atlas_model_kv_blocks_free(m);
+	return s;
+nomem:
+	atlas_error(ATLAS_ENOMEM, "out of memory");
+	return NULL;
+}
+
+void atlas_sched_free(struct atlas_sched *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->work);
+	free(s->waiting);
+	free(s->running);
+	free(s->items);
+	free(s->item_req);
+	free(s->logits);
+	free(s->raw);
+	free(s);
+}
+
+/* Remove entry i of a list, keeping the order. */
+static void list_remove(struct atlas_sreq **list, int64_t *n, int64_t i)
+{
+	memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof(*list));
+	(*n)--;
+}
+
+/* Put r back at the head of the waiting queue (preempted: it goes
+ * first). The queue always has room: it never holds more than were
+ * submitted, and r left it once. */
+static void push_front(struct atlas_sched *s, struct atlas_sreq *r)
+{
+	memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof(*s->waiting));
+	s->waiting[0] = r;
+	s->n_waiting++;
+}
+
+/* Preempt running entry i: its blocks go back, it will recompute. */
+static void preempt(struct atlas_sched *s, int64_t i)
+{
+	struct atlas_sreq *r = s->running[i];
+	atlas_seq_reset(r->seq);
+	r->preemptions++;
+	s->st.preemptions++;
+	list_remove(s->running, &s->n_running, i);
+	push_front(s, r);
+}
+
+/* Finish the requests whose submitter has gone (under s->mu). */
+static void reap_cancelled(struct atlas_sched *s)
+{
+	for (int64_t i = s->n_running - 1; i >= 0; i--)
+		if (s->running[i]->cancelled) {
+			struct atlas_sreq *r = s->running[i];
+			list_remove(s->running, &s->n_running, i);
+			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, 0, NULL);
+		}
+	for (int64_t i = s->n_waiting - 1; i >= 0; i--)
+		if (s->waiting[i]->cancelled) {
+			struct atlas_sreq *r = s->waiting[i];
+			list_remove(s->waiting, &s->n_waiting, i);
+			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, 0, NULL);
+		}
+}
+
+/* Tokens of r not yet in its KV cache. */
+static int64_t pending(const struct atlas_sreq *r)
+{
+	return r->n_hist - (r->seq ? atlas_seq_len(r->seq) : 0);
+}
+
+/* Tokens r's sequence can take with `free` more blocks from the pool. */
+static int64_t fits(const struct atlas_sched *s, const struct atlas_sreq *r, int64_t free)
+{
+	int64_t B = atlas_model_block_size(s->m);
+	return (atlas_seq_blocks(r->seq) + free) * B - atlas_seq_len(r->seq);
+}
+
+static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, int64_t k)
+{
+	int64_t len = atlas_seq_len(r->seq);
+	bool last = len + k == r->n_hist;
+	s->items[*n] = (struct atlas_batch_item){
+		.seq = r->seq, .ids = r->hist + len, .n = k,
+		.logits = last ? s->logits + *n * s->V : NULL,
+	};
+	s->item_req[*n] = r;
+	(*n)++;
+}
+
+/* Decide this step's items (under s->mu). Returns how many. */
+static int64_t build_step(struct atlas_sched *s)
+{
+	int64_t n = 0, budget = s->budget, free = atlas_model_kv_blocks_free(s->m);
+
+	/* 1. every decoding request gets its one token; a decode that finds
+	 *    no block preempts the newest running request (maybe itself) */
+	for (int64_t i = 0; i < s->n_running && budget > 0; i++) {
+		struct atlas_sreq *r = s->running[i];
+		if (pending(r) != 1)
+			continue;
+		int64_t need = atlas_seq_blocks_needed(r->seq, 1);
+		while (need > free && s->n_running > 1) {
+			int64_t v = s->n_running - 1;
+			free += atlas_seq_blocks(s->running[v]->seq);
+			preempt(s, v);
+			if (v == i)
+				break;
+		}
+		if (i >= s->n_running || s->running[i] != r)
+			break; /* r itself was the newest and went back to the queue */
+		if (need > free) {
+			/* alone and the pool is full: it cannot grow any more */
+			list_remove(s->running, &s->n_running, i);
+			atlas_sreq_finish(s, r, ATLAS_FINISH_LENGTH, 0, NULL);
+			i--;
+			continue;
+		}
+		free -= need;
+		budget--;
+		add_item(s, &n, r, 1);
+	}
+	/* 2. prompts part-way through prefill continue, chunk by chunk */
+	int64_t reserved = 0;
+	for (int64_t i = 0; i < s->n_running; i++) {
+		struct atlas_sreq *r = s->running[i];
+		int64_t p = pending(r);
+		if (p <= 1)
+			continue;
+		int64_t k = p < budget ? p : budget, f = fits(s, r, free);
+		if (k > f)
+			k = f;
+		if (k > 0) {
+			free -= atlas_seq_blocks_needed(r->seq, k);
+			budget -= k;
+			add_item(s, &n, r, k);
+		}
+		reserved += atlas_seq_blocks_needed(r->seq, p) -
+			    (k > 0 ? atlas_seq_blocks_needed(r->seq, k) : 0);
+	}
+	/* 3. admit waiting requests, oldest first, while their whole prompt
+	 *    fits in the blocks nobody else has a claim on */
+	int64_t B = atlas_model_block_size(s->m);
+	while (s->n_waiting && s->n_running < s->max_seqs && budget > 0) {
+		struct atlas_sreq *r = s->waiting[0];
+		int64_t p = r->n_hist, need = (p + B - 1) / B;
+		if (need > atlas_model_kv_blocks_total(s->m)) {
+			/* a preempted request that outgrew the whole pool */
+			list_remove(s->waiting, &s->n_waiting, 0);
+			atlas_sreq_finish(s, r, ATLAS_FINISH_LENGTH, 0, NULL);
+			continue;
+		}
+		if (need > free - reserved)
+			break;
+		if (!r->seq && !(r->seq = atlas_seq_new(s->m))) {
+			list_remove(s->waiting, &s->n_waiting, 0);
+			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, ATLAS_ENOMEM, atlas_errmsg());
+			continue;
+		}
+		list_remove(s->waiting, &s->n_waiting, 0);
+		s->running[s->n_running++] = r;
+		if (!r->preemptions)
+			s->st.prompt_tokens += r->n_prompt;
+		int64_t k = p < budget ? p : budget;
+		free -= atlas_seq_blocks_needed(r->seq, k);
+		reserved += need - atlas_seq_blocks_needed(r->seq, k);
+		budget -= k;
+		add_item(s, &n, r, k);
+	}
+	return n;
+}
+
+static void update_gauges(struct atlas_sched *s)
+{
+	s->st.running = s->n_running;
+	s->st.waiting = s->n_waiting;
+	s->st.kv_blocks_free = atlas_model_kv_blocks_free(s->m);
+}
+
+int atlas_sched_step(struct atlas_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	reap_cancelled(s);
+	int64_t n = build_step(s);
+	update_gauges(s);
+	pthread_mutex_unlock(&s->mu);
+	if (!n)
+		return 0;
+
+	int rc = atlas_model_forward_batch(s->m, s->items, n);
+
+	pthread_mutex_lock(&s->mu);
+	s->st.steps++;
+	if (rc) {
+		/* a failed step changed no sequence; its requests end with the error */
+		const char *msg = atlas_errmsg();
+		for (int64_t i = 0; i < n; i++) {
+			struct atlas_sreq *r = s->item_req[i];
+			for (int64_t j = 0; j < s->n_running; j++)
+				if (s->running[j] == r) {
+					list_remove(s->running, &s->n_running, j);
+					break;
+				}
+			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, msg);
+		}
+	} else {
+		for (int64_t i = 0; i < n; i++) {
+			struct atlas_sreq *r = s->item_req[i];
+			if (!s->items[i].logits)
+				continue;
+			atlas_sreq_advance(s, r, s->items[i].logits);
+		}
+		/* drop the finished from the running list */
+		for (int64_t j = s->n_running - 1; j >= 0; j--)
+			if (s->running[j]->done)
+				list_remove(s->running, &s->n_running, j);
+	}
+	update_gauges(s);
+	pthread_mutex_unlock(&s->mu);
+	return rc ? rc : 1;
+}
+
+void atlas_sched_run(struct atlas_sched *s)
+{
+	for (;;) {
+		pthread_mutex_lock(&s->mu);
+		while (!s->stopping && !s->n_waiting && !s->n_running)
+			pthread_cond_wait(&s->work, &s->mu);
+		bool stop = s->stopping;
+		if (stop) {
+			while (s->n_running) {
+				struct atlas_sreq *r = s->running[--s->n_running];
+				atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, 0, NULL);
+			}
+			while (s->n_waiting) {
+				struct atlas_sreq *r = s->waiting[--s->n_waiting];
+				atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, 0, NULL);
+			}
+			update_gauges(s);
+		}
+		pthread_mutex_unlock(&s->mu);
+		if (stop)
+			return;
+		atlas_sched_step(s);
+	}
+}
+
+void atlas_sched_stop(struct atlas_sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	pthread_cond_broadcast(&s->work);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void atlas_sched_get_stats(struct atlas_sched *s, struct atlas_sched_stats *out)
+{
+	pthread_mutex_lock(&s->mu);
+	*out = s->st;
+	pthread_mutex_unlock(&s->mu);
+}

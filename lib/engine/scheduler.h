@@ -1,0 +1,133 @@
+/* scheduler.h - continuous batching over one model.
+ *
+ * One engine thread owns the model and calls atlas_sched_run (or, in
+ * tests, atlas_sched_step); any thread submits requests and reads their
+ * output. Each step runs one forward pass over: every running request
+ * that is decoding (one token each), then chunks of prompts still being
+ * prefilled, within a token budget (max_batch_tokens) and a sequence
+ * limit (max_seqs). A waiting request is admitted only when the KV pool
+ * has blocks for its whole prompt. When a decode cannot get a block the
+ * newest running request is preempted: its blocks go back to the pool
+ * and it waits at the head of the queue to recompute its prompt and the
+ * tokens it already generated, which it keeps (so its output is never
+ * corrupted). Each request has its own sampler, seeded per request, and
+ * the model gives each sequence the logits it would get alone, so a
+ * response does not depend on what else is in the batch.
+ *
+ * A request is shared by its submitter and the engine: the submitter
+ * takes output with atlas_sreq_take and ends its interest with
+ * atlas_sreq_release, which also cancels the request if it is still
+ * running (its blocks are freed at the engine's next step). */
+#ifndef ATLAS_ENGINE_SCHEDULER_H
+#define ATLAS_ENGINE_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../model/model.h"
+#include "../tok/tok.h"
+#include "generate.h"
+
+#define ATLAS_SCHED_MAX_TOP 20 /* most top_logprobs per token */
+
+struct atlas_sched_params {
+	int64_t max_seqs;         /* sequences in one step; 0 = the model's */
+	int64_t max_batch_tokens; /* tokens in one step; 0 = the model's */
+};
+
+struct atlas_sched; /* opaque */
+struct atlas_sreq;  /* opaque: one request */
+
+/* What a request asks for. Everything is copied at submission. */
+struct atlas_sreq_params {
+	const int32_t *prompt;       /* prompt ids */
+	int64_t n_prompt;            /* how many (>= 1) */
+	struct atlas_gen_params gen; /* max_tokens, EOS ids, stop strings, sampling */
+	int top_logprobs;            /* -1: no logprobs; else alternatives per token (<= 20) */
+};
+
+/* One generated token as the submitter sees it. */
+struct atlas_sched_token {
+	int32_t id;              /* the token, or -1: held text released at the end */
+	size_t text_off;         /* its released text: offset into the chunk's text */
+	size_t text_len;         /* and length (may be 0) */
+	float logprob;           /* log-probability of id (when logprobs asked) */
+	int n_top;               /* alternatives in top_id / top_lp */
+	int32_t top_id[ATLAS_SCHED_MAX_TOP]; /* most likely ids, best first */
+	float top_lp[ATLAS_SCHED_MAX_TOP];   /* their log-probabilities */
+};
+
+/* Output handed over by atlas_sreq_take; owned by the caller, freed with
+ * atlas_sched_chunk_free. */
+struct atlas_sched_chunk {
+	struct atlas_sched_token *tok; /* new tokens */
+	size_t n;                      /* how many */
+	char *text;                    /* their text, concatenated */
+	size_t text_len;               /* bytes of text */
+	bool done;                     /* the request has finished (see result) */
+};
+
+/* How a request ended. */
+struct atlas_sreq_result {
+	int rc;                   /* 0, or the ATLAS_E* code of an engine failure */
+	char error[256];          /* message when rc != 0 */
+	enum atlas_finish finish; /* why it stopped */
+	int stop_index;           /* stop string that matched, or -1 */
+	int64_t n_prompt;         /* prompt tokens */
+	int64_t n_gen;            /* generated tokens (EOS not counted) */
+	int64_t preemptions;      /* times it was preempted and recomputed */
+	double ttft_s;            /* submission to first token, seconds */
+	double total_s;           /* submission to finish, seconds */
+};
+
+/* Counters and gauges for monitoring. */
+struct atlas_sched_stats {
+	int64_t running;          /* admitted, holding a sequence */
+	int64_t waiting;          /* queued (new or preempted) */
+	int64_t kv_blocks_total;  /* blocks in the pool */
+	int64_t kv_blocks_free;   /* blocks free now */
+	int64_t steps;            /* forward steps run */
+	int64_t preemptions;      /* requests preempted so far */
+	int64_t tokens_generated; /* tokens sampled so far */
+	int64_t prompt_tokens;    /* prompt tokens of admitted requests */
+};
+
+/* A scheduler over `m` and `tok` (tok may be NULL: no text, no stop
+ * strings); both must outlive it. Returns NULL with a message. */
+struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_tok *tok,
+				    const struct atlas_sched_params *p);
+/* Free it; all requests must have finished or been released, and the
+ * engine loop must have returned. */
+void atlas_sched_free(struct atlas_sched *s);
+
+/* Queue a request. On success returns 0 and sets *out (the submitter's
+ * reference). ATLAS_EINVAL for an empty prompt or bad sampling params,
+ * ATLAS_ERANGE for a prompt longer than the context or one needing more
+ * KV blocks than the pool holds, ATLAS_EIO after atlas_sched_stop. */
+int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
+		       struct atlas_sreq **out);
+
+/* Wait up to timeout_ms (-1: forever) for output, then hand over all
+ * output not taken yet. Returns 1 when the chunk holds something (tokens
+ * or done), 0 on timeout. */
+int atlas_sreq_take(struct atlas_sreq *r, int timeout_ms, struct atlas_sched_chunk *out);
+void atlas_sched_chunk_free(struct atlas_sched_chunk *c);
+/* The outcome; valid once a chunk said done. */
+void atlas_sreq_result(struct atlas_sreq *r, struct atlas_sreq_result *out);
+/* Drop the submitter's reference; cancels the request if not done. */
+void atlas_sreq_release(struct atlas_sreq *r);
+
+/* Run one step (admit, batch, forward, sample, finish). Returns 1 if it
+ * did work, 0 if there was nothing to do, or a negative ATLAS_E* (the
+ * requests of a failed step finish with that error). Engine thread only. */
+int atlas_sched_step(struct atlas_sched *s);
+/* Step until atlas_sched_stop; sleeps while idle. Engine thread only.
+ * Requests still queued when it stops finish as cancelled. */
+void atlas_sched_run(struct atlas_sched *s);
+/* Ask atlas_sched_run to return (any thread). */
+void atlas_sched_stop(struct atlas_sched *s);
+
+void atlas_sched_get_stats(struct atlas_sched *s, struct atlas_sched_stats *out);
+
+#endif

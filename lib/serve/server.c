@@ -1,0 +1,222 @@
+/* server.c - atlas-serve's life cycle: bind and answer at once, load the
+ * model in the engine thread (which then owns it and runs the
+ * scheduler), stop and unload. See server.h. */
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "../core/error.h"
+#include "../core/log.h"
+#include "serve_internal.h"
+
+int atlas_serve_http_start(struct atlas_server *s, const struct sockaddr *addr, bool v6);
+
+/* End-of-sequence ids: config, generation config, tokenizer (as atlas-run). */
+static void collect_eos(struct atlas_server *s)
+{
+	const struct atlas_config *c = atlas_model_config(s->model);
+	int32_t cand[2 * ATLAS_MAX_EOS + 1];
+	int nc = 0;
+	for (int i = 0; i < c->n_eos; i++)
+		cand[nc++] = c->eos_ids[i];
+	for (int i = 0; i < s->gc.n_eos; i++)
+		cand[nc++] = s->gc.eos_ids[i];
+	if (atlas_tok_eos(s->tok) >= 0)
+		cand[nc++] = atlas_tok_eos(s->tok);
+	for (int i = 0; i < nc; i++) {
+		bool dup = false;
+		for (int j = 0; j < s->n_eos; j++)
+			dup |= s->eos_ids[j] == cand[i];
+		if (!dup && s->n_eos < 16)
+			s->eos_ids[s->n_eos++] = cand[i];
+	}
+}
+
+static int load(struct atlas_server *s)
+{
+	if (!(s->tok = atlas_tok_load(s->model_dir)))
+		return ATLAS_EINVAL;
+	if (atlas_gen_config_load(s->model_dir, &s->gc))
+		return ATLAS_EINVAL;
+	if (!(s->be = atlas_backend_open(s->p.device ? s->p.device : "auto")))
+		return ATLAS_EINVAL;
+	struct atlas_model_params mp;
+	atlas_model_default_params(&mp);
+	mp.max_context = s->p.ctx;
+	mp.max_seqs = s->p.max_seqs;
+	mp.max_tokens = s->p.max_batch_tokens;
+	mp.kv_blocks = s->p.kv_blocks;
+	if (!(s->model = atlas_model_load(s->model_dir, s->be, &mp)))
+		return ATLAS_EINVAL;
+	s->ctx = atlas_model_max_context(s->model);
+	collect_eos(s);
+	struct atlas_sched_params sp = {.max_seqs = s->p.max_seqs,
+					.max_batch_tokens = s->p.max_batch_tokens};
+	if (!(s->sched = atlas_sched_new(s->model, s->tok, &sp)))
+		return ATLAS_EINVAL;
+	serve_log("model '%s' ready on %s: %lld-token context, %lld KV blocks of %lld tokens, "
+		  "%lld sequences and %lld tokens per step",
+		  s->served_name, s->be->name, (long long)s->ctx,
+		  (long long)atlas_model_kv_blocks_total(s->model),
+		  (long long)atlas_model_block_size(s->model), (long long)s->p.max_seqs,
+		  (long long)s->p.max_batch_tokens);
+	return 0;
+}
+
+static void *engine_main(void *arg)
+{
+	struct atlas_server *s = arg;
+	/* tests hold the loading state long enough to see /health say 503 */
+	const char *delay = getenv("ATLAS_SERVE_TEST_LOAD_DELAY_MS");
+	if (delay && atoi(delay) > 0) {
+		struct timespec ts = {atoi(delay) / 1000, (long)(atoi(delay) % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	int rc = load(s);
+	pthread_mutex_lock(&s->mu);
+	if (rc) {
+		s->state = -1;
+		s->load_rc = rc;
+		snprintf(s->load_err, sizeof(s->load_err), "%s", atlas_errmsg());
+	} else if (s->state == 0) {
+		s->state = 1;
+	}
+	bool run = s->state == 1;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	if (run)
+		atlas_sched_run(s->sched);
+	return NULL;
+}
+
+/* Resolve host:port into a socket address. */
+static int resolve(const char *host, int port, struct sockaddr_storage *ss, bool *v6)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE}, *ai;
+	char ps[16];
+	snprintf(ps, sizeof(ps), "%d", port);
+	int e = getaddrinfo(host, ps, &hints, &ai);
+	if (e)
+		return atlas_error(ATLAS_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(e));
+	memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+	*v6 = ai->ai_family == AF_INET6;
+	freeaddrinfo(ai);
+	return 0;
+}
+
+static char *base_name(const char *dir)
+{
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	size_t b = n;
+	while (b > 0 && dir[b - 1] != '/')
+		b--;
+	char *out = malloc(n - b + 1);
+	if (out) {
+		memcpy(out, dir + b, n - b);
+		out[n - b] = '\0';
+	}
+	return out;
+}
+
+struct atlas_server *atlas_server_start(const struct atlas_server_params *p)
+{
+	struct atlas_server *s = calloc(1, sizeof(*s));
+	if (!s) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		return NULL;
+	}
+	s->p = *p;
+	if (!s->p.host)
+		s->p.host = "127.0.0.1";
+	if (!s->p.max_body)
+		s->p.max_body = (size_t)32 << 20;
+	if (!s->p.max_seqs)
+		s->p.max_seqs = 16;
+	if (!s->p.max_batch_tokens)
+		s->p.max_batch_tokens = 512;
+	s->model_dir = strdup(p->model_dir);
+	s->served_name = p->served_name ? strdup(p->served_name) : base_name(p->model_dir);
+	s->api_key = p->api_key ? strdup(p->api_key) : NULL;
+	s->created = (int64_t)time(NULL);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	serve_metrics_init(&s->metrics);
+	if (!s->model_dir || !s->served_name || (p->api_key && !s->api_key)) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (s->p.max_batch_tokens < s->p.max_seqs) {
+		atlas_error(ATLAS_EINVAL, "--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",
+			    (long long)s->p.max_batch_tokens, (long long)s->p.max_seqs);
+		goto fail;
+	}
+	struct sockaddr_storage ss;
+	bool v6 = false;
+	if (resolve(s->p.host, s->p.port, &ss, &v6) ||
+	    atlas_serve_http_start(s, (const struct sockaddr *)&ss, v6))
+		goto fail;
+	if (pthread_create(&s->engine, NULL, engine_main, s)) {
+		atlas_error(ATLAS_ENOMEM, "cannot start the engine thread");
+		goto fail;
+	}
+	s->engine_started = true;
+	return s;
+fail:
+	atlas_server_stop(s);
+	return NULL;
+}
+
+int atlas_server_port(const struct atlas_server *s)
+{
+	return s->port;
+}
+
+int atlas_server_wait_ready(struct atlas_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	while (s->state == 0)
+		pthread_cond_wait(&s->cv, &s->mu);
+	int rc = s->state == 1 ? 0 : (s->load_rc ? s->load_rc : ATLAS_EIO);
+	if (rc)
+		atlas_error(rc, "%s", s->load_rc ? s->load_err : "the server is stopping");
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void atlas_server_stop(struct atlas_server *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	bool ready = s->state == 1;
+	if (s->state == 0 || s->state == 1)
+		s->state = 2;
+	pthread_mutex_unlock(&s->mu);
+	/* stop the engine first: waiting handlers see their requests end */
+	if (ready && s->sched)
+		atlas_sched_stop(s->sched);
+	if (s->engine_started) {
+		/* a load in progress finishes first; it sees state 2 and does not run */
+		pthread_join(s->engine, NULL);
+	}
+	if (s->mhd)
+		MHD_stop_daemon(s->mhd);
+	atlas_sched_free(s->sched);
+	atlas_model_free(s->model);
+	if (s->be)
+		s->be->destroy(s->be);
+	atlas_tok_free(s->tok);
+	serve_metrics_release(&s->metrics);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s->model_dir);
+	free(s->served_name);
+	free(s->api_key);
+	free(s);
+}
