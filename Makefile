@@ -3,7 +3,7 @@
 #
 # Variables:
 #   PREFIX        install prefix (default /usr/local)
-#   STATIC_DEPS=1 link json-c and PCRE2 statically (for carrying binaries
+#   STATIC_DEPS=1 link json-c, PCRE2 and libmicrohttpd statically (for carrying binaries
 #                 to a machine without their -dev packages); libcurl
 #                 stays dynamic
 #   ATLAS_TARGETS narrow the CUDA kernel targets, e.g. "sm90/common"
@@ -23,7 +23,7 @@ ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -pthread -fPIC \
 	$(shell pkg-config --cflags json-c libpcre2-8 libcurl libmicrohttpd 2>/dev/null)
 
 ifeq ($(STATIC_DEPS),1)
-DEP_LIBS := -Wl,-Bstatic -ljson-c -lpcre2-8 -Wl,-Bdynamic -lcurl -lmicrohttpd
+DEP_LIBS := -Wl,-Bstatic -ljson-c -lpcre2-8 -lmicrohttpd -Wl,-Bdynamic -lgnutls -lcurl
 else
 DEP_LIBS := $(shell pkg-config --libs json-c libpcre2-8 libcurl libmicrohttpd 2>/dev/null || echo -ljson-c -lpcre2-8 -lcurl -lmicrohttpd)
 endif

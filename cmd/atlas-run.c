@@ -699,6 +699,7 @@ static int stage_template(struct ctx *x)
 		all = realloc(all, len + n + 1);
 		memcpy(all + len, buf, n);
 		len += n;
+		all[len] = '\0';
 	}
 	enum json_tokener_error jerr = json_tokener_success;
 	json_object *req = all ? json_tokener_parse_verbose(all, &jerr) : NULL;

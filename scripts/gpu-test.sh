@@ -60,11 +60,33 @@ atlas-run -m tests/fixtures/golden/qwen3 --device cpu -p hi -n 4 -v >/dev/null 2
 sel=$(grep -c 'kernel target' "$out/select.log")
 row "device selection" "$([ "$sel" -ge 2 ] && grep -q 'device: cpu' "$out/select.log" && echo pass || echo FAIL)" \
 	"$(grep -m1 'kernel target' "$out/select.log" | sed 's/atlas: info: //'); --device cpu honoured"
-# 5. a model that does not fit says how much it needed and how much was free
-atlas-run -m tests/fixtures/golden/qwen3 --device cuda -c 400000000 -p hi -n 2 >/dev/null 2>"$out/oom.log"
-rc=$?
-row "out of memory at load" "$([ $rc -ne 0 ] && grep -q 'needs .* MiB free of' "$out/oom.log" && echo pass || echo FAIL)" \
-	"exit $rc: $(head -1 "$out/oom.log" | cut -c1-160)"
+# 5. the server on CUDA: 32 concurrent temperature-0 requests give exactly
+# what each gives alone (batch composition must not change results)
+if [ -x "$build/atlas-serve" ] && command -v python3 >/dev/null; then
+	port=$((20000 + RANDOM % 20000))
+	"$build/atlas-serve" -m tests/fixtures/golden/qwen3-bf16 --device cuda --port $port --max-seqs 32 \
+		>"$out/serve.log" 2>&1 &
+	spid=$!
+	python3 -c "
+import time, urllib.request
+for i in range(60):
+    try:
+        urllib.request.urlopen('http://127.0.0.1:$port/health'); break
+    except Exception: time.sleep(0.5)"
+	timeout 120 python3 scripts/serve-check.py "http://127.0.0.1:$port" 32 >"$out/serve-check.txt" 2>&1
+	rc=$?
+	kill $spid 2>/dev/null
+	row "serve: batched = alone on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" "$(head -1 "$out/serve-check.txt")"
+fi
+
+# 6. a model that does not fit says how much it needed and how much was free
+# (the synthetic Qwen3-0.6B shape with a 16M-token context: ~1.9 TB of KV)
+if [ -n "${SYNTH:-}" ] && [ -d "$SYNTH" ]; then
+	atlas-run -m "$SYNTH" --device cuda -c 16777216 -p hi -n 2 >/dev/null 2>"$out/oom.log"
+	rc=$?
+	row "out of memory at load" "$([ $rc -ne 0 ] && grep -q 'needs .* MiB free of' "$out/oom.log" && echo pass || echo FAIL)" \
+		"exit $rc: $(head -1 "$out/oom.log" | cut -c1-160)"
+fi
 if [ -n "${SYNTH:-}" ] && [ -d "$SYNTH" ]; then
 	atlas-run -m "$SYNTH" -p "$(printf 'word %.0s' $(seq 1 120))" -n 128 --ignore-eos -v \
 		>/dev/null 2>"$out/bench.log"

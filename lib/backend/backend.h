@@ -48,10 +48,21 @@ struct atlas_sample_args {
 	float u;           /* uniform in [0, 1) */
 };
 
+/* One row of a per-kernel timing report (the optional profile ops). */
+struct atlas_kernel_time {
+	const char *name; /* kernel entry point, static string */
+	int64_t calls;    /* launches timed */
+	double ms;        /* device time of all of them, milliseconds */
+};
+
 struct atlas_backend {
 	const char *name;           /* "cpu", "cuda", "mock" */
 	void *ctx;                  /* backend private state */
 	enum atlas_dtype act_dtype; /* element type of activations */
+	bool batch_invariant;       /* set by the caller: every op must give a row
+				     * the same bits whatever else is in the batch
+				     * (one kernel per op for all T, no T-dependent
+				     * paths); the server sets it */
 
 	/* --- lifetime and memory --------------------------------------- */
 
@@ -146,6 +157,38 @@ struct atlas_backend {
 	/* Optional: the model is known; choose kernels for its family and
 	 * weight type ("bf16", "f16", "f32"), falling back to common ones. */
 	int (*specialize)(struct atlas_backend *be, const char *family, const char *quant);
+
+	/* --- optional: speed and benchmarking (NULL where unsupported) --- */
+
+	/* Fill n elements of dst (F32, F16 or BF16) with lo + (hi - lo) * u,
+	 * u uniform in [0, 1) from a hash of (seed, element index): random
+	 * weights made on the device, for benchmarks at real shapes. */
+	int (*fill_random)(struct atlas_backend *be, void *dst, enum atlas_dtype dt,
+			   int64_t n, uint64_t seed, float lo, float hi);
+	/* Record instead of run: after capture_begin the ops that follow are
+	 * recorded, not executed (no download or sync may come between);
+	 * capture_end returns the recording as an opaque graph owned by the
+	 * caller (graph_free), or NULL with a message (capture then ended).
+	 * replay queues the recorded work again, reading the same buffers. */
+	int (*capture_begin)(struct atlas_backend *be);
+	void *(*capture_end)(struct atlas_backend *be);
+	int (*replay)(struct atlas_backend *be, void *graph);
+	void (*graph_free)(struct atlas_backend *be, void *graph);
+	/* Per-kernel device timing: profile(be, true) clears the table and
+	 * times every kernel launched until profile(be, false); the report
+	 * waits for the work and fills up to max rows, one per kernel name in
+	 * first-launch order, returning how many (or a negative code). */
+	int (*profile)(struct atlas_backend *be, bool on);
+	int (*profile_report)(struct atlas_backend *be, struct atlas_kernel_time *rows,
+			      int max);
+	/* Measure a ceiling of the device, best of a few timed repetitions:
+	 * "copy": device-to-device copy of `size` bytes, *out = GB/s counting
+	 * bytes read plus written; "gemm": this backend's BF16 matmul with
+	 * T = N = K = size, *out = TFLOP/s; "gemm-cublaslt": the same product
+	 * through cuBLASLt when the library loads (ATLAS_ENOTFOUND if not);
+	 * "runtime": *out = the CUDA runtime version (e.g. 13000). */
+	int (*measure)(struct atlas_backend *be, const char *what, int64_t size,
+		       double *out);
 };
 
 /* The reference sampling algorithm, shared by the host sampler and the

@@ -24,6 +24,12 @@ static int32_t argmax(const float *x, int64_t n)
 	return (int32_t)best;
 }
 
+/* a comes before b: larger logit, or the same logit and a lower id. */
+static int before(const struct cand *a, const struct cand *b)
+{
+	return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+
 static int cmp_cand(const void *a, const void *b)
 {
 	const struct cand *x = a, *y = b;
@@ -52,12 +58,15 @@ int32_t atlas_sample_pick(float *logits, int64_t n, const struct atlas_sample_ar
 		if (k < n) {
 			/* partial selection: keep the k largest, then sort them */
 			int64_t lo = 0, hi = n - 1;
-			while (lo < hi) { /* quickselect on descending order */
-				float pivot = c[(lo + hi) / 2].logit;
+			/* quickselect in the total order (logit descending, id
+			 * ascending), so ties at the k-th place keep the lower ids
+			 * on every backend */
+			while (lo < hi) {
+				struct cand pivot = c[(lo + hi) / 2];
 				int64_t i = lo, j = hi;
 				while (i <= j) {
-					while (c[i].logit > pivot) i++;
-					while (c[j].logit < pivot) j--;
+					while (before(&c[i], &pivot)) i++;
+					while (before(&pivot, &c[j])) j--;
 					if (i <= j) {
 						struct cand t = c[i];
 						c[i++] = c[j];

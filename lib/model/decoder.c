@@ -162,7 +162,7 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 	return rc;
 }
 
-static int check_config(const struct atlas_config *c, const struct atlas_family *fam)
+int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_family *fam)
 {
 	if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
 		return atlas_error(ATLAS_EUNSUPPORTED,
@@ -183,7 +183,7 @@ static int check_config(const struct atlas_config *c, const struct atlas_family 
 			goto nomem; \
 	} while (0)
 
-static int alloc_buffers(struct atlas_model *m)
+int atlas_decoder_alloc_buffers(struct atlas_model *m)
 {
 	const struct atlas_config *c = &m->cfg;
 	size_t a = m->act;
@@ -271,7 +271,7 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	if (atlas_config_load(dir, &m->cfg))
 		goto fail;
 	const struct atlas_config *c = &m->cfg;
-	if (!(m->fam = atlas_family_find(c)) || check_config(c, m->fam))
+	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam))
 		goto fail;
 	m->max_ctx = p && p->max_context > 0 ? p->max_context
 		: (c->max_position < 4096 ? c->max_position : 4096);
@@ -302,7 +302,7 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		rc = bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, c->hidden_size, 1);
 	for (int64_t l = 0; !rc && l < c->num_layers; l++)
 		rc = bind_layer(m, l);
-	if (rc || alloc_buffers(m) || atlas_kvpool_init(m))
+	if (rc || atlas_decoder_alloc_buffers(m) || atlas_kvpool_init(m))
 		goto fail;
 	atlas_info("loaded %s model from '%s': %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld, context %lld",
 		   m->fam->name, dir, (long long)c->num_layers, (long long)c->hidden_size,
@@ -332,6 +332,7 @@ void atlas_model_free(struct atlas_model *m)
 	if (!m)
 		return;
 	struct atlas_backend *be = m->be;
+	atlas_forward_release(m);
 	if (m->layers) {
 		for (int64_t l = 0; l < m->cfg.num_layers; l++) {
 			struct weight *w = (struct weight *)&m->layers[l];

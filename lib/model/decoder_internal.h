@@ -52,6 +52,10 @@ struct atlas_model {
 	int32_t *d_out;                   /* backend [max_seqs]: sampled ids */
 	int32_t *h_out;                   /* host [max_seqs] */
 	struct atlas_sample_args *h_args; /* host [max_seqs] */
+	/* recorded decode steps (forward.c), by batch size */
+	void **graphs;                    /* [max_seqs + 1] backend graphs, or NULL */
+	bool no_graphs;                   /* run every step op by op */
+	bool synthetic;                   /* weights from the backend's random fill */
 };
 
 struct atlas_seq {
@@ -60,6 +64,13 @@ struct atlas_seq {
 	int64_t n_blocks;      /* entries in use */
 	int64_t len;           /* tokens in the cache */
 };
+
+/* forward.c: release the recorded decode steps. */
+void atlas_forward_release(struct atlas_model *m);
+
+/* decoder.c: the load steps a synthetic model (synthetic.c) shares. */
+int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_family *fam);
+int atlas_decoder_alloc_buffers(struct atlas_model *m);
 
 /* kvpool.c: allocate the pool and staging buffers / release them. */
 int atlas_kvpool_init(struct atlas_model *m);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/log.h"
 #include "decoder_internal.h"
 
 #define TRY(call) \
@@ -116,15 +117,152 @@ static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int
 	return 0;
 }
 
+/* The device work of a step from the embedding to the final norm: on
+ * return m->h holds rmsnorm(x) of every row. */
+static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *kb)
+{
+	struct atlas_backend *be = m->be;
+	const struct atlas_config *c = &m->cfg;
+	int64_t D = c->hidden_size;
+	float eps = (float)c->rms_eps;
+	TRY(be->embed(be, m->x, m->embed.p, m->embed.dtype, m->d_ids, T, D));
+	for (int64_t l = 0; l < c->num_layers; l++) {
+		const struct layer *L = &m->layers[l];
+		if (l == 0)
+			TRY(be->rmsnorm(be, m->h, m->x, L->ln1.p, L->ln1.dtype, T, D, eps));
+		else
+			TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln1.p, L->ln1.dtype, T, D, eps));
+		TRY(layer_forward(m, l, T, kb));
+	}
+	return be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps);
+}
+
+/* Sample the rows of m->logits that asked for it ([nsel, V], row k of the
+ * k-th item that wants logits or a token) and hand out logits and ids. */
+static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		  int64_t nsel, int want_ids)
+{
+	struct atlas_backend *be = m->be;
+	int64_t V = m->cfg.vocab_size;
+	if (want_ids) {
+		if (!be->sample)
+			return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
+		TRY(be->sample(be, m->d_out, m->logits, nsel, V, m->h_args));
+		TRY(be->download(be, m->h_out, m->d_out, (size_t)nsel * sizeof(int32_t)));
+	}
+	for (int64_t i = 0, k = 0; i < n; i++) {
+		if (!it[i].logits && !it[i].sample)
+			continue;
+		if (it[i].logits)
+			TRY(be->download(be, it[i].logits, m->logits + k * V,
+					 (size_t)V * sizeof(float)));
+		if (it[i].sample)
+			*it[i].token = m->h_out[k];
+		k++;
+	}
+	return 0;
+}
+
+/* The step op by op. all: logits of every row to `all` (one item only);
+ * else each item's last row to its own logits pointer or sampled id. */
+static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		      float *all, int64_t T, const struct atlas_kv_batch *kb)
+{
+	struct atlas_backend *be = m->be;
+	const struct atlas_config *c = &m->cfg;
+	int64_t D = c->hidden_size, V = c->vocab_size;
+	TRY(body(m, T, kb));
+	if (all) {
+		TRY(be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, T, V, D));
+		return be->download(be, all, m->logits, (size_t)(T * V) * sizeof(float));
+	}
+	/* gather the last row of each item that wants logits */
+	int64_t nsel = 0, end = 0;
+	size_t rb = (size_t)D * m->act;
+	int want_ids = 0;
+	for (int64_t i = 0; i < n; i++) {
+		end += it[i].n;
+		if (it[i].logits || it[i].sample) {
+			/* rows without sampling settings get greedy ones (unused) */
+			m->h_args[nsel] = it[i].sample ? *it[i].sample : (struct atlas_sample_args){0};
+			want_ids |= it[i].sample != NULL;
+			TRY(be->copy(be, (char *)m->sel + (size_t)nsel++ * rb,
+				     (const char *)m->h + (size_t)(end - 1) * rb, rb));
+		}
+	}
+	if (!nsel)
+		return 0;
+	TRY(be->logits(be, m->logits, m->sel, m->lm_head.p, m->lm_head.dtype, nsel, V, D));
+	return finish(m, it, n, nsel, want_ids);
+}
+
+/* A decode step (one token per item, every item wanting logits or a
+ * token) as a CUDA-graph-style recording, made once per batch size and
+ * replayed: the token metadata is already uploaded to the same buffers,
+ * every kernel argument of body() and the logits depends only on n, and
+ * the rows of m->h are the rows the eager path would gather, so the
+ * result is the eager step's, bit for bit. Returns 1 when the step ran, 0
+ * when the caller should run it eagerly, or a negative error. */
+static int graph_step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		      const struct atlas_kv_batch *kb)
+{
+	struct atlas_backend *be = m->be;
+	const struct atlas_config *c = &m->cfg;
+	int want_ids = 0;
+	if (m->no_graphs || !be->capture_begin || !be->replay)
+		return 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (it[i].n != 1 || (!it[i].logits && !it[i].sample))
+			return 0;
+		m->h_args[i] = it[i].sample ? *it[i].sample : (struct atlas_sample_args){0};
+		want_ids |= it[i].sample != NULL;
+	}
+	if (!m->graphs && !(m->graphs = calloc((size_t)m->max_seqs + 1, sizeof(void *))))
+		return 0;
+	if (!m->graphs[n]) {
+		TRY(be->capture_begin(be));
+		int rc = body(m, n, kb);
+		if (!rc)
+			rc = be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, n,
+					c->vocab_size, c->hidden_size);
+		void *gr = be->capture_end(be);
+		if (rc || !gr) {
+			/* not capturable here: run op by op from now on */
+			atlas_debug("decode graphs off: %s", atlas_errmsg());
+			if (gr)
+				be->graph_free(be, gr);
+			m->no_graphs = true;
+			return 0;
+		}
+		m->graphs[n] = gr;
+	}
+	TRY(be->replay(be, m->graphs[n]));
+	TRY(finish(m, it, n, n, want_ids));
+	return 1;
+}
+
+void atlas_forward_release(struct atlas_model *m)
+{
+	if (m->graphs)
+		for (int64_t i = 0; i <= m->max_seqs; i++)
+			if (m->graphs[i])
+				m->be->graph_free(m->be, m->graphs[i]);
+	free(m->graphs);
+	m->graphs = NULL;
+}
+
+void atlas_model_set_graphs(struct atlas_model *m, bool on)
+{
+	m->no_graphs = !on;
+}
+
 /* The step itself. all_logits: logits of every row to `all` (one item
  * only); else each item's last row to its own logits pointer. */
 static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
 		float *all)
 {
 	struct atlas_backend *be = m->be;
-	const struct atlas_config *c = &m->cfg;
-	int64_t D = c->hidden_size, V = c->vocab_size, T = 0;
-	float eps = (float)c->rms_eps;
+	int64_t T = 0;
 	TRY(prepare(m, it, n, &T));
 
 	/* token metadata: ids, positions, owning sequence, cache slot */
@@ -155,59 +293,11 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 		.n_seq = n, .max_blocks = m->max_blocks, .block_size = B, .max_keys = max_keys,
 	};
 
-	TRY(be->embed(be, m->x, m->embed.p, m->embed.dtype, m->d_ids, T, D));
-	for (int64_t l = 0; l < c->num_layers; l++) {
-		const struct layer *L = &m->layers[l];
-		if (l == 0)
-			TRY(be->rmsnorm(be, m->h, m->x, L->ln1.p, L->ln1.dtype, T, D, eps));
-		else
-			TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln1.p, L->ln1.dtype, T, D, eps));
-		TRY(layer_forward(m, l, T, &kb));
-	}
-	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps));
-
-	if (all) {
-		TRY(be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, T, V, D));
-		TRY(be->download(be, all, m->logits, (size_t)(T * V) * sizeof(float)));
-	} else {
-		/* gather the last row of each item that wants logits */
-		int64_t nsel = 0, end = 0;
-		size_t rb = (size_t)D * m->act;
-		int want_ids = 0;
-		for (int64_t i = 0; i < n; i++) {
-			end += it[i].n;
-			if (it[i].logits || it[i].sample) {
-				/* rows without sampling settings get greedy ones (unused) */
-				m->h_args[nsel] = it[i].sample ? *it[i].sample
-							       : (struct atlas_sample_args){0};
-				want_ids |= it[i].sample != NULL;
-				TRY(be->copy(be, (char *)m->sel + (size_t)nsel++ * rb,
-					     (const char *)m->h + (size_t)(end - 1) * rb, rb));
-			}
-		}
-		if (nsel) {
-			TRY(be->logits(be, m->logits, m->sel, m->lm_head.p, m->lm_head.dtype, nsel,
-				       V, D));
-			if (want_ids) {
-				if (!be->sample)
-					return atlas_error(ATLAS_EUNSUPPORTED,
-							   "backend '%s' cannot sample", be->name);
-				TRY(be->sample(be, m->d_out, m->logits, nsel, V, m->h_args));
-				TRY(be->download(be, m->h_out, m->d_out,
-						 (size_t)nsel * sizeof(int32_t)));
-			}
-			for (int64_t i = 0, k = 0; i < n; i++) {
-				if (!it[i].logits && !it[i].sample)
-					continue;
-				if (it[i].logits)
-					TRY(be->download(be, it[i].logits, m->logits + k * V,
-							 (size_t)V * sizeof(float)));
-				if (it[i].sample)
-					*it[i].token = m->h_out[k];
-				k++;
-			}
-		}
-	}
+	int g = all ? 0 : graph_step(m, it, n, &kb);
+	if (g < 0)
+		return g;
+	if (g == 0)
+		TRY(eager_step(m, it, n, all, T, &kb));
 	for (int64_t i = 0; i < n; i++)
 		it[i].seq->len += it[i].n;
 	return 0;

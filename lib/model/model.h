@@ -48,6 +48,22 @@ int64_t atlas_model_max_context(const struct atlas_model *m);
  * table, plus the output head), for roofline arithmetic. */
 int64_t atlas_model_weight_bytes(const struct atlas_model *m);
 
+/* A model of the shape `cfg` (a family by cfg->model_type, as from
+ * config.json) whose weights are random values the backend makes itself
+ * (be->fill_random; nothing is read from disk): for speed measurements
+ * at real shapes. All weights are BF16: matrices uniform with unit output
+ * variance, norms 1. `seed` picks the values. Same ownership and
+ * parameters as atlas_model_load; NULL with a message, e.g. when the
+ * backend cannot fill. */
+struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
+					  struct atlas_backend *be,
+					  const struct atlas_model_params *p, uint64_t seed);
+
+/* Decode steps (one token per sequence) are recorded once per batch size
+ * and replayed when the backend can (CUDA graphs); on by default. Off:
+ * every step runs op by op (needed for per-kernel profiling). */
+void atlas_model_set_graphs(struct atlas_model *m, bool on);
+
 /* Comma-separated list of supported families; static string. */
 const char *atlas_model_supported(void);
 

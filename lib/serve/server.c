@@ -43,6 +43,8 @@ static int load(struct atlas_server *s)
 		return ATLAS_EINVAL;
 	if (!(s->be = atlas_backend_open(s->p.device ? s->p.device : "auto")))
 		return ATLAS_EINVAL;
+	/* a request's tokens must not depend on what it was batched with */
+	s->be->batch_invariant = true;
 	struct atlas_model_params mp;
 	atlas_model_default_params(&mp);
 	mp.max_context = s->p.ctx;

@@ -81,13 +81,16 @@ expect_no_crash() {
 @test "tensor shape that disagrees with config.json: names the tensor and both shapes" {
 	local m
 	m=$(model_copy "$DEFAULT_MODEL" shape)
-	sed -i 's/"intermediate_size": 384/"intermediate_size": 512/' "$m/config.json"
-	grep -q '"intermediate_size": 512' "$m/config.json"
+	local f
+	f=$(sed -n 's/.*"intermediate_size": \([0-9]*\).*/\1/p' "$m/config.json")
+	[ -n "$f" ]
+	sed -i "s/\"intermediate_size\": $f/\"intermediate_size\": $((f + 128))/" "$m/config.json"
+	grep -q "\"intermediate_size\": $((f + 128))" "$m/config.json"
 	run -1 --separate-stderr atlas-run -m "$m" -p hi -n 2
 	expect_empty "$output" "stdout"
 	expect_match "$stderr" "tensor 'model\.layers\.[0-9]+\.mlp\.[a-z_]+_proj\.weight'" "stderr"
-	expect_contains "$stderr" "384" "stderr (the file's shape)"
-	expect_contains "$stderr" "512" "stderr (config's shape)"
+	expect_contains "$stderr" "$f" "stderr (the file's shape)"
+	expect_contains "$stderr" "$((f + 128))" "stderr (config's shape)"
 }
 
 @test "unknown architecture: lists the supported families" {

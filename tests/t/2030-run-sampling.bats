@@ -216,7 +216,10 @@ stop_at() {
 @test "-c sets the context the model allocates" {
 	run -0 --separate-stderr atlas-run -c 100 -p hi -n 2 -q -v
 	expect_contains "$stderr" "context 100" "stderr"
-	# without -c: the model's max_position_embeddings (2048), at most 4096
+	# without -c: the model's max_position_embeddings, at most 4096
+	local mp
+	mp=$(sed -n 's/.*"max_position_embeddings": \([0-9]*\).*/\1/p' "$DEFAULT_MODEL/config.json")
+	[ "$mp" -le 4096 ]
 	run -0 --separate-stderr atlas-run -p hi -n 2 -q -v
-	expect_contains "$stderr" "context 2048" "stderr"
+	expect_contains "$stderr" "context $mp" "stderr"
 }

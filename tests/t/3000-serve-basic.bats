@@ -54,7 +54,7 @@ teardown_file() {
 	expect_eq "$status_code" 200
 	expect_contains "$body" '"object":"list"'
 	expect_contains "$body" '"id":"tiny","object":"model"'
-	expect_contains "$body" '"max_model_len":2048'
+	expect_contains "$body" "\"max_model_len\":$(sed -n 's/.*"max_position_embeddings": \([0-9]*\).*/\1/p' "$ATLAS_SRC/models/default/config.json")"
 	http GET "$S_URL/v1/models/tiny"
 	expect_eq "$status_code" 200
 	expect_contains "$body" '"id":"tiny"'
@@ -161,7 +161,7 @@ teardown_file() {
 	http POST "$S_URL/tokenize" '{"prompt":"Hello world"}'
 	expect_eq "$status_code" 200
 	expect_contains "$body" "\"tokens\":[$want]"
-	expect_contains "$body" '"max_model_len":2048'
+	expect_contains "$body" "\"max_model_len\":$(sed -n 's/.*"max_position_embeddings": \([0-9]*\).*/\1/p' "$ATLAS_SRC/models/default/config.json")"
 	http POST "$S_URL/detokenize" "{\"tokens\":[$want]}"
 	expect_eq "$status_code" 200
 	expect_eq "$body" '{"prompt":"Hello world"}'

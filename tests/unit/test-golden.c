@@ -6,7 +6,12 @@
  * max |ref| under 1e-4 for every case, and all 32 greedy tokens
  * identical. With ATLAS_TEST_DEVICE=cuda (BF16 activations; run by
  * make gpu-test): relative L2 error ||ours - ref|| / ||ref|| under 2e-2,
- * and the first 16 greedy tokens identical. */
+ * and the first 16 greedy tokens identical.
+ *
+ * A fixture whose expected.json has "model_dir" (a path relative to the
+ * repository root, e.g. "models/default") holds only expected.json and the
+ * logits files; the weights are loaded from that directory, so the
+ * default model is a fixture without a second copy of it. */
 #include <dirent.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -26,7 +31,8 @@
 
 static struct atlas_backend *be;
 static int bf16;          /* the backend computes in BF16 */
-static char dir[512];     /* model directory of the current test */
+static char dir[512];     /* fixture directory of the current test */
+static char mdir[1100];   /* model directory: dir, or its "model_dir" */
 static double worst;      /* worst relative error over all models */
 
 /* Ids reported by atlas_generate's callback. */
@@ -180,7 +186,12 @@ static void test_model(void)
 	CHECK(exp != NULL);
 	if (!exp)
 		return;
-	struct atlas_model *m = atlas_model_load(dir, be, NULL);
+	json_object *md;
+	if (json_object_object_get_ex(exp, "model_dir", &md))
+		snprintf(mdir, sizeof(mdir), "%s/%s", harness_srcdir(), json_object_get_string(md));
+	else
+		snprintf(mdir, sizeof(mdir), "%s", dir);
+	struct atlas_model *m = atlas_model_load(mdir, be, NULL);
 	if (!m)
 		printf("# %s\n", atlas_errmsg());
 	CHECK(m != NULL);

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/engine/sampler.h"
 #include "harness.h"
@@ -83,6 +84,20 @@ static void test_filters(void)
 	p.temperature = 5;
 	freqs(p, l, 4, f, 1000);
 	CHECK_NEAR(f[0], 1.0, 1e-9);
+}
+
+/* Ties at the k-th place keep the lower ids, as the CUDA sampler does. */
+static void test_topk_ties(void)
+{
+	float l[6] = {1, 2, 2, 2, 0, 2};
+	for (int i = 0; i < 200; i++) {
+		struct atlas_sample_args a = {1.0f, 2, 1.0f, 0.0f, (float)i / 200};
+		float x[6];
+		char scratch[6 * 8];
+		memcpy(x, l, sizeof(x));
+		int32_t id = atlas_sample_pick(x, 6, &a, scratch);
+		CHECK(id == 1 || id == 2);
+	}
 }
 
 static void test_seeds(void)
@@ -166,6 +181,7 @@ int main(void)
 	RUN(test_greedy);
 	RUN(test_distribution);
 	RUN(test_filters);
+	RUN(test_topk_ties);
 	RUN(test_seeds);
 	RUN(test_penalties);
 	RUN(test_bad_params);

@@ -1,13 +1,14 @@
 /* linear.cu - the linear layer out[T,N] = x[T,K] W^T + bias, W [N,K] and
  * bias [N] in wdt (bias may be NULL), x and out bf16, FP32 accumulation.
  *
- * atlas_gemv (decode, T <= 8): grid ceil(N/8), block 256, one warp per
- * output feature. x is staged in shared memory GEMV_KC columns at a time
- * for all T rows; each warp streams its weight row once, 16 bytes per lane
- * per load when K % 8 == 0 and W is 16-byte aligned (else element by
- * element), and keeps one accumulator per row of x. Bandwidth bound:
- * N*K*sizeof(wdt) bytes of weights per call. Larger T is handled in
- * groups of 8 rows (each group re-reads W).
+ * atlas_gemv (decode, T <= 8): grid ceil(N/rpb), block 256, rpb output
+ * features per block and 8/rpb warps splitting each feature's K (the host
+ * picks rpb so the grid covers the SMs several times). Each warp streams
+ * its share of the weight row once, 16 bytes per lane per load with
+ * GEMV_UNROLL loads in flight when K % 8 == 0 and W is 16-byte aligned
+ * (else element by element), and keeps one accumulator per row of x.
+ * Bandwidth bound: N*K*sizeof(wdt) bytes of weights per call. Larger T is
+ * handled in groups of 8 rows (each group re-reads W).
  *
  * atlas_gemm (prefill, any T): grid (ceil(N/64), ceil(T/64)), block 256,
  * one 64x64 output tile per block. BF16 weights go through the tensor
@@ -31,26 +32,52 @@ static __device__ __forceinline__ void lin_store(float *p, float v)
 	*p = v;
 }
 
-/* Columns of x staged per step of atlas_gemv (T <= 8 rows: 32 KiB). */
-#define GEMV_KC 2048
+/* Rows of x per pass of atlas_gemv: each pass re-reads W. */
 #define GEMV_MAXT 8
+/* 16-byte weight loads each lane issues before it uses any: enough bytes
+ * in flight per SM to cover HBM latency (Little's law). */
+#define GEMV_UNROLL 4
 
-/* acc[t] += x[t, 0:kc] . w[0:kc] for one warp; xs holds the staged x
- * (row stride GEMV_KC); the weight row starts at element wo of w. */
+/* One warp's share of out[t0.., n]: acc[t] += x[t, k] w[n, k] over the
+ * k-slices of 256 columns numbered ks, ks + wpr, ks + 2*wpr, ...; each
+ * lane takes 8 consecutive columns of every slice. x comes from global
+ * memory (L1 hits after the first warp of the block reads it). */
 template <int WDT>
-static __device__ __forceinline__ void gemv_vec(float (&acc)[GEMV_MAXT], const bf16 *xs,
-						const void *w, long long wo, int kc, int nt)
+static __device__ __forceinline__ void gemv_vec(float (&acc)[GEMV_MAXT], const bf16 *x,
+						const void *w, long long n, long long K, int nt,
+						int ks, int wpr)
 {
 	const int lane = threadIdx.x & 31;
-#pragma unroll 2
-	for (int k = lane * 8; k < kc; k += 256) {
+	const long long step = (long long)wpr * 256;
+	const long long wo = n * K;
+	long long k = (long long)ks * 256 + lane * 8;
+	for (; k + (GEMV_UNROLL - 1) * step < K; k += GEMV_UNROLL * step) {
+		float wf[GEMV_UNROLL][8];
+#pragma unroll
+		for (int u = 0; u < GEMV_UNROLL; u++)
+			atlas_wload8<WDT>(w, wo + k + u * step, wf[u]);
+#pragma unroll
+		for (int u = 0; u < GEMV_UNROLL; u++) {
+#pragma unroll
+			for (int t = 0; t < GEMV_MAXT; t++) {
+				if (t < nt) {
+					float xf[8];
+					atlas_unpack8(__ldg((const uint4 *)(x + t * K + k + u * step)), xf);
+#pragma unroll
+					for (int j = 0; j < 8; j++)
+						acc[t] = fmaf(xf[j], wf[u][j], acc[t]);
+				}
+			}
+		}
+	}
+	for (; k < K; k += step) {
 		float wf[8];
 		atlas_wload8<WDT>(w, wo + k, wf);
 #pragma unroll
 		for (int t = 0; t < GEMV_MAXT; t++) {
 			if (t < nt) {
 				float xf[8];
-				atlas_unpack8(*(const uint4 *)(xs + t * GEMV_KC + k), xf);
+				atlas_unpack8(__ldg((const uint4 *)(x + t * K + k)), xf);
 #pragma unroll
 				for (int j = 0; j < 8; j++)
 					acc[t] = fmaf(xf[j], wf[j], acc[t]);
@@ -59,92 +86,91 @@ static __device__ __forceinline__ void gemv_vec(float (&acc)[GEMV_MAXT], const b
 	}
 }
 
-static __device__ __forceinline__ void gemv_scalar(float (&acc)[GEMV_MAXT], const bf16 *xs,
-						   const void *w, int wdt, long long wo, int kc,
-						   int nt)
+/* Any K and alignment: element by element, the same slice split. */
+static __device__ __forceinline__ void gemv_scalar(float (&acc)[GEMV_MAXT], const bf16 *x,
+						   const void *w, int wdt, long long n, long long K,
+						   int nt, int ks, int wpr)
 {
 	const int lane = threadIdx.x & 31;
-	for (int k = lane; k < kc; k += 32) {
-		float wf = atlas_wload(w, wdt, wo + k);
+	for (long long k = (long long)ks * 32 + lane; k < K; k += (long long)wpr * 32) {
+		float wf = atlas_wload(w, wdt, n * K + k);
 #pragma unroll
 		for (int t = 0; t < GEMV_MAXT; t++)
 			if (t < nt)
-				acc[t] = fmaf(atlas_bf(xs[t * GEMV_KC + k]), wf, acc[t]);
+				acc[t] = fmaf(atlas_bf(x[t * K + k]), wf, acc[t]);
 	}
 }
 
+/* Block of 8 warps, `rpb` output features per block (1, 2, 4 or 8), so
+ * 8 / rpb warps split the K dimension of each feature: when N is small
+ * against the SM count the host picks a small rpb so that every SM still
+ * streams weights with many loads in flight (split-K without atomics:
+ * the partial sums meet in shared memory). */
 template <typename OutT>
 static __device__ __forceinline__ void gemv_impl(OutT *out, const bf16 *x, const void *w,
 						 const void *bias, int wdt, long long T, long long N,
-						 long long K)
+						 long long K, int rpb)
 {
-	__shared__ __align__(16) bf16 xs[GEMV_MAXT * GEMV_KC];
+	__shared__ float red[8][GEMV_MAXT]; /* per-warp partial sums */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const long long n = (long long)blockIdx.x * (blockDim.x >> 5) + warp;
-	const bool wvec = K % 8 == 0 && atlas_aligned(w, 16);
-	const bool xvec = K % 8 == 0 && atlas_aligned(x, 16);
+	if (rpb != 1 && rpb != 2 && rpb != 4 && rpb != 8)
+		rpb = 8;
+	const int wpr = 8 / rpb, ks = warp % wpr;
+	const long long n = (long long)blockIdx.x * rpb + warp / wpr;
+	const bool vec = K % 8 == 0 && atlas_aligned(w, 16) && atlas_aligned(x, 16) &&
+			 (wdt != ATLAS_WDT_F32 || atlas_aligned(w, 32));
 
 	for (long long t0 = 0; t0 < T; t0 += GEMV_MAXT) {
 		const int nt = T - t0 < GEMV_MAXT ? (int)(T - t0) : GEMV_MAXT;
+		const bf16 *xt = x + t0 * K;
 		float acc[GEMV_MAXT];
 #pragma unroll
 		for (int t = 0; t < GEMV_MAXT; t++)
 			acc[t] = 0.0f;
-		for (long long k0 = 0; k0 < K; k0 += GEMV_KC) {
-			const int kc = K - k0 < GEMV_KC ? (int)(K - k0) : GEMV_KC;
-			__syncthreads(); /* the previous chunk is consumed */
-			if (xvec) {
-				const int kv = kc / 8;
-				for (int i = threadIdx.x; i < nt * kv; i += blockDim.x) {
-					int t = i / kv, k = (i - t * kv) * 8;
-					*(uint4 *)(xs + t * GEMV_KC + k) =
-					    *(const uint4 *)(x + (t0 + t) * K + k0 + k);
-				}
-			} else {
-				for (int i = threadIdx.x; i < nt * kc; i += blockDim.x) {
-					int t = i / kc, k = i - t * kc;
-					xs[t * GEMV_KC + k] = x[(t0 + t) * K + k0 + k];
-				}
-			}
-			__syncthreads();
-			if (n >= N)
-				continue;
-			const long long wo = n * K + k0;
-			if (wvec && wdt == ATLAS_WDT_BF16)
-				gemv_vec<ATLAS_WDT_BF16>(acc, xs, w, wo, kc, nt);
-			else if (wvec && wdt == ATLAS_WDT_F16)
-				gemv_vec<ATLAS_WDT_F16>(acc, xs, w, wo, kc, nt);
-			else if (wvec && wdt == ATLAS_WDT_F32)
-				gemv_vec<ATLAS_WDT_F32>(acc, xs, w, wo, kc, nt);
+		if (n < N) {
+			if (vec && wdt == ATLAS_WDT_BF16)
+				gemv_vec<ATLAS_WDT_BF16>(acc, xt, w, n, K, nt, ks, wpr);
+			else if (vec && wdt == ATLAS_WDT_F16)
+				gemv_vec<ATLAS_WDT_F16>(acc, xt, w, n, K, nt, ks, wpr);
+			else if (vec && wdt == ATLAS_WDT_F32)
+				gemv_vec<ATLAS_WDT_F32>(acc, xt, w, n, K, nt, ks, wpr);
 			else
-				gemv_scalar(acc, xs, w, wdt, wo, kc, nt);
+				gemv_scalar(acc, xt, w, wdt, n, K, nt, ks, wpr);
 		}
-		if (n >= N)
-			continue;
-		const float b = bias ? atlas_wload(bias, wdt, n) : 0.0f;
 #pragma unroll
 		for (int t = 0; t < GEMV_MAXT; t++) {
-			if (t < nt) {
-				float s = atlas_warp_sum(acc[t]);
-				if (lane == t)
-					lin_store(out + (t0 + t) * N + n, b + s);
+			float s = atlas_warp_sum(acc[t]);
+			if (lane == 0)
+				red[warp][t] = s;
+		}
+		__syncthreads();
+		if ((int)threadIdx.x < rpb * nt) {
+			const int r = threadIdx.x / nt, t = threadIdx.x % nt;
+			const long long nn = (long long)blockIdx.x * rpb + r;
+			if (nn < N) {
+				float s = 0.0f;
+				for (int i = 0; i < wpr; i++) /* fixed order: deterministic */
+					s += red[r * wpr + i][t];
+				const float b = bias ? atlas_wload(bias, wdt, nn) : 0.0f;
+				lin_store(out + (t0 + t) * N + nn, b + s);
 			}
 		}
+		__syncthreads(); /* red is reused by the next group of rows */
 	}
 }
 
 extern "C" __global__ void atlas_gemv(bf16 *out, const bf16 *x, const void *w, const void *bias,
-				      int wdt, long long T, long long N, long long K)
+				      int wdt, long long T, long long N, long long K, int rpb)
 {
-	gemv_impl(out, x, w, bias, wdt, T, N, K);
+	gemv_impl(out, x, w, bias, wdt, T, N, K, rpb);
 }
 
 /* The same with FP32 output: the logits, so sampling sees full precision. */
 extern "C" __global__ void atlas_gemv_f32(float *out, const bf16 *x, const void *w,
 					  const void *bias, int wdt, long long T, long long N,
-					  long long K)
+					  long long K, int rpb)
 {
-	gemv_impl(out, x, w, bias, wdt, T, N, K);
+	gemv_impl(out, x, w, bias, wdt, T, N, K, rpb);
 }
 
 /* --- gemm ---------------------------------------------------------- */

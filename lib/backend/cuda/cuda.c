@@ -36,6 +36,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_ADD] = "atlas_add",
 	[ATLAS_CK_TO_F32] = "atlas_to_f32",
 	[ATLAS_CK_SAMPLE] = "atlas_sample",
+	[ATLAS_CK_FILL] = "atlas_fill_random",
 };
 
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
@@ -57,7 +58,14 @@ int atlas_cuda_launch(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx,
 	dim3 grid = {gx, gy, 1}, blk = {block, 1, 1};
 	if (gx == 0 || gy == 0)
 		return 0; /* nothing to do */
+	int timed = c->prof_on && c->prof_n < ATLAS_CUDA_PROF_MAX;
+	if (timed)
+		cudaEventRecord(c->prof_ev[2 * c->prof_n], c->stream);
 	cudaError_t e = cudaLaunchKernel((const void *)c->kern[k], grid, blk, args, smem, c->stream);
+	if (timed) {
+		cudaEventRecord(c->prof_ev[2 * c->prof_n + 1], c->stream);
+		c->prof_k[c->prof_n++] = (unsigned char)k;
+	}
 	if (e == cudaSuccess)
 		e = cudaGetLastError();
 	c->last_kernel = kernel_names[k];
@@ -267,6 +275,7 @@ static void cuda_destroy(struct atlas_backend *be)
 	struct cuda_ctx *c = be->ctx;
 	if (c) {
 		cudaStreamSynchronize(c->stream);
+		atlas_cuda_bench_release(c);
 		if (c->lib_loaded)
 			cudaLibraryUnload(c->lib);
 		if (c->arena)
@@ -322,6 +331,7 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 		return NULL;
 	}
 	c->dev = device;
+	c->sms = prop.multiProcessorCount;
 	snprintf(c->arch, sizeof(c->arch), "sm%d%d", prop.major, prop.minor);
 	snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", prop.name);
 	int fallback;
@@ -361,6 +371,7 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 		.specialize = cuda_specialize,
 	};
 	atlas_cuda_ops_init(be);
+	atlas_cuda_bench_init(be);
 	size_t free_b = 0, total_b = 0;
 	cudaMemGetInfo(&free_b, &total_b);
 	atlas_info("device: GPU %d, %s (%s, %d SMs), %zu MiB free of %zu MiB; kernels %s", device,

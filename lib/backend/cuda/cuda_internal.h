@@ -26,11 +26,17 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_ADD,
 	ATLAS_CK_TO_F32,
 	ATLAS_CK_SAMPLE,
+	ATLAS_CK_FILL,
 	ATLAS_CK_COUNT,
 };
 
+/* Most kernel launches one profile records (a decode step of a 64-layer
+ * model is ~1,000). */
+#define ATLAS_CUDA_PROF_MAX 16384
+
 struct cuda_ctx {
 	int dev;                      /* device ordinal */
+	int sms;                      /* streaming multiprocessors: sizes split-K grids */
 	char arch[16];                /* "sm90" */
 	char gpu_name[128];           /* "NVIDIA H200" */
 	cudaStream_t stream;          /* all work goes here */
@@ -52,6 +58,11 @@ struct cuda_ctx {
 	size_t args_cap;              /* its bytes */
 	float *d_scratch;             /* sample scratch */
 	size_t scratch_cap;           /* its bytes */
+	int capturing;                /* a graph capture is open on stream */
+	int prof_on;                  /* time every launch (profile op) */
+	int prof_n;                   /* launches timed so far */
+	cudaEvent_t *prof_ev;         /* [2 * ATLAS_CUDA_PROF_MAX] start/stop pairs */
+	unsigned char *prof_k;        /* [ATLAS_CUDA_PROF_MAX] kernel of each pair */
 };
 
 /* Launch kernel k on the backend's stream, grid (gx, gy), 1-D blocks;
@@ -65,5 +76,9 @@ int atlas_cuda_scratch(struct atlas_backend *be, void **buf, size_t *cap, size_t
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
 /* Fill the op pointers of be. */
 void atlas_cuda_ops_init(struct atlas_backend *be);
+/* Fill the optional speed and benchmark ops (cuda_bench.c), and free
+ * what they hold at destroy. */
+void atlas_cuda_bench_init(struct atlas_backend *be);
+void atlas_cuda_bench_release(struct cuda_ctx *c);
 
 #endif

@@ -48,19 +48,31 @@ static int op_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_ADD_RMSNORM, (unsigned)R, 1, 256, 0, args);
 }
 
+/* Output features per block of atlas_gemv: the most (fewest blocks, no
+ * split of K) that still gives every SM four blocks or more; fewer
+ * features per block split K across the block's warps instead. */
+static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t N)
+{
+	int rpb = 8;
+	while (rpb > 1 && CEIL_DIV(N, rpb) < 4 * (int64_t)(c->sms > 0 ? c->sms : 132))
+		rpb /= 2;
+	return rpb;
+}
+
 static int op_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
 		     const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
 	int wd = (int)wdt;
 	long long t = T, n = N, k = K;
-	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k};
+	int rpb = gemv_rows_per_block(be->ctx, N);
+	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k, &rpb};
 	if (check_wdt(wdt, "matmul"))
 		return ATLAS_EUNSUPPORTED;
 	if (T <= 0 || N <= 0)
 		return 0;
-	if (T <= 8)
-		return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMV, (unsigned)CEIL_DIV(N, 8), 1, 256, 0,
-					 args);
+	if (T <= 8 && !be->batch_invariant) /* gemv and gemm sum in different orders */
+		return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMV, (unsigned)CEIL_DIV(N, rpb), 1, 256,
+					 0, args);
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMM, (unsigned)CEIL_DIV(N, 64),
 				 (unsigned)CEIL_DIV(T, 64), 256, 0, args);
 }
@@ -71,14 +83,15 @@ static int op_logits(struct atlas_backend *be, float *out, const void *x, const 
 	int wd = (int)wdt;
 	long long t = T, n = N, k = K;
 	const void *bias = NULL;
-	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k};
+	int rpb = gemv_rows_per_block(be->ctx, N);
+	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k, &rpb};
 	if (check_wdt(wdt, "logits"))
 		return ATLAS_EUNSUPPORTED;
 	if (T <= 0 || N <= 0)
 		return 0;
-	if (T <= 8)
-		return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMV_F32, (unsigned)CEIL_DIV(N, 8), 1, 256,
-					 0, args);
+	if (T <= 8 && !be->batch_invariant) /* gemv and gemm sum in different orders */
+		return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMV_F32, (unsigned)CEIL_DIV(N, rpb), 1,
+					 256, 0, args);
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMM_F32, (unsigned)CEIL_DIV(N, 64),
 				 (unsigned)CEIL_DIV(T, 64), 256, 0, args);
 }

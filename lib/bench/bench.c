@@ -1,0 +1,290 @@
+/* bench.c - the measurements of atlas-bench decode/prefill: named shapes,
+ * ceilings, timed decode and prefill runs and per-kernel profiles.
+ *
+ * Times are wall-clock around work that ends in a download (each step
+ * brings its sampled ids back), so they include every launch and copy a
+ * real generation pays for. */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../core/error.h"
+
+struct shape {
+	const char *name;   /* --synthetic value */
+	const char *type;   /* config model_type */
+	int64_t D, L, H, Hkv, hd, F, V; /* hidden, layers, heads, kv heads, head dim, MLP, vocab */
+	bool tied;          /* lm_head is the embedding */
+	double theta;       /* RoPE base */
+	double eps;         /* RMSNorm epsilon */
+};
+
+static const struct shape shapes[] = {
+	{"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, true, 1e6, 1e-6},
+	{"qwen3-8b", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, false, 1e6, 1e-6},
+	{"qwen3-32b", "qwen3", 5120, 64, 64, 8, 128, 25600, 151936, false, 1e6, 1e-6},
+	{"llama3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, false, 5e5, 1e-5},
+};
+#define NSHAPES (sizeof(shapes) / sizeof(shapes[0]))
+
+const char *atlas_bench_shape_names(void)
+{
+	return "qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b";
+}
+
+int atlas_bench_shape(const char *name, struct atlas_config *c)
+{
+	for (size_t i = 0; i < NSHAPES; i++) {
+		const struct shape *s = &shapes[i];
+		if (strcmp(name, s->name))
+			continue;
+		memset(c, 0, sizeof(*c));
+		snprintf(c->model_type, sizeof(c->model_type), "%s", s->type);
+		snprintf(c->hidden_act, sizeof(c->hidden_act), "silu");
+		c->hidden_size = s->D;
+		c->num_layers = s->L;
+		c->num_heads = s->H;
+		c->num_kv_heads = s->Hkv;
+		c->head_dim = s->hd;
+		c->intermediate_size = s->F;
+		c->vocab_size = s->V;
+		c->tie_embeddings = s->tied;
+		c->rope_theta = s->theta;
+		c->rope_type = ATLAS_ROPE_DEFAULT;
+		c->rms_eps = s->eps;
+		c->max_position = 40960;
+		c->dtype = ATLAS_DTYPE_BF16;
+		c->bos_id = -1;
+		return 0;
+	}
+	return atlas_error(ATLAS_EINVAL, "unknown shape '%s' (known: %s)", name,
+			   atlas_bench_shape_names());
+}
+
+static double now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+int atlas_bench_ceilings(struct atlas_backend *be, int64_t copy_bytes, int64_t gemm_n,
+			 struct atlas_bench_ceilings *out)
+{
+	double v = 0;
+	int rc;
+	memset(out, 0, sizeof(*out));
+	if (!be->measure)
+		return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot measure its ceilings",
+				   be->name);
+	out->copy_bytes = copy_bytes;
+	out->gemm_n = gemm_n;
+	if (!be->measure(be, "runtime", 0, &v))
+		out->runtime_version = (int)v;
+	if ((rc = be->measure(be, "copy", copy_bytes, &out->copy_gbs)))
+		return atlas_error_wrap(rc, "cannot measure the copy bandwidth");
+	if ((rc = be->measure(be, "gemm", gemm_n, &out->gemm_tflops)))
+		return atlas_error_wrap(rc, "cannot measure the matrix rate");
+	if (be->measure(be, "gemm-cublaslt", gemm_n, &out->cublaslt_tflops)) {
+		out->cublaslt_tflops = 0;
+		snprintf(out->cublaslt_note, sizeof(out->cublaslt_note), "%s", atlas_errmsg());
+	}
+	return 0;
+}
+
+/* Random prompt ids in [0, V) from a small LCG. */
+static void random_ids(int32_t *ids, int64_t n, int64_t V, uint64_t *state)
+{
+	for (int64_t i = 0; i < n; i++) {
+		*state = *state * 6364136223846793005ull + 1442695040888963407ull;
+		ids[i] = (int32_t)((*state >> 33) % (uint64_t)V);
+	}
+}
+
+/* KV cache bytes one token at position p (seeing p + 1 keys) reads. */
+static double kv_read(const struct atlas_config *c, int64_t p)
+{
+	return (double)(p + 1) * 2.0 * (double)(c->num_layers * c->num_kv_heads * c->head_dim) *
+	       2.0;
+}
+
+int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt, int64_t gen,
+			   int64_t warmup, double copy_gbs, struct atlas_bench_decode *r)
+{
+	const struct atlas_config *c = atlas_model_config(m);
+	struct atlas_seq **seqs = calloc((size_t)batch, sizeof(*seqs));
+	struct atlas_batch_item *items = calloc((size_t)batch, sizeof(*items));
+	int32_t *in = calloc((size_t)batch, sizeof(int32_t));
+	int32_t *out = calloc((size_t)batch, sizeof(int32_t));
+	int32_t *ids = malloc((size_t)prompt * sizeof(int32_t));
+	struct atlas_sample_args greedy = {0};
+	uint64_t st = 12345;
+	int rc = 0;
+	memset(r, 0, sizeof(*r));
+	r->batch = batch, r->prompt = prompt, r->gen = gen, r->warmup = warmup;
+	if (!seqs || !items || !in || !out || !ids) {
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto done;
+	}
+	for (int64_t i = 0; i < batch && !rc; i++) {
+		if (!(seqs[i] = atlas_seq_new(m))) {
+			rc = ATLAS_ENOMEM;
+			break;
+		}
+		random_ids(ids, prompt, c->vocab_size, &st);
+		double t0 = now_ms();
+		rc = atlas_model_forward_sample(m, seqs[i], ids, prompt, &greedy, &in[i]);
+		if (i == 0)
+			r->ttft_ms = now_ms() - t0;
+	}
+	for (int64_t i = 0; i < batch; i++)
+		items[i] = (struct atlas_batch_item){
+			.seq = seqs[i], .ids = &in[i], .n = 1, .sample = &greedy, .token = &out[i]};
+	double t0 = 0;
+	for (int64_t s = 0; s < warmup + gen && !rc; s++) {
+		if (s == warmup)
+			t0 = now_ms();
+		rc = atlas_model_forward_batch(m, items, batch);
+		memcpy(in, out, (size_t)batch * sizeof(int32_t));
+	}
+	if (!rc) {
+		double ms = now_ms() - t0;
+		r->step_ms = ms / (double)gen;
+		r->tok_s = (double)(batch * gen) / (ms / 1e3);
+		r->weight_bytes = atlas_model_weight_bytes(m);
+		double kv = 0;
+		for (int64_t s = 0; s < gen; s++) /* token of step s sits at position p */
+			kv += kv_read(c, prompt + warmup + s) * (double)batch;
+		r->kv_bytes = kv / (double)gen;
+		if (copy_gbs > 0) {
+			r->floor_ms = ((double)r->weight_bytes + r->kv_bytes) / (copy_gbs * 1e9) * 1e3;
+			r->roofline = r->floor_ms / r->step_ms;
+		}
+	}
+done:
+	for (int64_t i = 0; seqs && i < batch; i++)
+		atlas_seq_free(seqs[i]);
+	free(seqs);
+	free(items);
+	free(in);
+	free(out);
+	free(ids);
+	return rc;
+}
+
+/* FLOPs of a T-token prefill from an empty cache: every matrix product
+ * (2 per weight per token), attention (QK^T and PV over the causal
+ * triangle), and the output head for the last token only. */
+static double prefill_flops(const struct atlas_config *c, int64_t T)
+{
+	double D = (double)c->hidden_size, F = (double)c->intermediate_size;
+	double qd = (double)(c->num_heads * c->head_dim), kvd = (double)(c->num_kv_heads * c->head_dim);
+	double per_tok = 2.0 * (D * qd + 2 * D * kvd + qd * D + 3 * D * F);
+	double pairs = (double)T * (double)(T + 1) / 2.0; /* (query, key) pairs */
+	double att = 4.0 * pairs * qd;
+	return (double)c->num_layers * (per_tok * (double)T + att) +
+	       2.0 * D * (double)c->vocab_size;
+}
+
+int atlas_bench_run_prefill(struct atlas_model *m, int64_t prompt, int64_t reps,
+			    double gemm_tflops, struct atlas_bench_prefill *r)
+{
+	const struct atlas_config *c = atlas_model_config(m);
+	struct atlas_seq *s = atlas_seq_new(m);
+	int32_t *ids = malloc((size_t)prompt * sizeof(int32_t));
+	struct atlas_sample_args greedy = {0};
+	uint64_t st = 777;
+	int32_t tok;
+	int rc = 0;
+	memset(r, 0, sizeof(*r));
+	r->prompt = prompt, r->reps = reps;
+	if (!s || !ids) {
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto done;
+	}
+	random_ids(ids, prompt, c->vocab_size, &st);
+	r->ms = 1e30;
+	for (int64_t i = 0; i <= reps && !rc; i++) { /* i == 0: warm-up */
+		atlas_seq_reset(s);
+		double t0 = now_ms();
+		rc = atlas_model_forward_sample(m, s, ids, prompt, &greedy, &tok);
+		double ms = now_ms() - t0;
+		if (i > 0 && ms < r->ms)
+			r->ms = ms;
+	}
+	if (!rc) {
+		r->tok_s = (double)prompt / (r->ms / 1e3);
+		r->flops = prefill_flops(c, prompt);
+		r->tflops = r->flops / (r->ms / 1e3) / 1e12;
+		r->roofline = gemm_tflops > 0 ? r->tflops / gemm_tflops : 0;
+	}
+done:
+	atlas_seq_free(s);
+	free(ids);
+	return rc;
+}
+
+/* One profiled decode step at `batch` after untimed prefills and one
+ * untimed step. */
+static int profile_decode(struct atlas_model *m, struct atlas_backend *be, int64_t batch,
+			  int64_t prompt)
+{
+	const struct atlas_config *c = atlas_model_config(m);
+	struct atlas_seq **seqs = calloc((size_t)batch, sizeof(*seqs));
+	struct atlas_batch_item *items = calloc((size_t)batch, sizeof(*items));
+	int32_t *tok = calloc((size_t)batch * 2, sizeof(int32_t));
+	int32_t *ids = malloc((size_t)prompt * sizeof(int32_t));
+	struct atlas_sample_args greedy = {0};
+	uint64_t st = 99;
+	int rc = 0;
+	if (!seqs || !items || !tok || !ids)
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+	for (int64_t i = 0; i < batch && !rc; i++) {
+		if (!(seqs[i] = atlas_seq_new(m)))
+			rc = ATLAS_ENOMEM;
+		random_ids(ids, prompt, c->vocab_size, &st);
+		if (!rc)
+			rc = atlas_model_forward_sample(m, seqs[i], ids, prompt, &greedy, &tok[i]);
+		items[i] = (struct atlas_batch_item){.seq = seqs[i], .ids = &tok[i], .n = 1,
+						     .sample = &greedy, .token = &tok[batch + i]};
+	}
+	if (!rc)
+		rc = atlas_model_forward_batch(m, items, batch);
+	if (!rc)
+		rc = be->profile(be, true);
+	if (!rc)
+		rc = atlas_model_forward_batch(m, items, batch);
+	for (int64_t i = 0; seqs && i < batch; i++)
+		atlas_seq_free(seqs[i]);
+	free(seqs);
+	free(items);
+	free(tok);
+	free(ids);
+	return rc;
+}
+
+int atlas_bench_profile(struct atlas_model *m, struct atlas_backend *be, const char *what,
+			int64_t batch, int64_t prompt, struct atlas_kernel_time *rows, int max)
+{
+	struct atlas_bench_prefill p;
+	int rc;
+	if (!be->profile || !be->profile_report)
+		return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot time kernels", be->name);
+	atlas_model_set_graphs(m, false);
+	if (!strcmp(what, "decode")) {
+		rc = profile_decode(m, be, batch, prompt);
+	} else {
+		/* a warm-up prefill, then the profiled one */
+		rc = atlas_bench_run_prefill(m, prompt, 0, 0, &p);
+		if (!rc)
+			rc = be->profile(be, true);
+		if (!rc)
+			rc = atlas_bench_run_prefill(m, prompt, 0, 0, &p);
+	}
+	be->profile(be, false);
+	atlas_model_set_graphs(m, true);
+	return rc ? rc : be->profile_report(be, rows, max);
+}
