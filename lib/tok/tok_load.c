@@ -203,10 +203,18 @@ static int load_merges(struct atlas_tok *tok, const char *dir, json_object *merg
 		int32_t ia = atlas_tok_map_get(tok, a, alen);
 		int32_t ib = atlas_tok_map_get(tok, b, blen);
 		int32_t ir = atlas_tok_map_get(tok, cat, alen + blen);
-		/* A merge whose parts or result are not in the vocabulary can
-		 * never apply; skip it rather than refuse the file. */
-		if (ia >= 0 && ib >= 0 && ir >= 0)
-			atlas_tok_merges_put(tok, ia, ib, (int32_t)i, ir);
+		/* as Hugging Face tokenizers does: a merge must name tokens of
+		 * the vocabulary, and so must its result */
+		if (ia < 0 || ib < 0 || ir < 0) {
+			const char *what = ia < 0 ? a : ib < 0 ? b : cat;
+			int wl = (int)(ia < 0 ? alen : ib < 0 ? blen : alen + blen);
+			rc = bad(dir, ATLAS_EFORMAT,
+				 "model.merges[%zu] names '%.*s', which is not in the vocabulary", i,
+				 wl > 60 ? 60 : wl, what);
+			free(cat);
+			return rc;
+		}
+		atlas_tok_merges_put(tok, ia, ib, (int32_t)i, ir);
 	}
 	free(cat);
 	return 0;

@@ -271,8 +271,6 @@ with_template() {
 
 @test "tokenizer.json whose merges name unknown tokens: refused at load, named" {
 	# Hugging Face tokenizers refuses such a file (MergeTokenOutOfVocabulary);
-	# lib/tok/tok_load.c still skips the merge. Remove this line once it refuses.
-	skip "tok_load.c skips merges with unknown tokens instead of refusing them"
 	local d
 	d=$(tok_only badmerge)
 	# the first merge is ["Ġ", "Ġ"]: make its left side a token not in the vocabulary
