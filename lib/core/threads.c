@@ -32,6 +32,9 @@ static struct pool {
 };
 static int requested;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_t tids[256];   /* the workers, joined at exit */
+static int nworkers;          /* entries in tids */
+static int quit;              /* set at exit (guarded by P.lock) */
 
 /* A snapshot of one job, read under the lock. */
 struct job {
@@ -62,8 +65,12 @@ static void *worker(void *arg)
 	(void)arg;
 	for (;;) {
 		pthread_mutex_lock(&P.lock);
-		while (P.gen == seen)
+		while (P.gen == seen && !quit)
 			pthread_cond_wait(&P.wake, &P.lock);
+		if (quit) {
+			pthread_mutex_unlock(&P.lock);
+			return NULL;
+		}
 		seen = P.gen;
 		P.active++;
 		struct job j = {P.fn, P.ctx, P.n, P.chunk};
@@ -75,6 +82,20 @@ static void *worker(void *arg)
 		pthread_mutex_unlock(&P.lock);
 	}
 	return NULL;
+}
+
+/* At exit: wake the workers, let them leave and join them, so that
+ * nothing the pool allocated is left behind (valgrind stays quiet). A
+ * parallel_for still running elsewhere finishes on its caller alone. */
+static void stop_pool(void)
+{
+	pthread_mutex_lock(&P.lock);
+	quit = 1;
+	pthread_cond_broadcast(&P.wake);
+	pthread_mutex_unlock(&P.lock);
+	for (int i = 0; i < nworkers; i++)
+		pthread_join(tids[i], NULL);
+	nworkers = 0;
 }
 
 static void start(void)
@@ -92,16 +113,14 @@ static void start(void)
 		n = 256;
 	P.nthreads = n;
 	for (int i = 1; i < n; i++) {
-		pthread_t t;
-		pthread_attr_t a;
-		pthread_attr_init(&a);
-		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &a, worker, NULL) != 0)
+		if (pthread_create(&tids[nworkers], NULL, worker, NULL) != 0) {
 			P.nthreads = i;
-		pthread_attr_destroy(&a);
-		if (P.nthreads == i)
 			break;
+		}
+		nworkers++;
 	}
+	if (nworkers)
+		atexit(stop_pool);
 	P.started = 1;
 }
 

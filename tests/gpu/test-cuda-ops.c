@@ -358,6 +358,19 @@ static void test_attention(void)
 	check_attention(9, 13, 4, 1, 16, 6, 3, 7);     /* chunked prefill, MQA, window */
 	check_attention(130, 0, 16, 8, 128, 0, 1, 16);
 	check_attention(2, 2000, 8, 8, 96, 0, 2, 16);
+	/* split-K: long contexts (32 splits), several sequences, windows,
+	 * GQA 32/8 hd 128, MQA (two groups of 8 heads), a group of 12 heads
+	 * (8 + 4), hd 256, more tokens than one launch's partials hold, and
+	 * hd % 8 != 0 (the one-block-per-head fallback) */
+	check_attention(1, 4999, 32, 8, 128, 0, 2, 16);
+	check_attention(1, 700, 32, 8, 128, 0, 6, 16);
+	check_attention(2, 3000, 16, 4, 64, 1000, 3, 32);
+	check_attention(5, 1200, 32, 8, 128, 0, 2, 16);
+	check_attention(1, 2500, 16, 1, 128, 0, 2, 16);
+	check_attention(3, 100, 12, 1, 64, 0, 1, 16);
+	check_attention(1, 600, 8, 2, 256, 0, 1, 16);
+	check_attention(300, 0, 32, 8, 128, 0, 1, 16);
+	check_attention(3, 40, 4, 2, 20, 0, 2, 16);
 }
 
 /* Device sampling picks what the host reference picks for the same

@@ -42,8 +42,8 @@ static __device__ __forceinline__ void lin_store(float *p, float v)
  * k-slices of 256 columns numbered ks, ks + wpr, ks + 2*wpr, ...; each
  * lane takes 8 consecutive columns of every slice. x comes from global
  * memory (L1 hits after the first warp of the block reads it). */
-template <int WDT>
-static __device__ __forceinline__ void gemv_vec(float (&acc)[GEMV_MAXT], const bf16 *x,
+template <int WDT, int MT>
+static __device__ __forceinline__ void gemv_vec(float (&acc)[MT], const bf16 *x,
 						const void *w, long long n, long long K, int nt,
 						int ks, int wpr)
 {
@@ -59,7 +59,7 @@ static __device__ __forceinline__ void gemv_vec(float (&acc)[GEMV_MAXT], const b
 #pragma unroll
 		for (int u = 0; u < GEMV_UNROLL; u++) {
 #pragma unroll
-			for (int t = 0; t < GEMV_MAXT; t++) {
+			for (int t = 0; t < MT; t++) {
 				if (t < nt) {
 					float xf[8];
 					atlas_unpack8(__ldg((const uint4 *)(x + t * K + k + u * step)), xf);
@@ -74,7 +74,7 @@ static __device__ __forceinline__ void gemv_vec(float (&acc)[GEMV_MAXT], const b
 		float wf[8];
 		atlas_wload8<WDT>(w, wo + k, wf);
 #pragma unroll
-		for (int t = 0; t < GEMV_MAXT; t++) {
+		for (int t = 0; t < MT; t++) {
 			if (t < nt) {
 				float xf[8];
 				atlas_unpack8(__ldg((const uint4 *)(x + t * K + k)), xf);
@@ -87,7 +87,8 @@ static __device__ __forceinline__ void gemv_vec(float (&acc)[GEMV_MAXT], const b
 }
 
 /* Any K and alignment: element by element, the same slice split. */
-static __device__ __forceinline__ void gemv_scalar(float (&acc)[GEMV_MAXT], const bf16 *x,
+template <int MT>
+static __device__ __forceinline__ void gemv_scalar(float (&acc)[MT], const bf16 *x,
 						   const void *w, int wdt, long long n, long long K,
 						   int nt, int ks, int wpr)
 {
@@ -95,9 +96,39 @@ static __device__ __forceinline__ void gemv_scalar(float (&acc)[GEMV_MAXT], cons
 	for (long long k = (long long)ks * 32 + lane; k < K; k += (long long)wpr * 32) {
 		float wf = atlas_wload(w, wdt, n * K + k);
 #pragma unroll
-		for (int t = 0; t < GEMV_MAXT; t++)
+		for (int t = 0; t < MT; t++)
 			if (t < nt)
 				acc[t] = fmaf(atlas_bf(x[t * K + k]), wf, acc[t]);
+	}
+}
+
+/* One warp's partial sums of rows 0..nt-1 of x (MT >= nt registers)
+ * into red[warp][t]. */
+template <int MT>
+static __device__ __forceinline__ void gemv_rows(float (*red)[GEMV_MAXT], const bf16 *xt,
+						 const void *w, int wdt, long long n, long long N,
+						 long long K, int nt, int ks, int wpr, bool vec)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	float acc[MT];
+#pragma unroll
+	for (int t = 0; t < MT; t++)
+		acc[t] = 0.0f;
+	if (n < N) {
+		if (vec && wdt == ATLAS_WDT_BF16)
+			gemv_vec<ATLAS_WDT_BF16, MT>(acc, xt, w, n, K, nt, ks, wpr);
+		else if (vec && wdt == ATLAS_WDT_F16)
+			gemv_vec<ATLAS_WDT_F16, MT>(acc, xt, w, n, K, nt, ks, wpr);
+		else if (vec && wdt == ATLAS_WDT_F32)
+			gemv_vec<ATLAS_WDT_F32, MT>(acc, xt, w, n, K, nt, ks, wpr);
+		else
+			gemv_scalar<MT>(acc, xt, w, wdt, n, K, nt, ks, wpr);
+	}
+#pragma unroll
+	for (int t = 0; t < MT; t++) {
+		float s = atlas_warp_sum(acc[t]);
+		if (lane == 0)
+			red[warp][t] = s;
 	}
 }
 
@@ -112,7 +143,7 @@ static __device__ __forceinline__ void gemv_impl(OutT *out, const bf16 *x, const
 						 long long K, int rpb)
 {
 	__shared__ float red[8][GEMV_MAXT]; /* per-warp partial sums */
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int warp = threadIdx.x >> 5;
 	if (rpb != 1 && rpb != 2 && rpb != 4 && rpb != 8)
 		rpb = 8;
 	const int wpr = 8 / rpb, ks = warp % wpr;
@@ -123,26 +154,10 @@ static __device__ __forceinline__ void gemv_impl(OutT *out, const bf16 *x, const
 	for (long long t0 = 0; t0 < T; t0 += GEMV_MAXT) {
 		const int nt = T - t0 < GEMV_MAXT ? (int)(T - t0) : GEMV_MAXT;
 		const bf16 *xt = x + t0 * K;
-		float acc[GEMV_MAXT];
-#pragma unroll
-		for (int t = 0; t < GEMV_MAXT; t++)
-			acc[t] = 0.0f;
-		if (n < N) {
-			if (vec && wdt == ATLAS_WDT_BF16)
-				gemv_vec<ATLAS_WDT_BF16>(acc, xt, w, n, K, nt, ks, wpr);
-			else if (vec && wdt == ATLAS_WDT_F16)
-				gemv_vec<ATLAS_WDT_F16>(acc, xt, w, n, K, nt, ks, wpr);
-			else if (vec && wdt == ATLAS_WDT_F32)
-				gemv_vec<ATLAS_WDT_F32>(acc, xt, w, n, K, nt, ks, wpr);
-			else
-				gemv_scalar(acc, xt, w, wdt, n, K, nt, ks, wpr);
-		}
-#pragma unroll
-		for (int t = 0; t < GEMV_MAXT; t++) {
-			float s = atlas_warp_sum(acc[t]);
-			if (lane == 0)
-				red[warp][t] = s;
-		}
+		if (nt == 1) /* decode at batch 1: one accumulator, fewer registers */
+			gemv_rows<1>(red, xt, w, wdt, n, N, K, nt, ks, wpr, vec);
+		else
+			gemv_rows<GEMV_MAXT>(red, xt, w, wdt, n, N, K, nt, ks, wpr, vec);
 		__syncthreads();
 		if ((int)threadIdx.x < rpb * nt) {
 			const int r = threadIdx.x / nt, t = threadIdx.x % nt;

@@ -37,6 +37,8 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_TO_F32] = "atlas_to_f32",
 	[ATLAS_CK_SAMPLE] = "atlas_sample",
 	[ATLAS_CK_FILL] = "atlas_fill_random",
+	[ATLAS_CK_ATT_PART] = "atlas_attention_part",
+	[ATLAS_CK_ATT_COMBINE] = "atlas_attention_combine",
 };
 
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
@@ -372,6 +374,11 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	};
 	atlas_cuda_ops_init(be);
 	atlas_cuda_bench_init(be);
+	/* split-K attention partials: allocated now and never moved, since a
+	 * decode graph records the pointer; without them attention falls back
+	 * to the one-block-per-head kernel */
+	if (atlas_cuda_scratch(be, (void **)&c->att_part, &c->att_cap, ATLAS_CUDA_ATT_SCRATCH))
+		atlas_debug("split-K attention off: %s", atlas_errmsg());
 	size_t free_b = 0, total_b = 0;
 	cudaMemGetInfo(&free_b, &total_b);
 	atlas_info("device: GPU %d, %s (%s, %d SMs), %zu MiB free of %zu MiB; kernels %s", device,

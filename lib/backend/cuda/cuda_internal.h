@@ -27,6 +27,8 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_TO_F32,
 	ATLAS_CK_SAMPLE,
 	ATLAS_CK_FILL,
+	ATLAS_CK_ATT_PART,
+	ATLAS_CK_ATT_COMBINE,
 	ATLAS_CK_COUNT,
 };
 
@@ -58,6 +60,10 @@ struct cuda_ctx {
 	size_t args_cap;              /* its bytes */
 	float *d_scratch;             /* sample scratch */
 	size_t scratch_cap;           /* its bytes */
+	float *att_part;              /* split-K attention partials: a fixed size,
+				       * allocated at creation so that a graph
+				       * capture never sees it move */
+	size_t att_cap;               /* its bytes */
 	int capturing;                /* a graph capture is open on stream */
 	int prof_on;                  /* time every launch (profile op) */
 	int prof_n;                   /* launches timed so far */
@@ -74,6 +80,9 @@ int atlas_cuda_check(struct cuda_ctx *c, cudaError_t e, const char *what);
 /* Make *buf hold at least `need` bytes of device memory (grows rarely). */
 int atlas_cuda_scratch(struct atlas_backend *be, void **buf, size_t *cap, size_t need);
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
+/* Bytes of att_part: the attention op runs tokens in groups that fit. */
+#define ATLAS_CUDA_ATT_SCRATCH ((size_t)64 << 20)
+
 /* Fill the op pointers of be. */
 void atlas_cuda_ops_init(struct atlas_backend *be);
 /* Fill the optional speed and benchmark ops (cuda_bench.c), and free

@@ -3,6 +3,8 @@
  * the backend's stream. */
 #include "cuda_internal.h"
 
+#include <stdint.h>
+
 #include "../../core/error.h"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
@@ -116,17 +118,54 @@ static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void 
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_KV_STORE, (unsigned)T, 1, 256, 0, args);
 }
 
+/* Split-K attention: a token's keys go in at most ATT_SPLITS ranges of at
+ * least ATT_MIN_KEYS keys (fixed constants, so a token's partition
+ * depends only on its own position, never on the batch or on max_keys:
+ * batch invariance, and graph replays as the context grows). With 32
+ * splits a decode token of Qwen3-8B shape (8 kv heads) spreads over up
+ * to 256 blocks; ATT_SPLITS <= ATT_MIN_KEYS keeps every split non-empty. */
+#define ATT_SPLITS 32
+#define ATT_MIN_KEYS 32
+
 static int op_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
 			const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
 			int64_t Hkv, int64_t hd, int64_t window, float scale)
 {
+	struct cuda_ctx *c = be->ctx;
 	long long mb = b->max_blocks, bs = b->block_size, t = T, h = H, hk = Hkv, d = hd, wdw = window;
 	const int32_t *seq = b->seq_of, *pos = b->pos, *tab = b->block_tables;
-	void *args[] = {&out, &q, &kc, &vc, &seq, &pos, &tab, &mb, &bs, &t, &h, &hk, &d, &wdw, &scale};
-	if (hd > 256 || H % Hkv)
+	if (hd > 256 || Hkv <= 0 || H % Hkv)
 		return atlas_error(ATLAS_EINVAL, "cuda attention: H=%lld Hkv=%lld hd=%lld not supported",
 				   (long long)H, (long long)Hkv, (long long)hd);
-	return atlas_cuda_launch(be->ctx, ATLAS_CK_ATTENTION, (unsigned)(T * H), 1, 128, 0, args);
+	/* tokens per launch pair: their partials must fit in att_part */
+	const size_t per_tok = (size_t)H * ATT_SPLITS * (size_t)(hd + 2) * sizeof(float);
+	const int64_t tg = c->att_part ? (int64_t)(c->att_cap / per_tok) : 0;
+	const int split = hd % 8 == 0 && tg > 0 && ((uintptr_t)kc & 15) == 0 &&
+			  ((uintptr_t)vc & 15) == 0;
+	if (!split) { /* the same for every token of these shapes */
+		void *args[] = {&out, &q, &kc, &vc, &seq, &pos, &tab, &mb, &bs, &t, &h, &hk, &d, &wdw,
+				&scale};
+		return atlas_cuda_launch(c, ATLAS_CK_ATTENTION, (unsigned)(T * H), 1, 128, 0, args);
+	}
+	long long splits = ATT_SPLITS, minkeys = ATT_MIN_KEYS;
+	const int64_t ngrp = CEIL_DIV(H / Hkv, 8); /* query heads of a kv head, 8 per block */
+	for (int64_t t0 = 0; t0 < T; t0 += tg) {
+		long long n = T - t0 < tg ? T - t0 : tg;
+		const char *qq = (const char *)q + (size_t)(t0 * H * hd) * 2;
+		char *oo = (char *)out + (size_t)(t0 * H * hd) * 2;
+		const int32_t *sq = seq + t0, *ps = pos + t0;
+		void *pargs[] = {&c->att_part, &qq, &kc, &vc, &sq, &ps, &tab, &mb, &bs, &n, &h, &hk,
+				 &d, &wdw, &scale, &splits, &minkeys};
+		void *cargs[] = {&oo, &c->att_part, &ps, &n, &h, &d, &wdw, &splits, &minkeys};
+		int rc = atlas_cuda_launch(c, ATLAS_CK_ATT_PART,
+					   (unsigned)(n * Hkv * ngrp * ATT_SPLITS), 1, 128, 0, pargs);
+		if (!rc)
+			rc = atlas_cuda_launch(c, ATLAS_CK_ATT_COMBINE, (unsigned)(n * H), 1, 128, 0,
+					       cargs);
+		if (rc)
+			return rc;
+	}
+	return 0;
 }
 
 static int op_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
