@@ -1,272 +1,738 @@
-/* atlas-bench - offline speed measurements with the roofline beside each
- * number: `decode` and `prefill` on a model of a named real shape with
- * random weights made on the GPU (--synthetic), the copy-bandwidth and
- * matrix-rate ceilings measured in the same run, and per-kernel times.
- * Flags and output only; the measurements are lib/bench. */
+/* atlas-bench - speed measurements with the roofline beside each number:
+ * `kernels` (every backend op at a model's shapes), `decode`, `prefill`
+ * and `generate` (in-process, on a model directory or random weights of a
+ * named shape), `serve` (a streaming load generator against an
+ * OpenAI-compatible server, or atlas-serve started here), `history`.
+ * Flags, tables, gates and exit codes only; the measurements are
+ * lib/bench. Exit: 0 measured and every gate met, 1 the harness failed
+ * (bad flags too), 2 a gate was missed. */
+#include <curl/curl.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../lib/bench/bench.h"
+#include "../lib/bench/loadgen.h"
+#include "../lib/bench/runs.h"
 #include "../lib/core/error.h"
+#include "../lib/core/threads.h"
+#include "../lib/bench/selfserve.h"
 #include "common.h"
 
 #define MAX_LIST 16
-#define MAX_PROF 64
+#define MAX_GATES 32
+#define MAX_ROWS 128
 
 static const char usage_text[] =
-	"usage: atlas-bench decode --synthetic SHAPE [--batch N[,N...]] [--prompt N] [--gen N] [options]\n"
-	"       atlas-bench prefill --synthetic SHAPE [--prompt N[,N...]] [options]\n"
+	"usage: atlas-bench kernels [--shape SHAPE] [--filter OP] [--tokens N,...] [options]\n"
+	"       atlas-bench decode|prefill|generate (-m MODEL | --synthetic SHAPE)\n"
+	"                   [--batch N,...] [--prompt N,...] [--gen N,...] [options]\n"
+	"       atlas-bench serve (--url URL | --self [-m MODEL]) [--concurrency N,...]\n"
+	"                   [--prompt N,...] [--gen N,...] [--requests N] [options]\n"
+	"       atlas-bench history [show ID]\n"
 	"\n"
-	"Measure decode or prefill speed on random weights at a real model's shape,\n"
-	"with the device ceilings measured in the same run and each result given as\n"
-	"a fraction of its roofline.\n"
+	"Measure speed against the ceilings measured in the same run; print a table\n"
+	"on stderr (--json: the result on stdout) and record the run under\n"
+	"$ATLAS_HOME/runs/ (default ~/.atlas/runs/).\n"
 	"\n"
-	"  --synthetic SHAPE  model shape: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b\n"
-	"  --batch LIST       decode: sequences per step, comma-separated (default 1)\n"
-	"  --prompt LIST      prompt tokens (decode default 128, prefill default 512)\n"
-	"  --gen N            decode: timed steps per batch size (default 256)\n"
-	"  --warmup N         decode: untimed steps first (default 2)\n"
-	"  --reps N           prefill: timed repetitions, best kept (default 3)\n"
-	"  --device DEV       cuda or cuda:N (default cuda)\n"
-	"  --seed N           weights and prompts (default 1)\n"
-	"  --copy-size SIZE   bytes of the timed device copy (default 4GiB)\n"
-	"  --gemm-n N         T = N = K of the timed matrix product (default 8192)\n"
-	"  --profile          per-kernel times of one decode step and one prefill\n"
-	"  --no-graphs        run decode steps op by op (no CUDA graphs)\n"
-	"  --json             the full result as JSON on stdout (table on stderr)\n"
-	"  -q, --quiet        no table\n"
-	"  -h, --help         this text\n"
-	"      --version      version\n"
+	"What and where:\n"
+	"  -m, --model MODEL     model directory or Hub id (decode, prefill, generate,\n"
+	"                        serve --self; default for --self: the shipped model)\n"
+	"  --synthetic SHAPE     random weights of a named shape instead of -m\n"
+	"  --shape SHAPE         kernels: the shapes (default qwen3-8b)\n"
+	"                        shapes: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b\n"
+	"  --device DEV          auto, cpu or cuda[:N] (default auto)\n"
+	"  -t, --threads N       CPU threads (default: all cores)\n"
+	"Sizes (lists are comma-separated and swept; defaults depend on the device,\n"
+	"GPU / CPU):\n"
+	"  --filter OP           kernels: only ops whose name contains OP\n"
+	"  --tokens LIST         kernels: tokens per call (1,512 / 1,32)\n"
+	"  --context N           kernels: keys attention sees (4096 / 512)\n"
+	"  --reps N              kernels: timed calls, median kept (20 / 3);\n"
+	"                        prefill: timed runs, best kept (3 / 1)\n"
+	"  --batch LIST          decode, generate: sequences per step (1)\n"
+	"  --prompt LIST         prompt tokens (decode 128 / 32, prefill 512 / 64,\n"
+	"                        serve 32)\n"
+	"  --gen LIST            generated tokens (256 / 16; serve 16)\n"
+	"  --warmup N            decode: untimed steps first (2)\n"
+	"  --seed N              weights, buffers and prompts (1)\n"
+	"  --copy-size SIZE      bytes of the timed copy (4GiB / 64MiB)\n"
+	"  --gemm-n N            T = N = K of the timed matrix product (8192 / 256)\n"
+	"  --profile             decode/prefill: per-kernel times (needs a GPU)\n"
+	"  --no-graphs           decode: op by op, no CUDA graphs\n"
+	"  --no-baseline         kernels: skip the CPU reference column on a GPU\n"
+	"Server load (serve):\n"
+	"  --url URL             the server, e.g. http://127.0.0.1:8888\n"
+	"  --self                start build's atlas-serve on a free port, then stop it\n"
+	"  --concurrency LIST    requests in flight (1)\n"
+	"  --requests N          requests per level (default 4 x concurrency, at most 256)\n"
+	"  --timeout S           seconds per request and for the server to start (120)\n"
+	"  --served-model NAME   the requests' \"model\" field (default)\n"
+	"  --api-key KEY         send Authorization: Bearer KEY\n"
+	"  --vocab N             prompt ids are drawn from [0, N) (1000, at most the\n"
+	"                        model's vocabulary)\n"
+	"Gates and output:\n"
+	"  --min METRIC=VALUE    fail (exit 2) if any row is below VALUE (repeatable)\n"
+	"  --max METRIC=VALUE    fail (exit 2) if any row is above VALUE (repeatable)\n"
+	"  --thresholds FILE     JSON object of metric -> minimum (or {\"min\":,\"max\":})\n"
+	"  --json                the full result as JSON on stdout\n"
+	"  --no-record           do not write the run under $ATLAS_HOME/runs/\n"
+	"  -q, --quiet           no table\n"
+	"  -h, --help            this text\n"
+	"      --version         version\n"
 	"\n"
-	"Exit status: 0 measured, 1 the measurement failed (no GPU, out of memory),\n"
-	"2 usage error.\n";
+	"Exit status: 0 measured and every gate met, 1 the harness failed (bad flags,\n"
+	"no device, server unreachable), 2 a gate was missed.\n";
+
+enum {
+	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
+	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
+	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
+	O_NOREC, O_VERSION
+};
 
 static const struct option longopts[] = {
-	{"synthetic", required_argument, NULL, 'S'}, {"batch", required_argument, NULL, 'b'},
-	{"prompt", required_argument, NULL, 'p'},    {"gen", required_argument, NULL, 'g'},
-	{"warmup", required_argument, NULL, 'w'},    {"reps", required_argument, NULL, 'r'},
-	{"device", required_argument, NULL, 'd'},    {"seed", required_argument, NULL, 's'},
-	{"copy-size", required_argument, NULL, 'C'}, {"gemm-n", required_argument, NULL, 'G'},
-	{"profile", no_argument, NULL, 'P'},         {"no-graphs", no_argument, NULL, 'N'},
-	{"json", no_argument, NULL, 'j'},            {"quiet", no_argument, NULL, 'q'},
-	{"help", no_argument, NULL, 'h'},            {"version", no_argument, NULL, 'V'},
+	{"model", required_argument, NULL, 'm'},    {"synthetic", required_argument, NULL, O_SYN},
+	{"shape", required_argument, NULL, O_SHAPE}, {"filter", required_argument, NULL, O_FILTER},
+	{"device", required_argument, NULL, O_DEVICE}, {"threads", required_argument, NULL, 't'},
+	{"tokens", required_argument, NULL, O_TOKENS}, {"context", required_argument, NULL, O_CONTEXT},
+	{"reps", required_argument, NULL, O_REPS},  {"batch", required_argument, NULL, O_BATCH},
+	{"prompt", required_argument, NULL, O_PROMPT}, {"gen", required_argument, NULL, O_GEN},
+	{"warmup", required_argument, NULL, O_WARMUP}, {"seed", required_argument, NULL, O_SEED},
+	{"copy-size", required_argument, NULL, O_COPY}, {"gemm-n", required_argument, NULL, O_GEMM},
+	{"profile", no_argument, NULL, O_PROFILE},  {"no-graphs", no_argument, NULL, O_NOGRAPHS},
+	{"no-baseline", no_argument, NULL, O_NOBASE}, {"url", required_argument, NULL, O_URL},
+	{"self", no_argument, NULL, O_SELF},        {"concurrency", required_argument, NULL, O_CONC},
+	{"requests", required_argument, NULL, O_REQS}, {"timeout", required_argument, NULL, O_TIMEOUT},
+	{"served-model", required_argument, NULL, O_SERVED},
+	{"api-key", required_argument, NULL, O_KEY}, {"vocab", required_argument, NULL, O_VOCAB},
+	{"min", required_argument, NULL, O_MIN},    {"max", required_argument, NULL, O_MAX},
+	{"thresholds", required_argument, NULL, O_THRESH}, {"json", no_argument, NULL, O_JSON},
+	{"no-record", no_argument, NULL, O_NOREC},  {"quiet", no_argument, NULL, 'q'},
+	{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, O_VERSION},
 	{NULL, 0, NULL, 0},
 };
 
-struct opts {
-	const char *cmd, *shape, *device; /* subcommand, --synthetic, --device */
-	int64_t batch[MAX_LIST], prompt[MAX_LIST]; /* lists */
-	int nbatch, nprompt;               /* their lengths */
-	int64_t gen, warmup, reps, copy, gemm_n; /* scalars */
-	uint64_t seed;                     /* --seed */
-	int profile, graphs, json, quiet;  /* switches */
+/* An integer list flag: values and count (0: not given, default applies). */
+struct list {
+	int64_t v[MAX_LIST]; /* values */
+	int n;               /* count */
 };
 
-/* "1,8,32" into v (each in [1, max]); exits 2 naming the flag. */
-static int parse_list(const char *flag, const char *s, int64_t *v, int64_t max)
+struct opts {
+	const char *cmd, *show_id;     /* subcommand; history show's ID */
+	const char *model, *synthetic, *shape, *filter, *device; /* what and where */
+	const char *url, *served, *api_key, *thresholds; /* serve, gates */
+	struct list batch, prompt, gen, tokens, conc; /* sweeps */
+	int64_t context, reps, warmup, copy, gemm_n, requests, timeout, vocab, threads; /* -1 = default */
+	uint64_t seed;                 /* --seed */
+	int profile, graphs, baseline, self, json, quiet, record; /* switches */
+	const char *min_max[MAX_GATES]; /* --min/--max specs, in order */
+	bool is_max[MAX_GATES];        /* which of the two */
+	int n_gates;                   /* count */
+};
+
+/* Bad flags are a harness failure here: exit 1 (see the man page). */
+static void __attribute__((format(printf, 1, 2), noreturn)) bad(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "atlas-bench: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'atlas-bench --help' for more information.\n");
+	exit(1);
+}
+
+static int64_t num(const char *flag, const char *s, int64_t min, int64_t max)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (!*s || *end || v < min || v > max)
+		bad("%s: '%s' is not an integer in %lld..%lld", flag, s, (long long)min,
+		    (long long)max);
+	return v;
+}
+
+static int64_t size_arg(const char *flag, const char *s)
+{
+	static const struct { const char *u; double m; } units[] = {
+		{"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+	char *end;
+	double v = strtod(s, &end);
+	for (size_t i = 0; end != s && i < sizeof(units) / sizeof(units[0]); i++)
+		if (!strcmp(end, units[i].u) && v * units[i].m >= 1 << 20 && v * units[i].m < 1e15)
+			return (int64_t)(v * units[i].m);
+	bad("%s: '%s' is not a size of at least 1MiB (e.g. 64MiB, 4GiB)", flag, s);
+}
+
+static void list_arg(const char *flag, const char *s, struct list *l, int64_t max)
 {
 	char buf[256], *save = NULL;
-	int n = 0;
 	if (strlen(s) >= sizeof(buf))
-		cmd_usage_error("%s: list too long", flag);
-	strcpy(buf, s);
+		bad("%s: list too long", flag);
+	snprintf(buf, sizeof(buf), "%s", s);
+	l->n = 0;
 	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		if (n == MAX_LIST)
-			cmd_usage_error("%s: at most %d values", flag, MAX_LIST);
-		v[n++] = cmd_parse_int(flag, t, 1, max);
+		if (l->n == MAX_LIST)
+			bad("%s: at most %d values", flag, MAX_LIST);
+		l->v[l->n++] = num(flag, t, 1, max);
 	}
-	if (!n)
-		cmd_usage_error("%s needs at least one value", flag);
-	return n;
+	if (!l->n)
+		bad("%s needs at least one value", flag);
+}
+
+static void valid_flags(void)
+{
+	fprintf(stderr, "valid options:");
+	for (const struct option *o = longopts; o->name; o++)
+		fprintf(stderr, " --%s", o->name);
+	fprintf(stderr, "\n");
 }
 
 static void parse(int argc, char **argv, struct opts *o)
 {
 	int c;
-	*o = (struct opts){.device = "cuda", .gen = 256, .warmup = 2, .reps = 3,
-			   .copy = (int64_t)4 << 30, .gemm_n = 8192, .seed = 1, .graphs = 1};
-	while ((c = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+	*o = (struct opts){.device = "auto", .context = -1, .reps = -1, .warmup = 2, .copy = -1,
+			   .gemm_n = -1, .requests = -1, .timeout = 120, .vocab = 1000, .seed = 1,
+			   .graphs = 1, .baseline = 1, .record = 1, .served = "default"};
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":m:t:qh", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'S': o->shape = optarg; break;
-		case 'b': o->nbatch = parse_list("--batch", optarg, o->batch, 1024); break;
-		case 'p': o->nprompt = parse_list("--prompt", optarg, o->prompt, 131072); break;
-		case 'g': o->gen = cmd_parse_int("--gen", optarg, 1, 1 << 20); break;
-		case 'w': o->warmup = cmd_parse_int("--warmup", optarg, 0, 1 << 20); break;
-		case 'r': o->reps = cmd_parse_int("--reps", optarg, 1, 1000); break;
-		case 'd': o->device = optarg; break;
-		case 's': o->seed = cmd_parse_u64("--seed", optarg); break;
-		case 'C': o->copy = cmd_parse_size("--copy-size", optarg, 1 << 20); break;
-		case 'G': o->gemm_n = cmd_parse_int("--gemm-n", optarg, 64, 65536); break;
-		case 'P': o->profile = 1; break;
-		case 'N': o->graphs = 0; break;
-		case 'j': o->json = 1; break;
+		case 'm': o->model = optarg; break;
+		case O_SYN: o->synthetic = optarg; break;
+		case O_SHAPE: o->shape = optarg; break;
+		case O_FILTER: o->filter = optarg; break;
+		case O_DEVICE: o->device = optarg; break;
+		case 't': o->threads = num("--threads", optarg, 1, 1024); break;
+		case O_TOKENS: list_arg("--tokens", optarg, &o->tokens, 65536); break;
+		case O_CONTEXT: o->context = num("--context", optarg, 1, 1 << 20); break;
+		case O_REPS: o->reps = num("--reps", optarg, 1, 10000); break;
+		case O_BATCH: list_arg("--batch", optarg, &o->batch, 1024); break;
+		case O_PROMPT: list_arg("--prompt", optarg, &o->prompt, 131072); break;
+		case O_GEN: list_arg("--gen", optarg, &o->gen, 1 << 20); break;
+		case O_WARMUP: o->warmup = num("--warmup", optarg, 0, 1 << 20); break;
+		case O_SEED: o->seed = (uint64_t)num("--seed", optarg, 0, INT64_MAX); break;
+		case O_COPY: o->copy = size_arg("--copy-size", optarg); break;
+		case O_GEMM: o->gemm_n = num("--gemm-n", optarg, 16, 65536); break;
+		case O_PROFILE: o->profile = 1; break;
+		case O_NOGRAPHS: o->graphs = 0; break;
+		case O_NOBASE: o->baseline = 0; break;
+		case O_URL: o->url = optarg; break;
+		case O_SELF: o->self = 1; break;
+		case O_CONC: list_arg("--concurrency", optarg, &o->conc, 1024); break;
+		case O_REQS: o->requests = num("--requests", optarg, 1, 100000); break;
+		case O_TIMEOUT: o->timeout = num("--timeout", optarg, 1, 86400); break;
+		case O_SERVED: o->served = optarg; break;
+		case O_KEY: o->api_key = optarg; break;
+		case O_VOCAB: o->vocab = num("--vocab", optarg, 1, 1 << 30); break;
+		case O_MIN:
+		case O_MAX:
+			if (o->n_gates == MAX_GATES)
+				bad("at most %d thresholds", MAX_GATES);
+			o->is_max[o->n_gates] = c == O_MAX;
+			o->min_max[o->n_gates++] = optarg;
+			break;
+		case O_THRESH: o->thresholds = optarg; break;
+		case O_JSON: o->json = 1; break;
+		case O_NOREC: o->record = 0; break;
 		case 'q': o->quiet = 1; break;
 		case 'h': fputs(usage_text, stdout); exit(0);
-		case 'V': cmd_print_version(); exit(0);
-		default: cmd_usage_error("unknown option");
+		case O_VERSION: cmd_print_version(); exit(0);
+		case ':': bad("option '%s' needs a value", argv[optind - 1]);
+		default:
+			valid_flags();
+			bad("unknown option '%s'", argv[optind - 1]);
 		}
 	}
 	if (optind >= argc)
-		cmd_usage_error("missing command (decode or prefill)");
+		bad("missing command (kernels, decode, prefill, generate, serve or history)");
 	o->cmd = argv[optind++];
-	if (strcmp(o->cmd, "decode") && strcmp(o->cmd, "prefill"))
-		cmd_usage_error("unknown command '%s' (decode or prefill)", o->cmd);
+	if (!strcmp(o->cmd, "history") && optind < argc && !strcmp(argv[optind], "show")) {
+		if (optind + 1 >= argc)
+			bad("history show needs a run ID");
+		o->show_id = argv[optind + 1];
+		optind += 2;
+	}
 	if (optind < argc)
-		cmd_usage_error("unexpected argument '%s'", argv[optind]);
-	if (!o->shape)
-		cmd_usage_error("--synthetic SHAPE is required (model directories come later)");
+		bad("unexpected argument '%s'", argv[optind]);
+	if (!strstr(" kernels decode prefill generate serve history ", o->cmd) ||
+	    strchr(o->cmd, ' ') || !*o->cmd)
+		bad("unknown command '%s' (kernels, decode, prefill, generate, serve or history)",
+		    o->cmd);
+}
+
+/* Subcommand-specific checks of the flags that do not depend on the device. */
+static void check(struct opts *o)
+{
 	struct atlas_config cfg;
-	if (atlas_bench_shape(o->shape, &cfg))
-		cmd_usage_error("--synthetic: %s", atlas_errmsg());
-	if (!strcmp(o->cmd, "prefill") && o->nbatch)
-		cmd_usage_error("--batch is for decode");
-	if (!o->nbatch)
-		o->batch[o->nbatch++] = 1;
-	if (!o->nprompt)
-		o->prompt[o->nprompt++] = strcmp(o->cmd, "decode") ? 512 : 128;
-	if (!strcmp(o->cmd, "decode") && o->nprompt > 1)
-		cmd_usage_error("decode takes one --prompt length");
+	bool model_cmd = !strcmp(o->cmd, "decode") || !strcmp(o->cmd, "prefill") ||
+			 !strcmp(o->cmd, "generate");
+	const char *shape = o->synthetic ? o->synthetic : o->shape;
+	if (shape && atlas_bench_shape(shape, &cfg))
+		bad("%s: %s", o->synthetic ? "--synthetic" : "--shape", atlas_errmsg());
+	if (model_cmd && !o->model == !o->synthetic)
+		bad("%s needs one of -m MODEL or --synthetic SHAPE", o->cmd);
+	if (!strcmp(o->cmd, "prefill") && o->batch.n)
+		bad("--batch is for decode and generate");
+	if (!strcmp(o->cmd, "serve") && !o->url == !o->self)
+		bad("serve needs one of --url URL or --self");
+	if (!strcmp(o->cmd, "serve") && o->url && o->model)
+		bad("-m is for --self (the server at --url has its own model)");
+	if (o->url && strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
+		bad("--url: '%s' is not an http:// or https:// address", o->url);
+	struct atlas_bench_gate g;
+	for (int i = 0; i < o->n_gates; i++)
+		if (atlas_bench_gate_parse(o->cmd, o->min_max[i], o->is_max[i], &g))
+			bad("%s: %s", o->is_max[i] ? "--max" : "--min", atlas_errmsg());
 }
 
-static int64_t max_of(const int64_t *v, int n)
+/* Rows of results as a table: the named keys of each object. */
+static void table(FILE *f, json_object *rows, const char *const *cols)
 {
-	int64_t m = 0;
-	for (int i = 0; i < n; i++)
-		m = v[i] > m ? v[i] : m;
-	return m;
+	for (int c = 0; cols[c]; c++)
+		fprintf(f, c ? " %12s" : "%-14s", cols[c]);
+	fprintf(f, "\n");
+	for (size_t i = 0; i < json_object_array_length(rows); i++) {
+		json_object *r = json_object_array_get_idx(rows, i), *v;
+		for (int c = 0; cols[c]; c++) {
+			char cell[64] = "-";
+			if (json_object_object_get_ex(r, cols[c], &v) && v) {
+				if (json_object_is_type(v, json_type_string))
+					snprintf(cell, sizeof(cell), "%s", json_object_get_string(v));
+				else if (json_object_is_type(v, json_type_int))
+					snprintf(cell, sizeof(cell), "%lld",
+						 (long long)json_object_get_int64(v));
+				else
+					snprintf(cell, sizeof(cell), "%.4g", json_object_get_double(v));
+			}
+			fprintf(f, c ? " %12s" : "%-14s", cell);
+		}
+		fprintf(f, "\n");
+	}
 }
 
-static void print_profile(FILE *f, const char *title, const struct atlas_kernel_time *rows, int n)
+/* Defaults that depend on the device: GPU value, CPU value. */
+static void list_default(struct list *l, int64_t v)
 {
-	double total = 0;
-	for (int i = 0; i < n; i++)
-		total += rows[i].ms;
-	fprintf(f, "\n%s: %.3f ms of kernels\n%-22s %7s %10s %6s\n", title, total, "kernel", "calls",
-		"ms", "%");
-	for (int i = 0; i < n; i++)
-		fprintf(f, "%-22s %7lld %10.4f %5.1f%%\n", rows[i].name, (long long)rows[i].calls,
-			rows[i].ms, total > 0 ? 100.0 * rows[i].ms / total : 0.0);
+	if (!l->n)
+		l->v[l->n++] = v;
 }
 
-static void print_table(FILE *f, const struct atlas_bench_report *r)
+static void resolve(struct opts *o, bool gpu)
 {
-	fprintf(f, "%s on %s (driver %d, CUDA %d), %s synthetic BF16, commit %s\n", r->command,
-		r->machine.gpu[0] ? r->machine.gpu : r->device, r->machine.driver,
-		r->machine.runtime, r->shape, r->machine.commit);
-	fprintf(f, "ceilings: copy %.0f GB/s (%lld MiB), BF16 GEMM %d^3: atlas %.1f TFLOP/s",
-		r->ceil.copy_gbs, (long long)(r->ceil.copy_bytes >> 20), (int)r->ceil.gemm_n,
-		r->ceil.gemm_tflops);
-	if (r->ceil.cublaslt_tflops > 0)
-		fprintf(f, ", cuBLASLt %.1f TFLOP/s\n", r->ceil.cublaslt_tflops);
+	bool pre = !strcmp(o->cmd, "prefill"), srv = !strcmp(o->cmd, "serve");
+	if (o->reps < 0)
+		o->reps = !strcmp(o->cmd, "kernels") ? (gpu ? 20 : 3) : (gpu ? 3 : 1);
+	if (o->context < 0)
+		o->context = gpu ? 4096 : 512;
+	if (o->copy < 0)
+		o->copy = gpu ? (int64_t)4 << 30 : (int64_t)64 << 20;
+	if (o->gemm_n < 0)
+		o->gemm_n = gpu ? 8192 : 256;
+	if (!o->tokens.n) {
+		list_default(&o->tokens, 1);
+		o->tokens.v[o->tokens.n++] = gpu ? 512 : 32;
+	}
+	list_default(&o->batch, 1);
+	list_default(&o->conc, 1);
+	list_default(&o->prompt, srv ? 32 : pre ? (gpu ? 512 : 64) : (gpu ? 128 : 32));
+	list_default(&o->gen, srv ? 16 : gpu ? 256 : 16);
+	if (!o->shape)
+		o->shape = "qwen3-8b";
+}
+
+static json_object *jlist(const struct list *l)
+{
+	json_object *a = json_object_new_array();
+	for (int i = 0; i < l->n; i++)
+		json_object_array_add(a, json_object_new_int64(l->v[i]));
+	return a;
+}
+
+static json_object *jstr(const char *s)
+{
+	return s ? json_object_new_string(s) : NULL;
+}
+
+/* Every parameter the command used, defaults included. */
+static json_object *params_json(const struct opts *o, const char *model_dir)
+{
+	json_object *p = json_object_new_object();
+#define ADD(k, v) json_object_object_add(p, k, v)
+#define I(v) json_object_new_int64(v)
+#define B(v) json_object_new_boolean(v)
+	ADD("device", jstr(o->device));
+	ADD("threads", I(atlas_threads_count()));
+	ADD("seed", I((int64_t)o->seed));
+	if (!strcmp(o->cmd, "kernels")) {
+		ADD("shape", jstr(o->shape));
+		ADD("filter", jstr(o->filter));
+		ADD("tokens", jlist(&o->tokens));
+		ADD("context", I(o->context));
+		ADD("reps", I(o->reps));
+		ADD("baseline", B(o->baseline));
+	} else if (strcmp(o->cmd, "serve")) {
+		ADD("model", jstr(model_dir));
+		ADD("synthetic", jstr(o->synthetic));
+		if (strcmp(o->cmd, "prefill"))
+			ADD("batch", jlist(&o->batch));
+		ADD("prompt", jlist(&o->prompt));
+		if (strcmp(o->cmd, "prefill")) {
+			ADD("gen", jlist(&o->gen));
+			ADD("warmup", I(o->warmup));
+			ADD("graphs", B(o->graphs));
+		} else {
+			ADD("reps", I(o->reps));
+		}
+		ADD("profile", B(o->profile));
+	} else {
+		ADD("url", jstr(o->url));
+		ADD("self", B(o->self));
+		ADD("model", jstr(model_dir));
+		ADD("served_model", jstr(o->served));
+		ADD("concurrency", jlist(&o->conc));
+		ADD("prompt", jlist(&o->prompt));
+		ADD("gen", jlist(&o->gen));
+		ADD("requests", I(o->requests));
+		ADD("timeout_s", I(o->timeout));
+		ADD("vocab", I(o->vocab));
+		ADD("api_key", B(o->api_key != NULL));
+	}
+	if (strcmp(o->cmd, "serve")) {
+		ADD("copy_size", I(o->copy));
+		ADD("gemm_n", I(o->gemm_n));
+	}
+	ADD("thresholds_file", jstr(o->thresholds));
+	ADD("record", B(o->record));
+#undef ADD
+#undef I
+#undef B
+	return p;
+}
+
+static void print_ceilings(FILE *f, const struct atlas_bench_ceilings *c)
+{
+	fprintf(f, "ceilings: copy %.1f GB/s (%lld MiB), matrix product %lld^3: %.3f TFLOP/s",
+		c->copy_gbs, (long long)(c->copy_bytes >> 20), (long long)c->gemm_n,
+		c->gemm_tflops);
+	if (c->cublaslt_tflops > 0)
+		fprintf(f, ", cuBLASLt %.1f TFLOP/s\n", c->cublaslt_tflops);
 	else
-		fprintf(f, ", cuBLASLt: %s\n", r->ceil.cublaslt_note);
-	if (r->n_decode)
-		fprintf(f, "%6s %7s %6s %10s %10s %10s %10s %9s\n", "batch", "prompt", "gen",
-			"ttft_ms", "ms/step", "tok/s", "floor_ms", "roofline");
-	for (int i = 0; i < r->n_decode; i++) {
-		const struct atlas_bench_decode *d = &r->decode[i];
-		fprintf(f, "%6lld %7lld %6lld %10.2f %10.3f %10.1f %10.3f %8.1f%%\n",
-			(long long)d->batch, (long long)d->prompt, (long long)d->gen, d->ttft_ms,
-			d->step_ms, d->tok_s, d->floor_ms, 100 * d->roofline);
+		fprintf(f, " (baseline: %s)\n", c->cublaslt_note[0] ? c->cublaslt_note : "none");
+}
+
+/* kernels: rows into `res`. */
+static int run_kernels(const struct opts *o, struct atlas_backend *be, json_object *doc,
+		       json_object *res, FILE *tf)
+{
+	struct atlas_config cfg;
+	struct atlas_bench_ceilings ceil;
+	struct atlas_bench_kernel *rows = calloc(MAX_ROWS, sizeof(*rows));
+	struct atlas_backend *base = NULL;
+	int rc, n;
+	atlas_bench_shape(o->shape, &cfg);
+	if (!rows)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	if ((rc = atlas_bench_ceilings(be, o->copy, o->gemm_n, &ceil))) {
+		free(rows);
+		return rc;
 	}
-	if (r->n_prefill)
-		fprintf(f, "%7s %10s %10s %10s %9s\n", "prompt", "ms", "tok/s", "TFLOP/s",
-			"roofline");
-	for (int i = 0; i < r->n_prefill; i++) {
-		const struct atlas_bench_prefill *p = &r->prefill[i];
-		fprintf(f, "%7lld %10.2f %10.1f %10.1f %8.1f%%\n", (long long)p->prompt, p->ms,
-			p->tok_s, p->tflops, 100 * p->roofline);
+	json_object_object_add(doc, "ceilings", atlas_bench_ceilings_json(&ceil));
+	if (o->baseline && strcmp(be->name, "cpu") && !(base = atlas_backend_cpu_new())) {
+		free(rows);
+		return ATLAS_ENOMEM;
 	}
-	if (r->prof)
-		print_profile(f, "one decode step", r->prof, r->n_prof);
-	if (r->prof2)
-		print_profile(f, "one prefill", r->prof2, r->n_prof2);
+	struct atlas_bench_kernels_params kp = {o->filter, o->tokens.v, o->tokens.n, o->context,
+						o->reps, o->seed};
+	n = atlas_bench_kernels(be, base, &cfg, &ceil, &kp, rows, MAX_ROWS);
+	if (base)
+		base->destroy(base);
+	for (int i = 0; i < n; i++)
+		json_object_array_add(res, atlas_bench_kernel_json(&rows[i]));
+	free(rows);
+	if (n < 0)
+		return n;
+	if (!n)
+		return atlas_error(ATLAS_ENOTFOUND, "--filter '%s' matches no op (ops: %s)",
+				   o->filter, atlas_bench_kernel_ops());
+	if (tf) {
+		static const char *const cols[] = {"op", "what", "tokens", "ms", "gbs", "tflops",
+						   "roofline", "baseline_ms", "speedup", NULL};
+		fprintf(tf, "kernels at the %s shapes on %s\n", o->shape, be->name);
+		print_ceilings(tf, &ceil);
+		table(tf, res, cols);
+	}
+	return 0;
+}
+
+/* decode, prefill, generate: rows into `res`. */
+static int run_model(const struct opts *o, struct atlas_backend *be, const char *dir,
+		     json_object *doc, json_object *res, FILE *tf)
+{
+	bool pre = !strcmp(o->cmd, "prefill"), gen = !strcmp(o->cmd, "generate");
+	struct atlas_bench_ceilings ceil;
+	struct atlas_config cfg;
+	struct atlas_model_params mp;
+	int64_t maxb = 1, maxp = 1, maxg = 0;
+	int rc;
+	for (int i = 0; i < o->batch.n && !pre; i++)
+		maxb = o->batch.v[i] > maxb ? o->batch.v[i] : maxb;
+	for (int i = 0; i < o->prompt.n; i++)
+		maxp = o->prompt.v[i] > maxp ? o->prompt.v[i] : maxp;
+	for (int i = 0; i < o->gen.n && !pre; i++)
+		maxg = o->gen.v[i] > maxg ? o->gen.v[i] : maxg;
+	if ((rc = atlas_bench_ceilings(be, o->copy, o->gemm_n, &ceil)))
+		return rc;
+	json_object_object_add(doc, "ceilings", atlas_bench_ceilings_json(&ceil));
+	atlas_model_default_params(&mp);
+	mp.max_seqs = maxb;
+	mp.max_tokens = maxp > maxb ? maxp : maxb;
+	mp.max_context = maxp + (pre ? 0 : maxg + o->warmup) + 4;
+	struct atlas_model *m;
+	if (o->synthetic) {
+		atlas_bench_shape(o->synthetic, &cfg);
+		atlas_bench_prepare(be);
+		m = atlas_model_synthetic(&cfg, be, &mp, o->seed);
+	} else {
+		m = atlas_model_load(dir, be, &mp);
+	}
+	if (!m)
+		return ATLAS_EINVAL;
+	json_object_object_add(doc, "model",
+			       atlas_bench_model_json(atlas_model_config(m),
+						      o->synthetic ? o->synthetic : dir,
+						      atlas_model_weight_bytes(m)));
+	atlas_model_set_graphs(m, o->graphs);
+	for (int b = 0; b < (pre ? 1 : o->batch.n) && !rc; b++)
+		for (int p = 0; p < o->prompt.n && !rc; p++)
+			for (int g = 0; g < (pre ? 1 : o->gen.n) && !rc; g++) {
+				if (pre) {
+					struct atlas_bench_prefill r;
+					rc = atlas_bench_run_prefill(m, o->prompt.v[p], o->reps,
+								     ceil.gemm_tflops, &r);
+					if (!rc)
+						json_object_array_add(res, atlas_bench_prefill_json(&r));
+				} else {
+					struct atlas_bench_decode r;
+					rc = atlas_bench_run_decode(m, o->batch.v[b], o->prompt.v[p],
+								    o->gen.v[g], gen ? 0 : o->warmup,
+								    ceil.copy_gbs, &r);
+					if (!rc)
+						json_object_array_add(res, atlas_bench_decode_json(&r, gen));
+				}
+			}
+	json_object *prof = NULL;
+	if (!rc && o->profile) {
+		struct atlas_kernel_time rows[64];
+		int n = atlas_bench_profile(m, be, pre ? "prefill" : "decode", o->batch.v[0],
+					    o->prompt.v[0], rows, 64);
+		if (n < 0)
+			rc = n;
+		else
+			prof = atlas_bench_profile_json(rows, n);
+	}
+	json_object_object_add(doc, "profile", prof);
+	atlas_model_free(m);
+	if (!rc && tf) {
+		static const char *const dcols[] = {"batch", "prompt", "gen", "ttft_ms", "ms_per_step",
+						    "tok_s", "floor_ms", "roofline", NULL};
+		static const char *const gcols[] = {"batch", "prompt", "gen", "ttft_ms", "total_ms",
+						    "e2e_tok_s", "tok_s", "roofline", NULL};
+		static const char *const pcols[] = {"prompt", "ms", "tok_s", "tflops", "roofline", NULL};
+		fprintf(tf, "%s of %s on %s\n", o->cmd, o->synthetic ? o->synthetic : dir, be->name);
+		print_ceilings(tf, &ceil);
+		table(tf, res, pre ? pcols : gen ? gcols : dcols);
+	}
+	return rc;
+}
+
+static json_object *serve_row(const struct atlas_loadgen_result *r)
+{
+	json_object *o = json_object_new_object();
+#define D(k, v) json_object_object_add(o, k, json_object_new_double(v))
+#define I(k, v) json_object_object_add(o, k, json_object_new_int64(v))
+	I("concurrency", r->concurrency);
+	I("requests", r->requests);
+	I("prompt", r->prompt);
+	I("gen", r->output);
+	I("ok", r->ok);
+	I("errors", r->errors);
+	D("error_rate", r->requests ? (double)r->errors / (double)r->requests : 0);
+	I("tokens", r->tokens);
+	D("wall_s", r->wall_s);
+	D("throughput_tok_s", r->throughput);
+	D("req_s", r->req_s);
+	D("ttft_p50_ms", r->ttft_p50);
+	D("ttft_p90_ms", r->ttft_p90);
+	D("ttft_p99_ms", r->ttft_p99);
+	D("tpot_p50_ms", r->tpot_p50);
+	D("tpot_p99_ms", r->tpot_p99);
+	D("e2e_p50_ms", r->e2e_p50);
+	json_object_object_add(o, "first_error", r->first_error[0] ? jstr(r->first_error) : NULL);
+#undef D
+#undef I
+	return o;
+}
+
+/* serve: rows into `res`; the server at o->url, or one started here. */
+static int run_serve(struct opts *o, const char *dir, json_object *doc, json_object *res,
+		     FILE *tf)
+{
+	struct atlas_selfserve ss = {0};
+	struct atlas_config cfg;
+	char *exe = NULL, ms[32];
+	long status = 0;
+	int rc = 0;
+	int64_t maxc = 0;
+	for (int i = 0; i < o->conc.n; i++)
+		maxc = o->conc.v[i] > maxc ? o->conc.v[i] : maxc;
+	if (dir && !atlas_config_load(dir, &cfg) && cfg.vocab_size < o->vocab)
+		o->vocab = cfg.vocab_size;
+	if (o->self) {
+		const char *args[16] = {"-m", dir, "--device", o->device, "--served-model-name",
+					o->served};
+		int n = 6;
+		snprintf(ms, sizeof(ms), "%lld", (long long)(maxc > 16 ? maxc : 16));
+		args[n++] = "--max-seqs";
+		args[n++] = ms;
+		if (o->api_key) {
+			args[n++] = "--api-key";
+			args[n++] = o->api_key;
+		}
+		if (!(exe = atlas_selfserve_sibling("atlas-serve")))
+			return ATLAS_ENOTFOUND;
+		rc = atlas_selfserve_start(&ss, exe, args, o->timeout);
+		free(exe);
+		if (rc)
+			return rc;
+		o->url = ss.url;
+	} else if ((rc = atlas_loadgen_probe(o->url, o->timeout < 10 ? o->timeout : 10, &status))) {
+		return rc;
+	}
+	json_object *srv = json_object_new_object();
+	json_object_object_add(srv, "url", jstr(o->url));
+	json_object_object_add(srv, "started_here", json_object_new_boolean(o->self));
+	json_object_object_add(doc, "server", srv);
+	int64_t all_ok = 0;
+	for (int c = 0; c < o->conc.n && !rc; c++)
+		for (int p = 0; p < o->prompt.n && !rc; p++)
+			for (int g = 0; g < o->gen.n && !rc; g++) {
+				int64_t n = o->requests > 0 ? o->requests : 4 * o->conc.v[c];
+				struct atlas_loadgen_params lp = {
+					o->url, o->served, o->api_key, o->conc.v[c],
+					n > 256 && o->requests < 0 ? 256 : n, o->prompt.v[p],
+					o->gen.v[g], o->vocab, o->timeout, o->seed};
+				struct atlas_loadgen_result r;
+				rc = atlas_loadgen_run(&lp, &r);
+				if (!rc)
+					json_object_array_add(res, serve_row(&r));
+				all_ok += r.ok;
+				if (!rc && r.errors)
+					fprintf(stderr, "atlas-bench: %lld of %lld requests failed: %s\n",
+						(long long)r.errors, (long long)r.requests,
+						r.first_error);
+			}
+	if (o->self)
+		atlas_selfserve_stop(&ss);
+	if (!rc && !all_ok)
+		rc = atlas_error(ATLAS_EIO, "every request to '%s' failed", o->url);
+	if (!rc && tf) {
+		static const char *const cols[] = {"concurrency", "prompt", "gen", "errors",
+						   "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms",
+						   "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", NULL};
+		fprintf(tf, "serve load against %s%s\n", o->url, o->self ? " (started here)" : "");
+		table(tf, res, cols);
+	}
+	if (o->self)
+		o->url = NULL; /* the address was the child's */
+	return rc;
+}
+
+static int history(const struct opts *o)
+{
+	char *s = o->show_id ? atlas_bench_history_show(o->show_id) : atlas_bench_history_list();
+	if (!s)
+		return cmd_lib_error();
+	fputs(s, stdout);
+	free(s);
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	struct opts o;
-	struct atlas_config cfg;
-	struct atlas_bench_report rep = {0};
-	struct atlas_bench_decode dec[MAX_LIST];
-	struct atlas_bench_prefill pre[MAX_LIST];
-	struct atlas_kernel_time prof[MAX_PROF], prof2[MAX_PROF];
-	int rc = 0, decode;
+	struct atlas_bench_gate gates[MAX_GATES];
+	struct atlas_bench_machine mach;
+	struct atlas_backend *be = NULL;
+	char *dir = NULL;
+	int ng = 0, rc = 0;
 	cmd_name = "atlas-bench";
 	parse(argc, argv, &o);
-	decode = !strcmp(o.cmd, "decode");
-	atlas_bench_shape(o.shape, &cfg);
-
-	struct atlas_backend *be = atlas_backend_open(o.device);
-	if (!be)
-		return cmd_lib_error();
-	if (!be->fill_random || !be->measure) {
-		cmd_error("device '%s' cannot run synthetic benchmarks (it needs a GPU)", o.device);
-		be->destroy(be);
+	if (!strcmp(o.cmd, "history"))
+		return history(&o);
+	check(&o);
+	for (int i = 0; i < o.n_gates; i++)
+		atlas_bench_gate_parse(o.cmd, o.min_max[i], o.is_max[i], &gates[ng++]);
+	if (o.thresholds && (ng = atlas_bench_gates_file(o.cmd, o.thresholds, gates, ng,
+							 MAX_GATES)) < 0)
+		bad("--thresholds: %s", atlas_errmsg());
+	if (o.threads > 0)
+		atlas_threads_set((int)o.threads);
+	if ((o.model || (o.self && !o.url)) && !(dir = cmd_resolve_model(o.model)))
 		return 1;
-	}
-	rep = (struct atlas_bench_report){.command = o.cmd, .shape = o.shape, .device = o.device,
-					  .seed = o.seed, .cfg = &cfg};
-	atlas_bench_machine(be, &rep.machine);
-	/* the ceilings first, while the memory is free */
-	if (atlas_bench_ceilings(be, o.copy, o.gemm_n, &rep.ceil)) {
-		be->destroy(be);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	bool serve = !strcmp(o.cmd, "serve");
+	if (!serve && !(be = atlas_backend_open(o.device))) {
+		free(dir);
 		return cmd_lib_error();
 	}
-
-	int64_t maxb = decode ? max_of(o.batch, o.nbatch) : 1, maxp = max_of(o.prompt, o.nprompt);
-	struct atlas_model_params mp;
-	atlas_model_default_params(&mp);
-	mp.max_seqs = maxb;
-	mp.max_tokens = maxp > maxb ? maxp : maxb;
-	mp.max_context = maxp + (decode ? o.gen + o.warmup : 0) + 4;
-	struct atlas_model *m = atlas_model_synthetic(&cfg, be, &mp, o.seed);
-	if (!m) {
-		be->destroy(be);
-		return cmd_lib_error();
-	}
-	atlas_model_set_graphs(m, o.graphs);
-	if (decode) {
-		for (int i = 0; i < o.nbatch && !rc; i++, rep.n_decode++)
-			rc = atlas_bench_run_decode(m, o.batch[i], o.prompt[0], o.gen, o.warmup,
-						    rep.ceil.copy_gbs, &dec[i]);
-	} else {
-		for (int i = 0; i < o.nprompt && !rc; i++, rep.n_prefill++)
-			rc = atlas_bench_run_prefill(m, o.prompt[i], o.reps, rep.ceil.gemm_tflops,
-						     &pre[i]);
-	}
-	rep.decode = dec;
-	rep.prefill = pre;
-	if (!rc && o.profile) {
-		rc = atlas_bench_profile(m, be, "decode", o.batch[0], o.prompt[0], prof, MAX_PROF);
-		if (rc >= 0) {
-			rep.prof = prof, rep.n_prof = rc;
-			rc = atlas_bench_profile(m, be, "prefill", 1, o.prompt[0], prof2, MAX_PROF);
+	resolve(&o, be && strcmp(be->name, "cpu"));
+	atlas_bench_machine(be, &mach);
+	json_object *doc = atlas_bench_doc_new(o.cmd, be ? be->name : o.device, &mach);
+	json_object *res = json_object_new_array();
+	FILE *tf = o.quiet ? NULL : stderr;
+	json_object_object_add(doc, "params", params_json(&o, dir));
+	if (!strcmp(o.cmd, "kernels"))
+		rc = run_kernels(&o, be, doc, res, tf);
+	else if (serve)
+		rc = run_serve(&o, dir, doc, res, tf);
+	else
+		rc = run_model(&o, be, dir, doc, res, tf);
+	json_object_object_add(doc, "results", res);
+	int missed = 0;
+	if (!rc) {
+		missed = atlas_bench_gates_check(res, gates, ng);
+		json_object_object_add(doc, "metrics", atlas_bench_metrics_json(o.cmd, res));
+		json_object_object_add(doc, "gates", atlas_bench_gates_json(gates, ng));
+		for (int i = 0; i < ng; i++)
+			if (!gates[i].pass)
+				fprintf(stderr, "atlas-bench: gate missed: %s %s %g (worst: %g)\n",
+					gates[i].metric, gates[i].is_max ? "<=" : ">=", gates[i].limit,
+					gates[i].actual);
+		char *id = NULL;
+		if (o.record && !atlas_bench_record(doc, o.cmd, &id) && tf)
+			fprintf(tf, "recorded as %s\n", id);
+		else if (o.record && !id)
+			cmd_error("cannot record the run: %s", atlas_errmsg());
+		free(id);
+		if (o.json) {
+			char *s = atlas_bench_doc_text(doc);
+			if (s)
+				puts(s);
+			free(s);
 		}
-		if (rc >= 0)
-			rep.prof2 = prof2, rep.n_prof2 = rc, rc = 0;
-	}
-	if (rc) {
+	} else {
 		cmd_lib_error();
-		/* the failed run has no numbers */
-		if (decode && rep.n_decode)
-			rep.n_decode--;
-		if (!decode && rep.n_prefill)
-			rep.n_prefill--;
 	}
-	if (!o.quiet)
-		print_table(o.json ? stderr : stdout, &rep);
-	if (o.json && !rc) {
-		char *js = atlas_bench_json(&rep);
-		if (js)
-			puts(js);
-		else
-			rc = cmd_lib_error();
-		free(js);
-	}
-	atlas_model_free(m);
-	be->destroy(be);
-	return rc ? 1 : 0;
+	json_object_put(doc);
+	if (be)
+		be->destroy(be);
+	free(dir);
+	curl_global_cleanup();
+	return rc ? 1 : missed ? 2 : 0;
 }

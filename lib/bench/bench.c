@@ -1,5 +1,5 @@
-/* bench.c - the measurements of atlas-bench decode/prefill: named shapes,
- * ceilings, timed decode and prefill runs and per-kernel profiles.
+/* bench.c - the measurements of atlas-bench decode/prefill/generate:
+ * named shapes, timed decode and prefill runs and per-kernel profiles.
  *
  * Times are wall-clock around work that ends in a download (each step
  * brings its sampled ids back), so they include every launch and copy a
@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../core/error.h"
 
@@ -64,37 +63,6 @@ int atlas_bench_shape(const char *name, struct atlas_config *c)
 			   atlas_bench_shape_names());
 }
 
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-int atlas_bench_ceilings(struct atlas_backend *be, int64_t copy_bytes, int64_t gemm_n,
-			 struct atlas_bench_ceilings *out)
-{
-	double v = 0;
-	int rc;
-	memset(out, 0, sizeof(*out));
-	if (!be->measure)
-		return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot measure its ceilings",
-				   be->name);
-	out->copy_bytes = copy_bytes;
-	out->gemm_n = gemm_n;
-	if (!be->measure(be, "runtime", 0, &v))
-		out->runtime_version = (int)v;
-	if ((rc = be->measure(be, "copy", copy_bytes, &out->copy_gbs)))
-		return atlas_error_wrap(rc, "cannot measure the copy bandwidth");
-	if ((rc = be->measure(be, "gemm", gemm_n, &out->gemm_tflops)))
-		return atlas_error_wrap(rc, "cannot measure the matrix rate");
-	if (be->measure(be, "gemm-cublaslt", gemm_n, &out->cublaslt_tflops)) {
-		out->cublaslt_tflops = 0;
-		snprintf(out->cublaslt_note, sizeof(out->cublaslt_note), "%s", atlas_errmsg());
-	}
-	return 0;
-}
-
 /* Random prompt ids in [0, V) from a small LCG. */
 static void random_ids(int32_t *ids, int64_t n, int64_t V, uint64_t *state)
 {
@@ -122,6 +90,7 @@ int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt,
 	int32_t *ids = malloc((size_t)prompt * sizeof(int32_t));
 	struct atlas_sample_args greedy = {0};
 	uint64_t st = 12345;
+	double start = 0;
 	int rc = 0;
 	memset(r, 0, sizeof(*r));
 	r->batch = batch, r->prompt = prompt, r->gen = gen, r->warmup = warmup;
@@ -135,10 +104,12 @@ int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt,
 			break;
 		}
 		random_ids(ids, prompt, c->vocab_size, &st);
-		double t0 = now_ms();
+		double t0 = atlas_bench_now_ms();
 		rc = atlas_model_forward_sample(m, seqs[i], ids, prompt, &greedy, &in[i]);
 		if (i == 0)
-			r->ttft_ms = now_ms() - t0;
+			r->ttft_ms = atlas_bench_now_ms() - t0;
+		if (i == 0)
+			start = t0;
 	}
 	for (int64_t i = 0; i < batch; i++)
 		items[i] = (struct atlas_batch_item){
@@ -146,12 +117,14 @@ int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt,
 	double t0 = 0;
 	for (int64_t s = 0; s < warmup + gen && !rc; s++) {
 		if (s == warmup)
-			t0 = now_ms();
+			t0 = atlas_bench_now_ms();
 		rc = atlas_model_forward_batch(m, items, batch);
 		memcpy(in, out, (size_t)batch * sizeof(int32_t));
 	}
 	if (!rc) {
-		double ms = now_ms() - t0;
+		double t1 = atlas_bench_now_ms(), ms = t1 - t0;
+		r->total_ms = t1 - start;
+		r->e2e_tok_s = (double)(batch * (warmup + gen + 1)) / (r->total_ms / 1e3);
 		r->step_ms = ms / (double)gen;
 		r->tok_s = (double)(batch * gen) / (ms / 1e3);
 		r->weight_bytes = atlas_model_weight_bytes(m);
@@ -209,9 +182,9 @@ int atlas_bench_run_prefill(struct atlas_model *m, int64_t prompt, int64_t reps,
 	r->ms = 1e30;
 	for (int64_t i = 0; i <= reps && !rc; i++) { /* i == 0: warm-up */
 		atlas_seq_reset(s);
-		double t0 = now_ms();
+		double t0 = atlas_bench_now_ms();
 		rc = atlas_model_forward_sample(m, s, ids, prompt, &greedy, &tok);
-		double ms = now_ms() - t0;
+		double ms = atlas_bench_now_ms() - t0;
 		if (i > 0 && ms < r->ms)
 			r->ms = ms;
 	}

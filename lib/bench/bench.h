@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <json-c/json.h>
+
 #include "../backend/backend.h"
 #include "../io/config.h"
 #include "../model/model.h"
@@ -32,8 +34,20 @@ struct atlas_bench_ceilings {
 	char cublaslt_note[128]; /* why there is no baseline, or "" */
 	int runtime_version;    /* CUDA runtime, e.g. 13000 */
 };
+/* With the backend's `measure` op when it has one; on the CPU backend
+ * the copy is a threaded memcpy and the product is its matmul op (F32
+ * activations, BF16 weights), timed with the monotonic clock here. */
 int atlas_bench_ceilings(struct atlas_backend *be, int64_t copy_bytes, int64_t gemm_n,
 			 struct atlas_bench_ceilings *out);
+
+/* Make `be` able to build synthetic models: the CPU backend has no
+ * fill_random op, and its memory is host memory, so the fill is done on
+ * the host here (installed in be's table). Other backends are left as
+ * they are. */
+void atlas_bench_prepare(struct atlas_backend *be);
+
+/* Monotonic clock, milliseconds. */
+double atlas_bench_now_ms(void);
 
 /* One decode run: `batch` sequences each prefilled with `prompt` random
  * tokens, then `gen` timed steps of one token per sequence (greedy, on
@@ -41,6 +55,8 @@ int atlas_bench_ceilings(struct atlas_backend *be, int64_t copy_bytes, int64_t g
 struct atlas_bench_decode {
 	int64_t batch, prompt, gen, warmup; /* the parameters */
 	double ttft_ms;         /* prefill of the first sequence to its first token */
+	double total_ms;        /* all prefills plus every step (generate) */
+	double e2e_tok_s;       /* batch * (warmup + gen + 1) / total_ms */
 	double step_ms;         /* mean time of one decode step */
 	double tok_s;           /* batch * gen / decode time */
 	int64_t weight_bytes;   /* read per step */
@@ -75,35 +91,68 @@ int atlas_bench_profile(struct atlas_model *m, struct atlas_backend *be, const c
 
 /* Machine facts for the report. */
 struct atlas_bench_machine {
-	char gpu[128];          /* GPU name, or "" */
+	char gpu[128];          /* GPU name, or "none" */
 	int driver;             /* driver version (e.g. 13000), 0 if unknown */
 	int runtime;            /* CUDA runtime version, 0 if unknown */
 	const char *commit;     /* git revision of the build */
 	const char *version;    /* Atlas version */
 	const char *target;     /* kernel targets built in, or "" */
+	int threads;            /* CPU threads of the pool */
 };
 void atlas_bench_machine(struct atlas_backend *be, struct atlas_bench_machine *out);
 
-/* Everything one atlas-bench decode/prefill invocation measured. */
-struct atlas_bench_report {
-	const char *command;    /* "decode" or "prefill" */
-	const char *shape;      /* --synthetic name */
-	const char *device;     /* --device */
-	uint64_t seed;          /* weights and prompts */
-	const struct atlas_config *cfg; /* the model's shape */
-	struct atlas_bench_machine machine;
-	struct atlas_bench_ceilings ceil;
-	const struct atlas_bench_decode *decode; /* [n_decode] */
-	int n_decode;
-	const struct atlas_bench_prefill *prefill; /* [n_prefill] */
-	int n_prefill;
-	const struct atlas_kernel_time *prof; /* [n_prof] decode step, or NULL */
-	int n_prof;
-	const struct atlas_kernel_time *prof2; /* [n_prof2] prefill, or NULL */
-	int n_prof2;
+/* --- kernels: every op at a model's shapes (kernels.c) ------------------ */
+
+struct atlas_bench_kernel {
+	char op[24];            /* backend op ("matmul", "attention", ...) */
+	char what[24];          /* which use of it ("gate", "down", "decode", ...) */
+	char shape[64];         /* its sizes, e.g. "T=1 N=12288 K=4096" */
+	int64_t tokens;         /* rows (tokens) of the call */
+	double ms;              /* median of the timed repetitions */
+	double bytes;           /* bytes the op must move at least */
+	double flops;           /* floating-point operations */
+	double gbs;             /* bytes / ms */
+	double tflops;          /* flops / ms */
+	double roofline;        /* max(gbs / copy ceiling, tflops / matrix ceiling) */
+	double base_ms;         /* the baseline's time (CPU reference), < 0 if none */
 };
-/* The report as one JSON object (a malloc'd string the caller frees), or
- * NULL with a message. */
-char *atlas_bench_json(const struct atlas_bench_report *r);
+
+struct atlas_bench_kernels_params {
+	const char *filter;     /* only ops whose name contains it, or NULL */
+	const int64_t *tokens;  /* token counts of the calls ([n_tokens]) */
+	int n_tokens;
+	int64_t context;        /* keys the attention rows see */
+	int64_t reps;           /* timed repetitions (median kept), after one warm-up */
+	uint64_t seed;          /* buffer contents */
+};
+
+/* Time every op of `be` at the shapes of `cfg`; `base` (or NULL) runs the
+ * same calls as the baseline (the CPU reference under a GPU backend).
+ * Times on a backend with per-kernel profiling come from its device
+ * events, else from the clock around the op and a sync. Fills up to max
+ * rows and returns how many, or a negative code. */
+int atlas_bench_kernels(struct atlas_backend *be, struct atlas_backend *base,
+			const struct atlas_config *cfg, const struct atlas_bench_ceilings *ceil,
+			const struct atlas_bench_kernels_params *p, struct atlas_bench_kernel *rows,
+			int max);
+/* The op names --filter matches, comma-separated; static string. */
+const char *atlas_bench_kernel_ops(void);
+
+/* --- the JSON document (report.c) ---------------------------------------- */
+
+/* The start of every atlas-bench JSON document: command, version, commit,
+ * UTC time, machine (GPU name, driver and CUDA versions or "none", the
+ * device). Owned by the caller (json_object_put). */
+json_object *atlas_bench_doc_new(const char *command, const char *device,
+				 const struct atlas_bench_machine *mach);
+json_object *atlas_bench_ceilings_json(const struct atlas_bench_ceilings *c);
+json_object *atlas_bench_model_json(const struct atlas_config *c, const char *source,
+				    int64_t weight_bytes);
+json_object *atlas_bench_decode_json(const struct atlas_bench_decode *d, bool generate);
+json_object *atlas_bench_prefill_json(const struct atlas_bench_prefill *p);
+json_object *atlas_bench_kernel_json(const struct atlas_bench_kernel *k);
+json_object *atlas_bench_profile_json(const struct atlas_kernel_time *rows, int n);
+/* The document as pretty text (malloc'd, caller frees), or NULL. */
+char *atlas_bench_doc_text(json_object *doc);
 
 #endif
