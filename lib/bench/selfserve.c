@@ -101,11 +101,16 @@ int atlas_selfserve_start(struct atlas_selfserve *s, const char *exe, const char
 		return atlas_error(ATLAS_EIO, "cannot find a free port on 127.0.0.1");
 	snprintf(port, sizeof(port), "%d", s->port);
 	snprintf(s->url, sizeof(s->url), "http://127.0.0.1:%d", s->port);
-	snprintf(s->log, sizeof(s->log), "%s/atlas-bench-serve-XXXXXX",
-		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-	int fd = mkstemp(s->log);
-	if (fd < 0)
-		return atlas_error(ATLAS_EIO, "cannot create a log file in '%s'", s->log);
+	/* the server's log, named by process and port (both unique right
+	 * now), created exclusively so nothing else's file is reused */
+	snprintf(s->log, sizeof(s->log), "%s/atlas-bench-serve-%d-%d.log",
+		 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid(), s->port);
+	int fd = open(s->log, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		atlas_error(ATLAS_EIO, "cannot create the log file '%s'", s->log);
+		s->log[0] = 0;
+		return ATLAS_EIO;
+	}
 	argv[n++] = exe;
 	for (int i = 0; args[i] && n < 58; i++)
 		argv[n++] = args[i];
