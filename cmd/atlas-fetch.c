@@ -21,6 +21,7 @@
 #include "../lib/io/hub.h"
 #include "../lib/io/hub_fetch.h"
 #include "common.h"
+#include "../lib/core/clock.h"
 
 static const char usage_text[] =
 	"usage: atlas-fetch [options] ORG/NAME[@REVISION]\n"
@@ -185,13 +186,6 @@ struct display {
 	int failed;                  /* files that failed */
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void human(char *buf, size_t n, double bytes)
 {
 	const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -204,7 +198,7 @@ static void human(char *buf, size_t n, double bytes)
 /* Redraw the one-line status (TTY only); caller holds the lock. */
 static void redraw(struct display *d, int64_t item, bool force)
 {
-	double t = now_s();
+	double t = atlas_now();
 	if (!d->tty || d->quiet || (!force && t - d->last < 0.1))
 		return;
 	d->last = t;
@@ -358,7 +352,7 @@ int main(int argc, char **argv)
 			d.files_todo++;
 	}
 	d.base = plan.bytes_present;
-	d.t0 = d.last = now_s();
+	d.t0 = d.last = atlas_now();
 	rc = atlas_fetch_run(hub, &plan, &fo);
 	if (rc) {
 		cmd_error("%d of %lld files failed; run atlas-fetch again to resume", d.failed,
@@ -366,7 +360,7 @@ int main(int argc, char **argv)
 	} else {
 		if (!o.quiet) {
 			char b[32];
-			double t = now_s() - d.t0;
+			double t = atlas_now() - d.t0;
 			human(b, sizeof(b), (double)(plan.bytes_total - plan.bytes_present));
 			fprintf(stderr, "atlas-fetch: %lld files in place (%lld downloaded, %s in %.1f s)\n",
 				(long long)plan.n_items, (long long)d.files_done, b, t);

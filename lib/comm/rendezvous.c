@@ -32,6 +32,7 @@
 
 #include "../core/error.h"
 #include "../core/log.h"
+#include "../core/clock.h"
 
 #define RDV_MAGIC 0x41545256u /* "ATRV" */
 #define RDV_VERSION 1u
@@ -41,17 +42,10 @@
 #define RDV_EXTRA 8           /* connections beyond world-1 kept to answer */
 #define RDV_GRACE 2.0         /* seconds a rank waits for the verdict past its timeout */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Milliseconds left before `deadline`, for poll. */
 static int left_ms(double deadline)
 {
-	double ms = (deadline - now_s()) * 1000.0;
+	double ms = (deadline - atlas_now()) * 1000.0;
 	return ms <= 0 ? 0 : ms > 1e9 ? 1000000000 : (int)ms + 1;
 }
 
@@ -379,7 +373,7 @@ static int serve(const struct atlas_rendezvous_opts *o, const void *blob, size_t
 			continue;
 		struct peer *p = &peers[n];
 		p->fd = fd;
-		double hd = now_s() + 5.0 < deadline ? now_s() + 5.0 : deadline;
+		double hd = atlas_now() + 5.0 < deadline ? atlas_now() + 5.0 : deadline;
 		if (read_hello(fd, hd, p)) {
 			close(fd);
 			continue;
@@ -391,8 +385,8 @@ static int serve(const struct atlas_rendezvous_opts *o, const void *blob, size_t
 		}
 	}
 	close(lfd);
-	rc = judge(o, len, peers, n, have, now_s() - start, msg);
-	double rd = now_s() + RDV_GRACE;
+	rc = judge(o, len, peers, n, have, atlas_now() - start, msg);
+	double rd = atlas_now() + RDV_GRACE;
 	for (int i = 0; i < n; i++) {
 		reply(peers[i].fd, rc, blob, len, msg, rd);
 		close(peers[i].fd);
@@ -410,7 +404,7 @@ static int serve(const struct atlas_rendezvous_opts *o, const void *blob, size_t
 
 static void nap(double deadline, double s)
 {
-	double left = deadline - now_s();
+	double left = deadline - atlas_now();
 	if (left < s)
 		s = left;
 	if (s <= 0)
@@ -463,7 +457,7 @@ static int join(const struct atlas_rendezvous_opts *o, void *blob, size_t len, d
 		return rc;
 	while ((fd = try_connect(res, deadline)) < 0) {
 		int err = errno;
-		if (now_s() >= deadline) {
+		if (atlas_now() >= deadline) {
 			freeaddrinfo(res);
 			return atlas_error(ATLAS_EIO,
 					   "rank %d cannot reach rank 0 at %s:%d within %.3g s (%s): "
@@ -529,7 +523,7 @@ int atlas_rendezvous(const struct atlas_rendezvous_opts *o, void *blob, size_t l
 	if (o->world > 65536)
 		return atlas_error(ATLAS_EINVAL, "world size %d is too large", o->world);
 	double timeout = o->timeout_s > 0 ? o->timeout_s : 120.0;
-	double start = now_s();
+	double start = atlas_now();
 	return o->rank == 0 ? serve(o, blob, len, start, timeout)
 			    : join(o, blob, len, start, timeout);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/utf8.h"
 
 int atlas_idline_parse(const char *line, int32_t **ids, size_t *n)
 {
@@ -121,34 +122,14 @@ int atlas_jsonl_get_string(const char *line, const char *key, char **out, size_t
 	return 0;
 }
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t avail)
-{
-	size_t n;
-	uint32_t cp;
-	if (s[0] < 0x80) return 1;
-	if ((s[0] & 0xe0) == 0xc0) { n = 2; cp = s[0] & 0x1f; }
-	else if ((s[0] & 0xf0) == 0xe0) { n = 3; cp = s[0] & 0x0f; }
-	else if ((s[0] & 0xf8) == 0xf0) { n = 4; cp = s[0] & 0x07; }
-	else return 0;
-	if (n > avail) return 0;
-	for (size_t i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80) return 0;
-		cp = (cp << 6) | (s[i] & 0x3f);
-	}
-	if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-	    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-		return 0;
-	return n;
-}
-
 void atlas_json_write_string(FILE *f, const char *s, size_t len)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	fputc('"', f);
 	for (size_t i = 0; i < len;) {
 		unsigned char ch = u[i];
-		size_t n;
+		uint32_t cp;
+		int n;
 		if (ch == '"' || ch == '\\') {
 			fputc('\\', f);
 			fputc(ch, f);
@@ -157,9 +138,9 @@ void atlas_json_write_string(FILE *f, const char *s, size_t len)
 		else if (ch == '\r') { fputs("\\r", f); i++; }
 		else if (ch == '\t') { fputs("\\t", f); i++; }
 		else if (ch < 0x20) { fprintf(f, "\\u%04x", ch); i++; }
-		else if ((n = utf8_len(u + i, len - i)) > 0) {
-			fwrite(u + i, 1, n, f);
-			i += n;
+		else if ((n = atlas_utf8_decode(u + i, len - i, &cp)) > 0) {
+			fwrite(u + i, 1, (size_t)n, f);
+			i += (size_t)n;
 		} else { /* a stray byte: its Latin-1 reading */
 			fprintf(f, "\\u%04x", ch);
 			i++;

@@ -151,6 +151,12 @@ static void penalties(struct atlas_sampler *s, float *logits,
 }
 
 
+bool atlas_sampler_uses_history(const struct atlas_sampler_params *p)
+{
+	return p->repetition_penalty != 1.0 || p->presence_penalty != 0.0 ||
+	       p->frequency_penalty != 0.0;
+}
+
 int atlas_sampler_args(struct atlas_sampler *s, struct atlas_sample_args *a)
 {
 	const struct atlas_sampler_params *p = &s->p;
@@ -161,8 +167,7 @@ int atlas_sampler_args(struct atlas_sampler *s, struct atlas_sample_args *a)
 	a->u = (float)next_unit(s->rng);
 	if (a->u >= 1.0f) /* float rounding of a double just under 1 */
 		a->u = 0.99999994f;
-	return p->repetition_penalty == 1.0 && p->presence_penalty == 0.0 &&
-	       p->frequency_penalty == 0.0;
+	return !atlas_sampler_uses_history(p);
 }
 
 int32_t atlas_sampler_sample(struct atlas_sampler *s, float *logits,

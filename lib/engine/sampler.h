@@ -8,6 +8,7 @@
 #ifndef ATLAS_ENGINE_SAMPLER_H
 #define ATLAS_ENGINE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct atlas_sampler_params {
@@ -45,6 +46,10 @@ int32_t atlas_sampler_sample(struct atlas_sampler *s, float *logits,
  * atlas_sampler_sample instead; note that this call consumed a draw). */
 struct atlas_sample_args;
 int atlas_sampler_args(struct atlas_sampler *s, struct atlas_sample_args *a);
+
+/* Do these settings need the token history (any penalty)? Then sampling
+ * must happen on the host, with atlas_sampler_sample. */
+bool atlas_sampler_uses_history(const struct atlas_sampler_params *p);
 
 /* Check params; returns 0 or ATLAS_EINVAL with a message naming the field. */
 int atlas_sampler_check(const struct atlas_sampler_params *p);

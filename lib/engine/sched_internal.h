@@ -65,7 +65,6 @@ struct atlas_sched {
 	float *raw;                    /* [V] logits before the sampler, for logprobs */
 };
 
-double atlas_sched_now(void);
 /* sched_req.c: after a step, sample the next token of `r` from `logits`
  * and publish it (under s->mu, held by the caller); finishes r when it is
  * complete. */

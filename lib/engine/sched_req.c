@@ -9,14 +9,8 @@
 #include <time.h>
 
 #include "../core/error.h"
+#include "../core/clock.h"
 #include "sched_internal.h"
-
-double atlas_sched_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Free what only plain memory holds (the engine has let go already). */
 static void sreq_free(struct atlas_sreq *r)
@@ -83,7 +77,7 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 		return rc;
 	}
 	memcpy(r->hist, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
-	r->t_submit = atlas_sched_now();
+	r->t_submit = atlas_now();
 
 	pthread_mutex_lock(&s->mu);
 	if (s->stopping) {
@@ -174,7 +168,7 @@ void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_f
 	r->res.n_gen = r->n_gen;
 	r->res.preemptions = r->preemptions;
 	r->res.ttft_s = r->t_first > 0 ? r->t_first - r->t_submit : 0;
-	r->res.total_s = atlas_sched_now() - r->t_submit;
+	r->res.total_s = atlas_now() - r->t_submit;
 	r->done = true;
 	pthread_cond_broadcast(&r->cv);
 	if (--r->refs == 0)
@@ -228,7 +222,7 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 	}
 	int32_t id = atlas_sampler_sample(r->smp, logits, r->hist, r->n_hist, r->n_gen);
 	if (r->t_first == 0)
-		r->t_first = atlas_sched_now();
+		r->t_first = atlas_now();
 	s->st.tokens_generated++;
 	if (!r->gen.ignore_eos && is_eos(&r->gen, id)) {
 		atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);

@@ -9,6 +9,7 @@
 
 #include "../core/error.h"
 #include "serve_internal.h"
+#include "../core/utf8.h"
 
 #define WAIT_MS 100 /* slice of waiting between disconnect checks */
 
@@ -44,14 +45,11 @@ static json_object *utf8_string(const char *p, size_t n)
 	struct sbuf b = {0};
 	size_t i = 0;
 	while (i < n) {
-		unsigned char c = (unsigned char)p[i];
-		size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-		bool ok = k && i + k <= n && !(k == 2 && c < 0xc2) && !(k == 4 && c > 0xf4);
-		for (size_t j = 1; ok && j < k; j++)
-			ok = ((unsigned char)p[i + j] >> 6) == 2;
-		if (ok) {
-			sbuf_add(&b, p + i, k);
-			i += k;
+		uint32_t cp;
+		int k = atlas_utf8_decode((const unsigned char *)p + i, n - i, &cp);
+		if (k > 0) {
+			sbuf_add(&b, p + i, (size_t)k);
+			i += (size_t)k;
 		} else {
 			sbuf_add(&b, "\xef\xbf\xbd", 3);
 			i++;

@@ -68,7 +68,7 @@ bool atlas_tok_is_space(uint32_t cp)
 static size_t space_at(const unsigned char *s, size_t len)
 {
 	uint32_t cp;
-	int n = len ? atlas_tok_utf8(s, len, &cp) : 0;
+	int n = len ? atlas_utf8_decode(s, len, &cp) : 0;
 	return n && atlas_tok_is_space(cp) ? (size_t)n : 0;
 }
 

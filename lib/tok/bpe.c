@@ -321,7 +321,7 @@ static size_t initial_chars(const struct atlas_tok *tok, const char *s, size_t l
 		int32_t id = u[i] < 0x80 ? tok->byte_id[u[i]] : -1;
 		size_t k = 1;
 		if (id < 0) {
-			int c = atlas_tok_utf8(u + i, len - i, &cp);
+			int c = atlas_utf8_decode(u + i, len - i, &cp);
 			k = c ? (size_t)c : 1;
 			id = atlas_tok_map_get(tok, s + i, k);
 		}

@@ -251,7 +251,7 @@ static int normalize(const char *s, size_t len, char **out, size_t *outlen, int 
 			i++;
 			continue;
 		}
-		int k = atlas_tok_utf8(u + i, len - i, &cp);
+		int k = atlas_utf8_decode(u + i, len - i, &cp);
 		if (k == 0) {
 			i++;
 			continue;
@@ -268,7 +268,7 @@ static int normalize(const char *s, size_t len, char **out, size_t *outlen, int 
 	size_t room = 0;
 	for (i = 0; i < len;) {
 		uint32_t cp;
-		int k = atlas_tok_utf8(u + i, len - i, &cp);
+		int k = atlas_utf8_decode(u + i, len - i, &cp);
 		room += k ? expand_len(cp, compat) : 1;
 		i += k ? (size_t)k : 1;
 	}
@@ -278,7 +278,7 @@ static int normalize(const char *s, size_t len, char **out, size_t *outlen, int 
 	size_t n = 0;
 	for (i = 0; i < len;) {
 		uint32_t cp;
-		int k = atlas_tok_utf8(u + i, len - i, &cp);
+		int k = atlas_utf8_decode(u + i, len - i, &cp);
 		if (k == 0) {
 			cps[n++] = RAW_BYTE + u[i++];
 			continue;

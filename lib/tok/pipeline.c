@@ -293,7 +293,7 @@ static int dec_apply(const struct dec_step *d, const char *in, size_t len, struc
 	if (d->kind == D_BYTELEVEL) {
 		for (size_t i = 0; i < len;) {
 			uint32_t cp;
-			int n = atlas_tok_utf8((const unsigned char *)in + i, len - i, &cp);
+			int n = atlas_utf8_decode((const unsigned char *)in + i, len - i, &cp);
 			int b = n ? atlas_tok_cp_byte(cp) : -1;
 			if (b < 0) {
 				out->n = 0;

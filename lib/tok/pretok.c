@@ -168,7 +168,7 @@ static int next_match(struct pretok *p, int k, const char *s, size_t len, size_t
 			/* An empty match makes no piece; step over one character
 			 * (or one invalid byte) and search again. */
 			uint32_t cp;
-			int n = atlas_tok_utf8((const unsigned char *)s + ov[1], len - ov[1], &cp);
+			int n = atlas_utf8_decode((const unsigned char *)s + ov[1], len - ov[1], &cp);
 			*at = ov[1] + (n ? (size_t)n : 1);
 			continue;
 		}

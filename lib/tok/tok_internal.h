@@ -8,6 +8,8 @@
 #ifndef ATLAS_TOK_INTERNAL_H
 #define ATLAS_TOK_INTERNAL_H
 
+#include "../core/utf8.h"
+
 #include "tok.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -220,30 +222,5 @@ int atlas_tok_fallback_byte(const char *s, size_t len);
 bool atlas_tok_is_space(uint32_t cp);
 /* Sort added tokens and build the first-byte index (added.c). */
 int atlas_tok_added_index(struct atlas_tok *tok);
-
-/* Length of a valid UTF-8 sequence at s (1..4), or 0 if the bytes at s
- * are not one; *cp gets the code point. */
-static inline int atlas_tok_utf8(const unsigned char *s, size_t len, uint32_t *cp)
-{
-	unsigned char c = s[0];
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	}
-	int n = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
-	if (n == 0 || c < 0xc2 || c > 0xf4 || (size_t)n > len)
-		return 0;
-	uint32_t v = c & (0x3f >> (n - 1));
-	for (int i = 1; i < n; i++) {
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-		v = (v << 6) | (s[i] & 0x3f);
-	}
-	if ((n == 3 && v < 0x800) || (n == 4 && (v < 0x10000 || v > 0x10ffff)) ||
-	    (v >= 0xd800 && v <= 0xdfff))
-		return 0;
-	*cp = v;
-	return n;
-}
 
 #endif
