@@ -45,13 +45,11 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 import torch
 import torch.nn.functional as F
 import transformers
+
+from golden_ref import (MIN_MARGIN_16, N_GREEDY, QWEN2_PATTERN, SPECIALS,
+                        greedy, rope_buffers, to_reference)
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-QWEN2_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = (
     "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
@@ -59,9 +57,6 @@ CHATML = (
 )
 GEN_DEFAULTS = dict(do_sample=True, temperature=0.8, top_p=0.95, top_k=40, repetition_penalty=1.1)
 MAX_BYTES = 20_000_000      # the shipped directory, all files
-MIN_MARGIN = 2e-3           # as in gen-golden.py: top-1/top-2 gap anywhere (FP32 check)
-MIN_MARGIN_16 = 0.08        # ... over the first 16 greedy tokens, as a fraction of the std
-N_GREEDY = 32
 PROMPT = "The meaning of life is"
 GOLDEN_PROMPTS = [
     PROMPT, "Once upon a time", "A fool and his money", "The best way to",
@@ -294,39 +289,6 @@ def train_run(cfg, a, epochs, dropout, train_ids, dev_ids, dev, deadline):
 
 
 # ---------------------------------------------------------------- golden
-
-def rope_buffers(model):
-    """RoPE inverse frequencies as computed at init in float32 (see
-    gen-golden.py: a dtype cast would round them)."""
-    return {n: b.detach().clone().float() for n, b in model.named_buffers()
-            if n.endswith("inv_freq")}
-
-
-def to_reference(model, saved):
-    model = model.to(torch.float64)
-    bufs = dict(model.named_buffers())
-    with torch.no_grad():
-        for n, b in saved.items():
-            bufs[n].copy_(b.to(torch.float64))
-    return model.eval()
-
-
-def greedy(model, prompt, n):
-    """Greedy continuation and its smallest top-1/top-2 margin; None for
-    the tokens when a step is too close to a tie (see gen-golden.py)."""
-    ids = list(prompt)
-    margins = []
-    with torch.no_grad():
-        for i in range(n):
-            logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
-            top = torch.topk(logits, 2)
-            m = float(top.values[0] - top.values[1])
-            if m < MIN_MARGIN or (i < 16 and m < MIN_MARGIN_16 * float(logits.std())):
-                return None, m
-            margins.append(m)
-            ids.append(int(top.indices[0]))
-    return ids[len(prompt):], min(margins)
-
 
 def write_golden(model_dir, out, fast, val_docs, seed):
     """Reference logits and a greedy continuation for the shipped weights."""

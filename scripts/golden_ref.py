@@ -1,0 +1,53 @@
+"""golden_ref.py - what scripts/gen-golden.py and scripts/train-default.py
+share: the tokenizer's pre-tokenizer regex and special tokens, and the
+float64 reference (RoPE frequencies kept in float32, greedy continuation
+with the near-tie rule). Imported by both; not run on its own."""
+import torch
+
+MIN_MARGIN = 2e-3      # smallest top-1/top-2 logit gap allowed anywhere (FP32 check)
+MIN_MARGIN_16 = 0.08   # ... over the first 16 tokens, as a fraction of the logits' std:
+                       # BF16 backends (CUDA) must reproduce those 16 tokens, and their
+                       # logit error is about 1e-2 of the std
+N_GREEDY = 32
+QWEN2_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def rope_buffers(model):
+    """The RoPE inverse frequencies as transformers computes them at init
+    (float32). Module.to(dtype) casts buffers too, which would leave a
+    bf16 model's reference with bf16-rounded frequencies; to_reference
+    restores these after the cast, so the reference is what a float32
+    RoPE gives."""
+    return {n: b.detach().clone().float() for n, b in model.named_buffers()
+            if n.endswith("inv_freq")}
+
+
+def to_reference(model, saved):
+    """The model in float64 (in place) with saved RoPE buffers restored."""
+    model = model.to(torch.float64)
+    bufs = dict(model.named_buffers())
+    with torch.no_grad():
+        for n, b in saved.items():
+            bufs[n].copy_(b.to(torch.float64))
+    return model.eval()
+
+
+def greedy(model, prompt, n):
+    """Greedy continuation and its smallest top-1/top-2 margin; None for
+    the tokens as soon as a step is too close to a tie."""
+    ids = list(prompt)
+    margins = []
+    with torch.no_grad():
+        for i in range(n):
+            logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
+            top = torch.topk(logits, 2)
+            m = float(top.values[0] - top.values[1])
+            if m < MIN_MARGIN or (i < 16 and m < MIN_MARGIN_16 * float(logits.std())):
+                return None, m
+            margins.append(m)
+            ids.append(int(top.indices[0]))
+    return ids[len(prompt):], min(margins)
