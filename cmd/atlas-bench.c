@@ -415,6 +415,19 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 	return p;
 }
 
+/* The per-kernel table of a profile: kernel, launches, device ms, share. */
+static void print_profile(FILE *f, const char *what, const struct atlas_kernel_time *r, int n)
+{
+	double total = 0;
+	for (int i = 0; i < n; i++)
+		total += r[i].ms;
+	fprintf(f, "\n%s: %.3f ms of kernels\n%-28s %6s %10s %7s\n", what, total, "kernel", "calls",
+		"ms", "%");
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%-28s %6lld %10.4f %6.1f%%\n", r[i].name, (long long)r[i].calls, r[i].ms,
+			total > 0 ? 100.0 * r[i].ms / total : 0.0);
+}
+
 static void print_ceilings(FILE *f, const struct atlas_bench_ceilings *c)
 {
 	fprintf(f, "ceilings: copy %.1f GB/s (%lld MiB), matrix product %lld^3: %.3f TFLOP/s",
@@ -514,7 +527,7 @@ static int run_model(const struct opts *o, struct atlas_backend *be, const char 
 				if (pre) {
 					struct atlas_bench_prefill r;
 					rc = atlas_bench_run_prefill(m, o->prompt.v[p], o->reps,
-								     ceil.gemm_tflops, &r);
+								     atlas_bench_matrix_rate(&ceil), &r);
 					if (!rc)
 						json_object_array_add(res, atlas_bench_prefill_json(&r));
 				} else {
@@ -526,17 +539,29 @@ static int run_model(const struct opts *o, struct atlas_backend *be, const char 
 						json_object_array_add(res, atlas_bench_decode_json(&r, gen));
 				}
 			}
-	json_object *prof = NULL;
+	/* --profile: one step of the command's kind; decode adds the prefill
+	 * of its prompt ("profile_prefill"), so both gaps show in one run */
+	json_object *prof = NULL, *prof_pre = NULL;
+	struct atlas_kernel_time rows[64], prows[64];
+	int nrows = 0, nprows = 0;
 	if (!rc && o->profile) {
-		struct atlas_kernel_time rows[64];
-		int n = atlas_bench_profile(m, be, pre ? "prefill" : "decode", o->batch.v[0],
+		nrows = atlas_bench_profile(m, be, pre ? "prefill" : "decode", o->batch.v[0],
 					    o->prompt.v[0], rows, 64);
-		if (n < 0)
-			rc = n;
+		if (nrows < 0)
+			rc = nrows;
 		else
-			prof = atlas_bench_profile_json(rows, n);
+			prof = atlas_bench_profile_json(rows, nrows);
+	}
+	if (!rc && o->profile && !pre && !gen) {
+		nprows = atlas_bench_profile(m, be, "prefill", 1, o->prompt.v[0], prows, 64);
+		if (nprows < 0)
+			rc = nprows;
+		else
+			prof_pre = atlas_bench_profile_json(prows, nprows);
 	}
 	json_object_object_add(doc, "profile", prof);
+	if (prof_pre)
+		json_object_object_add(doc, "profile_prefill", prof_pre);
 	atlas_model_free(m);
 	if (!rc && tf) {
 		static const char *const dcols[] = {"batch", "prompt", "gen", "ttft_ms", "ms_per_step",
@@ -547,6 +572,10 @@ static int run_model(const struct opts *o, struct atlas_backend *be, const char 
 		fprintf(tf, "%s of %s on %s\n", o->cmd, o->synthetic ? o->synthetic : dir, be->name);
 		print_ceilings(tf, &ceil);
 		table(tf, res, pre ? pcols : gen ? gcols : dcols);
+		if (prof)
+			print_profile(tf, pre ? "one prefill" : "one decode step", rows, nrows);
+		if (prof_pre)
+			print_profile(tf, "one prefill", prows, nprows);
 	}
 	return rc;
 }

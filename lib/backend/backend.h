@@ -158,6 +158,32 @@ struct atlas_backend {
 	 * weight type ("bf16", "f16", "f32"), falling back to common ones. */
 	int (*specialize)(struct atlas_backend *be, const char *family, const char *quant);
 
+	/* --- optional fused ops (NULL: the model runs the plain ops they
+	 * stand for; a backend offers them where one launch beats several) */
+
+	/* n <= 3 products of one x: out[i][T,N[i]] = x[T,K] w[i]^T + bias[i]
+	 * (bias NULL, or bias[i] NULL, for none): the q, k, v projections. */
+	int (*matmul_multi)(struct atlas_backend *be, int n, void *const *out,
+			    const void *x, const void *const *w,
+			    const void *const *bias, enum atlas_dtype wdt,
+			    int64_t T, const int64_t *N, int64_t K);
+	/* out[T,F] = swiglu(x wg^T, x wu^T), as matmul, matmul, swiglu would
+	 * compute it (the products rounded to the activation type first);
+	 * up_scratch [T,F] is activation memory the op may use. */
+	int (*matmul_swiglu)(struct atlas_backend *be, void *out, const void *x,
+			     const void *wg, const void *wu, enum atlas_dtype wdt,
+			     int64_t T, int64_t F, int64_t K, void *up_scratch);
+	/* The attention prologue: q [T,H,hd] and k [T,Hkv,hd] each
+	 * rmsnorm'ed per head (qn, kn [hd] in nwdt; NULL: no norm), rotated
+	 * (rope's contract), q in place; then k and v stored as kv_store
+	 * stores them (k's own buffer may be left unrotated). */
+	int (*qk_rope_store)(struct atlas_backend *be, void *q, void *k,
+			     const void *v, const void *qn, const void *kn,
+			     enum atlas_dtype nwdt, float eps, const int32_t *pos,
+			     const float *inv_freq, void *kc, void *vc,
+			     const int32_t *slot, int64_t T, int64_t H,
+			     int64_t Hkv, int64_t hd);
+
 	/* --- optional: speed and benchmarking (NULL where unsupported) --- */
 
 	/* Fill n elements of dst (F32, F16 or BF16) with lo + (hi - lo) * u,

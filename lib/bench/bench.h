@@ -34,6 +34,13 @@ struct atlas_bench_ceilings {
 	char cublaslt_note[128]; /* why there is no baseline, or "" */
 	int runtime_version;    /* CUDA runtime, e.g. 13000 */
 };
+/* The matrix-rate ceiling roofline fractions use: the faster of our
+ * matmul and the cuBLASLt baseline, both measured in the same run. */
+static inline double atlas_bench_matrix_rate(const struct atlas_bench_ceilings *c)
+{
+	return c->cublaslt_tflops > c->gemm_tflops ? c->cublaslt_tflops : c->gemm_tflops;
+}
+
 /* With the backend's `measure` op when it has one; on the CPU backend
  * the copy is a threaded memcpy and the product is its matmul op (F32
  * activations, BF16 weights), timed with the monotonic clock here. */

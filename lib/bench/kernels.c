@@ -322,7 +322,8 @@ int atlas_bench_kernels(struct atlas_backend *be, struct atlas_backend *base,
 		r->gbs = r->bytes / (r->ms / 1e3) / 1e9;
 		r->tflops = r->flops / (r->ms / 1e3) / 1e12;
 		double fb = ceil->copy_gbs > 0 ? r->gbs / ceil->copy_gbs : 0;
-		double fc = ceil->gemm_tflops > 0 ? r->tflops / ceil->gemm_tflops : 0;
+		const double rate = atlas_bench_matrix_rate(ceil);
+		double fc = rate > 0 ? r->tflops / rate : 0;
 		r->roofline = fb > fc ? fb : fc;
 		if (base && (strcmp(k->op, "sample") || base->sample))
 			rc = time_call(&bb, cfg, k, ctx, p->reps < 3 ? p->reps : 3, &r->base_ms);

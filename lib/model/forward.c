@@ -53,24 +53,43 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 	int64_t window = m->fam->use_window ? c->sliding_window : 0;
 	float eps = (float)c->rms_eps;
 
-	TRY(be->matmul(be, m->q, m->h, L->wq.p, L->bq.p, L->wq.dtype, T, H * hd, D));
-	TRY(be->matmul(be, m->k, m->h, L->wk.p, L->bk.p, L->wk.dtype, T, Hkv * hd, D));
-	TRY(be->matmul(be, m->v, m->h, L->wv.p, L->bv.p, L->wv.dtype, T, Hkv * hd, D));
-	if (m->fam->qk_norm) {
-		TRY(be->rmsnorm(be, m->q, m->q, L->qn.p, L->qn.dtype, T * H, hd, eps));
-		TRY(be->rmsnorm(be, m->k, m->k, L->kn.p, L->kn.dtype, T * Hkv, hd, eps));
-	}
-	TRY(be->rope(be, m->q, m->d_pos, m->inv_freq, T, H, hd));
-	TRY(be->rope(be, m->k, m->d_pos, m->inv_freq, T, Hkv, hd));
 	void *kc = kv_pool(m, 0, l), *vc = kv_pool(m, 1, l);
-	TRY(be->kv_store(be, kc, vc, m->k, m->v, m->d_slot, T, Hkv * hd));
+	if (be->matmul_multi && L->wq.dtype == L->wk.dtype && L->wq.dtype == L->wv.dtype) {
+		void *const outs[3] = {m->q, m->k, m->v};
+		const void *const ws[3] = {L->wq.p, L->wk.p, L->wv.p};
+		const void *const bs[3] = {L->bq.p, L->bk.p, L->bv.p};
+		const int64_t Ns[3] = {H * hd, Hkv * hd, Hkv * hd};
+		TRY(be->matmul_multi(be, 3, outs, m->h, ws, bs, L->wq.dtype, T, Ns, D));
+	} else {
+		TRY(be->matmul(be, m->q, m->h, L->wq.p, L->bq.p, L->wq.dtype, T, H * hd, D));
+		TRY(be->matmul(be, m->k, m->h, L->wk.p, L->bk.p, L->wk.dtype, T, Hkv * hd, D));
+		TRY(be->matmul(be, m->v, m->h, L->wv.p, L->bv.p, L->wv.dtype, T, Hkv * hd, D));
+	}
+	if (be->qk_rope_store && (!m->fam->qk_norm || L->qn.dtype == L->kn.dtype)) {
+		const bool qk = m->fam->qk_norm;
+		TRY(be->qk_rope_store(be, m->q, m->k, m->v, qk ? L->qn.p : NULL,
+				      qk ? L->kn.p : NULL, L->qn.dtype, eps, m->d_pos,
+				      m->inv_freq, kc, vc, m->d_slot, T, H, Hkv, hd));
+	} else {
+		if (m->fam->qk_norm) {
+			TRY(be->rmsnorm(be, m->q, m->q, L->qn.p, L->qn.dtype, T * H, hd, eps));
+			TRY(be->rmsnorm(be, m->k, m->k, L->kn.p, L->kn.dtype, T * Hkv, hd, eps));
+		}
+		TRY(be->rope(be, m->q, m->d_pos, m->inv_freq, T, H, hd));
+		TRY(be->rope(be, m->k, m->d_pos, m->inv_freq, T, Hkv, hd));
+		TRY(be->kv_store(be, kc, vc, m->k, m->v, m->d_slot, T, Hkv * hd));
+	}
 	TRY(be->attention(be, m->att, m->q, kc, vc, kb, T, H, Hkv, hd, window,
 			  1.0f / sqrtf((float)hd)));
 	TRY(be->matmul(be, m->o, m->att, L->wo.p, L->bo.p, L->wo.dtype, T, D, H * hd));
 	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln2.p, L->ln2.dtype, T, D, eps));
-	TRY(be->matmul(be, m->g, m->h, L->wg.p, L->bg.p, L->wg.dtype, T, F, D));
-	TRY(be->matmul(be, m->u, m->h, L->wu.p, L->bu.p, L->wu.dtype, T, F, D));
-	TRY(be->swiglu(be, m->g, m->g, m->u, T, F));
+	if (be->matmul_swiglu && !L->bg.p && !L->bu.p && L->wg.dtype == L->wu.dtype) {
+		TRY(be->matmul_swiglu(be, m->g, m->h, L->wg.p, L->wu.p, L->wg.dtype, T, F, D, m->u));
+	} else {
+		TRY(be->matmul(be, m->g, m->h, L->wg.p, L->bg.p, L->wg.dtype, T, F, D));
+		TRY(be->matmul(be, m->u, m->h, L->wu.p, L->bu.p, L->wu.dtype, T, F, D));
+		TRY(be->swiglu(be, m->g, m->g, m->u, T, F));
+	}
 	TRY(be->matmul(be, m->o, m->g, L->wd.p, L->bd.p, L->wd.dtype, T, D, F));
 	return 0;
 }

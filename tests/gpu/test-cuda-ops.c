@@ -150,6 +150,11 @@ static void test_matmul(void)
 		/* decode GEMV split-K choices: 8, 4, 2 and 1 features per block,
 		 * a K tail after the unrolled loop, odd K on the scalar path */
 		{1, 1024, 4096}, {4, 4096, 1032}, {2, 2304, 12288}, {8, 8192, 520}, {5, 1500, 777},
+		/* the tensor-core GEMM (BF16 weights, larger T): one exact tile;
+		 * T, N and K tails (K % 64 == 8); odd T and odd N (unpaired
+		 * stores); 16 K slices (the stage ring wraps); 144 tiles of
+		 * 128 x 256 (the wide tile) */
+		{128, 256, 64}, {200, 1000, 520}, {77, 999, 72}, {256, 768, 1024}, {1030, 3842, 72},
 	};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		for (size_t d = 0; d < 3; d++)
@@ -301,9 +306,21 @@ static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int
 	struct buf q = mkbuf(nt * H * hd, 1.0f), o = mkbuf(nt * H * hd, 1.0f);
 	int32_t *tab = malloc((size_t)(nseq * nb) * 4), *seq = malloc((size_t)nt * 4);
 	int32_t *pos = malloc((size_t)nt * 4), *slot = malloc((size_t)nt * 4);
+	/* a permutation of the blocks: the multiplier must be coprime with
+	 * their count */
+	int64_t mul = 5;
+	for (;; mul++) {
+		int64_t a = mul, b = nseq * nb;
+		while (b) {
+			int64_t r = a % b;
+			a = b, b = r;
+		}
+		if (a == 1)
+			break;
+	}
 	for (int64_t s = 0; s < nseq; s++)
 		for (int64_t i = 0; i < nb; i++)
-			tab[s * nb + i] = (int32_t)(((i * nseq + s) * 5 + 3) % (nseq * nb));
+			tab[s * nb + i] = (int32_t)(((i * nseq + s) * mul + 3) % (nseq * nb));
 	for (int64_t s = 0; s < nseq; s++)
 		for (int64_t t = 0; t < T; t++) {
 			int64_t p = pos0 + t;
@@ -371,6 +388,19 @@ static void test_attention(void)
 	check_attention(1, 600, 8, 2, 256, 0, 1, 16);
 	check_attention(300, 0, 32, 8, 128, 0, 1, 16);
 	check_attention(3, 40, 4, 2, 20, 0, 2, 16);
+	/* flash-attention prefill (tensor cores, 64-token query tiles) once
+	 * the op routes long batches to it: one sequence from position 0
+	 * (Qwen3-8B heads), two sequences of 200 (a tile straddles them), a
+	 * chunk at position 300 (the diagonal crosses key tiles), a window
+	 * (tiles masked from below), hd 64 with block size 7, MQA, and three
+	 * sequences with a window and odd block size at hd 64 */
+	check_attention(256, 0, 32, 8, 128, 0, 1, 16);
+	check_attention(200, 0, 32, 8, 128, 0, 2, 16);
+	check_attention(64, 300, 32, 8, 128, 0, 1, 16);
+	check_attention(150, 100, 16, 4, 128, 48, 1, 16);
+	check_attention(130, 5, 8, 2, 64, 0, 2, 7);
+	check_attention(96, 0, 8, 1, 128, 0, 1, 16);
+	check_attention(70, 20, 8, 4, 64, 30, 3, 5);
 }
 
 /* Device sampling picks what the host reference picks for the same
@@ -403,8 +433,11 @@ static void test_sample(void)
 /* The output head in FP32: compared element for element at FP32 rounding. */
 static void test_logits(void)
 {
-	static const int64_t shapes[][3] = {{1, 1000, 64}, {3, 5003, 128}, {40, 1088, 64}, {1, 151936, 1024}};
-	for (size_t s = 0; s < 4; s++) {
+	/* the last two reach the tensor-core GEMM: 128 x 128 tiles with
+	 * tails; 128 x 256 tiles, T/N/K tails and a stage ring that wraps */
+	static const int64_t shapes[][3] = {{1, 1000, 64},    {3, 5003, 128},   {40, 1088, 64},
+					    {1, 151936, 1024}, {77, 1000, 520}, {1100, 3900, 328}};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		int64_t T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
 		struct buf x = mkbuf(T * K, 1.0f);
 		struct wbuf w = mkw(ATLAS_DTYPE_BF16, N * K, 4.0f / sqrtf((float)K));
@@ -502,6 +535,204 @@ static void test_graph(void)
 	free(b);
 }
 
+/* The fused ops against the plain CPU ops they stand for: matmul_multi
+ * (q, k, v), matmul_swiglu (gate, up, swiglu) and qk_rope_store (q/k
+ * norm, rope, kv_store), on the GEMV path (T <= 8) and the GEMM path. */
+static void test_fused(void)
+{
+	static const int64_t mshapes[][4] = {/* T, N0, N1, K */
+					     {1, 4096, 1024, 4096}, {3, 256, 64, 520},
+					     {8, 1000, 77, 129},    {1, 2048, 512, 1024},
+					     {70, 512, 128, 256},   {30, 600, 40, 264}};
+	char what[128];
+	/* plain matmuls on each tensor-core GEMV entry (T <= 8/16/32/64), with
+	 * K and N tails; the rest of the decode shapes are in test_matmul */
+	static const int64_t tshapes[][3] = {{2, 1000, 520},  {12, 300, 136}, {20, 4096, 1024},
+					     {33, 77, 2056},  {48, 2048, 1024}, {64, 129, 4104},
+					     {7, 151, 12288}, {1, 6144, 4096}};
+	for (size_t s = 0; s < sizeof(tshapes) / sizeof(tshapes[0]); s++)
+		for (int bias = 0; bias < 2; bias++) {
+			int64_t T = tshapes[s][0], N = tshapes[s][1], K = tshapes[s][2];
+			struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * N, 1.0f);
+			struct wbuf w = mkw(ATLAS_DTYPE_BF16, N * K, 1.0f / sqrtf((float)K));
+			struct wbuf b = bias ? mkw(ATLAS_DTYPE_BF16, N, 0.5f) : (struct wbuf){0};
+			float *ref = malloc((size_t)(T * N) * 4);
+			poison(&o);
+			CHECK_EQ_INT(cpu->matmul(cpu, ref, x.h, w.h, bias ? b.h : NULL, ATLAS_DTYPE_BF16, T,
+						 N, K),
+				     0);
+			CHECK_EQ_INT(gpu->matmul(gpu, o.d, x.d, w.d, bias ? b.d : NULL, ATLAS_DTYPE_BF16, T,
+						 N, K),
+				     0);
+			snprintf(what, sizeof(what), "matmul (gemv_tc) T=%lld N=%lld K=%lld%s", (long long)T,
+				 (long long)N, (long long)K, bias ? " bias" : "");
+			compare(what, &o, ref, T * N);
+			freebuf(&x);
+			freebuf(&o);
+			freew(&w);
+			if (bias)
+				freew(&b);
+			free(ref);
+		}
+	for (size_t s = 0; s < sizeof(mshapes) / sizeof(mshapes[0]); s++)
+		for (int bias = 0; bias < 2; bias++) {
+			int64_t T = mshapes[s][0], K = mshapes[s][3];
+			int64_t Ns[3] = {mshapes[s][1], mshapes[s][2], mshapes[s][2]};
+			struct buf x = mkbuf(T * K, 1.0f), o[3];
+			struct wbuf w[3], b[3];
+			void *outs[3];
+			const void *ws[3], *bs[3];
+			for (int i = 0; i < 3; i++) {
+				o[i] = mkbuf(T * Ns[i], 1.0f);
+				poison(&o[i]);
+				w[i] = mkw(ATLAS_DTYPE_BF16, Ns[i] * K, 1.0f / sqrtf((float)K));
+				b[i] = bias ? mkw(ATLAS_DTYPE_BF16, Ns[i], 0.5f) : (struct wbuf){0};
+				outs[i] = o[i].d, ws[i] = w[i].d, bs[i] = bias ? b[i].d : NULL;
+			}
+			CHECK_EQ_INT(gpu->matmul_multi(gpu, 3, outs, x.d, ws, bs, ATLAS_DTYPE_BF16, T, Ns,
+						       K),
+				     0);
+			for (int i = 0; i < 3; i++) {
+				float *ref = malloc((size_t)(T * Ns[i]) * 4);
+				CHECK_EQ_INT(cpu->matmul(cpu, ref, x.h, w[i].h, bias ? b[i].h : NULL,
+							 ATLAS_DTYPE_BF16, T, Ns[i], K),
+					     0);
+				snprintf(what, sizeof(what), "matmul_multi[%d] T=%lld N=%lld K=%lld%s", i,
+					 (long long)T, (long long)Ns[i], (long long)K, bias ? " bias" : "");
+				compare(what, &o[i], ref, T * Ns[i]);
+				free(ref);
+				freebuf(&o[i]);
+				freew(&w[i]);
+				if (bias)
+					freew(&b[i]);
+			}
+			freebuf(&x);
+		}
+
+	static const int64_t sshapes[][3] = {{1, 12288, 4096}, {2, 1000, 333}, {8, 3072, 1024},
+					     {1, 77, 64},       {100, 384, 256}, {40, 1000, 512}};
+	for (size_t s = 0; s < sizeof(sshapes) / sizeof(sshapes[0]); s++) {
+		int64_t T = sshapes[s][0], F = sshapes[s][1], K = sshapes[s][2];
+		struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * F, 1.0f), up = mkbuf(T * F, 1.0f);
+		struct wbuf wg = mkw(ATLAS_DTYPE_BF16, F * K, 1.0f / sqrtf((float)K));
+		struct wbuf wu = mkw(ATLAS_DTYPE_BF16, F * K, 1.0f / sqrtf((float)K));
+		float *g = malloc((size_t)(T * F) * 4), *u = malloc((size_t)(T * F) * 4);
+		poison(&o);
+		CHECK_EQ_INT(gpu->matmul_swiglu(gpu, o.d, x.d, wg.d, wu.d, ATLAS_DTYPE_BF16, T, F, K,
+						up.d),
+			     0);
+		CHECK_EQ_INT(cpu->matmul(cpu, g, x.h, wg.h, NULL, ATLAS_DTYPE_BF16, T, F, K), 0);
+		CHECK_EQ_INT(cpu->matmul(cpu, u, x.h, wu.h, NULL, ATLAS_DTYPE_BF16, T, F, K), 0);
+		CHECK_EQ_INT(cpu->swiglu(cpu, g, g, u, T, F), 0);
+		snprintf(what, sizeof(what), "matmul_swiglu T=%lld F=%lld K=%lld", (long long)T,
+			 (long long)F, (long long)K);
+		compare(what, &o, g, T * F);
+		free(g);
+		free(u);
+		freebuf(&x);
+		freebuf(&o);
+		freebuf(&up);
+		freew(&wg);
+		freew(&wu);
+	}
+
+	static const int64_t rshapes[][4] = {/* T, H, Hkv, hd */
+					     {1, 32, 8, 128}, {5, 4, 2, 64}, {3, 16, 1, 256},
+					     {130, 8, 2, 32}, {2, 6, 3, 20}};
+	for (size_t s = 0; s < sizeof(rshapes) / sizeof(rshapes[0]); s++)
+		for (int norm = 0; norm < 2; norm++) {
+			int64_t T = rshapes[s][0], H = rshapes[s][1], Hkv = rshapes[s][2];
+			int64_t hd = rshapes[s][3], row = Hkv * hd, slots = 2 * T + 3;
+			int32_t *pos = malloc((size_t)T * 4), *slot = malloc((size_t)T * 4);
+			int32_t *dpos = gpu->alloc(gpu, (size_t)T * 4);
+			int32_t *dslot = gpu->alloc(gpu, (size_t)T * 4);
+			float *freq = malloc((size_t)hd / 2 * 4);
+			float *dfreq = gpu->alloc(gpu, (size_t)hd / 2 * 4);
+			for (int64_t t = 0; t < T; t++) {
+				pos[t] = (int32_t)(t * 53 + 11);
+				slot[t] = (int32_t)(slots - 1 - 2 * t); /* distinct, scattered */
+			}
+			for (int64_t i = 0; i < hd / 2; i++)
+				freq[i] = 1.0f / powf(1e6f, (float)(2 * i) / (float)hd);
+			gpu->upload(gpu, dpos, pos, (size_t)T * 4);
+			gpu->upload(gpu, dslot, slot, (size_t)T * 4);
+			gpu->upload(gpu, dfreq, freq, (size_t)hd / 2 * 4);
+			struct buf q = mkbuf(T * H * hd, 2.0f), k = mkbuf(T * row, 2.0f);
+			struct buf v = mkbuf(T * row, 1.0f);
+			struct buf kc = mkbuf(slots * row, 1.0f), vc = mkbuf(slots * row, 1.0f);
+			struct wbuf qn = mkw(ATLAS_DTYPE_BF16, hd, 1.0f), kn = mkw(ATLAS_DTYPE_BF16, hd, 1.0f);
+			CHECK_EQ_INT(gpu->qk_rope_store(gpu, q.d, k.d, v.d, norm ? qn.d : NULL,
+							norm ? kn.d : NULL, ATLAS_DTYPE_BF16, 1e-6f, dpos,
+							dfreq, kc.d, vc.d, dslot, T, H, Hkv, hd),
+				     0);
+			if (norm) {
+				CHECK_EQ_INT(cpu->rmsnorm(cpu, q.h, q.h, qn.h, ATLAS_DTYPE_BF16, T * H, hd,
+							  1e-6f),
+					     0);
+				CHECK_EQ_INT(cpu->rmsnorm(cpu, k.h, k.h, kn.h, ATLAS_DTYPE_BF16, T * Hkv,
+							  hd, 1e-6f),
+					     0);
+			}
+			CHECK_EQ_INT(cpu->rope(cpu, q.h, pos, freq, T, H, hd), 0);
+			CHECK_EQ_INT(cpu->rope(cpu, k.h, pos, freq, T, Hkv, hd), 0);
+			CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, T, row), 0);
+			snprintf(what, sizeof(what), "qk_rope_store T=%lld H=%lld Hkv=%lld hd=%lld%s",
+				 (long long)T, (long long)H, (long long)Hkv, (long long)hd,
+				 norm ? " norm" : "");
+			compare(what, &q, q.h, T * H * hd);
+			compare(what, &kc, kc.h, slots * row);
+			compare(what, &vc, vc.h, slots * row);
+			freebuf(&q);
+			freebuf(&k);
+			freebuf(&v);
+			freebuf(&kc);
+			freebuf(&vc);
+			freew(&qn);
+			freew(&kn);
+			free(pos);
+			free(slot);
+			free(freq);
+			gpu->free(gpu, dpos);
+			gpu->free(gpu, dslot);
+			gpu->free(gpu, dfreq);
+		}
+}
+
+/* Batch-invariant mode: every row of a matmul gets the same bits as the
+ * same row computed alone (T = 1), for T across the tensor-core GEMV's
+ * variants and its groups of 64 rows. */
+static void test_invariant(void)
+{
+	static const int64_t shapes[][3] = {{5, 1000, 520}, {20, 4096, 1024}, {64, 300, 256},
+					    {100, 2048, 1032}};
+	gpu->batch_invariant = true;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int64_t T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+		struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * N, 1.0f), o1 = mkbuf(N, 1.0f);
+		struct wbuf w = mkw(ATLAS_DTYPE_BF16, N * K, 1.0f / sqrtf((float)K));
+		uint16_t *all = malloc((size_t)(T * N) * 2), *one = malloc((size_t)N * 2);
+		int64_t diff = 0;
+		CHECK_EQ_INT(gpu->matmul(gpu, o.d, x.d, w.d, NULL, ATLAS_DTYPE_BF16, T, N, K), 0);
+		CHECK_EQ_INT(gpu->download(gpu, all, o.d, (size_t)(T * N) * 2), 0);
+		for (int64_t t = 0; t < T; t++) {
+			const void *xt = (const char *)x.d + (size_t)(t * K) * 2;
+			CHECK_EQ_INT(gpu->matmul(gpu, o1.d, xt, w.d, NULL, ATLAS_DTYPE_BF16, 1, N, K), 0);
+			CHECK_EQ_INT(gpu->download(gpu, one, o1.d, (size_t)N * 2), 0);
+			diff += memcmp(one, all + t * N, (size_t)N * 2) != 0;
+		}
+		printf("# invariant matmul T=%lld N=%lld K=%lld: %lld of %lld rows differ from alone\n",
+		       (long long)T, (long long)N, (long long)K, (long long)diff, (long long)T);
+		CHECK(diff == 0);
+		free(all);
+		free(one);
+		freebuf(&x);
+		freebuf(&o);
+		freebuf(&o1);
+		freew(&w);
+	}
+	gpu->batch_invariant = false;
+}
+
 int main(void)
 {
 	cpu = atlas_backend_cpu_new();
@@ -520,6 +751,8 @@ int main(void)
 	RUN(test_logits);
 	RUN(test_fill);
 	RUN(test_graph);
+	RUN(test_fused);
+	RUN(test_invariant);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);
 	gpu->destroy(gpu);

@@ -11,6 +11,7 @@
  * read before it is written, by the same thread. */
 extern "C" __global__ void atlas_swiglu(bf16 *out, const bf16 *gate, const bf16 *up, long long n)
 {
+	ATLAS_PDL_ENTRY();
 	const long long stride = (long long)gridDim.x * blockDim.x;
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
 		float g = atlas_bf(gate[i]);
@@ -20,6 +21,7 @@ extern "C" __global__ void atlas_swiglu(bf16 *out, const bf16 *gate, const bf16 
 
 extern "C" __global__ void atlas_add(bf16 *y, const bf16 *x, long long n)
 {
+	ATLAS_PDL_ENTRY();
 	const long long stride = (long long)gridDim.x * blockDim.x;
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
 		y[i] = atlas_tobf(atlas_bf(y[i]) + atlas_bf(x[i]));
@@ -27,6 +29,7 @@ extern "C" __global__ void atlas_add(bf16 *y, const bf16 *x, long long n)
 
 extern "C" __global__ void atlas_to_f32(float *out, const bf16 *x, long long n)
 {
+	ATLAS_PDL_ENTRY();
 	const long long stride = (long long)gridDim.x * blockDim.x;
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
 		out[i] = atlas_bf(x[i]);

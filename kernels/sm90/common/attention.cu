@@ -43,6 +43,7 @@ extern "C" __global__ void atlas_attention(bf16 *out, const bf16 *q, const bf16 
 					   long long block_size, long long T, long long H,
 					   long long Hkv, long long hd, long long window, float scale)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ float qs[ATT_MAXHD];	       /* the query row, as float */
 	__shared__ float ss[ATT_CHUNK];	       /* scores of the chunk's keys */
 	__shared__ long long offs[ATT_CHUNK]; /* element offset of each key's row */
@@ -167,6 +168,7 @@ atlas_attention_part(float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
 		     long long Hkv, long long hd, long long window, float scale,
 		     long long splits, long long minkeys)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ __align__(16) float qs[ATT_GH][ATT_MAXHD]; /* the group's query rows */
 	__shared__ float ps[ATT_GH][ATT_TILE];  /* scores of the tile, then probabilities */
 	__shared__ long long offs[ATT_TILE];    /* element offset of each key's row */
@@ -331,6 +333,7 @@ extern "C" __global__ void atlas_attention_combine(bf16 *out, const float *part,
 						   long long window, long long splits,
 						   long long minkeys)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ float wt[ATT_MAXSPLIT]; /* weight of each split: exp(m_s - M) / L */
 	const long long th = blockIdx.x;
 	if (th >= T * H || splits < 1 || splits > ATT_MAXSPLIT || minkeys < 1)

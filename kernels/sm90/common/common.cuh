@@ -104,6 +104,34 @@ static __device__ __forceinline__ void atlas_wload8(const void *w, long long i, 
 	}
 }
 
+// --- programmatic dependent launch --------------------------------------
+// The host launches most kernels with the PDL attribute (kernels/ABI.md):
+// such a kernel may start while the previous one in the stream is still
+// running, so it must call atlas_pdl_wait() before it touches memory that
+// earlier kernels write (only immutable weights may be read before), and
+// every block must reach the wait, even one that exits early: a grid
+// completes only after its waits return, which is what makes the chain
+// transitive. atlas_pdl_launch() lets the next kernel's blocks be
+// scheduled as soon as every block of this grid has called it. Both are
+// no-ops for a kernel launched without the attribute.
+static __device__ __forceinline__ void atlas_pdl_wait(void)
+{
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+static __device__ __forceinline__ void atlas_pdl_launch(void)
+{
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// The usual entry of a kernel: wait for the previous kernel, then let the
+// next one launch.
+#define ATLAS_PDL_ENTRY() \
+	do { \
+		atlas_pdl_wait(); \
+		atlas_pdl_launch(); \
+	} while (0)
+
 // --- reductions --------------------------------------------------------
 // Block reductions need blockDim.x to be a multiple of 32 (every launch
 // shape of kernels/ABI.md is) and must be reached by every thread.

@@ -11,6 +11,7 @@
 extern "C" __global__ void atlas_embed(bf16 *out, const void *table, int wdt, const int *ids,
 				       long long T, long long D)
 {
+	ATLAS_PDL_ENTRY();
 	const long long t = blockIdx.x;
 	if (t >= T)
 		return;

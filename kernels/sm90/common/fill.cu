@@ -20,6 +20,7 @@ static __device__ __forceinline__ unsigned long long fill_mix(unsigned long long
 extern "C" __global__ void atlas_fill_random(void *out, int wdt, long long n,
 					     unsigned long long seed, float lo, float hi)
 {
+	ATLAS_PDL_ENTRY();
 	const long long stride = (long long)gridDim.x * blockDim.x;
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
 		unsigned long long h = fill_mix(seed * 0x9e3779b97f4a7c15ull + (unsigned long long)i);

@@ -12,6 +12,7 @@
 extern "C" __global__ void atlas_kv_store(bf16 *kc, bf16 *vc, const bf16 *k, const bf16 *v,
 					  const int *slot, long long T, long long row)
 {
+	ATLAS_PDL_ENTRY();
 	const long long t = blockIdx.x;
 	if (t >= T)
 		return;

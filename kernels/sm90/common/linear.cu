@@ -1,14 +1,17 @@
 /* linear.cu - the linear layer out[T,N] = x[T,K] W^T + bias, W [N,K] and
  * bias [N] in wdt (bias may be NULL), x and out bf16, FP32 accumulation.
  *
- * atlas_gemv (decode, T <= 8): grid ceil(N/rpb), block 256, rpb output
- * features per block and 8/rpb warps splitting each feature's K (the host
- * picks rpb so the grid covers the SMs several times). Each warp streams
- * its share of the weight row once, 16 bytes per lane per load with
- * GEMV_UNROLL loads in flight when K % 8 == 0 and W is 16-byte aligned
- * (else element by element), and keeps one accumulator per row of x.
- * Bandwidth bound: N*K*sizeof(wdt) bytes of weights per call. Larger T is
- * handled in groups of 8 rows (each group re-reads W).
+ * atlas_gemv (decode, T <= 8, any weight dtype; BF16 weights take the
+ * tensor-core gemv_tc.cu instead): one struct atlas_gemv_args (up to three
+ * products of one x, or gate/up with the SwiGLU epilogue), grid = blocks
+ * of all products, block 256, rpb weight rows per block and 8/rpb warps
+ * splitting each row's K (the host picks rpb so the grid covers the SMs
+ * several times). Each warp streams its share of the weight row once, 16
+ * bytes per lane per load with 4 (8 at T = 1) loads in flight when
+ * K % 8 == 0 and W is 16-byte aligned (else element by element), and
+ * keeps one accumulator per row of x. Bandwidth bound: N*K*sizeof(wdt)
+ * bytes of weights per call. Larger T is handled in groups of 8 rows
+ * (each group re-reads W).
  *
  * atlas_gemm (prefill, any T): grid (ceil(N/64), ceil(T/64)), block 256,
  * one 64x64 output tile per block. BF16 weights go through the tensor
@@ -20,6 +23,7 @@
 #include <mma.h>
 
 #include "common.cuh"
+#include "../../../lib/backend/cuda/kernel_args.h"
 
 /* Output stores: BF16 activations, or FP32 (the logits). */
 static __device__ __forceinline__ void lin_store(bf16 *p, float v)
@@ -38,6 +42,68 @@ static __device__ __forceinline__ void lin_store(float *p, float v)
  * in flight per SM to cover HBM latency (Little's law). */
 #define GEMV_UNROLL 4
 
+/* Eight weights as loaded: 16 bytes (bf16, f16) or 32 (f32), unpacked
+ * only when used, so the loads in flight cost 4 (or 8) registers each. */
+struct gemv_raw {
+	uint4 a, b;
+};
+
+template <int WDT>
+static __device__ __forceinline__ gemv_raw gemv_load(const void *w, long long i)
+{
+	gemv_raw r;
+	if (WDT == ATLAS_WDT_F32) {
+		const uint4 *p = (const uint4 *)((const float *)w + i);
+		r.a = __ldg(p);
+		r.b = __ldg(p + 1);
+	} else {
+		r.a = __ldg((const uint4 *)((const bf16 *)w + i));
+		r.b = make_uint4(0, 0, 0, 0);
+	}
+	return r;
+}
+
+template <int WDT>
+static __device__ __forceinline__ void gemv_unpack(const gemv_raw &r, float *f)
+{
+	if (WDT == ATLAS_WDT_BF16) {
+		atlas_unpack8(r.a, f);
+	} else if (WDT == ATLAS_WDT_F16) {
+		union {
+			uint4 u;
+			__half h[8];
+		} v;
+		v.u = r.a;
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			f[j] = __half2float(v.h[j]);
+	} else {
+		f[0] = __uint_as_float(r.a.x), f[1] = __uint_as_float(r.a.y);
+		f[2] = __uint_as_float(r.a.z), f[3] = __uint_as_float(r.a.w);
+		f[4] = __uint_as_float(r.b.x), f[5] = __uint_as_float(r.b.y);
+		f[6] = __uint_as_float(r.b.z), f[7] = __uint_as_float(r.b.w);
+	}
+}
+
+/* acc[t] += the dot product of eight weights with x[t, k..k+7], t < nt. */
+template <int WDT, int MT>
+static __device__ __forceinline__ void gemv_fma8(float (&acc)[MT], const gemv_raw &r,
+						 const bf16 *x, long long K, long long k, int nt)
+{
+	float wf[8];
+	gemv_unpack<WDT>(r, wf);
+#pragma unroll
+	for (int t = 0; t < MT; t++) {
+		if (t < nt) {
+			float xf[8];
+			atlas_unpack8(__ldg((const uint4 *)(x + t * K + k)), xf);
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				acc[t] = fmaf(xf[j], wf[j], acc[t]);
+		}
+	}
+}
+
 /* One warp's share of out[t0.., n]: acc[t] += x[t, k] w[n, k] over the
  * k-slices of 256 columns numbered ks, ks + wpr, ks + 2*wpr, ...; each
  * lane takes 8 consecutive columns of every slice. x comes from global
@@ -50,40 +116,20 @@ static __device__ __forceinline__ void gemv_vec(float (&acc)[MT], const bf16 *x,
 	const int lane = threadIdx.x & 31;
 	const long long step = (long long)wpr * 256;
 	const long long wo = n * K;
+	/* one row of x: twice the loads in flight (registers allow it) */
+	constexpr int U = MT == 1 ? 2 * GEMV_UNROLL : GEMV_UNROLL;
 	long long k = (long long)ks * 256 + lane * 8;
-	for (; k + (GEMV_UNROLL - 1) * step < K; k += GEMV_UNROLL * step) {
-		float wf[GEMV_UNROLL][8];
+	for (; k + (U - 1) * step < K; k += U * step) {
+		gemv_raw r[U];
 #pragma unroll
-		for (int u = 0; u < GEMV_UNROLL; u++)
-			atlas_wload8<WDT>(w, wo + k + u * step, wf[u]);
+		for (int u = 0; u < U; u++)
+			r[u] = gemv_load<WDT>(w, wo + k + u * step);
 #pragma unroll
-		for (int u = 0; u < GEMV_UNROLL; u++) {
-#pragma unroll
-			for (int t = 0; t < MT; t++) {
-				if (t < nt) {
-					float xf[8];
-					atlas_unpack8(__ldg((const uint4 *)(x + t * K + k + u * step)), xf);
-#pragma unroll
-					for (int j = 0; j < 8; j++)
-						acc[t] = fmaf(xf[j], wf[u][j], acc[t]);
-				}
-			}
-		}
+		for (int u = 0; u < U; u++)
+			gemv_fma8<WDT, MT>(acc, r[u], x, K, k + u * step, nt);
 	}
-	for (; k < K; k += step) {
-		float wf[8];
-		atlas_wload8<WDT>(w, wo + k, wf);
-#pragma unroll
-		for (int t = 0; t < MT; t++) {
-			if (t < nt) {
-				float xf[8];
-				atlas_unpack8(__ldg((const uint4 *)(x + t * K + k)), xf);
-#pragma unroll
-				for (int j = 0; j < 8; j++)
-					acc[t] = fmaf(xf[j], wf[j], acc[t]);
-			}
-		}
-	}
+	for (; k < K; k += step)
+		gemv_fma8<WDT, MT>(acc, gemv_load<WDT>(w, wo + k), x, K, k, nt);
 }
 
 /* Any K and alignment: element by element, the same slice split. */
@@ -103,18 +149,18 @@ static __device__ __forceinline__ void gemv_scalar(float (&acc)[MT], const bf16 
 }
 
 /* One warp's partial sums of rows 0..nt-1 of x (MT >= nt registers)
- * into red[warp][t]. */
+ * against weight row n into red[slot][t]. */
 template <int MT>
-static __device__ __forceinline__ void gemv_rows(float (*red)[GEMV_MAXT], const bf16 *xt,
-						 const void *w, int wdt, long long n, long long N,
+static __device__ __forceinline__ void gemv_rows(float (*red)[GEMV_MAXT], int slot, const bf16 *xt,
+						 const void *w, int wdt, long long n, bool live,
 						 long long K, int nt, int ks, int wpr, bool vec)
 {
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int lane = threadIdx.x & 31;
 	float acc[MT];
 #pragma unroll
 	for (int t = 0; t < MT; t++)
 		acc[t] = 0.0f;
-	if (n < N) {
+	if (live) {
 		if (vec && wdt == ATLAS_WDT_BF16)
 			gemv_vec<ATLAS_WDT_BF16, MT>(acc, xt, w, n, K, nt, ks, wpr);
 		else if (vec && wdt == ATLAS_WDT_F16)
@@ -128,64 +174,119 @@ static __device__ __forceinline__ void gemv_rows(float (*red)[GEMV_MAXT], const 
 	for (int t = 0; t < MT; t++) {
 		float s = atlas_warp_sum(acc[t]);
 		if (lane == 0)
-			red[warp][t] = s;
+			red[slot][t] = s;
 	}
 }
 
-/* Block of 8 warps, `rpb` output features per block (1, 2, 4 or 8), so
- * 8 / rpb warps split the K dimension of each feature: when N is small
+/* The block's place in a launch of atlas_gemv: which product (segment),
+ * and the first output feature of the block within it. */
+struct gemv_where {
+	const struct atlas_gemv_seg *seg;
+	long long n0;
+};
+
+static __device__ __forceinline__ gemv_where gemv_locate(const atlas_gemv_args &a)
+{
+	long long b = blockIdx.x;
+	const int fpb = a.swiglu ? a.rpb / 2 : a.rpb; /* output features per block */
+	int s = 0;
+	for (; s < a.nseg - 1; s++) {
+		const long long nb = (a.seg[s].N + fpb - 1) / fpb;
+		if (b < nb)
+			break;
+		b -= nb;
+	}
+	gemv_where r = {&a.seg[s], b * fpb};
+	return r;
+}
+
+/* atlas_gemv: block of 8 warps; a.rpb weight rows per block (1, 2, 4 or
+ * 8), so 8 / rpb warps split the K dimension of each row: when N is small
  * against the SM count the host picks a small rpb so that every SM still
  * streams weights with many loads in flight (split-K without atomics:
- * the partial sums meet in shared memory). */
-template <typename OutT>
-static __device__ __forceinline__ void gemv_impl(OutT *out, const bf16 *x, const void *w,
-						 const void *bias, int wdt, long long T, long long N,
-						 long long K, int rpb)
+ * the partial sums meet in shared memory, in a fixed order).
+ *
+ * Segments: the blocks of seg[0] come first, then those of seg[1], ...
+ * (the q, k and v projections of one x in one launch). SwiGLU mode: the
+ * block's rows alternate gate row n, up row n (seg[0].w, seg[1].w) and the
+ * output is silu(g) * u, with g and u rounded to bf16 first as the
+ * unfused matmul + swiglu ops round them.
+ *
+ * Programmatic dependent launch: the weights never change, so each warp
+ * asks L2 for the first bytes of its weight slice before waiting for the
+ * previous kernel (whose tail then overlaps the start of this one). */
+extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_constant__ atlas_gemv_args a)
 {
 	__shared__ float red[8][GEMV_MAXT]; /* per-warp partial sums */
-	const int warp = threadIdx.x >> 5;
-	if (rpb != 1 && rpb != 2 && rpb != 4 && rpb != 8)
-		rpb = 8;
-	const int wpr = 8 / rpb, ks = warp % wpr;
-	const long long n = (long long)blockIdx.x * rpb + warp / wpr;
-	const bool vec = K % 8 == 0 && atlas_aligned(w, 16) && atlas_aligned(x, 16) &&
-			 (wdt != ATLAS_WDT_F32 || atlas_aligned(w, 32));
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
+	const int wpr = 8 / rpb, ks = warp % wpr, row = warp / wpr;
+	const gemv_where g = gemv_locate(a);
+	const long long K = a.K, N = g.seg->N;
+	/* this warp's weight row */
+	const void *w;
+	long long n;
+	if (a.swiglu) {
+		w = a.seg[row & 1].w;
+		n = g.n0 + row / 2;
+	} else {
+		w = g.seg->w;
+		n = g.n0 + row;
+	}
+	const bool live = n < N;
+	const bool vec = K % 8 == 0 && atlas_aligned(w, 16) && atlas_aligned(a.x, 16) &&
+			 (a.wdt != ATLAS_WDT_F32 || atlas_aligned(w, 32));
+	if (live && vec) {
+		const long long es = a.wdt == ATLAS_WDT_F32 ? 4 : 2;
+		const long long step = (long long)wpr * 256;
+		const char *base = (const char *)w + n * K * es;
+#pragma unroll
+		for (int u = 0; u < GEMV_UNROLL; u++) {
+			const long long k = (long long)ks * 256 + lane * 8 + u * step;
+			if (k < K)
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(base + k * es));
+		}
+	}
+	ATLAS_PDL_ENTRY();
 
-	for (long long t0 = 0; t0 < T; t0 += GEMV_MAXT) {
-		const int nt = T - t0 < GEMV_MAXT ? (int)(T - t0) : GEMV_MAXT;
-		const bf16 *xt = x + t0 * K;
+	for (long long t0 = 0; t0 < a.T; t0 += GEMV_MAXT) {
+		const int nt = a.T - t0 < GEMV_MAXT ? (int)(a.T - t0) : GEMV_MAXT;
+		const bf16 *xt = (const bf16 *)a.x + t0 * K;
 		if (nt == 1) /* decode at batch 1: one accumulator, fewer registers */
-			gemv_rows<1>(red, xt, w, wdt, n, N, K, nt, ks, wpr, vec);
+			gemv_rows<1>(red, warp, xt, w, a.wdt, n, live, K, nt, ks, wpr, vec);
 		else
-			gemv_rows<GEMV_MAXT>(red, xt, w, wdt, n, N, K, nt, ks, wpr, vec);
+			gemv_rows<GEMV_MAXT>(red, warp, xt, w, a.wdt, n, live, K, nt, ks, wpr, vec);
 		__syncthreads();
-		if ((int)threadIdx.x < rpb * nt) {
+		const int outs = a.swiglu ? rpb / 2 : rpb; /* features this block writes */
+		if ((int)threadIdx.x < outs * nt) {
 			const int r = threadIdx.x / nt, t = threadIdx.x % nt;
-			const long long nn = (long long)blockIdx.x * rpb + r;
+			const long long nn = g.n0 + r;
 			if (nn < N) {
 				float s = 0.0f;
-				for (int i = 0; i < wpr; i++) /* fixed order: deterministic */
-					s += red[r * wpr + i][t];
-				const float b = bias ? atlas_wload(bias, wdt, nn) : 0.0f;
-				lin_store(out + (t0 + t) * N + nn, b + s);
+				if (a.swiglu) {
+					float u = 0.0f;
+					for (int i = 0; i < wpr; i++) /* fixed order: deterministic */
+						s += red[(2 * r) * wpr + i][t];
+					for (int i = 0; i < wpr; i++)
+						u += red[(2 * r + 1) * wpr + i][t];
+					s = atlas_bf(atlas_tobf(s));
+					u = atlas_bf(atlas_tobf(u));
+					s = s / (1.0f + expf(-s)) * u;
+				} else {
+					for (int i = 0; i < wpr; i++)
+						s += red[r * wpr + i][t];
+					if (g.seg->bias)
+						s += atlas_wload(g.seg->bias, a.wdt, nn);
+				}
+				const long long o = (t0 + t) * N + nn;
+				if (a.out_f32)
+					((float *)g.seg->out)[o] = s;
+				else
+					((bf16 *)g.seg->out)[o] = atlas_tobf(s);
 			}
 		}
 		__syncthreads(); /* red is reused by the next group of rows */
 	}
-}
-
-extern "C" __global__ void atlas_gemv(bf16 *out, const bf16 *x, const void *w, const void *bias,
-				      int wdt, long long T, long long N, long long K, int rpb)
-{
-	gemv_impl(out, x, w, bias, wdt, T, N, K, rpb);
-}
-
-/* The same with FP32 output: the logits, so sampling sees full precision. */
-extern "C" __global__ void atlas_gemv_f32(float *out, const bf16 *x, const void *w,
-					  const void *bias, int wdt, long long T, long long N,
-					  long long K, int rpb)
-{
-	gemv_impl(out, x, w, bias, wdt, T, N, K, rpb);
 }
 
 /* --- gemm ---------------------------------------------------------- */
@@ -335,6 +436,7 @@ extern "C" __global__ void atlas_gemm(bf16 *out, const bf16 *x, const void *w, c
 				      int wdt, long long T, long long N, long long K)
 {
 	__shared__ __align__(128) unsigned char smem[GEMM_SMEM];
+	ATLAS_PDL_ENTRY();
 	if (wdt == ATLAS_WDT_BF16)
 		gemm_wmma(smem, out, x, (const bf16 *)w, bias, wdt, T, N, K);
 	else
@@ -347,6 +449,7 @@ extern "C" __global__ void atlas_gemm_f32(float *out, const bf16 *x, const void 
 					  long long K)
 {
 	__shared__ __align__(128) unsigned char smem[GEMM_SMEM];
+	ATLAS_PDL_ENTRY();
 	if (wdt == ATLAS_WDT_BF16)
 		gemm_wmma(smem, out, x, (const bf16 *)w, bias, wdt, T, N, K);
 	else

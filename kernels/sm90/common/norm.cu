@@ -20,6 +20,7 @@ static __device__ __forceinline__ void norm_scale(bf16 *o, const bf16 *v, const 
 extern "C" __global__ void atlas_rmsnorm(bf16 *out, const bf16 *x, const void *w, int wdt,
 					 long long R, long long D, float eps)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ float tmp[32];
 	const long long r = blockIdx.x;
 	if (r >= R)
@@ -38,6 +39,7 @@ extern "C" __global__ void atlas_rmsnorm(bf16 *out, const bf16 *x, const void *w
 extern "C" __global__ void atlas_add_rmsnorm(bf16 *res, const bf16 *x, bf16 *out, const void *w,
 					     int wdt, long long R, long long D, float eps)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ float tmp[32];
 	const long long r = blockIdx.x;
 	if (r >= R)

@@ -13,6 +13,7 @@
 extern "C" __global__ void atlas_rope(bf16 *x, const int *pos, const float *inv_freq, long long T,
 				      long long H, long long hd)
 {
+	ATLAS_PDL_ENTRY();
 	const long long th = blockIdx.x;
 	if (th >= T * H)
 		return;
@@ -25,5 +26,83 @@ extern "C" __global__ void atlas_rope(bf16 *x, const int *pos, const float *inv_
 		float x0 = atlas_bf(v[i]), x1 = atlas_bf(v[i + half]);
 		v[i] = atlas_tobf(x0 * c - x1 * s);
 		v[i + half] = atlas_tobf(x1 * c + x0 * s);
+	}
+}
+
+/* atlas_qk_rope_store: the attention prologue of one step in one launch.
+ * For the T tokens (rows of q [T,H,hd], k and v [T,Hkv,hd]): the per-head
+ * RMS norm of q and k (Qwen3's q_norm/k_norm; skipped when qn/kn are
+ * NULL), the rotary embedding of q and k, q written back in place, k and
+ * v written to their cache rows slot[t] of kc, vc ([n_slots, Hkv*hd]).
+ * Rounding as the separate ops round: the normed value is rounded to
+ * bf16, then rotated, then rounded again.
+ *
+ * grid ceil(T*(H+2*Hkv)/8), block 256: one warp per head row (q heads,
+ * then k heads, then v heads of each token); lane i holds the pairs
+ * (j, j + hd/2) for j = i, i + 32, ... (hd even, hd <= 2 * 32 * QRS_PAIRS). */
+#define QRS_PAIRS 4
+
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_qk_rope_store(bf16 *q, const bf16 *k, const bf16 *v, const void *qn, const void *kn,
+			int nwdt, float eps, const int *pos, const float *inv_freq, bf16 *kc,
+			bf16 *vc, const int *slot, long long T, long long H, long long Hkv,
+			long long hd)
+{
+	ATLAS_PDL_ENTRY();
+	const int lane = threadIdx.x & 31;
+	const long long per = H + 2 * Hkv;
+	const long long r = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
+	if (r >= T * per)
+		return;
+	const long long t = r / per, j = r % per, half = hd / 2, row = Hkv * hd;
+	const long long s = slot[t];
+	if (j >= H + Hkv) { /* a v head: copy to the cache */
+		if (s < 0)
+			return;
+		const long long h = j - H - Hkv;
+		const bf16 *src = v + t * row + h * hd;
+		bf16 *dst = vc + s * row + h * hd;
+		for (long long i = lane; i < hd; i += 32)
+			dst[i] = src[i];
+		return;
+	}
+	const bool isq = j < H;
+	const long long h = isq ? j : j - H;
+	const bf16 *src = isq ? q + (t * H + h) * hd : k + t * row + h * hd;
+	const void *nw = isq ? qn : kn;
+	float x0[QRS_PAIRS], x1[QRS_PAIRS];
+	float ss = 0.0f;
+#pragma unroll
+	for (int u = 0; u < QRS_PAIRS; u++) {
+		const long long i = lane + 32 * u;
+		x0[u] = i < half ? atlas_bf(src[i]) : 0.0f;
+		x1[u] = i < half ? atlas_bf(src[i + half]) : 0.0f;
+		ss += x0[u] * x0[u] + x1[u] * x1[u];
+	}
+	if (nw) {
+		ss = atlas_warp_sum(ss);
+		const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+#pragma unroll
+		for (int u = 0; u < QRS_PAIRS; u++) {
+			const long long i = lane + 32 * u;
+			if (i < half) {
+				x0[u] = atlas_bf(atlas_tobf(x0[u] * inv * atlas_wload(nw, nwdt, i)));
+				x1[u] = atlas_bf(atlas_tobf(x1[u] * inv * atlas_wload(nw, nwdt, i + half)));
+			}
+		}
+	}
+	const float p = (float)pos[t];
+	bf16 *dst = isq ? q + (t * H + h) * hd : (s >= 0 ? kc + s * row + h * hd : NULL);
+	if (!dst)
+		return;
+#pragma unroll
+	for (int u = 0; u < QRS_PAIRS; u++) {
+		const long long i = lane + 32 * u;
+		if (i < half) {
+			float sn, cs;
+			sincosf(p * inv_freq[i], &sn, &cs);
+			dst[i] = atlas_tobf(x0[u] * cs - x1[u] * sn);
+			dst[i + half] = atlas_tobf(x1[u] * cs + x0[u] * sn);
+		}
 	}
 }

@@ -197,6 +197,7 @@ static __device__ void smp_sort(float *key, int *idx, int n, smp_shared *sh)
 extern "C" __global__ void __launch_bounds__(1024)
     atlas_sample(int *ids, const float *logits, long long V, const float *args, float *scratch)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ smp_shared sh;
 	const long long row = blockIdx.x;
 	const float *lg = logits + row * V;

@@ -13,6 +13,7 @@
  * The static CUDA runtime finds the driver at run time: on a machine with
  * no driver, creation fails cleanly and "auto" falls back to the CPU. */
 #include "cuda_internal.h"
+#include "kernel_args.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,6 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_ADD_RMSNORM] = "atlas_add_rmsnorm",
 	[ATLAS_CK_GEMV] = "atlas_gemv",
 	[ATLAS_CK_GEMM] = "atlas_gemm",
-	[ATLAS_CK_GEMV_F32] = "atlas_gemv_f32",
 	[ATLAS_CK_GEMM_F32] = "atlas_gemm_f32",
 	[ATLAS_CK_ROPE] = "atlas_rope",
 	[ATLAS_CK_KV_STORE] = "atlas_kv_store",
@@ -39,6 +39,33 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_FILL] = "atlas_fill_random",
 	[ATLAS_CK_ATT_PART] = "atlas_attention_part",
 	[ATLAS_CK_ATT_COMBINE] = "atlas_attention_combine",
+	[ATLAS_CK_GEMM_TC] = "atlas_gemm_tc",
+	[ATLAS_CK_GEMM_TC_F32] = "atlas_gemm_tc_f32",
+	[ATLAS_CK_ATT_PREFILL] = "atlas_attention_prefill",
+	[ATLAS_CK_QK_ROPE_STORE] = "atlas_qk_rope_store",
+	[ATLAS_CK_GEMV_TC8] = "atlas_gemv_tc8",
+	[ATLAS_CK_GEMV_TC16] = "atlas_gemv_tc16",
+	[ATLAS_CK_GEMV_TC32] = "atlas_gemv_tc32",
+	[ATLAS_CK_GEMV_TC64] = "atlas_gemv_tc64",
+};
+
+/* Kernels that do not call atlas_pdl_wait() first (common.cuh), so must
+ * not be launched with programmatic dependent launch. */
+static const unsigned char no_pdl[ATLAS_CK_COUNT] = {
+	[ATLAS_CK_GEMM_TC] = 1,
+	[ATLAS_CK_GEMM_TC_F32] = 1,
+};
+
+/* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
+ * ops fall back to the baseline kernels). */
+static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
+	[ATLAS_CK_GEMM_TC] = 1,
+	[ATLAS_CK_GEMM_TC_F32] = 1,
+	[ATLAS_CK_ATT_PREFILL] = 1,
+	[ATLAS_CK_GEMV_TC8] = 1,
+	[ATLAS_CK_GEMV_TC16] = 1,
+	[ATLAS_CK_GEMV_TC32] = 1,
+	[ATLAS_CK_GEMV_TC64] = 1,
 };
 
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
@@ -60,10 +87,26 @@ int atlas_cuda_launch(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx,
 	dim3 grid = {gx, gy, 1}, blk = {block, 1, 1};
 	if (gx == 0 || gy == 0)
 		return 0; /* nothing to do */
+	if (!c->kern[k])
+		return atlas_error(ATLAS_EUNSUPPORTED, "kernel target %s lacks '%s'", c->target,
+				   kernel_names[k]);
 	int timed = c->prof_on && c->prof_n < ATLAS_CUDA_PROF_MAX;
 	if (timed)
 		cudaEventRecord(c->prof_ev[2 * c->prof_n], c->stream);
-	cudaError_t e = cudaLaunchKernel((const void *)c->kern[k], grid, blk, args, smem, c->stream);
+	cudaError_t e;
+	if (c->pdl && !no_pdl[k]) {
+		cudaLaunchAttribute attr;
+		memset(&attr, 0, sizeof(attr));
+		attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+		attr.val.programmaticStreamSerializationAllowed = 1;
+		cudaLaunchConfig_t cfg;
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.gridDim = grid, cfg.blockDim = blk, cfg.dynamicSmemBytes = smem;
+		cfg.stream = c->stream, cfg.attrs = &attr, cfg.numAttrs = 1;
+		e = cudaLaunchKernelExC(&cfg, (const void *)c->kern[k], args);
+	} else {
+		e = cudaLaunchKernel((const void *)c->kern[k], grid, blk, args, smem, c->stream);
+	}
 	if (timed) {
 		cudaEventRecord(c->prof_ev[2 * c->prof_n + 1], c->stream);
 		c->prof_k[c->prof_n++] = (unsigned char)k;
@@ -89,6 +132,19 @@ static int load_target(struct cuda_ctx *c, const struct atlas_kernel_blob *b)
 				   atlas_kernel_blob_name(b, name, sizeof(name)), cudaGetErrorString(e));
 	for (int i = 0; i < ATLAS_CK_COUNT; i++) {
 		e = cudaLibraryGetKernel(&kern[i], lib, kernel_names[i]);
+		if (e != cudaSuccess && optional_kernel[i]) {
+			/* the ops that use it fall back to other kernels */
+			cudaGetLastError();
+			kern[i] = NULL;
+			continue;
+		}
+		if (e == cudaSuccess && i >= ATLAS_CK_GEMV_TC8 && i <= ATLAS_CK_GEMV_TC64) {
+			/* the cp.async rings take more than the default 48 KiB */
+			const int nt8 = 1 << (i - ATLAS_CK_GEMV_TC8);
+			e = cudaKernelSetAttributeForDevice(kern[i],
+							    cudaFuncAttributeMaxDynamicSharedMemorySize,
+							    ATLAS_GTC_SMEM(nt8), c->dev);
+		}
 		if (e != cudaSuccess) {
 			cudaLibraryUnload(lib);
 			return atlas_error(ATLAS_EIO, "kernel target %s has no entry point '%s'",
@@ -334,6 +390,12 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	}
 	c->dev = device;
 	c->sms = prop.multiProcessorCount;
+	{
+		const char *pdl = getenv("ATLAS_CUDA_PDL");
+		c->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+		const char *gemv = getenv("ATLAS_CUDA_GEMV");
+		c->gemv_mode = !gemv ? 0 : strcmp(gemv, "fma") == 0 ? 1 : strcmp(gemv, "tc") == 0 ? 2 : 0;
+	}
 	snprintf(c->arch, sizeof(c->arch), "sm%d%d", prop.major, prop.minor);
 	snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", prop.name);
 	int fallback;

@@ -17,7 +17,6 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_ADD_RMSNORM,
 	ATLAS_CK_GEMV,
 	ATLAS_CK_GEMM,
-	ATLAS_CK_GEMV_F32,
 	ATLAS_CK_GEMM_F32,
 	ATLAS_CK_ROPE,
 	ATLAS_CK_KV_STORE,
@@ -29,6 +28,14 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_FILL,
 	ATLAS_CK_ATT_PART,
 	ATLAS_CK_ATT_COMBINE,
+	ATLAS_CK_GEMM_TC,      /* cuda_gemm.c: wgmma + TMA tensor-core GEMM */
+	ATLAS_CK_GEMM_TC_F32,
+	ATLAS_CK_ATT_PREFILL,  /* cuda_attn.c: flash-attention prefill */
+	ATLAS_CK_QK_ROPE_STORE,
+	ATLAS_CK_GEMV_TC8,     /* gemv_tc.cu: T <= 8, 16, 32, 64 */
+	ATLAS_CK_GEMV_TC16,
+	ATLAS_CK_GEMV_TC32,
+	ATLAS_CK_GEMV_TC64,
 	ATLAS_CK_COUNT,
 };
 
@@ -65,6 +72,11 @@ struct cuda_ctx {
 				       * capture never sees it move */
 	size_t att_cap;               /* its bytes */
 	int capturing;                /* a graph capture is open on stream */
+	int gemv_mode;                /* ATLAS_CUDA_GEMV: 0 default, 1 "fma" (the
+				       * CUDA-core GEMV up to T = 8), 2 "tc" (the
+				       * tensor-core GEMV from T = 1) */
+	int pdl;                      /* launch with programmatic dependent launch
+				       * (ATLAS_CUDA_PDL=0 turns it off) */
 	int prof_on;                  /* time every launch (profile op) */
 	int prof_n;                   /* launches timed so far */
 	cudaEvent_t *prof_ev;         /* [2 * ATLAS_CUDA_PROF_MAX] start/stop pairs */
@@ -82,6 +94,23 @@ int atlas_cuda_scratch(struct atlas_backend *be, void **buf, size_t *cap, size_t
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
 /* Bytes of att_part: the attention op runs tokens in groups that fit. */
 #define ATLAS_CUDA_ATT_SCRATCH ((size_t)64 << 20)
+
+/* Fewest tokens for which attention takes the flash prefill kernel. */
+#define ATLAS_CUDA_FLASH_MIN_T 64
+/* Fewest rows T for which a matmul goes to the tensor-core GEMM. */
+#define ATLAS_CUDA_TC_MIN_T 64
+
+/* The tensor-core GEMM (cuda_gemm.c): out[T,N] = x[T,K] W[N,K]^T + bias
+ * for BF16 W, x; out BF16 (out_f32 0) or FP32 (out_f32 1). Returns 1 when
+ * it launched, 0 when the shape or alignment is not its own (the caller
+ * then uses another kernel), a negative code on a CUDA error. */
+int atlas_cuda_gemm_tc(struct cuda_ctx *c, void *out, int out_f32, const void *x, const void *w,
+		       const void *bias, int64_t T, int64_t N, int64_t K);
+/* Flash-attention prefill (cuda_attn.c), the attention op's contract
+ * (backend.h); the same return convention as atlas_cuda_gemm_tc. */
+int atlas_cuda_attention_prefill(struct cuda_ctx *c, void *out, const void *q, const void *kc,
+				 const void *vc, const struct atlas_kv_batch *b, int64_t T,
+				 int64_t H, int64_t Hkv, int64_t hd, int64_t window, float scale);
 
 /* Fill the op pointers of be. */
 void atlas_cuda_ops_init(struct atlas_backend *be);

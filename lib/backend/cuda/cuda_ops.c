@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "../../core/error.h"
+#include "kernel_args.h"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
@@ -50,52 +51,232 @@ static int op_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_ADD_RMSNORM, (unsigned)R, 1, 256, 0, args);
 }
 
-/* Output features per block of atlas_gemv: the most (fewest blocks, no
- * split of K) that still gives every SM four blocks or more; fewer
- * features per block split K across the block's warps instead. */
-static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t N)
+/* Weight rows per block of atlas_gemv: the most (fewest blocks, no split
+ * of K) that still gives every SM four blocks or more; fewer rows per
+ * block split K across the block's warps instead. `rows` counts every
+ * weight row of the launch (all segments; gate and up rows with swiglu). */
+static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
 {
 	int rpb = 8;
-	while (rpb > 1 && CEIL_DIV(N, rpb) < 4 * (int64_t)(c->sms > 0 ? c->sms : 132))
+	while (rpb > min && CEIL_DIV(rows, rpb) < 4 * (int64_t)(c->sms > 0 ? c->sms : 132))
 		rpb /= 2;
 	return rpb;
+}
+
+/* The decode-sized products (T <= 64) of BF16 weights go to the
+ * tensor-core GEMV (gemv_tc.cu), smaller T of other weights to atlas_gemv
+ * (T <= 8), the rest to the GEMMs. In batch-invariant mode a row must get
+ * the same bits whatever T is, so BF16 products of every T take the
+ * tensor-core GEMV (in groups of 64 rows: its sum order does not depend on
+ * T or on a row's place in the group) and other weights the wmma/FMA
+ * GEMM. */
+enum gemv_kind { GEMV_NONE, GEMV_FMA, GEMV_TC };
+
+static int aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atlas_gemv_args *a)
+{
+	const struct cuda_ctx *c = be->ctx;
+	int tc = a->wdt == ATLAS_DTYPE_BF16 && a->K % 8 == 0 && aligned16(a->x) &&
+		 c->kern[ATLAS_CK_GEMV_TC8] && c->kern[ATLAS_CK_GEMV_TC16] &&
+		 c->kern[ATLAS_CK_GEMV_TC32] && c->kern[ATLAS_CK_GEMV_TC64];
+	for (int i = 0; i < a->nseg; i++)
+		tc = tc && aligned16(a->seg[i].w);
+	if (be->batch_invariant)
+		return tc ? GEMV_TC : GEMV_NONE;
+	/* T = 1: the CUDA-core GEMV streams faster (measured on the H200:
+	 * 5.4 against 7.2 ms per Qwen3-8B decode step); from T = 2 the tensor
+	 * cores win (batch 8: 7.6 against 19.5 ms) */
+	const int64_t tc_from = c->gemv_mode == 1 ? 9 : c->gemv_mode == 2 ? 1 : 2;
+	if (tc && a->T <= 64 && a->T >= tc_from)
+		return GEMV_TC;
+	return a->T <= 8 ? GEMV_FMA : GEMV_NONE;
+}
+
+/* Launch atlas_gemv or atlas_gemv_tc* for the segments in a. */
+static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_kind kind)
+{
+	int64_t blocks = 0, rows = 0;
+	for (int i = 0; i < a->nseg; i++)
+		rows += a->seg[i].N;
+	if (a->swiglu)
+		rows = 2 * a->seg[0].N;
+	void *args[] = {a};
+	if (kind == GEMV_TC) {
+		/* warp tiles of 16 rows per block: the most that still gives
+		 * every SM four blocks, else 1 (then 8 warps split K) */
+		const int64_t fpt = a->swiglu ? 8 : 16;
+		const int64_t want = 4 * (int64_t)(c->sms > 0 ? c->sms : 132);
+		a->rpb = 8;
+		while (a->rpb > 1 && CEIL_DIV(rows, 16 * a->rpb) < want)
+			a->rpb /= 2;
+		for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
+			blocks += CEIL_DIV(a->seg[i].N, fpt * a->rpb);
+		/* rows in groups of 64 (more only in batch-invariant mode) */
+		const int64_t T = a->T;
+		const char *x0 = a->x;
+		char *o0[ATLAS_GEMV_MAXSEG];
+		for (int i = 0; i < a->nseg; i++)
+			o0[i] = a->seg[i].out;
+		for (int64_t t0 = 0; t0 < T; t0 += 64) {
+			const int64_t n = T - t0 < 64 ? T - t0 : 64;
+			enum atlas_cuda_kernel k = n <= 8    ? ATLAS_CK_GEMV_TC8
+						   : n <= 16 ? ATLAS_CK_GEMV_TC16
+						   : n <= 32 ? ATLAS_CK_GEMV_TC32
+							     : ATLAS_CK_GEMV_TC64;
+			a->T = n;
+			a->x = x0 + (size_t)(t0 * a->K) * 2;
+			for (int i = 0; i < a->nseg; i++)
+				if (o0[i])
+					a->seg[i].out = o0[i] + (size_t)(t0 * a->seg[i].N) *
+								    (a->out_f32 ? 4 : 2);
+			int rc = atlas_cuda_launch(c, k, (unsigned)blocks, 1, 256,
+						   ATLAS_GTC_SMEM(1 << (k - ATLAS_CK_GEMV_TC8)), args);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	a->rpb = gemv_rows_per_block(c, rows, a->swiglu ? 2 : 1);
+	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
+	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
+		blocks += CEIL_DIV(a->seg[i].N, fpb);
+	return atlas_cuda_launch(c, ATLAS_CK_GEMV, (unsigned)blocks, 1, 256, 0, args);
+}
+
+/* One product through the GEMM kernels (any T): the tensor-core GEMM when
+ * it takes the shape, else the wmma/FMA tile kernel. */
+static int gemm_one(struct atlas_backend *be, void *out, int out_f32, const void *x,
+		    const void *w, const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N,
+		    int64_t K)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (!be->batch_invariant && wdt == ATLAS_DTYPE_BF16 && T >= ATLAS_CUDA_TC_MIN_T &&
+	    c->kern[out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC]) {
+		int rc = atlas_cuda_gemm_tc(c, out, out_f32, x, w, bias, T, N, K);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
+	int wd = (int)wdt;
+	long long t = T, n = N, k = K;
+	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k};
+	return atlas_cuda_launch(c, out_f32 ? ATLAS_CK_GEMM_F32 : ATLAS_CK_GEMM,
+				 (unsigned)CEIL_DIV(N, 64), (unsigned)CEIL_DIV(T, 64), 256, 0, args);
+}
+
+static int linear(struct atlas_backend *be, void *out, int out_f32, const void *x, const void *w,
+		  const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
+{
+	if (check_wdt(wdt, out_f32 ? "logits" : "matmul"))
+		return ATLAS_EUNSUPPORTED;
+	if (T <= 0 || N <= 0)
+		return 0;
+	struct atlas_gemv_args a = {0};
+	a.seg[0] = (struct atlas_gemv_seg){w, bias, out, N};
+	a.nseg = 1;
+	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt, a.out_f32 = out_f32;
+	enum gemv_kind kind = gemv_pick(be, &a);
+	if (kind != GEMV_NONE)
+		return gemv_launch(be->ctx, &a, kind);
+	return gemm_one(be, out, out_f32, x, w, bias, wdt, T, N, K);
 }
 
 static int op_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
 		     const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
-	int wd = (int)wdt;
-	long long t = T, n = N, k = K;
-	int rpb = gemv_rows_per_block(be->ctx, N);
-	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k, &rpb};
-	if (check_wdt(wdt, "matmul"))
-		return ATLAS_EUNSUPPORTED;
-	if (T <= 0 || N <= 0)
-		return 0;
-	if (T <= 8 && !be->batch_invariant) /* gemv and gemm sum in different orders */
-		return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMV, (unsigned)CEIL_DIV(N, rpb), 1, 256,
-					 0, args);
-	return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMM, (unsigned)CEIL_DIV(N, 64),
-				 (unsigned)CEIL_DIV(T, 64), 256, 0, args);
+	return linear(be, out, 0, x, w, bias, wdt, T, N, K);
 }
 
 static int op_logits(struct atlas_backend *be, float *out, const void *x, const void *w,
 		     enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
-	int wd = (int)wdt;
-	long long t = T, n = N, k = K;
-	const void *bias = NULL;
-	int rpb = gemv_rows_per_block(be->ctx, N);
-	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k, &rpb};
-	if (check_wdt(wdt, "logits"))
+	return linear(be, out, 1, x, w, NULL, wdt, T, N, K);
+}
+
+static int op_matmul_multi(struct atlas_backend *be, int n, void *const *out, const void *x,
+			   const void *const *w, const void *const *bias, enum atlas_dtype wdt,
+			   int64_t T, const int64_t *N, int64_t K)
+{
+	if (n < 1 || n > ATLAS_GEMV_MAXSEG)
+		return atlas_error(ATLAS_EINVAL, "cuda matmul_multi: %d products (1..%d)", n,
+				   ATLAS_GEMV_MAXSEG);
+	if (check_wdt(wdt, "matmul"))
 		return ATLAS_EUNSUPPORTED;
-	if (T <= 0 || N <= 0)
+	if (T <= 0)
 		return 0;
-	if (T <= 8 && !be->batch_invariant) /* gemv and gemm sum in different orders */
-		return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMV_F32, (unsigned)CEIL_DIV(N, rpb), 1,
-					 256, 0, args);
-	return atlas_cuda_launch(be->ctx, ATLAS_CK_GEMM_F32, (unsigned)CEIL_DIV(N, 64),
-				 (unsigned)CEIL_DIV(T, 64), 256, 0, args);
+	struct atlas_gemv_args a = {0};
+	a.nseg = n;
+	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt;
+	for (int i = 0; i < n; i++) {
+		if (N[i] <= 0)
+			return atlas_error(ATLAS_EINVAL, "cuda matmul_multi: product %d has N=%lld", i,
+					   (long long)N[i]);
+		a.seg[i] = (struct atlas_gemv_seg){w[i], bias ? bias[i] : NULL, out[i], N[i]};
+	}
+	enum gemv_kind kind = gemv_pick(be, &a);
+	if (kind == GEMV_NONE) {
+		for (int i = 0; i < n; i++) {
+			int rc = N[i] > 0 ? gemm_one(be, out[i], 0, x, w[i], bias ? bias[i] : NULL,
+						     wdt, T, N[i], K)
+					  : 0;
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	return gemv_launch(be->ctx, &a, kind);
+}
+
+static int op_matmul_swiglu(struct atlas_backend *be, void *out, const void *x, const void *wg,
+			    const void *wu, enum atlas_dtype wdt, int64_t T, int64_t F, int64_t K,
+			    void *up_scratch)
+{
+	if (check_wdt(wdt, "matmul"))
+		return ATLAS_EUNSUPPORTED;
+	if (T <= 0 || F <= 0)
+		return 0;
+	struct atlas_gemv_args a = {0};
+	a.seg[0] = (struct atlas_gemv_seg){wg, NULL, out, F};
+	a.seg[1] = (struct atlas_gemv_seg){wu, NULL, NULL, F};
+	a.nseg = 2, a.swiglu = 1;
+	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt;
+	enum gemv_kind kind = gemv_pick(be, &a);
+	if (kind == GEMV_NONE) {
+		int rc = gemm_one(be, out, 0, x, wg, NULL, wdt, T, F, K);
+		if (!rc)
+			rc = gemm_one(be, up_scratch, 0, x, wu, NULL, wdt, T, F, K);
+		return rc ? rc : be->swiglu(be, out, out, up_scratch, T, F);
+	}
+	return gemv_launch(be->ctx, &a, kind);
+}
+
+static int op_qk_rope_store(struct atlas_backend *be, void *q, void *k, const void *v,
+			    const void *qn, const void *kn, enum atlas_dtype nwdt, float eps,
+			    const int32_t *pos, const float *inv_freq, void *kc, void *vc,
+			    const int32_t *slot, int64_t T, int64_t H, int64_t Hkv, int64_t hd)
+{
+	if (hd % 2 || hd > 256 || (qn && check_wdt(nwdt, "qk_rope_store"))) {
+		/* the separate ops (any even hd up to 1024) */
+		int rc = 0;
+		if (qn)
+			rc = be->rmsnorm(be, q, q, qn, nwdt, T * H, hd, eps);
+		if (!rc && kn)
+			rc = be->rmsnorm(be, k, k, kn, nwdt, T * Hkv, hd, eps);
+		if (!rc)
+			rc = be->rope(be, q, pos, inv_freq, T, H, hd);
+		if (!rc)
+			rc = be->rope(be, k, pos, inv_freq, T, Hkv, hd);
+		return rc ? rc : be->kv_store(be, kc, vc, k, v, slot, T, Hkv * hd);
+	}
+	int wd = (int)nwdt;
+	long long t = T, h = H, hk = Hkv, d = hd;
+	void *args[] = {&q, &k, &v, &qn, &kn, &wd, &eps, &pos, &inv_freq, &kc, &vc, &slot,
+			&t, &h, &hk, &d};
+	return atlas_cuda_launch(be->ctx, ATLAS_CK_QK_ROPE_STORE,
+				 (unsigned)CEIL_DIV(T * (H + 2 * Hkv), 8), 1, 256, 0, args);
 }
 
 static int op_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
@@ -137,6 +318,15 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	if (hd > 256 || Hkv <= 0 || H % Hkv)
 		return atlas_error(ATLAS_EINVAL, "cuda attention: H=%lld Hkv=%lld hd=%lld not supported",
 				   (long long)H, (long long)Hkv, (long long)hd);
+	/* prefill-sized steps: the tensor-core flash kernel (not in
+	 * batch-invariant mode: a token's keys are then summed in another
+	 * order than the split-K kernel sums them) */
+	if (!be->batch_invariant && T >= ATLAS_CUDA_FLASH_MIN_T && c->kern[ATLAS_CK_ATT_PREFILL]) {
+		int rc = atlas_cuda_attention_prefill(c, out, q, kc, vc, b, T, H, Hkv, hd, window,
+						      scale);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	/* tokens per launch pair: their partials must fit in att_part */
 	const size_t per_tok = (size_t)H * ATT_SPLITS * (size_t)(hd + 2) * sizeof(float);
 	const int64_t tg = c->att_part ? (int64_t)(c->att_cap / per_tok) : 0;
@@ -235,6 +425,9 @@ void atlas_cuda_ops_init(struct atlas_backend *be)
 	be->add_rmsnorm = op_add_rmsnorm;
 	be->matmul = op_matmul;
 	be->logits = op_logits;
+	be->matmul_multi = op_matmul_multi;
+	be->matmul_swiglu = op_matmul_swiglu;
+	be->qk_rope_store = op_qk_rope_store;
 	be->rope = op_rope;
 	be->kv_store = op_kv_store;
 	be->attention = op_attention;
@@ -243,3 +436,4 @@ void atlas_cuda_ops_init(struct atlas_backend *be)
 	be->to_f32 = op_to_f32;
 	be->sample = op_sample;
 }
+

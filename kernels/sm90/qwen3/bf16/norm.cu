@@ -133,6 +133,7 @@ static __device__ __forceinline__ void qn_row(bf16 *res, const bf16 *x, bf16 *ou
 extern "C" __global__ void atlas_rmsnorm(bf16 *out, const bf16 *x, const void *w, int wdt,
 					 long long R, long long D, float eps)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ float tmp[32];
 	const long long r = blockIdx.x;
 	if (r >= R)
@@ -143,6 +144,7 @@ extern "C" __global__ void atlas_rmsnorm(bf16 *out, const bf16 *x, const void *w
 extern "C" __global__ void atlas_add_rmsnorm(bf16 *res, const bf16 *x, bf16 *out, const void *w,
 					     int wdt, long long R, long long D, float eps)
 {
+	ATLAS_PDL_ENTRY();
 	__shared__ float tmp[32];
 	const long long r = blockIdx.x;
 	if (r >= R)

@@ -1,0 +1,423 @@
+/* gemm_tc.cu - the Hopper tensor-core linear layer for prefill:
+ * out[T,N] = x[T,K] W[N,K]^T + bias[N], x, W and bias BF16 (bias may be
+ * NULL), FP32 accumulation, out BF16 (atlas_gemm_tc) or FP32
+ * (atlas_gemm_tc_f32, the logits). sm_90a only (wgmma, setmaxnreg); the
+ * compute_90 PTX of these entry points traps.
+ *
+ * Tiles: each block computes one BM x BN = 128 x BN output tile, BN = 256
+ * or 128 (a kernel parameter the host picks: 128 when 256-wide tiles
+ * would not fill the SMs once). K goes in BK = 64 slices: 64 BF16 are
+ * 128 bytes, one row of the 128-byte TMA/wgmma swizzle atom.
+ *
+ * Block: 384 threads, three warpgroups. Warpgroup 0 is the producer: it
+ * gives up registers (setmaxnreg.dec 40) and one thread issues the TMA
+ * loads (cp.async.bulk.tensor.2d) of the x slice [128 x 64] and the W
+ * slice [BN x 64] of every K step into a ring of STAGES shared-memory
+ * stages (4 for BN 256, 6 for BN 128: 192 KiB either way). Warpgroups 1
+ * and 2 are the consumers (setmaxnreg.inc 232): consumer c owns output
+ * rows 64c..64c+63 of the tile, BN/2 FP32 accumulators per thread, and
+ * per K step issues four wgmma.mma_async m64nBNk16 (A = its 64 rows of the
+ * x slice, B = the W slice, both straight from shared memory through
+ * matrix descriptors).
+ *
+ * Synchronization per stage s: full[s] (1 arrival: the producer's
+ * arrive.expect_tx, plus the TMA's transaction bytes, always the full
+ * box even where it zero-fills beyond the tensor) and empty[s] (8
+ * arrivals: lane 0 of each consumer warp). A consumer keeps one wgmma
+ * group in flight: after committing step i it waits until at most one
+ * group is pending, i.e. step i-1's wgmmas finished reading their stage,
+ * and only then releases that stage to the producer.
+ *
+ * Tails: TMA zero-fills rows beyond T or N and columns beyond K, so the
+ * main loop has no tail code (K % 8 == 0 is still needed: the tensor
+ * map's row stride must be a multiple of 16 bytes). The epilogue adds
+ * the bias in FP32, rounds, and stores straight from the accumulators,
+ * masking t < T and n < N (pairs of columns at once when N is even and
+ * out is aligned for it).
+ *
+ * Shared memory: a 1024-byte aligned base (the 128-byte swizzle repeats
+ * every 8 rows = 1024 bytes and the descriptors assume aligned atoms),
+ * then STAGES x (x slice 16 KiB, W slice BN*128 bytes), then the 2*STAGES
+ * mbarriers: TCG_SMEM bytes of dynamic shared memory (the host sets the
+ * kernel's limit).
+ *
+ * Matrix descriptor (PTX ISA, "matrix descriptor format"): start address
+ * >> 4 in bits 0-13, leading byte offset >> 4 in 16-29 (unused for
+ * swizzled K-major operands; 1), stride byte offset >> 4 in 32-45 (1024:
+ * the distance between 8-row groups), base offset 0 in 49-51, swizzle
+ * mode in 62-63 (1 = 128 bytes). The k16 steps inside a 64-wide slice
+ * advance the start address by 32 bytes; the hardware applies the
+ * swizzle to the computed addresses, as TMA did when it wrote them.
+ *
+ * Accumulator layout (m64nN f32 D): thread l of warp w of a consumer
+ * warpgroup holds, for j < N/8, d[4j+0..1] = rows 16w + l/4, columns
+ * 8j + 2(l%4) + {0,1} and d[4j+2..3] = the same columns of row
+ * 16w + l/4 + 8.
+ *
+ * Determinism: no atomics; every output is the K slices summed in
+ * ascending order (one FP32 accumulator chain per element), the same for
+ * both tile widths and for any T.
+ *
+ * Parameters: (out, tma_x, tma_w, bias, T, N, K, bn) with tma_x the
+ * tensor map of x (dims {K, T}, box {64, 128}) and tma_w that of W (dims
+ * {K, N}, box {64, bn}), both BF16, 128-byte swizzle, zero fill, built by
+ * lib/backend/cuda/cuda_gemm.c. Grid (ceil(T/128), ceil(N/bn)), block
+ * 384, TCG_SMEM bytes of dynamic shared memory.
+ */
+#include "common.cuh"
+
+#define TCG_BM 128
+#define TCG_BK 64
+#define TCG_THREADS 384
+/* Dynamic shared memory: 1 KiB alignment slack + 192 KiB of stages +
+ * barriers. Keep in sync with TCG_SMEM_BYTES in cuda_gemm.c. */
+#define TCG_SMEM (1024 + 196608 + 256)
+
+/* A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte
+ * aligned; only its address goes to the TMA instruction. */
+struct __align__(64) tcg_tmap {
+	unsigned long long w[16];
+};
+
+extern __shared__ unsigned char tcg_smem[];
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+static __device__ __forceinline__ uint32_t tcg_smem_addr(const void *p)
+{
+	return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void tcg_bar_init(uint32_t bar, uint32_t count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* The producer's arrival on a full barrier, announcing tx bytes of TMA. */
+static __device__ __forceinline__ void tcg_bar_expect(uint32_t bar, uint32_t tx)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(tx)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void tcg_bar_arrive(uint32_t bar)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+/* Wait until the phase of parity `par` of the barrier has completed. */
+static __device__ __forceinline__ void tcg_bar_wait(uint32_t bar, uint32_t par)
+{
+	uint32_t done;
+	do {
+		asm volatile("{\n.reg .pred p;\n"
+			     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+			     "selp.u32 %0, 1, 0, p;\n}\n"
+			     : "=r"(done)
+			     : "r"(bar), "r"(par)
+			     : "memory");
+	} while (!done);
+}
+
+/* TMA: the box at (column c0, row c1) of the tensor map to shared memory
+ * at dst, completing its bytes on barrier bar. */
+static __device__ __forceinline__ void tcg_tma_load(uint32_t dst, const tcg_tmap *map, int c0,
+						     int c1, uint32_t bar)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+		     "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
+		     : "memory");
+}
+
+/* Descriptor of a K-major, 128-byte swizzled operand at smem address a. */
+static __device__ __forceinline__ uint64_t tcg_desc(uint32_t a)
+{
+	return (uint64_t)((a & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+	       ((uint64_t)1 << 62);
+}
+
+static __device__ __forceinline__ void tcg_wgmma_fence(void)
+{
+	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+static __device__ __forceinline__ void tcg_wgmma_commit(void)
+{
+	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+template <int N>
+static __device__ __forceinline__ void tcg_wgmma_wait(void)
+{
+	asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+/* acc += A (64x16, descriptor da) * B (256x16, descriptor db)^T, both K-major. */
+static __device__ __forceinline__ void tcg_wgmma_n256(float (&d)[128], uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+		     "%0, %1, %2, %3, %4, %5, %6, %7, "
+		     "%8, %9, %10, %11, %12, %13, %14, %15, "
+		     "%16, %17, %18, %19, %20, %21, %22, %23, "
+		     "%24, %25, %26, %27, %28, %29, %30, %31, "
+		     "%32, %33, %34, %35, %36, %37, %38, %39, "
+		     "%40, %41, %42, %43, %44, %45, %46, %47, "
+		     "%48, %49, %50, %51, %52, %53, %54, %55, "
+		     "%56, %57, %58, %59, %60, %61, %62, %63, "
+		     "%64, %65, %66, %67, %68, %69, %70, %71, "
+		     "%72, %73, %74, %75, %76, %77, %78, %79, "
+		     "%80, %81, %82, %83, %84, %85, %86, %87, "
+		     "%88, %89, %90, %91, %92, %93, %94, %95, "
+		     "%96, %97, %98, %99, %100, %101, %102, %103, "
+		     "%104, %105, %106, %107, %108, %109, %110, %111, "
+		     "%112, %113, %114, %115, %116, %117, %118, %119, "
+		     "%120, %121, %122, %123, %124, %125, %126, %127"
+		     "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+		       "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+		       "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+		       "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+		       "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+		       "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+		       "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+		       "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+		       "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+		     : "l"(da), "l"(db), "r"(1));
+}
+
+/* acc += A (64x16, descriptor da) * B (128x16, descriptor db)^T, both K-major. */
+static __device__ __forceinline__ void tcg_wgmma_n128(float (&d)[64], uint64_t da, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+		     "%0, %1, %2, %3, %4, %5, %6, %7, "
+		     "%8, %9, %10, %11, %12, %13, %14, %15, "
+		     "%16, %17, %18, %19, %20, %21, %22, %23, "
+		     "%24, %25, %26, %27, %28, %29, %30, %31, "
+		     "%32, %33, %34, %35, %36, %37, %38, %39, "
+		     "%40, %41, %42, %43, %44, %45, %46, %47, "
+		     "%48, %49, %50, %51, %52, %53, %54, %55, "
+		     "%56, %57, %58, %59, %60, %61, %62, %63"
+		     "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+		     : "l"(da), "l"(db), "r"(1));
+}
+
+/* Pin an accumulator register in place: the wgmmas write it
+ * asynchronously, so the compiler must not move its reads or writes
+ * across the fences and waits. */
+static __device__ __forceinline__ void tcg_fence_acc(float &r)
+{
+	asm volatile("" : "+f"(r)::"memory");
+}
+
+template <int BN>
+static __device__ __forceinline__ void tcg_wgmma(float (&d)[BN / 2], uint64_t da, uint64_t db)
+{
+	if constexpr (BN == 256)
+		tcg_wgmma_n256(d, da, db);
+	else
+		tcg_wgmma_n128(d, da, db);
+}
+
+static __device__ __forceinline__ void tcg_store2(bf16 *p, float a, float b, bool pair)
+{
+	if (pair) {
+		*(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+	} else {
+		p[0] = atlas_tobf(a);
+		p[1] = atlas_tobf(b);
+	}
+}
+
+static __device__ __forceinline__ void tcg_store2(float *p, float a, float b, bool pair)
+{
+	if (pair) {
+		*(float2 *)p = make_float2(a, b);
+	} else {
+		p[0] = a;
+		p[1] = b;
+	}
+}
+
+static __device__ __forceinline__ void tcg_store1(bf16 *p, float a)
+{
+	*p = atlas_tobf(a);
+}
+
+static __device__ __forceinline__ void tcg_store1(float *p, float a)
+{
+	*p = a;
+}
+
+/* One 128 x BN tile; see the header comment. */
+template <int BN, int STAGES, typename OutT>
+static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, const tcg_tmap *tw,
+						 const bf16 *bias, long long T, long long N,
+						 long long K)
+{
+	constexpr uint32_t A_BYTES = TCG_BM * TCG_BK * 2;
+	constexpr uint32_t STAGE_BYTES = A_BYTES + BN * TCG_BK * 2;
+	static_assert(STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8 <= TCG_SMEM, "smem");
+	const uint32_t base = (tcg_smem_addr(tcg_smem) + 1023u) & ~1023u;
+	const uint32_t bars = base + STAGES * STAGE_BYTES; /* full[s], then empty[s] */
+	const int wg = threadIdx.x >> 7;
+	const int nk = (int)((K + TCG_BK - 1) / TCG_BK);
+	const int m0 = (int)blockIdx.x * TCG_BM, n0 = (int)blockIdx.y * BN;
+
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < STAGES; s++) {
+			tcg_bar_init(bars + 8 * s, 1);
+			tcg_bar_init(bars + 8 * (STAGES + s), 8);
+		}
+		/* make the initialized barriers visible to the async proxy (TMA) */
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+		asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+	}
+	__syncthreads();
+
+	if (wg == 0) {
+		/* producer */
+		asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+		if (threadIdx.x == 0) {
+			int s = 0;
+			uint32_t ph = 0;
+			for (int kb = 0; kb < nk; kb++) {
+				/* a fresh barrier counts as having completed the phase
+				 * before its first, so the first pass does not wait */
+				tcg_bar_wait(bars + 8 * (STAGES + s), ph ^ 1);
+				const uint32_t a = base + s * STAGE_BYTES, full = bars + 8 * s;
+				tcg_bar_expect(full, STAGE_BYTES);
+				tcg_tma_load(a, tx, kb * TCG_BK, m0, full);
+				tcg_tma_load(a + A_BYTES, tw, kb * TCG_BK, n0, full);
+				if (++s == STAGES) {
+					s = 0;
+					ph ^= 1;
+				}
+			}
+		}
+		return;
+	}
+
+	/* consumers */
+	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+	const int cw = wg - 1;              /* rows 64cw.. of the tile */
+	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+	float acc[BN / 2];
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++)
+		acc[i] = 0.0f;
+	int s = 0, prev = 0;
+	uint32_t ph = 0;
+	for (int kb = 0; kb < nk; kb++) {
+		tcg_bar_wait(bars + 8 * s, ph);
+		const uint32_t a = base + s * STAGE_BYTES + cw * (64 * TCG_BK * 2);
+		const uint32_t b = base + s * STAGE_BYTES + A_BYTES;
+#pragma unroll
+		for (int i = 0; i < BN / 2; i++)
+			tcg_fence_acc(acc[i]);
+		tcg_wgmma_fence();
+#pragma unroll
+		for (int kk = 0; kk < TCG_BK / 16; kk++)
+			tcg_wgmma<BN>(acc, tcg_desc(a + kk * 32), tcg_desc(b + kk * 32));
+		tcg_wgmma_commit();
+#pragma unroll
+		for (int i = 0; i < BN / 2; i++)
+			tcg_fence_acc(acc[i]);
+		/* step kb-1's wgmmas are done: its stage may be refilled */
+		tcg_wgmma_wait<1>();
+		if (kb > 0 && lane == 0)
+			tcg_bar_arrive(bars + 8 * (STAGES + prev));
+		prev = s;
+		if (++s == STAGES) {
+			s = 0;
+			ph ^= 1;
+		}
+	}
+	tcg_wgmma_wait<0>();
+#pragma unroll
+	for (int i = 0; i < BN / 2; i++)
+		tcg_fence_acc(acc[i]);
+
+	/* epilogue: bias, round, masked stores */
+	const bool pair_ok = (N & 1) == 0 && atlas_aligned(out, 2 * sizeof(OutT));
+	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+	for (int j = 0; j < BN / 8; j++) {
+		const long long n = (long long)n0 + 8 * j + 2 * (lane & 3);
+		if (n >= N)
+			continue;
+		const bool two = n + 1 < N;
+		float b0 = 0.0f, b1 = 0.0f;
+		if (bias) {
+			b0 = atlas_bf(bias[n]);
+			b1 = two ? atlas_bf(bias[n + 1]) : 0.0f;
+		}
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const long long t = r0 + 8 * h;
+			if (t >= T)
+				continue;
+			OutT *p = out + t * N + n;
+			const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
+			if (two)
+				tcg_store2(p, v0, v1, pair_ok);
+			else
+				tcg_store1(p, v0);
+		}
+	}
+}
+
+template <typename OutT>
+static __device__ __forceinline__ void tcg_entry(OutT *out, const tcg_tmap *tx, const tcg_tmap *tw,
+						  const void *bias, long long T, long long N,
+						  long long K, int bn)
+{
+	if (bn == 256)
+		tcg_tile<256, 4>(out, tx, tw, (const bf16 *)bias, T, N, K);
+	else
+		tcg_tile<128, 6>(out, tx, tw, (const bf16 *)bias, T, N, K);
+}
+
+#else /* not sm_90a: no wgmma; the host never launches these here */
+
+template <typename OutT>
+static __device__ __forceinline__ void tcg_entry(OutT *out, const tcg_tmap *tx, const tcg_tmap *tw,
+						  const void *bias, long long T, long long N,
+						  long long K, int bn)
+{
+	__trap();
+}
+
+#endif
+
+extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
+atlas_gemm_tc(bf16 *out, const __grid_constant__ tcg_tmap tma_x, const __grid_constant__ tcg_tmap tma_w,
+	      const void *bias, long long T, long long N, long long K, int bn)
+{
+	tcg_entry(out, &tma_x, &tma_w, bias, T, N, K, bn);
+}
+
+extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
+atlas_gemm_tc_f32(float *out, const __grid_constant__ tcg_tmap tma_x,
+		  const __grid_constant__ tcg_tmap tma_w, const void *bias, long long T, long long N,
+		  long long K, int bn)
+{
+	tcg_entry(out, &tma_x, &tma_w, bias, T, N, K, bn);
+}

@@ -1,0 +1,236 @@
+/* gemv_tc.cu - the decode linear layer on tensor cores: out[T,N] =
+ * x[T,K] W^T (+ bias) for BF16 weights and 1 <= T <= 64, each weight byte
+ * read once per call (the bandwidth-bound regime of decode at batch 1..64).
+ *
+ * The product is an mma.sync m16n8k16 GEMM with A = 16 weight rows
+ * (row-major, as W is stored) and B = 8 rows of x (x [T,K] is B in
+ * column-major form). Fragments come straight from global memory, not
+ * through shared memory: since a dot product may sum its K terms in any
+ * order, A and B use the same permutation of k inside each 32-wide chunk,
+ * chosen so that every lane loads 16 contiguous bytes. Lane (g = lane/4,
+ * c = lane%4) loads W[n0+g][k0+8c .. +8] and W[n0+g+8][...] (two uint4)
+ * and x[t0+g][k0+8c .. +8] (one uint4 per 8 tokens); the uint4 words
+ * {x, y} feed k-step 0 of the chunk and {z, w} k-step 1:
+ *   A regs a0 = row g {x|z}, a1 = row g+8 {x|z}, a2 = row g {y|w},
+ *   a3 = row g+8 {y|w}; B regs b0 = {x|z}, b1 = {y|w}
+ * (the PTX m16n8k16 layouts: a0/a2 hold row g, columns 2c..2c+1 and
+ * 2c+8..2c+9; b0/b1 hold column g, rows 2c..2c+1 and 2c+8..2c+9), so
+ * k-slot 2c+e of step s is k0+8c+4s+e and slot 2c+8+e is k0+8c+4s+2+e.
+ *
+ * Launch: struct atlas_gemv_args as atlas_gemv (segments: q, k and v in
+ * one launch; swiglu: a warp's rows 0..7 are gate rows, 8..15 the up rows
+ * of the same features, so one lane holds g and u of an output); dynamic
+ * shared memory ATLAS_GTC_SMEM(NT8) (kernel_args.h). Block of 8 warps =
+ * a.rpb warp tiles of 16 rows (8 features with swiglu) times 8/rpb warps
+ * splitting K into contiguous ranges of 32-wide chunks; the partial sums
+ * meet in shared memory and are added in warp order (deterministic; a
+ * row's sum order depends on neither T nor its place among the rows, which
+ * batch-invariant mode relies on). NT8 = token tiles of 8 (T <= 8 * NT8),
+ * one entry point per NT8 so that small T keeps few registers.
+ *
+ * Bytes in flight: each warp streams its chunks through a ring of
+ * ATLAS_GTC_STAGES(NT8) stages of cp.async copies (the compiler cannot
+ * sink asynchronous copies next to their use, as it may plain loads), so
+ * every lane keeps S chunks of weights (S * 32 bytes) in flight. The
+ * weight copies of the first S chunks are issued before waiting for the
+ * previous kernel (programmatic dependent launch): weights never change.
+ */
+#include "common.cuh"
+#include "../../../lib/backend/cuda/kernel_args.h"
+
+static __device__ __forceinline__ void gtc_mma(float (&d)[4], unsigned a0, unsigned a1,
+					       unsigned a2, unsigned a3, unsigned b0, unsigned b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* 16 bytes from global p to shared s, asynchronously (cp.async); when ok
+ * is false nothing is read and s gets zeros. cg: weights skip L1; ca: x,
+ * which other warps of the SM read too, may stay in L1. */
+static __device__ __forceinline__ void gtc_cp_cg(void *s, const void *p, bool ok)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(p), "r"(ok ? 16 : 0)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void gtc_cp_ca(void *s, const void *p, bool ok)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(p), "r"(ok ? 16 : 0)
+		     : "memory");
+}
+
+template <int NT8>
+static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
+{
+	__shared__ float red[8][16][8 * NT8 + 1]; /* per-warp partial tiles (+1: banks) */
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
+	const int wpr = 8 / rpb, ks = warp % wpr, tile = warp / wpr;
+	const int fpt = a.swiglu ? 8 : 16; /* output features per warp tile */
+	const long long K = a.K, T = a.T;
+
+	/* the block's segment and first feature */
+	long long b = blockIdx.x;
+	int s = 0;
+	for (; s < a.nseg - 1 && !a.swiglu; s++) {
+		const long long nb = (a.seg[s].N + fpt * rpb - 1) / (fpt * rpb);
+		if (b < nb)
+			break;
+		b -= nb;
+	}
+	const long long N = a.seg[s].N;
+	const long long f0 = (b * rpb + tile) * fpt; /* first feature of this warp's tile */
+	/* weight rows of lane: g and g + 8 of the tile */
+	const bf16 *wr0, *wr1;
+	bool ok0, ok1;
+	if (a.swiglu) {
+		ok0 = ok1 = f0 + g < N;
+		wr0 = (const bf16 *)a.seg[0].w + (ok0 ? f0 + g : 0) * K;
+		wr1 = (const bf16 *)a.seg[1].w + (ok1 ? f0 + g : 0) * K;
+	} else {
+		ok0 = f0 + g < N;
+		ok1 = f0 + g + 8 < N;
+		wr0 = (const bf16 *)a.seg[s].w + (ok0 ? f0 + g : 0) * K;
+		wr1 = (const bf16 *)a.seg[s].w + (ok1 ? f0 + g + 8 : 0) * K;
+	}
+	/* this warp's chunks: a contiguous range */
+	const long long nch = (K + 31) / 32;
+	const long long cpw = (nch + wpr - 1) / wpr;
+	const long long ch0 = ks * cpw, ch1 = ch0 + cpw < nch ? ch0 + cpw : nch;
+
+	/* The warp's ring of S stages in dynamic shared memory, one chunk per
+	 * stage: slot i of stage st of lane l at ((st * (2 + NT8) + i) * 32 + l)
+	 * uint4s (slots 0, 1: weight rows g and g + 8; 2 + j: x tile j). Each
+	 * lane reads back only what it copied itself, so cp.async.wait_group
+	 * (per thread) is the only synchronization the ring needs. */
+	constexpr int S = ATLAS_GTC_STAGES(NT8);
+	extern __shared__ uint4 gtc_ring[];
+	uint4 *ring = gtc_ring + (size_t)warp * S * (2 + NT8) * 32 + lane;
+	const bf16 *x = (const bf16 *)a.x;
+	/* weights are immutable: the first stages may load before the wait */
+	auto issue_w = [&](long long ch, int st) {
+		const long long k = ch * 32 + 8 * c;
+		const bool kok = ch < ch1 && k < K;
+		uint4 *r = ring + st * (2 + NT8) * 32;
+		gtc_cp_cg(r, kok && ok0 ? wr0 + k : wr0, kok && ok0);
+		gtc_cp_cg(r + 32, kok && ok1 ? wr1 + k : wr1, kok && ok1);
+	};
+	auto issue_x = [&](long long ch, int st) {
+		const long long k = ch * 32 + 8 * c;
+		const bool kok = ch < ch1 && k < K;
+		uint4 *r = ring + (st * (2 + NT8) + 2) * 32;
+#pragma unroll
+		for (int j = 0; j < NT8; j++) {
+			const long long t = 8 * j + g;
+			const bool ok = kok && t < T;
+			gtc_cp_ca(r + j * 32, ok ? x + t * K + k : x, ok);
+		}
+	};
+#pragma unroll
+	for (int st = 0; st < S; st++)
+		issue_w(ch0 + st, st);
+	ATLAS_PDL_ENTRY();
+	/* prologue: stage st = chunk ch0 + st; group st holds its x (and,
+	 * for st = 0, every weight copy above) */
+#pragma unroll
+	for (int st = 0; st < S; st++) {
+		issue_x(ch0 + st, st);
+		asm volatile("cp.async.commit_group;" ::: "memory");
+	}
+
+	float acc[2][NT8][4];
+#pragma unroll
+	for (int p = 0; p < 2; p++)
+#pragma unroll
+		for (int j = 0; j < NT8; j++)
+			acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0.0f;
+	int st = 0;
+	for (long long ch = ch0; ch < ch1; ch++) {
+		asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+		const uint4 *r = ring + st * (2 + NT8) * 32;
+		const uint4 wa = r[0], wb = r[32];
+		const int p = (int)(ch & 1);
+#pragma unroll
+		for (int j = 0; j < NT8; j++) {
+			const uint4 xb = r[(2 + j) * 32];
+			gtc_mma(acc[p][j], wa.x, wb.x, wa.y, wb.y, xb.x, xb.y);
+			gtc_mma(acc[p][j], wa.z, wb.z, wa.w, wb.w, xb.z, xb.w);
+		}
+		/* refill this stage (its values are in registers, consumed by the
+		 * mmas above) with chunk ch + S */
+		issue_w(ch + S, st);
+		issue_x(ch + S, st);
+		asm volatile("cp.async.commit_group;" ::: "memory");
+		st = st + 1 == S ? 0 : st + 1;
+	}
+	asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+	for (int j = 0; j < NT8; j++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			acc[0][j][e] += acc[1][j][e];
+
+	/* C fragment: acc[j][0..1] = (row g, tokens 8j+2c, +1), [2..3] = row g+8 */
+#pragma unroll
+	for (int j = 0; j < NT8; j++) {
+		red[warp][g][8 * j + 2 * c] = acc[0][j][0];
+		red[warp][g][8 * j + 2 * c + 1] = acc[0][j][1];
+		red[warp][g + 8][8 * j + 2 * c] = acc[0][j][2];
+		red[warp][g + 8][8 * j + 2 * c + 1] = acc[0][j][3];
+	}
+	__syncthreads();
+	const int tt = (int)(T < 8 * NT8 ? T : 8 * NT8);
+	const int per = fpt * tt; /* outputs of one warp tile */
+	for (int i = threadIdx.x; i < rpb * per; i += blockDim.x) {
+		const int tl = i / per, r = (i % per) / tt, t = i % tt;
+		const long long f = (b * rpb + tl) * fpt + r;
+		if (f >= N)
+			continue;
+		float v = 0.0f;
+		for (int q = 0; q < wpr; q++) /* fixed order: deterministic */
+			v += red[tl * wpr + q][r][t];
+		if (a.swiglu) {
+			float u = 0.0f;
+			for (int q = 0; q < wpr; q++)
+				u += red[tl * wpr + q][r + 8][t];
+			v = atlas_bf(atlas_tobf(v));
+			u = atlas_bf(atlas_tobf(u));
+			v = v / (1.0f + expf(-v)) * u;
+		} else if (a.seg[s].bias) {
+			v += atlas_bf(((const bf16 *)a.seg[s].bias)[f]);
+		}
+		const long long o = (long long)t * N + f;
+		if (a.out_f32)
+			((float *)a.seg[s].out)[o] = v;
+		else
+			((bf16 *)a.seg[s].out)[o] = atlas_tobf(v);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc8(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<1>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc16(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<2>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc32(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<4>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc64(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<8>(a);
+}

@@ -1,0 +1,172 @@
+/* cuda_gemm.c - the host side of the tensor-core GEMM
+ * (kernels/sm90/common/gemm_tc.cu): shape checks, tile choice, TMA tensor
+ * maps, launch.
+ *
+ * The kernel reads x and W through TMA tensor maps (CUtensorMap, 128
+ * bytes each, passed by value as __grid_constant__ kernel parameters, so
+ * a graph capture copies them with the launch). They are encoded with
+ * the driver's cuTensorMapEncodeTiled, reached through
+ * cudaGetDriverEntryPointByVersion: libatlas never links libcuda. Only
+ * <cuda.h>'s types are used here.
+ *
+ * Encoded maps are kept in a small round-robin cache keyed by (context,
+ * address, rows, columns, box rows): a prefill step reuses the same
+ * weights and activation buffers every layer and every step. An entry
+ * describes memory, not ownership, so a freed and reused address with
+ * the same shape still gets a correct map. */
+#include "cuda_internal.h"
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../core/error.h"
+
+/* Tile rows (T) and the K slice of one pipeline stage (gemm_tc.cu). */
+#define TCG_BM 128
+#define TCG_BK 64
+#define TCG_THREADS 384
+/* Dynamic shared memory of either tile width; the kernel's TCG_SMEM. */
+#define TCG_SMEM_BYTES (1024 + 196608 + 256)
+#define TCG_CACHE 64
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+				    const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+				    const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+				    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+static pthread_once_t encode_once = PTHREAD_ONCE_INIT;
+static encode_tiled_fn encode_tiled; /* NULL: the driver lacks it (no TMA GEMM) */
+
+static void encode_load(void)
+{
+	void *fn = NULL;
+	enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+	if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+					     cudaEnableDefault, &q) == cudaSuccess &&
+	    q == cudaDriverEntryPointSuccess)
+		encode_tiled = (encode_tiled_fn)fn;
+	else
+		cudaGetLastError(); /* not sticky; leave no error for the next check */
+}
+
+struct map_entry {
+	const struct cuda_ctx *c; /* NULL: empty slot */
+	const void *p;            /* the matrix */
+	int64_t rows, cols;       /* its shape (row-major BF16) */
+	uint32_t box_rows;        /* rows per TMA box */
+	CUtensorMap map;
+};
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct map_entry cache[TCG_CACHE];
+static int cache_next;
+/* Kernel handles whose dynamic shared memory limit is already raised. */
+static cudaKernel_t smem_done[16];
+static int smem_n;
+
+/* *m = the map of BF16 matrix p [rows, cols] (row stride cols), boxes of
+ * box_rows x 64 elements, 128-byte swizzle, zero fill out of bounds. */
+static int get_map(const struct cuda_ctx *c, const void *p, int64_t rows, int64_t cols,
+		   uint32_t box_rows, CUtensorMap *m)
+{
+	int rc = 0;
+	pthread_mutex_lock(&cache_lock);
+	for (int i = 0; i < TCG_CACHE; i++) {
+		const struct map_entry *e = &cache[i];
+		if (e->c == c && e->p == p && e->rows == rows && e->cols == cols &&
+		    e->box_rows == box_rows) {
+			*m = e->map;
+			pthread_mutex_unlock(&cache_lock);
+			return 0;
+		}
+	}
+	cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+	cuuint64_t stride[1] = {(cuuint64_t)cols * 2}; /* bytes, a multiple of 16 */
+	cuuint32_t box[2] = {TCG_BK, box_rows};
+	cuuint32_t estride[2] = {1, 1};
+	CUresult r = encode_tiled(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p, dim, stride, box,
+				  estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+				  CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+				  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	if (r != CUDA_SUCCESS) {
+		rc = atlas_error(ATLAS_EIO,
+				 "cuTensorMapEncodeTiled failed (error %d) for a %lld x %lld matrix",
+				 (int)r, (long long)rows, (long long)cols);
+	} else {
+		struct map_entry *e = &cache[cache_next];
+		cache_next = (cache_next + 1) % TCG_CACHE;
+		e->c = c;
+		e->p = p;
+		e->rows = rows;
+		e->cols = cols;
+		e->box_rows = box_rows;
+		e->map = *m;
+	}
+	pthread_mutex_unlock(&cache_lock);
+	return rc;
+}
+
+/* Let kernel k use TCG_SMEM_BYTES of dynamic shared memory (once per
+ * loaded kernel handle: a new kernel target brings new handles). */
+static int raise_smem(struct cuda_ctx *c, enum atlas_cuda_kernel k)
+{
+	int rc = 0;
+	pthread_mutex_lock(&cache_lock);
+	for (int i = 0; i < smem_n; i++)
+		if (smem_done[i] == c->kern[k])
+			goto out;
+	rc = atlas_cuda_check(c,
+			      cudaKernelSetAttributeForDevice(c->kern[k],
+							      cudaFuncAttributeMaxDynamicSharedMemorySize,
+							      TCG_SMEM_BYTES, c->dev),
+			      "cudaKernelSetAttributeForDevice(gemm_tc shared memory)");
+	if (!rc) {
+		if (smem_n == 16)
+			smem_n = 0; /* forget the oldest handles: at worst set again */
+		smem_done[smem_n++] = c->kern[k];
+	}
+out:
+	pthread_mutex_unlock(&cache_lock);
+	return rc;
+}
+
+/* Tile width: 256 columns unless 128 x 256 tiles would not give every SM
+ * one; then 128 (twice the blocks). */
+static int pick_bn(const struct cuda_ctx *c, int64_t T, int64_t N)
+{
+	int64_t tiles = ((T + TCG_BM - 1) / TCG_BM) * ((N + 255) / 256);
+	return tiles < (c->sms > 0 ? c->sms : 132) ? 128 : 256;
+}
+
+int atlas_cuda_gemm_tc(struct cuda_ctx *c, void *out, int out_f32, const void *x, const void *w,
+		       const void *bias, int64_t T, int64_t N, int64_t K)
+{
+	/* TMA needs 16-byte aligned bases and row strides; coordinates are
+	 * int32; grid y (N tiles) is at most 65535 */
+	if (T < 1 || N < 1 || K < 1 || K % 8 || T > INT32_MAX - TCG_BM ||
+	    N > (int64_t)65535 * 128 || K > INT32_MAX - TCG_BK || ((uintptr_t)x & 15) ||
+	    ((uintptr_t)w & 15))
+		return 0;
+	if (strcmp(c->arch, "sm90") != 0)
+		return 0; /* the kernel is sm_90a code (Hopper only) */
+	pthread_once(&encode_once, encode_load);
+	if (!encode_tiled)
+		return 0;
+	enum atlas_cuda_kernel k = out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC;
+	int bn = pick_bn(c, T, N);
+	CUtensorMap mx, mw;
+	int rc = get_map(c, x, T, K, TCG_BM, &mx);
+	if (!rc)
+		rc = get_map(c, w, N, K, (uint32_t)bn, &mw);
+	if (!rc)
+		rc = raise_smem(c, k);
+	if (rc)
+		return rc;
+	long long t = T, n = N, kk = K;
+	void *args[] = {&out, &mx, &mw, &bias, &t, &n, &kk, &bn};
+	rc = atlas_cuda_launch(c, k, (unsigned)((T + TCG_BM - 1) / TCG_BM),
+			       (unsigned)((N + bn - 1) / bn), TCG_THREADS, TCG_SMEM_BYTES, args);
+	return rc < 0 ? rc : 1;
+}

@@ -1,0 +1,36 @@
+/* kernel_args.h - parameter blocks of the kernels that take one struct by
+ * value (kernels/ABI.md), shared by the host code (C) and the kernels
+ * (CUDA C++), so both see one layout. */
+#ifndef ATLAS_BACKEND_CUDA_KERNEL_ARGS_H
+#define ATLAS_BACKEND_CUDA_KERNEL_ARGS_H
+
+/* One product of atlas_gemv: out[T,N] = x[T,K] W^T + bias. */
+struct atlas_gemv_seg {
+	const void *w;    /* [N, K] in wdt */
+	const void *bias; /* [N] in wdt, or NULL */
+	void *out;        /* [T, N], bf16 or (out_f32) float */
+	long long N;      /* output features */
+};
+
+#define ATLAS_GEMV_MAXSEG 3
+
+struct atlas_gemv_args {
+	struct atlas_gemv_seg seg[ATLAS_GEMV_MAXSEG]; /* the products, in block order */
+	const void *x; /* [T, K] bf16, shared by every segment */
+	long long T, K;
+	int nseg;    /* 1..ATLAS_GEMV_MAXSEG */
+	int wdt;     /* weight (and bias) dtype, enum atlas_dtype numbering */
+	int rpb;     /* weight rows per block: 1, 2, 4 or 8 (>= 2 with swiglu) */
+	int swiglu;  /* 1: seg[0] = gate, seg[1] = up (same N, no bias);
+		      * seg[0].out = silu(g) * u */
+	int out_f32; /* outputs are float (the logits) */
+	int pad_;    /* keeps the size a multiple of 8 in C and C++ alike */
+};
+
+/* atlas_gemv_tc*: stages of each warp's cp.async ring and the dynamic
+ * shared memory of a block (8 warps; a stage holds 2 weight and nt8 x
+ * fragments of 16 bytes per lane), by token tiles of 8 (nt8 = 1, 2, 4, 8). */
+#define ATLAS_GTC_STAGES(nt8) ((nt8) <= 2 ? 8 : (nt8) == 4 ? 4 : 3)
+#define ATLAS_GTC_SMEM(nt8) (8 * ATLAS_GTC_STAGES(nt8) * (2 + (nt8)) * 32 * 16)
+
+#endif

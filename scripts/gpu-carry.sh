@@ -1,0 +1,23 @@
+#!/bin/sh
+# gpu-carry.sh [DIR] - build here what the GPU machine needs and put it in
+# DIR (default .gpubuild, git-ignored): the programs and the GPU-side test
+# binaries, json-c, PCRE2 and libmicrohttpd linked statically (the GPU
+# machine lacks their -dev files and json-c/libmicrohttpd entirely),
+# stripped. Then one device call runs e.g.
+#   bash scripts/gpu-test.sh $OUT/t .gpubuild && bash scripts/gpu-bench.sh $OUT/b .gpubuild
+# with carry [".gpubuild"].
+set -eu
+dir=${1:-.gpubuild}
+src=$(cd "$(dirname "$0")/.." && pwd)
+cd "$src"
+make -s -j2 STATIC_DEPS=1 BUILD=build-carry gpu-tests
+rm -rf "$dir"
+mkdir -p "$dir/tests/gpu"
+for p in build-carry/atlas-*; do
+	strip -o "$dir/$(basename "$p")" "$p"
+done
+strip -o "$dir/tests/test-golden" build-carry/tests/test-golden
+for t in build-carry/tests/gpu/test-*; do
+	strip -o "$dir/tests/gpu/$(basename "$t")" "$t"
+done
+du -sh "$dir"
