@@ -50,7 +50,8 @@ static const char usage_text[] =
 	"GPU / CPU):\n"
 	"  --filter OP           kernels: only ops whose name contains OP\n"
 	"  --tokens LIST         kernels: tokens per call (1,512 / 1,32)\n"
-	"  --context N           kernels: keys attention sees (4096 / 512)\n"
+	"  --context N           kernels: keys attention sees (4096 / 512);\n"
+	"                        serve --self: the server's context (-c)\n"
 	"  --reps N              kernels: timed calls, median kept (20 / 3);\n"
 	"                        prefill: timed runs, best kept (3 / 1)\n"
 	"  --batch LIST          decode, generate: sequences per step (1)\n"
@@ -629,6 +630,12 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 		snprintf(ms, sizeof(ms), "%lld", (long long)(maxc > 16 ? maxc : 16));
 		args[n++] = "--max-seqs";
 		args[n++] = ms;
+		char cs[32];
+		if (o->context > 0) {
+			snprintf(cs, sizeof(cs), "%lld", (long long)o->context);
+			args[n++] = "-c";
+			args[n++] = cs;
+		}
 		if (o->api_key) {
 			args[n++] = "--api-key";
 			args[n++] = o->api_key;

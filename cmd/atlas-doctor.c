@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../lib/backend/backend.h"
+#include "../lib/comm/comm.h"
 #include "../lib/core/error.h"
 #include "../lib/io/file.h"
 #include "../lib/io/hfcache.h"
@@ -186,19 +187,105 @@ static void check_kernels(struct report *r, const struct atlas_gpu_info *g, int 
 			    g[i].cc_major, g[i].cc_minor);
 }
 
+/* NCCL's version (loaded the way the nccl communicator loads it:
+ * ATLAS_NCCL_LIB or libnccl.so.2). Not found is not an error: only runs
+ * across several GPUs need it. */
 static void check_nccl(struct report *r, int n_gpus)
 {
-	void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-	if (lib) {
-		dlclose(lib);
-		add(r, OK, "nccl", NULL, "libnccl.so.2 loads");
+	const char *lib = getenv("ATLAS_NCCL_LIB");
+	int v = 0, rc = atlas_comm_nccl_version(&v);
+	if (!lib || !*lib)
+		lib = "libnccl.so.2";
+	if (!rc) {
+		/* NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch (>= 2.9) */
+		add(r, OK, "nccl", NULL, "NCCL %d.%d.%d (%s)", v / 10000, v % 10000 / 100, v % 100,
+		    lib);
+	} else if (rc != ATLAS_ENOTFOUND) {
+		add(r, WARN, "nccl", "install NCCL 2.10 or later (libnccl2) for multi-GPU runs",
+		    "%s", atlas_errmsg());
 	} else if (n_gpus == 0) {
-		add(r, OK, "nccl", NULL, "not needed without GPUs (libnccl.so.2 not found)");
+		add(r, OK, "nccl", NULL, "not found (%s; not needed without GPUs)", lib);
 	} else {
 		add(r, WARN, "nccl", "install NCCL (libnccl2) for multi-GPU runs",
-		    "libnccl.so.2 not found: %s", n_gpus > 1 ? "runs across several GPUs will fail"
-							   : "needed only for runs across several GPUs");
+		    "not found (%s): %s", lib, n_gpus > 1 ? "runs across several GPUs will fail"
+						       : "needed only for runs across several GPUs");
 	}
+}
+
+/* The driver API calls of the peer-to-peer check (libcuda.so.1 loaded at
+ * run time, as gpu_probe.c does: no link-time dependency). */
+typedef int (*cu_init_fn)(unsigned);
+typedef int (*cu_get_fn)(int *, int);
+typedef int (*cu_peer_fn)(int *, int, int);
+
+/* With 2+ GPUs: which GPU can read which one's memory directly
+ * (cuDeviceCanAccessPeer), as one line of "i->j,k" entries and a
+ * "peer_access" list in each GPU's JSON object. A missing pair is a
+ * warning: tensor parallelism still works, its all-reduces through host
+ * memory. */
+static void check_p2p(struct report *r, int n_gpus)
+{
+	if (n_gpus < 2)
+		return;
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	cu_init_fn init = NULL;
+	cu_get_fn get = NULL;
+	cu_peer_fn peer = NULL;
+	if (lib) {
+		void *p[3] = {dlsym(lib, "cuInit"), dlsym(lib, "cuDeviceGet"),
+			      dlsym(lib, "cuDeviceCanAccessPeer")};
+		memcpy(&init, &p[0], sizeof(void *));
+		memcpy(&get, &p[1], sizeof(void *));
+		memcpy(&peer, &p[2], sizeof(void *));
+	}
+	if (!init || !get || !peer || init(0)) {
+		add(r, WARN, "p2p", "check the driver install (nvidia-smi topo -m)",
+		    "cannot query peer-to-peer access between the %d GPUs", n_gpus);
+		if (lib)
+			dlclose(lib);
+		return;
+	}
+	char line[1024] = "";
+	size_t off = 0;
+	int missing = 0;
+	for (int i = 0; i < n_gpus; i++) {
+		int di = 0, n_row = 0;
+		json_object *list = json_object_new_array();
+		if (get(&di, i))
+			di = i;
+		if (off < sizeof(line) - 24)
+			off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%d->", i ? "; " : "", i);
+		for (int j = 0; j < n_gpus; j++) {
+			int dj = 0, can = 0;
+			if (j == i)
+				continue;
+			if (get(&dj, j) || peer(&can, di, dj))
+				can = 0;
+			if (!can) {
+				missing++;
+				continue;
+			}
+			json_object_array_add(list, json_object_new_int(j));
+			if (off < sizeof(line) - 24)
+				off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%d",
+							n_row ? "," : "", j);
+			n_row++;
+		}
+		if (!n_row && off < sizeof(line) - 24)
+			off += (size_t)snprintf(line + off, sizeof(line) - off, "none");
+		json_object *g = json_object_array_get_idx(r->gpus, (size_t)i);
+		if (g)
+			json_object_object_add(g, "peer_access", list);
+		else
+			json_object_put(list);
+	}
+	dlclose(lib);
+	if (missing)
+		add(r, WARN, "p2p", "tensor parallelism across GPUs without peer access is slower "
+		    "(check nvidia-smi topo -m)", "peer-to-peer access %s (%d of %d pairs missing)",
+		    line, missing, n_gpus * (n_gpus - 1));
+	else
+		add(r, OK, "p2p", NULL, "peer-to-peer access between all %d GPUs (%s)", n_gpus, line);
 }
 
 /* --- CPU backend --------------------------------------------------------------- */
@@ -426,6 +513,7 @@ int main(int argc, char **argv)
 	check_cuda(&r, n);
 	check_kernels(&r, gpus, n);
 	check_nccl(&r, n);
+	check_p2p(&r, n);
 	check_cpu(&r);
 	check_cache(&r);
 	if (model)

@@ -12,6 +12,7 @@
 #include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <readline/readline.h>
 
 #include "../lib/backend/backend.h"
+#include "../lib/comm/comm.h"
 #include "../lib/core/error.h"
 #include "../lib/core/log.h"
 #include "../lib/core/threads.h"
@@ -51,6 +53,9 @@ static const char usage_text[] =
 	"  -c, --ctx-size N          context length to allocate (default: the\n"
 	"                            model's, at most 4096)\n"
 	"  -t, --threads N           CPU threads (default: all cores)\n"
+	"      --tp N                tensor parallelism over N ranks, one thread each\n"
+	"                            (default 1); on the CPU, N thread ranks in this\n"
+	"                            process; on CUDA, one GPU per rank\n"
 	"\n"
 	"Input:\n"
 	"  -p, --prompt TEXT         a prompt; repeat for several\n"
@@ -94,7 +99,7 @@ static const char usage_text[] =
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ,
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
-	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW };
+	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -122,6 +127,7 @@ static const struct option longopts[] = {
 	{"chat-template", no_argument, NULL, OPT_CHAT_TEMPLATE},
 	{"system", required_argument, NULL, OPT_SYSTEM},
 	{"show", no_argument, NULL, OPT_SHOW},
+	{"tp", required_argument, NULL, OPT_TP},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
@@ -143,6 +149,7 @@ struct opts {
 	int n_stop;              /* count of stop */
 	int64_t max_tokens;      /* -n, -1 unset */
 	int64_t ctx;             /* -c, 0 unset */
+	int tp;                  /* --tp: tensor-parallel ranks (1) */
 	double temperature, top_p, min_p, rep, pres, freq; /* NAN unset */
 	int64_t top_k;           /* -1 unset */
 	uint64_t seed;           /* --seed */
@@ -150,6 +157,19 @@ struct opts {
 	bool chat;               /* --chat */
 	bool chat_template;      /* --chat-template */
 	bool show;               /* --show */
+};
+
+/* The ranks 1..tp-1 of a tensor-parallel run: each its own backend,
+ * communicator and model slice, driven by rank 0's steps on its own
+ * thread (atlas_model_follow). Rank 0 is the ctx's be and model. */
+struct follower {
+	struct atlas_backend *be;
+	struct atlas_model *model;
+	struct atlas_comm *comm;
+	pthread_t tid;
+	bool running;            /* tid is a thread to join */
+	int rc;                  /* follow's result */
+	char err[512];           /* its message */
 };
 
 /* Everything loaded for a run. */
@@ -161,12 +181,14 @@ struct ctx {
 	struct atlas_tok *tok;       /* tokenizer */
 	struct atlas_seq *seq;       /* the one sequence, reused */
 	struct atlas_gen_params gp;  /* resolved generation parameters */
+	struct atlas_comm *comm;     /* rank 0's communicator (--tp > 1) */
+	struct follower *fol;        /* [tp], entries 1.. used */
 };
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
 	int c;
-	*o = (struct opts){.device = "auto", .max_tokens = -1, .temperature = NAN,
+	*o = (struct opts){.device = "auto", .tp = 1, .max_tokens = -1, .temperature = NAN,
 		.top_p = NAN, .min_p = NAN, .rep = NAN, .pres = NAN, .freq = NAN, .top_k = -1};
 	if (argc > 1 && (!strcmp(argv[1], "tokenize") || !strcmp(argv[1], "generate") ||
 			 !strcmp(argv[1], "detokenize") || !strcmp(argv[1], "template"))) {
@@ -204,6 +226,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_CHAT_TEMPLATE: o->chat_template = true; break;
 		case OPT_SYSTEM: o->system = optarg; break;
 		case OPT_SHOW: o->show = true; break;
+		case OPT_TP: o->tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;
 		case 'q': o->quiet = true; break;
 		case 'v': atlas_log_set_level(ATLAS_LOG_INFO); break;
 		case 'h': fputs(usage_text, stdout); exit(0);
@@ -278,6 +301,129 @@ static int resolve_gen(struct ctx *x)
 	return 0;
 }
 
+/* --- tensor parallelism (--tp) ---------------------------------------- */
+
+static void *follow_main(void *arg)
+{
+	struct follower *f = arg;
+	f->rc = atlas_model_follow(f->model);
+	if (f->rc) {
+		snprintf(f->err, sizeof(f->err), "%s", atlas_errmsg());
+		cmd_error("tensor-parallel rank %d stopped: %s", f->comm->rank, f->err);
+	}
+	return NULL;
+}
+
+/* Is --device (auto or cuda[:N]) a GPU run? auto: when a driver lists a
+ * GPU and this build has CUDA kernels. */
+static bool tp_on_gpu(const char *device, int *n_gpus)
+{
+	struct atlas_gpu_info g[64];
+	int ver = 0, n = atlas_gpu_probe(g, 64, &ver);
+	*n_gpus = n > 0 ? n : 0;
+	if (!strncmp(device, "cuda", 4))
+		return true;
+	return !strcmp(device, "auto") && n > 0 && atlas_kernel_targets()[0];
+}
+
+/* Load rank 0 (x->be, x->model) and ranks 1..tp-1 for --tp tp > 1, and
+ * start the followers. On the CPU: tp thread ranks of this process, each
+ * with its own CPU backend (the CPU worker pool is shared; its calls are
+ * serialized). On CUDA: refused here (see the message). 0 or 1. */
+static int load_tp(struct ctx *x, const struct atlas_model_params *base)
+{
+	int tp = x->o->tp, n_gpus;
+	if (tp_on_gpu(x->o->device, &n_gpus)) {
+		if (n_gpus < tp) {
+			cmd_error("--tp %d needs %d GPUs, but this machine has %d", tp, tp, n_gpus);
+			return 1;
+		}
+		cmd_error("--tp %d on CUDA GPUs is not available in this build yet (the NCCL "
+			  "communicator needs the CUDA backend's stream); use --device cpu", tp);
+		return 1;
+	}
+	if (strcmp(x->o->device, "cpu") && strcmp(x->o->device, "auto")) {
+		cmd_error("--tp %d: device '%s' cannot run tensor-parallel ranks (use cpu or cuda)",
+			  tp, x->o->device);
+		return 1;
+	}
+	struct atlas_comm **comms = calloc((size_t)tp, sizeof(*comms));
+	x->fol = calloc((size_t)tp, sizeof(*x->fol));
+	if (!comms || !x->fol) {
+		free(comms);
+		cmd_error("out of memory");
+		return 1;
+	}
+	if (atlas_comm_threads_new(tp, comms)) {
+		free(comms);
+		return cmd_lib_error();
+	}
+	x->comm = comms[0];
+	for (int r = 1; r < tp; r++)
+		x->fol[r].comm = comms[r];
+	free(comms);
+	/* every rank loads with the same parameters, only the comm differs */
+	for (int r = 0; r < tp; r++) {
+		struct atlas_backend *be = atlas_backend_cpu_new();
+		struct atlas_model_params mp = *base;
+		struct atlas_model *m;
+		if (!be)
+			return cmd_lib_error();
+		if (r == 0)
+			x->be = be;
+		else
+			x->fol[r].be = be;
+		mp.comm = r ? x->fol[r].comm : x->comm;
+		if (!(m = atlas_model_load(x->dir, be, &mp)))
+			return cmd_lib_error();
+		if (r == 0)
+			x->model = m;
+		else
+			x->fol[r].model = m;
+	}
+	atlas_info("tensor parallelism: %d thread ranks on the cpu", tp);
+	for (int r = 1; r < tp; r++) {
+		if (pthread_create(&x->fol[r].tid, NULL, follow_main, &x->fol[r])) {
+			cmd_error("cannot start the thread of rank %d", r);
+			return 1;
+		}
+		x->fol[r].running = true;
+	}
+	return 0;
+}
+
+/* Stop and join the followers, free ranks 1.. and rank 0's comm. */
+static void unload_tp(struct ctx *x)
+{
+	if (!x->fol)
+		return;
+	bool any = false;
+	for (int r = 1; r < x->o->tp; r++)
+		any |= x->fol[r].running;
+	if (any && atlas_model_stop_followers(x->model))
+		cmd_error("cannot stop the tensor-parallel ranks: %s", atlas_errmsg());
+	for (int r = 1; r < x->o->tp; r++) {
+		struct follower *f = &x->fol[r];
+		if (f->running)
+			pthread_join(f->tid, NULL);
+		atlas_model_free(f->model);
+		if (f->be)
+			f->be->destroy(f->be);
+	}
+	/* rank 0's model goes before the comms it holds */
+	atlas_seq_free(x->seq);
+	x->seq = NULL;
+	atlas_model_free(x->model);
+	x->model = NULL;
+	for (int r = 1; r < x->o->tp; r++)
+		if (x->fol[r].comm)
+			x->fol[r].comm->destroy(x->fol[r].comm);
+	if (x->comm)
+		x->comm->destroy(x->comm);
+	free(x->fol);
+	x->fol = NULL;
+}
+
 static int load(struct ctx *x, bool need_model, bool need_tok)
 {
 	if (!(x->dir = cmd_resolve_model(x->o->model)))
@@ -286,14 +432,19 @@ static int load(struct ctx *x, bool need_model, bool need_tok)
 		return cmd_lib_error();
 	if (!need_model)
 		return 0;
-	if (!(x->be = atlas_backend_open(x->o->device)))
-		return cmd_lib_error();
-	atlas_info("device: %s (%d threads)", x->be->name, atlas_threads_count());
 	struct atlas_model_params mp;
 	atlas_model_default_params(&mp);
 	mp.max_context = x->o->ctx;
-	if (!(x->model = atlas_model_load(x->dir, x->be, &mp)))
-		return cmd_lib_error();
+	if (x->o->tp > 1) {
+		if (load_tp(x, &mp))
+			return 1;
+	} else {
+		if (!(x->be = atlas_backend_open(x->o->device)))
+			return cmd_lib_error();
+		if (!(x->model = atlas_model_load(x->dir, x->be, &mp)))
+			return cmd_lib_error();
+	}
+	atlas_info("device: %s (%d threads)", x->be->name, atlas_threads_count());
 	if (!(x->seq = atlas_seq_new(x->model)))
 		return cmd_lib_error();
 	return resolve_gen(x);
@@ -301,6 +452,7 @@ static int load(struct ctx *x, bool need_model, bool need_tok)
 
 static void unload(struct ctx *x)
 {
+	unload_tp(x);
 	atlas_seq_free(x->seq);
 	atlas_model_free(x->model);
 	if (x->be)

@@ -2,7 +2,8 @@
 # gpu-test.sh OUT [BUILD] - the GPU half of the test suite, on a machine
 # with an H100/H200 and binaries already built (make gpu-tests, or carried
 # from a build machine). Writes OUT/summary.md (a table) and the full logs:
-#   1. every CUDA op against the CPU op (build/tests/gpu/test-cuda-ops)
+#   1. every CUDA op against the CPU op (build/tests/gpu/test-cuda-ops),
+#      again under each alternative decode GEMV (ATLAS_CUDA_GEMV=fma|tc|bulk)
 #   2. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda)
 #   3. tokenize | generate | detokenize on CUDA equals -p on CUDA
 #   4. device selection messages and a short decode timing
@@ -31,6 +32,15 @@ row "CUDA ops vs CPU" "$([ $rc -eq 0 ] && [ "$fails" -eq 0 ] && echo pass || ech
 	"$(grep -c ' ok$' "$out/ops.log") cases ok, $(grep -c ' FAIL$' "$out/ops.log") failed; $(grep 'worst' "$out/ops.log" | sed 's/^# //')"
 
 # 2. golden models
+# the alternative decode GEMVs (ATLAS_CUDA_GEMV) must be as correct
+for alt in fma tc bulk; do
+	ATLAS_CUDA_GEMV=$alt "$build/tests/gpu/test-cuda-ops" >"$out/ops-$alt.log" 2>&1
+	rc=$?
+	fails=$(grep -c '^not ok' "$out/ops-$alt.log")
+	row "CUDA ops vs CPU, ATLAS_CUDA_GEMV=$alt" "$([ $rc -eq 0 ] && [ "$fails" -eq 0 ] && echo pass || echo FAIL)" \
+		"$(grep -c ' ok$' "$out/ops-$alt.log") cases ok, $(grep -c ' FAIL$' "$out/ops-$alt.log") failed"
+done
+
 ATLAS_TEST_DEVICE=cuda ATLAS_LOG=info "$build/tests/test-golden" >"$out/golden.log" 2>&1
 rc=$?
 row "golden models on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../comm/comm.h"
 #include "../core/error.h"
 #include "../core/log.h"
 #include "decoder_internal.h"
@@ -29,6 +30,16 @@
 void atlas_model_default_params(struct atlas_model_params *p)
 {
 	*p = (struct atlas_model_params){0};
+}
+
+int atlas_model_rank(const struct atlas_model *m)
+{
+	return m->comm->rank;
+}
+
+int atlas_model_world(const struct atlas_model *m)
+{
+	return m->comm->world;
 }
 
 const struct atlas_config *atlas_model_config(const struct atlas_model *m)
@@ -73,11 +84,53 @@ int64_t atlas_model_weight_bytes(const struct atlas_model *m)
 	return n;
 }
 
+/* A slice of a checkpoint matrix [d0, d1] (or vector [d0]): rows
+ * [r0, r0 + nr) and columns [c0, c0 + nc). nr = d0, nc = d1: the whole. */
+struct slice {
+	int64_t r0, nr, c0, nc;
+};
+
+/* Hand rows/columns `sl` of tensor t to the backend. Whole rows are a
+ * pointer offset into the mmap (zero copy); a column slice is strided,
+ * so it is packed once into [nr, nc] host memory, which the model keeps
+ * only when the backend uses it in place. */
+static int upload_slice(struct atlas_model *m, struct weight *w,
+			const struct atlas_tensor_info *t, int64_t d1, const struct slice *sl)
+{
+	size_t es = atlas_dtype_size(t->dtype);
+	int64_t cols = d1 < 0 ? 1 : d1;
+	const char *src = (const char *)t->data + (size_t)sl->r0 * (size_t)cols * es;
+	size_t bytes = (size_t)sl->nr * (size_t)sl->nc * es;
+	void *host = NULL;
+	if (sl->nc != cols) {
+		if (!(host = malloc(bytes ? bytes : 1)))
+			return atlas_error(ATLAS_ENOMEM, "out of memory packing '%s'", t->name);
+		size_t rb = (size_t)sl->nc * es;
+		for (int64_t r = 0; r < sl->nr; r++)
+			memcpy((char *)host + (size_t)r * rb,
+			       src + ((size_t)r * (size_t)cols + (size_t)sl->c0) * es, rb);
+		src = host;
+	}
+	w->p = m->be->weight_upload(m->be, src, bytes);
+	if (!w->p) {
+		free(host);
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot load tensor '%s'", t->name);
+	}
+	if (host && w->p != host)
+		free(host); /* the backend made its own copy */
+	else
+		w->own = host;
+	w->dtype = t->dtype;
+	w->nbytes = bytes;
+	return 0;
+}
+
 /* Find tensor `name`, check its shape is [d0] or [d0, d1] (d1 < 0: 1-D)
- * and its dtype is one the backend reads, and hand it to the backend.
- * An absent tensor is an error when `required`, else leaves w empty. */
-static int bind(struct atlas_model *m, struct weight *w, const char *name,
-		int64_t d0, int64_t d1, int required)
+ * and its dtype is one the backend reads, and hand the slice `sl` of it
+ * (NULL: all of it) to the backend. An absent tensor is an error when
+ * `required`, else leaves w empty. */
+static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
+		      int64_t d0, int64_t d1, int required, const struct slice *sl)
 {
 	const struct atlas_tensor_info *t = atlas_st_find(m->st, name);
 	memset(w, 0, sizeof(*w));
@@ -106,12 +159,14 @@ static int bind(struct atlas_model *m, struct weight *w, const char *name,
 		return atlas_error(ATLAS_EUNSUPPORTED,
 				   "tensor '%s' has dtype %s; supported here: F32, F16, BF16",
 				   name, atlas_dtype_name(t->dtype));
-	w->p = m->be->weight_upload(m->be, t->data, t->nbytes);
-	if (!w->p)
-		return atlas_error_wrap(ATLAS_ENOMEM, "cannot load tensor '%s'", name);
-	w->dtype = t->dtype;
-	w->nbytes = t->nbytes;
-	return 0;
+	struct slice all = {0, d0, 0, d1 < 0 ? 1 : d1};
+	return upload_slice(m, w, t, d1, sl ? sl : &all);
+}
+
+static int bind(struct atlas_model *m, struct weight *w, const char *name,
+		int64_t d0, int64_t d1, int required)
+{
+	return bind_slice(m, w, name, d0, d1, required, NULL);
 }
 
 static int bind_layer(struct atlas_model *m, int64_t l)
@@ -122,33 +177,47 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd;
 	int qkv_bias = m->fam->qkv_bias || c->attention_bias;
 	int o_bias = c->attention_bias;
+	/* this rank's slices (README-tp.md): q/k/v and gate/up by rows, o and
+	 * down by columns; 1-D slices of biases and vectors alike */
+	const struct slice q_rows = {m->q0 * hd, m->H_loc * hd, 0, D};
+	const struct slice kv_rows = {m->kv0 * hd, m->Hkv_loc * hd, 0, D};
+	const struct slice f_rows = {m->f0, m->F_loc, 0, D};
+	const struct slice o_cols = {0, D, m->q0 * hd, m->H_loc * hd};
+	const struct slice d_cols = {0, D, m->f0, m->F_loc};
+	const struct slice qb = {m->q0 * hd, m->H_loc * hd, 0, 1};
+	const struct slice kvb = {m->kv0 * hd, m->Hkv_loc * hd, 0, 1};
+	const struct slice fb = {m->f0, m->F_loc, 0, 1};
+	/* the o and down biases are added once, by rank 0, before the sums */
+	const int first = m->comm->rank == 0;
 	char n[160];
 	int rc = 0;
-#define B(field, suffix, d0, d1, req) \
+#define B(field, suffix, d0, d1, req, sl) \
 	do { \
 		snprintf(n, sizeof(n), "model.layers.%lld.%s", (long long)l, suffix); \
-		if (!rc) rc = bind(m, &L->field, n, d0, d1, req); \
+		if (!rc) rc = bind_slice(m, &L->field, n, d0, d1, req, sl); \
 	} while (0)
-	B(ln1, "input_layernorm.weight", D, -1, 1);
-	B(ln2, "post_attention_layernorm.weight", D, -1, 1);
-	B(wq, "self_attn.q_proj.weight", qd, D, 1);
-	B(wk, "self_attn.k_proj.weight", kvd, D, 1);
-	B(wv, "self_attn.v_proj.weight", kvd, D, 1);
-	B(wo, "self_attn.o_proj.weight", D, qd, 1);
-	B(bq, "self_attn.q_proj.bias", qd, -1, qkv_bias);
-	B(bk, "self_attn.k_proj.bias", kvd, -1, qkv_bias);
-	B(bv, "self_attn.v_proj.bias", kvd, -1, qkv_bias);
-	B(bo, "self_attn.o_proj.bias", D, -1, o_bias);
+	B(ln1, "input_layernorm.weight", D, -1, 1, NULL);
+	B(ln2, "post_attention_layernorm.weight", D, -1, 1, NULL);
+	B(wq, "self_attn.q_proj.weight", qd, D, 1, &q_rows);
+	B(wk, "self_attn.k_proj.weight", kvd, D, 1, &kv_rows);
+	B(wv, "self_attn.v_proj.weight", kvd, D, 1, &kv_rows);
+	B(wo, "self_attn.o_proj.weight", D, qd, 1, &o_cols);
+	B(bq, "self_attn.q_proj.bias", qd, -1, qkv_bias, &qb);
+	B(bk, "self_attn.k_proj.bias", kvd, -1, qkv_bias, &kvb);
+	B(bv, "self_attn.v_proj.bias", kvd, -1, qkv_bias, &kvb);
+	if (first)
+		B(bo, "self_attn.o_proj.bias", D, -1, o_bias, NULL);
 	if (m->fam->qk_norm) {
-		B(qn, "self_attn.q_norm.weight", hd, -1, 1);
-		B(kn, "self_attn.k_norm.weight", hd, -1, 1);
+		B(qn, "self_attn.q_norm.weight", hd, -1, 1, NULL);
+		B(kn, "self_attn.k_norm.weight", hd, -1, 1, NULL);
 	}
-	B(wg, "mlp.gate_proj.weight", F, D, 1);
-	B(wu, "mlp.up_proj.weight", F, D, 1);
-	B(wd, "mlp.down_proj.weight", D, F, 1);
-	B(bg, "mlp.gate_proj.bias", F, -1, c->mlp_bias);
-	B(bu, "mlp.up_proj.bias", F, -1, c->mlp_bias);
-	B(bd, "mlp.down_proj.bias", D, -1, c->mlp_bias);
+	B(wg, "mlp.gate_proj.weight", F, D, 1, &f_rows);
+	B(wu, "mlp.up_proj.weight", F, D, 1, &f_rows);
+	B(wd, "mlp.down_proj.weight", D, F, 1, &d_cols);
+	B(bg, "mlp.gate_proj.bias", F, -1, c->mlp_bias, &fb);
+	B(bu, "mlp.up_proj.bias", F, -1, c->mlp_bias, &fb);
+	if (first)
+		B(bd, "mlp.down_proj.bias", D, -1, c->mlp_bias, NULL);
 #undef B
 	/* a bias and its matrix must agree in dtype: the matmul op takes one */
 	const struct weight *pairs[][2] = {{&L->wq, &L->bq}, {&L->wk, &L->bk},
@@ -160,6 +229,46 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 					 "layer %lld: a bias with a dtype unlike its weight's is not supported",
 					 (long long)l);
 	return rc;
+}
+
+int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm)
+{
+	const struct atlas_config *c = &m->cfg;
+	if (!comm) {
+		if (!(comm = atlas_comm_single_new()))
+			return ATLAS_ENOMEM;
+		m->own_comm = true;
+	}
+	m->comm = comm;
+	int64_t P = comm->world, r = comm->rank;
+	int64_t H = c->num_heads, Hkv = c->num_kv_heads, F = c->intermediate_size;
+	if (P < 1 || r < 0 || r >= P)
+		return atlas_error(ATLAS_EINVAL, "rank %lld of a world of %lld", (long long)r,
+				   (long long)P);
+	if (H % P)
+		return atlas_error(ATLAS_EINVAL,
+				   "tensor parallelism over %lld ranks needs num_attention_heads (%lld) "
+				   "to be a multiple of %lld",
+				   (long long)P, (long long)H, (long long)P);
+	if (Hkv % P && P % Hkv)
+		return atlas_error(ATLAS_EINVAL,
+				   "tensor parallelism over %lld ranks needs num_key_value_heads (%lld) "
+				   "to be a multiple or a divisor of %lld",
+				   (long long)P, (long long)Hkv, (long long)P);
+	if (F % P)
+		return atlas_error(ATLAS_EINVAL,
+				   "tensor parallelism over %lld ranks needs intermediate_size (%lld) "
+				   "to be a multiple of %lld",
+				   (long long)P, (long long)F, (long long)P);
+	m->H_loc = H / P;
+	m->q0 = r * m->H_loc;
+	/* Hkv < P: the q heads of a rank all read one kv head (H/P divides
+	 * H/Hkv), kept by every rank that needs it */
+	m->Hkv_loc = Hkv >= P ? Hkv / P : 1;
+	m->kv0 = Hkv >= P ? r * m->Hkv_loc : r * Hkv / P;
+	m->F_loc = F / P;
+	m->f0 = r * m->F_loc;
+	return 0;
 }
 
 int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_family *fam)
@@ -187,7 +296,7 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 {
 	const struct atlas_config *c = &m->cfg;
 	size_t a = m->act;
-	int64_t qd = c->num_heads * c->head_dim, kvd = c->num_kv_heads * c->head_dim;
+	int64_t qd = m->H_loc * c->head_dim, kvd = m->Hkv_loc * c->head_dim;
 	size_t hd2 = (size_t)c->head_dim / 2;
 	float *freq = malloc(hd2 * sizeof(float));
 	if (!freq)
@@ -199,8 +308,8 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 	ALLOC(m->att, m->max_tokens * qd * a);
 	ALLOC(m->k, m->max_tokens * kvd * a);
 	ALLOC(m->v, m->max_tokens * kvd * a);
-	ALLOC(m->g, m->max_tokens * c->intermediate_size * a);
-	ALLOC(m->u, m->max_tokens * c->intermediate_size * a);
+	ALLOC(m->g, m->max_tokens * m->F_loc * a);
+	ALLOC(m->u, m->max_tokens * m->F_loc * a);
 	ALLOC(m->logits, m->max_tokens * c->vocab_size * sizeof(float));
 	ALLOC(m->sel, m->max_seqs * c->hidden_size * a);
 	ALLOC(m->inv_freq, hd2 * sizeof(float));
@@ -216,6 +325,23 @@ nomem:
 	return atlas_error(ATLAS_ENOMEM, "cannot allocate activation buffers");
 }
 
+/* Bytes of tensor t this rank holds (bind_layer's slices). */
+static size_t rank_bytes(const struct atlas_model *m, const struct atlas_tensor_info *t)
+{
+	const struct atlas_config *c = &m->cfg;
+	size_t b = t->nbytes;
+	if (strncmp(t->name, "model.layers.", 13))
+		return b;
+	if (strstr(t->name, ".q_proj.") || strstr(t->name, ".o_proj.weight"))
+		return b / (size_t)c->num_heads * (size_t)m->H_loc;
+	if (strstr(t->name, ".k_proj.") || strstr(t->name, ".v_proj."))
+		return b / (size_t)c->num_kv_heads * (size_t)m->Hkv_loc;
+	if (strstr(t->name, ".gate_proj.") || strstr(t->name, ".up_proj.") ||
+	    strstr(t->name, ".down_proj.weight"))
+		return b / (size_t)c->intermediate_size * (size_t)m->F_loc;
+	return b;
+}
+
 /* Tell the backend how much memory the model will take (weights,
  * activations, KV pool, staging), so it can reserve one arena and report
  * a shortfall up front; and which kernels suit it. */
@@ -224,22 +350,23 @@ static int size_memory(struct atlas_model *m)
 	const struct atlas_config *c = &m->cfg;
 	struct atlas_backend *be = m->be;
 	size_t a = m->act, pad = 256, w = 0;
-	int64_t qd = c->num_heads * c->head_dim, kvd = c->num_kv_heads * c->head_dim;
+	int64_t qd = m->H_loc * c->head_dim, kvd = m->Hkv_loc * c->head_dim;
 	enum atlas_dtype wdt = ATLAS_DTYPE_BF16;
 	for (int64_t i = 0; i < atlas_st_count(m->st); i++) {
 		const struct atlas_tensor_info *t = atlas_st_get(m->st, i);
-		w += t->nbytes + pad;
+		w += rank_bytes(m, t) + pad;
 		if (t->ndim == 2)
 			wdt = t->dtype; /* the matrices' type names the kernel target */
 	}
 	size_t rows = (size_t)m->max_tokens;
 	size_t act = rows * a * (size_t)(3 * c->hidden_size + 2 * qd + 2 * kvd +
-					 2 * c->intermediate_size) +
+					 2 * m->F_loc) +
 		     rows * 4 * (size_t)c->vocab_size +
 		     (size_t)m->max_seqs * (size_t)c->hidden_size * a + 16 * pad;
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) *
 		    (size_t)kvd * a;
-	size_t meta = (size_t)(4 * m->max_tokens + m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
+	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
+			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
 	/* to_f32 staging and sampling scratch grow on first use */
 	size_t scratch = rows * (size_t)c->vocab_size * 4 + 64 * 2 * (size_t)c->vocab_size * 4 + 4 * pad;
 	size_t total = w + act + kv + meta + scratch + (size_t)c->head_dim * 4 + pad;
@@ -271,7 +398,8 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	if (atlas_config_load(dir, &m->cfg))
 		goto fail;
 	const struct atlas_config *c = &m->cfg;
-	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam))
+	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam) ||
+	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
 	m->max_ctx = p && p->max_context > 0 ? p->max_context
 		: (c->max_position < 4096 ? c->max_position : 4096);
@@ -308,10 +436,15 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		   m->fam->name, dir, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads,
 		   (long long)c->vocab_size, (long long)m->max_ctx);
+	if (m->comm->world > 1)
+		atlas_info("tensor-parallel rank %d of %d: q heads %lld.., kv heads %lld.. (%lld), "
+			   "MLP rows %lld..%lld", m->comm->rank, m->comm->world, (long long)m->q0,
+			   (long long)m->kv0, (long long)m->Hkv_loc, (long long)m->f0,
+			   (long long)(m->f0 + m->F_loc - 1));
 	atlas_info("KV cache: %lld blocks of %lld tokens (%lld MiB)", (long long)m->n_blocks,
 		   (long long)m->block_size,
 		   (long long)((2 * c->num_layers * m->n_blocks * m->block_size *
-				c->num_kv_heads * c->head_dim * (int64_t)m->act) >> 20));
+				m->Hkv_loc * c->head_dim * (int64_t)m->act) >> 20));
 	atlas_info("weights read per token: %lld bytes", (long long)atlas_model_weight_bytes(m));
 	return m;
 fail:
@@ -324,7 +457,9 @@ static void release(struct atlas_model *m, struct weight *w)
 {
 	if (w->p)
 		m->be->weight_release(m->be, w->p);
+	free(w->own);
 	w->p = NULL;
+	w->own = NULL;
 }
 
 void atlas_model_free(struct atlas_model *m)
@@ -352,6 +487,8 @@ void atlas_model_free(struct atlas_model *m)
 		if (bufs[i])
 			be->free(be, bufs[i]);
 	atlas_st_close(m->st);
+	if (m->own_comm)
+		m->comm->destroy(m->comm);
 	free(m);
 }
 

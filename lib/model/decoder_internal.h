@@ -4,6 +4,7 @@
 #ifndef ATLAS_MODEL_DECODER_INTERNAL_H
 #define ATLAS_MODEL_DECODER_INTERNAL_H
 
+#include "../comm/comm.h"
 #include "../io/safetensors.h"
 #include "family.h"
 #include "model.h"
@@ -11,7 +12,10 @@
 struct weight {
 	const void *p;          /* backend pointer, NULL if absent */
 	enum atlas_dtype dtype; /* as stored */
-	size_t nbytes;          /* bytes */
+	size_t nbytes;          /* bytes (this rank's slice) */
+	void *own;              /* host copy the model packed (a column slice)
+				 * that the backend uses in place, freed after
+				 * weight_release; NULL otherwise */
 };
 
 struct layer {
@@ -23,8 +27,21 @@ struct layer {
 	struct weight bg, bu, bd;       /* MLP biases, or absent */
 };
 
+/* Words of the step header that rank 0 broadcasts before every step
+ * (forward.c): op, items, tokens, max_keys, then the shapes the ranks
+ * must share, the rest zero. */
+#define ATLAS_STEP_HDR 16
+
 struct atlas_model {
 	struct atlas_config cfg;          /* parsed config.json */
+	/* tensor parallelism: this rank's share of the heads and MLP rows
+	 * (world 1: all of them). Rank r holds q heads [q0, q0 + H_loc), kv
+	 * heads [kv0, kv0 + Hkv_loc) (one replicated head when Hkv < world),
+	 * intermediate rows [f0, f0 + F_loc) of gate/up and columns of down. */
+	struct atlas_comm *comm;          /* never NULL once loaded */
+	bool own_comm;                    /* comm is the model's single comm */
+	int64_t H_loc, Hkv_loc, F_loc;    /* heads, kv heads, MLP rows here */
+	int64_t q0, kv0, f0;              /* first of each on this rank */
 	const struct atlas_family *fam;   /* family flags */
 	struct atlas_backend *be;         /* not owned */
 	struct atlas_st *st;              /* the mmapped checkpoint */
@@ -45,7 +62,15 @@ struct atlas_model {
 	int64_t max_blocks;               /* blocks per sequence at most */
 	int32_t *free_list;               /* host stack of free block ids */
 	int64_t n_free;                   /* entries on free_list */
-	/* per-step token metadata: host staging and backend copies */
+	/* per-step token metadata: host staging and backend copies, each one
+	 * block laid out [hdr ATLAS_STEP_HDR | ids | pos | seq | slot (each
+	 * meta_stride) | tables (max_seqs * max_blocks)], so that the header
+	 * and the ids go up in one copy and other ranks get the metadata in
+	 * three broadcasts (forward.c) */
+	int32_t *h_meta, *d_meta;         /* the blocks (host, backend) */
+	int64_t meta_stride;              /* entries from ids to pos etc.: max_tokens
+					   * rounded up to 64 (arrays stay 64-byte aligned) */
+	int32_t *h_hdr, *d_hdr;           /* [ATLAS_STEP_HDR] step header */
 	int32_t *h_ids, *h_pos, *h_seq, *h_slot; /* host [max_tokens] */
 	int32_t *h_tables;                /* host [max_seqs, max_blocks] */
 	int32_t *d_ids, *d_pos, *d_seq, *d_slot, *d_tables; /* backend, same shapes */
@@ -70,6 +95,10 @@ void atlas_forward_release(struct atlas_model *m);
 
 /* decoder.c: the load steps a synthetic model (synthetic.c) shares. */
 int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_family *fam);
+/* Take comm (NULL: a single comm the model owns) and set this rank's
+ * share of heads and MLP rows; a clear error when the world size does
+ * not divide them. */
+int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm);
 int atlas_decoder_alloc_buffers(struct atlas_model *m);
 
 /* kvpool.c: allocate the pool and staging buffers / release them. */

@@ -14,6 +14,14 @@
  *     h = rmsnorm(x)
  *     x += (silu(h Wg) * h Wu) Wd
  *   logits = rmsnorm(x) Wlm               (last row of each item, or all)
+ *
+ * Tensor parallelism (lib/comm/README-tp.md): every rank holds its slice
+ * of the heads and MLP rows (m->H_loc, Hkv_loc, F_loc), so the o and down
+ * products are partial sums, completed by the two all_reduce_sum calls
+ * of each layer; the code is the same for one rank (whose collectives
+ * are no-ops). Rank 0 drives the steps and broadcasts each one's header
+ * and token metadata before running it; the other ranks run the same
+ * body in atlas_model_follow. Only rank 0 computes logits.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -35,7 +43,7 @@ static void *kv_pool(struct atlas_model *m, int which, int64_t l)
 {
 	const struct atlas_config *c = &m->cfg;
 	size_t per_layer = (size_t)(m->n_blocks * m->block_size) *
-			   (size_t)(c->num_kv_heads * c->head_dim) * m->act;
+			   (size_t)(m->Hkv_loc * c->head_dim) * m->act;
 	return (char *)m->kv + ((size_t)which * (size_t)c->num_layers + (size_t)l) * per_layer;
 }
 
@@ -46,10 +54,12 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 			 const struct atlas_kv_batch *kb)
 {
 	struct atlas_backend *be = m->be;
+	struct atlas_comm *comm = m->comm;
 	const struct atlas_config *c = &m->cfg;
 	const struct layer *L = &m->layers[l];
-	int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-	int64_t H = c->num_heads, Hkv = c->num_kv_heads;
+	/* this rank's heads and MLP rows (all of them on one rank) */
+	int64_t D = c->hidden_size, F = m->F_loc, hd = c->head_dim;
+	int64_t H = m->H_loc, Hkv = m->Hkv_loc;
 	int64_t window = m->fam->use_window ? c->sliding_window : 0;
 	float eps = (float)c->rms_eps;
 
@@ -82,6 +92,8 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 	TRY(be->attention(be, m->att, m->q, kc, vc, kb, T, H, Hkv, hd, window,
 			  1.0f / sqrtf((float)hd)));
 	TRY(be->matmul(be, m->o, m->att, L->wo.p, L->bo.p, L->wo.dtype, T, D, H * hd));
+	/* o is this rank's partial sum over its heads (bo on rank 0 only) */
+	TRY(comm->all_reduce_sum(comm, m->o, T * D, be->act_dtype, be));
 	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln2.p, L->ln2.dtype, T, D, eps));
 	if (be->matmul_swiglu && !L->bg.p && !L->bu.p && L->wg.dtype == L->wu.dtype) {
 		TRY(be->matmul_swiglu(be, m->g, m->h, L->wg.p, L->wu.p, L->wg.dtype, T, F, D, m->u));
@@ -91,7 +103,8 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 		TRY(be->swiglu(be, m->g, m->g, m->u, T, F));
 	}
 	TRY(be->matmul(be, m->o, m->g, L->wd.p, L->bd.p, L->wd.dtype, T, D, F));
-	return 0;
+	/* likewise over this rank's MLP rows (bd on rank 0 only) */
+	return comm->all_reduce_sum(comm, m->o, T * D, be->act_dtype, be);
 }
 
 /* Check a step and take the KV blocks it needs; on error nothing moves. */
@@ -215,33 +228,25 @@ static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 	return finish(m, it, n, nsel, want_ids);
 }
 
-/* A decode step (one token per item, every item wanting logits or a
- * token) as a CUDA-graph-style recording, made once per batch size and
- * replayed: the token metadata is already uploaded to the same buffers,
- * every kernel argument of body() and the logits depends only on n, and
- * the rows of m->h are the rows the eager path would gather, so the
- * result is the eager step's, bit for bit. Returns 1 when the step ran, 0
- * when the caller should run it eagerly, or a negative error. */
-static int graph_step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
-		      const struct atlas_kv_batch *kb)
+/* body() over a decode step's n rows (one token each) from a recording
+ * made once per n, with the logits of all n rows when `logits` (rank 0);
+ * the token metadata is already in the same buffers and every kernel
+ * argument depends only on n, so the result is the eager step's, bit for
+ * bit. 1 when it ran, 0 when the caller should run it eagerly, or a
+ * negative error. */
+static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_batch *kb,
+		       bool logits)
 {
 	struct atlas_backend *be = m->be;
 	const struct atlas_config *c = &m->cfg;
-	int want_ids = 0;
 	if (m->no_graphs || !be->capture_begin || !be->replay)
 		return 0;
-	for (int64_t i = 0; i < n; i++) {
-		if (it[i].n != 1 || (!it[i].logits && !it[i].sample))
-			return 0;
-		m->h_args[i] = it[i].sample ? *it[i].sample : (struct atlas_sample_args){0};
-		want_ids |= it[i].sample != NULL;
-	}
 	if (!m->graphs && !(m->graphs = calloc((size_t)m->max_seqs + 1, sizeof(void *))))
 		return 0;
 	if (!m->graphs[n]) {
 		TRY(be->capture_begin(be));
 		int rc = body(m, n, kb);
-		if (!rc)
+		if (!rc && logits)
 			rc = be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, n,
 					c->vocab_size, c->hidden_size);
 		void *gr = be->capture_end(be);
@@ -256,8 +261,114 @@ static int graph_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 		m->graphs[n] = gr;
 	}
 	TRY(be->replay(be, m->graphs[n]));
+	return 1;
+}
+
+/* A decode step (one token per item, every item wanting logits or a
+ * token) through replay_body; the rows of m->h are the rows the eager
+ * path would gather. Returns 1 when the step ran, 0 when the caller
+ * should run it eagerly, or a negative error. */
+static int graph_step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		      const struct atlas_kv_batch *kb)
+{
+	int want_ids = 0;
+	if (m->no_graphs || !m->be->capture_begin || !m->be->replay)
+		return 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (it[i].n != 1 || (!it[i].logits && !it[i].sample))
+			return 0;
+		m->h_args[i] = it[i].sample ? *it[i].sample : (struct atlas_sample_args){0};
+		want_ids |= it[i].sample != NULL;
+	}
+	int g = replay_body(m, n, kb, true);
+	if (g <= 0)
+		return g;
 	TRY(finish(m, it, n, n, want_ids));
 	return 1;
+}
+
+/* --- tensor-parallel step sharing ----------------------------------------- */
+
+enum { STEP_RUN = 1, STEP_STOP = 2 };
+
+/* Rank 0's metadata of a step of n items and T tokens, already in the
+ * backend buffers there, to every rank's same buffers: ids, pos, seq and
+ * slot in one broadcast (they lie end to end, slot's first T entries
+ * last), the n block-table rows in another. No-ops with one rank. */
+static int share_meta(struct atlas_model *m, int64_t T, int64_t n)
+{
+	struct atlas_comm *c = m->comm;
+	size_t toks = (size_t)(3 * m->meta_stride + T) * sizeof(int32_t);
+	TRY(c->broadcast(c, m->d_ids, toks, 0, m->be));
+	return c->broadcast(c, m->d_tables, (size_t)(n * m->max_blocks) * sizeof(int32_t), 0,
+			    m->be);
+}
+
+/* Fill the step header (op, n, T, max_keys, then the shapes every rank
+ * must share) in host memory. */
+static void fill_header(struct atlas_model *m, int op, int64_t n, int64_t T, int64_t max_keys)
+{
+	int32_t *h = m->h_hdr;
+	memset(h, 0, ATLAS_STEP_HDR * sizeof(int32_t));
+	h[0] = op;
+	h[1] = (int32_t)n;
+	h[2] = (int32_t)T;
+	h[3] = (int32_t)max_keys;
+	h[4] = (int32_t)m->max_tokens;
+	h[5] = (int32_t)m->max_blocks;
+	h[6] = (int32_t)m->n_blocks;
+	h[7] = (int32_t)m->block_size;
+}
+
+int atlas_model_stop_followers(struct atlas_model *m)
+{
+	struct atlas_comm *c = m->comm;
+	if (c->rank != 0)
+		return atlas_error(ATLAS_EINVAL, "only rank 0 stops the followers (this is rank %d)",
+				   c->rank);
+	fill_header(m, STEP_STOP, 0, 0, 0);
+	TRY(m->be->upload(m->be, m->d_hdr, m->h_hdr, ATLAS_STEP_HDR * sizeof(int32_t)));
+	return c->broadcast(c, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t), 0, m->be);
+}
+
+int atlas_model_follow(struct atlas_model *m)
+{
+	struct atlas_comm *c = m->comm;
+	struct atlas_backend *be = m->be;
+	const int32_t *h = m->h_hdr;
+	if (c->rank == 0)
+		return atlas_error(ATLAS_EINVAL,
+				   "rank 0 drives the model; ranks 1..%d follow it", c->world - 1);
+	for (;;) {
+		TRY(c->broadcast(c, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t), 0, be));
+		TRY(be->download(be, m->h_hdr, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t)));
+		if (h[0] == STEP_STOP)
+			return 0;
+		int64_t n = h[1], T = h[2];
+		if (h[0] != STEP_RUN || h[4] != m->max_tokens || h[5] != m->max_blocks ||
+		    h[6] != m->n_blocks || h[7] != m->block_size || n < 1 || n > m->max_seqs ||
+		    T < n || T > m->max_tokens)
+			return atlas_error(ATLAS_EINVAL,
+					   "rank %d: rank 0 sent a step (op %d, %lld items, %lld tokens, "
+					   "max_tokens %d, %d blocks of %d) that this rank's model "
+					   "(max_tokens %lld, %lld blocks of %lld) cannot run: load every "
+					   "rank with the same parameters",
+					   c->rank, h[0], (long long)n, (long long)T, h[4], h[6], h[7],
+					   (long long)m->max_tokens, (long long)m->n_blocks,
+					   (long long)m->block_size);
+		TRY(share_meta(m, T, n));
+		struct atlas_kv_batch kb = {
+			.seq_of = m->d_seq, .pos = m->d_pos, .block_tables = m->d_tables,
+			.n_seq = n, .max_blocks = m->max_blocks, .block_size = m->block_size,
+			.max_keys = h[3],
+		};
+		/* decode steps replay a recording of the body, as on rank 0 */
+		int g = T == n ? replay_body(m, n, &kb, false) : 0;
+		if (g < 0)
+			return g;
+		if (g == 0)
+			TRY(body(m, T, &kb));
+	}
 }
 
 void atlas_forward_release(struct atlas_model *m)
@@ -282,6 +393,9 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 {
 	struct atlas_backend *be = m->be;
 	int64_t T = 0;
+	if (m->comm->rank != 0)
+		return atlas_error(ATLAS_EINVAL, "rank %d runs the steps rank 0 sends it "
+				   "(atlas_model_follow), not its own", m->comm->rank);
 	TRY(prepare(m, it, n, &T));
 
 	/* token metadata: ids, positions, owning sequence, cache slot */
@@ -301,12 +415,17 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 			max_keys = s->len + it[i].n;
 	}
 	size_t tb = (size_t)T * sizeof(int32_t);
-	TRY(be->upload(be, m->d_ids, m->h_ids, tb));
+	/* the header and the ids lie end to end: one copy */
+	fill_header(m, STEP_RUN, n, T, max_keys);
+	TRY(be->upload(be, m->d_hdr, m->h_hdr, ATLAS_STEP_HDR * sizeof(int32_t) + tb));
 	TRY(be->upload(be, m->d_pos, m->h_pos, tb));
 	TRY(be->upload(be, m->d_seq, m->h_seq, tb));
 	TRY(be->upload(be, m->d_slot, m->h_slot, tb));
 	TRY(be->upload(be, m->d_tables, m->h_tables,
 		       (size_t)(n * m->max_blocks) * sizeof(int32_t)));
+	/* the other ranks run this step too (no-ops with one rank) */
+	TRY(m->comm->broadcast(m->comm, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t), 0, be));
+	TRY(share_meta(m, T, n));
 	struct atlas_kv_batch kb = {
 		.seq_of = m->d_seq, .pos = m->d_pos, .block_tables = m->d_tables,
 		.n_seq = n, .max_blocks = m->max_blocks, .block_size = B, .max_keys = max_keys,

@@ -24,9 +24,11 @@ int atlas_kvpool_init(struct atlas_model *m)
 	const struct atlas_config *c = &m->cfg;
 	size_t rows = (size_t)(m->n_blocks * m->block_size);
 	size_t bytes = 2 * (size_t)c->num_layers * rows *
-		       (size_t)(c->num_kv_heads * c->head_dim) * m->act;
-	size_t nt = (size_t)m->max_tokens * sizeof(int32_t);
+		       (size_t)(m->Hkv_loc * c->head_dim) * m->act;
+	m->meta_stride = (m->max_tokens + 63) / 64 * 64;
+	size_t nt = (size_t)m->meta_stride * sizeof(int32_t);
 	size_t nb = (size_t)(m->max_seqs * m->max_blocks) * sizeof(int32_t);
+	size_t nmeta = ATLAS_STEP_HDR * sizeof(int32_t) + 4 * nt + nb;
 
 	if (m->n_blocks > INT32_MAX / m->block_size)
 		return atlas_error(ATLAS_EINVAL, "a KV pool of %lld blocks is too large",
@@ -36,22 +38,27 @@ int atlas_kvpool_init(struct atlas_model *m)
 				   "cannot allocate the KV cache: %lld blocks of %lld tokens need %zu MiB",
 				   (long long)m->n_blocks, (long long)m->block_size, bytes >> 20);
 	m->free_list = malloc((size_t)m->n_blocks * sizeof(int32_t));
-	m->h_ids = malloc(nt);
-	m->h_pos = malloc(nt);
-	m->h_seq = malloc(nt);
-	m->h_slot = malloc(nt);
-	m->h_tables = calloc(1, nb);
+	m->h_meta = calloc(1, nmeta);
 	m->h_out = calloc((size_t)m->max_seqs, sizeof(int32_t));
 	m->h_args = calloc((size_t)m->max_seqs, sizeof(*m->h_args));
-	if (!m->free_list || !m->h_ids || !m->h_pos || !m->h_seq || !m->h_slot || !m->h_tables ||
-	    !m->h_out || !m->h_args)
+	if (!m->free_list || !m->h_meta || !m->h_out || !m->h_args)
 		goto nomem;
-	ALLOC(m->d_ids, nt);
-	ALLOC(m->d_pos, nt);
-	ALLOC(m->d_seq, nt);
-	ALLOC(m->d_slot, nt);
-	ALLOC(m->d_tables, nb);
+	ALLOC(m->d_meta, nmeta);
 	ALLOC(m->d_out, (size_t)m->max_seqs * sizeof(int32_t));
+	/* one layout on both sides (decoder_internal.h) */
+	int64_t mt = m->meta_stride;
+	m->h_hdr = m->h_meta;
+	m->h_ids = m->h_hdr + ATLAS_STEP_HDR;
+	m->h_pos = m->h_ids + mt;
+	m->h_seq = m->h_pos + mt;
+	m->h_slot = m->h_seq + mt;
+	m->h_tables = m->h_slot + mt;
+	m->d_hdr = m->d_meta;
+	m->d_ids = m->d_hdr + ATLAS_STEP_HDR;
+	m->d_pos = m->d_ids + mt;
+	m->d_seq = m->d_pos + mt;
+	m->d_slot = m->d_seq + mt;
+	m->d_tables = m->d_slot + mt;
 	/* pop order 0, 1, 2...: the stack holds the ids in reverse */
 	for (int64_t i = 0; i < m->n_blocks; i++)
 		m->free_list[i] = (int32_t)(m->n_blocks - 1 - i);
@@ -63,16 +70,12 @@ nomem:
 
 void atlas_kvpool_release(struct atlas_model *m)
 {
-	void *dev[] = {m->kv, m->d_ids, m->d_pos, m->d_seq, m->d_slot, m->d_tables, m->d_out};
+	void *dev[] = {m->kv, m->d_meta, m->d_out};
 	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
 		if (dev[i])
 			m->be->free(m->be, dev[i]);
 	free(m->free_list);
-	free(m->h_ids);
-	free(m->h_pos);
-	free(m->h_seq);
-	free(m->h_slot);
-	free(m->h_tables);
+	free(m->h_meta);
 	free(m->h_out);
 	free(m->h_args);
 }

@@ -20,6 +20,7 @@
 
 struct atlas_model; /* opaque */
 struct atlas_seq;   /* opaque: one sequence's KV cache and length */
+struct atlas_comm;  /* lib/comm/comm.h */
 
 struct atlas_model_params {
 	int64_t max_context; /* tokens per sequence; 0 = min(config max, 4096) */
@@ -27,6 +28,16 @@ struct atlas_model_params {
 	int64_t max_tokens;  /* tokens in one forward step; 0 = 128 */
 	int64_t block_size;  /* tokens per KV block; 0 = 16 */
 	int64_t kv_blocks;   /* blocks in the pool; 0 = enough for max_seqs full sequences */
+	/* Tensor parallelism: load the model as rank comm->rank of
+	 * comm->world (not owned; must outlive the model). NULL: one rank.
+	 * Rank r keeps heads [r*H/P, (r+1)*H/P) of q/k/v (kv heads likewise,
+	 * or the one kv head its q heads read when Hkv < P), the matching
+	 * columns of o, rows [r*F/P, ...) of gate/up and those columns of
+	 * down; o and down biases on rank 0 only; norms, embeddings and the
+	 * output head whole (lib/comm/README-tp.md). Needs H % P == 0,
+	 * Hkv % P == 0 or P % Hkv == 0, and F % P == 0. Every rank must be
+	 * loaded with the same parameters. */
+	struct atlas_comm *comm;
 };
 
 void atlas_model_default_params(struct atlas_model_params *p);
@@ -63,6 +74,20 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
  * and replayed when the backend can (CUDA graphs); on by default. Off:
  * every step runs op by op (needed for per-kernel profiling). */
 void atlas_model_set_graphs(struct atlas_model *m, bool on);
+
+/* Tensor parallelism: rank 0 is driven by the caller as usual (forward,
+ * forward_batch, generate, the scheduler); before each step it
+ * broadcasts the step's shape and token metadata. Every other rank
+ * calls atlas_model_follow, which runs the same layers on its slice
+ * (the collectives meet rank 0's) until rank 0 calls
+ * atlas_model_stop_followers, and returns 0 then (or an error, after
+ * which the group is unusable). Only rank 0 computes logits and samples.
+ * With one rank, follow is an error and stop_followers does nothing. */
+int atlas_model_follow(struct atlas_model *m);
+int atlas_model_stop_followers(struct atlas_model *m);
+/* This model's rank and world size (0 and 1 without a comm). */
+int atlas_model_rank(const struct atlas_model *m);
+int atlas_model_world(const struct atlas_model *m);
 
 /* Comma-separated list of supported families; static string. */
 const char *atlas_model_supported(void);

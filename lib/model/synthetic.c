@@ -30,7 +30,7 @@ static int make(struct atlas_model *m, struct weight *w, int64_t rows, int64_t c
 		be->free(be, p);
 		return rc;
 	}
-	*w = (struct weight){p, ATLAS_DTYPE_BF16, bytes};
+	*w = (struct weight){p, ATLAS_DTYPE_BF16, bytes, NULL};
 	return 0;
 }
 
@@ -47,8 +47,9 @@ static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 {
 	const struct atlas_config *c = &m->cfg;
 	struct layer *L = &m->layers[l];
-	int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd;
+	/* this rank's slices: only the shapes matter here */
+	int64_t D = c->hidden_size, F = m->F_loc, hd = c->head_dim;
+	int64_t qd = m->H_loc * hd, kvd = m->Hkv_loc * hd;
 	uint64_t s = seed + (uint64_t)l * 64;
 	int rc = make(m, &L->ln1, D, 0, 1.0f, 1.0f, s + 1);
 	if (!rc)
@@ -86,8 +87,8 @@ static size_t footprint(const struct atlas_model *m)
 {
 	const struct atlas_config *c = &m->cfg;
 	size_t a = m->act, pad = 256;
-	int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
-	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd;
+	int64_t D = c->hidden_size, F = m->F_loc, hd = c->head_dim;
+	int64_t qd = m->H_loc * hd, kvd = m->Hkv_loc * hd;
 	size_t per_layer = (size_t)(2 * D + 2 * hd + qd * D + 2 * kvd * D + D * qd + 3 * F * D +
 				    qd + 2 * kvd) * 2 + 16 * pad;
 	size_t w = per_layer * (size_t)c->num_layers +
@@ -96,7 +97,8 @@ static size_t footprint(const struct atlas_model *m)
 	size_t act = rows * a * (size_t)(3 * D + 2 * qd + 2 * kvd + 2 * F) +
 		     rows * 4 * (size_t)c->vocab_size + (size_t)m->max_seqs * (size_t)D * a + 16 * pad;
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * (size_t)kvd * a;
-	size_t meta = (size_t)(4 * m->max_tokens + m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
+	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
+			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
 	size_t scratch = rows * (size_t)c->vocab_size * 4 + 64 * 2 * (size_t)c->vocab_size * 4 + 4 * pad;
 	return w + act + kv + meta + scratch + (size_t)hd * 4 + pad;
 }
@@ -121,7 +123,8 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 	m->act = atlas_dtype_size(be->act_dtype);
 	m->cfg = *cfg;
 	const struct atlas_config *c = &m->cfg;
-	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam))
+	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam) ||
+	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
 	m->max_ctx = p && p->max_context > 0 ? p->max_context
 		: (c->max_position < 4096 ? c->max_position : 4096);

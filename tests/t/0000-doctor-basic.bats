@@ -120,3 +120,53 @@ C
 	LD_LIBRARY_PATH=$d run atlas-doctor --json --port "$(free_port)"
 	expect_contains "$output" '"gpus":[{"index":0,"name":"Fake GPU A","compute_capability":9'
 }
+
+@test "nccl: its version when the library loads, 'not found' (not a problem) otherwise" {
+	local d=$BATS_TEST_TMPDIR/fakenccl
+	mkdir -p "$d"
+	cat >"$d/nccl.c" <<'C'
+int ncclGetVersion(int *v) { *v = 22304; return 0; }
+int ncclGetUniqueId(void *id) { return 0; }
+int ncclCommInitRank(void) { return 0; }
+int ncclCommDestroy(void *c) { return 0; }
+int ncclAllReduce(void) { return 0; }
+int ncclBroadcast(void) { return 0; }
+const char *ncclGetErrorString(int r) { return "fake"; }
+C
+	${CC:-cc} -shared -fPIC -o "$d/libnccl-fake.so" "$d/nccl.c"
+	ATLAS_NCCL_LIB=$d/libnccl-fake.so LD_LIBRARY_PATH=/nonexistent \
+		run -0 atlas-doctor --port "$(free_port)"
+	expect_match "$output" "^ok +nccl +NCCL 2\.23\.4 \($d/libnccl-fake.so\)$" "version"
+	ATLAS_NCCL_LIB=/nonexistent/libnccl.so.2 LD_LIBRARY_PATH=/nonexistent \
+		run -0 atlas-doctor --port "$(free_port)"
+	expect_match "$output" "^ok +nccl +not found \(/nonexistent/libnccl.so.2; not needed without GPUs\)" "missing"
+	ATLAS_NCCL_LIB=/nonexistent/libnccl.so.2 LD_LIBRARY_PATH=/nonexistent \
+		run -0 atlas-doctor --json --port "$(free_port)"
+	expect_contains "$output" '"check":"nccl","status":"ok"'
+}
+
+@test "with 3 (fake) GPUs: the peer-to-peer access matrix, a missing pair a warning" {
+	local d=$BATS_TEST_TMPDIR/fakecuda
+	mkdir -p "$d"
+	cat >"$d/fake.c" <<'C'
+#include <stddef.h>
+#include <string.h>
+int cuInit(unsigned f) { return 0; }
+int cuDriverGetVersion(int *v) { *v = 12040; return 0; }
+int cuDeviceGetCount(int *n) { *n = 3; return 0; }
+int cuDeviceGet(int *d, int i) { *d = i; return 0; }
+int cuDeviceGetName(char *s, int n, int d) { strncpy(s, "Fake GPU", (size_t)n); return 0; }
+int cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? 9 : 0; return 0; }
+int cuDeviceTotalMem_v2(size_t *b, int d) { *b = (size_t)80 << 30; return 0; }
+int cuDeviceCanAccessPeer(int *c, int d, int p) { *c = ALL || (d < 2 && p < 2); return 0; }
+C
+	${CC:-cc} -DALL=0 -shared -fPIC -o "$d/libcuda.so.1" "$d/fake.c"
+	LD_LIBRARY_PATH=$d run atlas-doctor --port "$(free_port)"
+	expect_match "$output" "^warning +p2p +peer-to-peer access 0->1; 1->0; 2->none \(4 of 6 pairs missing\)$" "p2p"
+	LD_LIBRARY_PATH=$d run atlas-doctor --json --port "$(free_port)"
+	expect_contains "$output" '"memory_free":0,"peer_access":[1]},'
+	expect_contains "$output" '"peer_access":[]}]'
+	${CC:-cc} -DALL=1 -shared -fPIC -o "$d/libcuda.so.1" "$d/fake.c"
+	LD_LIBRARY_PATH=$d run atlas-doctor --port "$(free_port)"
+	expect_match "$output" "^ok +p2p +peer-to-peer access between all 3 GPUs \(0->1,2; 1->0,2; 2->0,1\)$" "p2p all"
+}

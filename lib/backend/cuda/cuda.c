@@ -47,6 +47,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC16] = "atlas_gemv_tc16",
 	[ATLAS_CK_GEMV_TC32] = "atlas_gemv_tc32",
 	[ATLAS_CK_GEMV_TC64] = "atlas_gemv_tc64",
+	[ATLAS_CK_GEMV_BULK] = "atlas_gemv_bulk",
 };
 
 /* Kernels that do not call atlas_pdl_wait() first (common.cuh), so must
@@ -66,6 +67,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC16] = 1,
 	[ATLAS_CK_GEMV_TC32] = 1,
 	[ATLAS_CK_GEMV_TC64] = 1,
+	[ATLAS_CK_GEMV_BULK] = 1,
 };
 
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
@@ -145,6 +147,10 @@ static int load_target(struct cuda_ctx *c, const struct atlas_kernel_blob *b)
 							    cudaFuncAttributeMaxDynamicSharedMemorySize,
 							    ATLAS_GTC_SMEM(nt8), c->dev);
 		}
+		if (e == cudaSuccess && i == ATLAS_CK_GEMV_BULK)
+			e = cudaKernelSetAttributeForDevice(kern[i],
+							    cudaFuncAttributeMaxDynamicSharedMemorySize,
+							    ATLAS_GBK_SMEM_MAX, c->dev);
 		if (e != cudaSuccess) {
 			cudaLibraryUnload(lib);
 			return atlas_error(ATLAS_EIO, "kernel target %s has no entry point '%s'",
@@ -394,7 +400,11 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 		const char *pdl = getenv("ATLAS_CUDA_PDL");
 		c->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
 		const char *gemv = getenv("ATLAS_CUDA_GEMV");
-		c->gemv_mode = !gemv ? 0 : strcmp(gemv, "fma") == 0 ? 1 : strcmp(gemv, "tc") == 0 ? 2 : 0;
+		c->gemv_mode = !gemv			  ? 0
+				: strcmp(gemv, "fma") == 0  ? 1
+				: strcmp(gemv, "tc") == 0   ? 2
+				: strcmp(gemv, "bulk") == 0 ? 3
+							    : 0;
 	}
 	snprintf(c->arch, sizeof(c->arch), "sm%d%d", prop.major, prop.minor);
 	snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", prop.name);

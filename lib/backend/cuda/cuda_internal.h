@@ -36,6 +36,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC16,
 	ATLAS_CK_GEMV_TC32,
 	ATLAS_CK_GEMV_TC64,
+	ATLAS_CK_GEMV_BULK,    /* gemv_bulk.cu: T <= 2, TMA bulk copies */
 	ATLAS_CK_COUNT,
 };
 
@@ -74,7 +75,8 @@ struct cuda_ctx {
 	int capturing;                /* a graph capture is open on stream */
 	int gemv_mode;                /* ATLAS_CUDA_GEMV: 0 default, 1 "fma" (the
 				       * CUDA-core GEMV up to T = 8), 2 "tc" (the
-				       * tensor-core GEMV from T = 1) */
+				       * tensor-core GEMV from T = 1), 3 "bulk"
+				       * (the bulk-copy GEMV up to T = 2) */
 	int pdl;                      /* launch with programmatic dependent launch
 				       * (ATLAS_CUDA_PDL=0 turns it off) */
 	int prof_on;                  /* time every launch (profile op) */

@@ -70,7 +70,7 @@ static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
  * tensor-core GEMV (in groups of 64 rows: its sum order does not depend on
  * T or on a row's place in the group) and other weights the wmma/FMA
  * GEMM. */
-enum gemv_kind { GEMV_NONE, GEMV_FMA, GEMV_TC };
+enum gemv_kind { GEMV_NONE, GEMV_FMA, GEMV_TC, GEMV_BULK };
 
 static int aligned16(const void *p)
 {
@@ -80,18 +80,26 @@ static int aligned16(const void *p)
 static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atlas_gemv_args *a)
 {
 	const struct cuda_ctx *c = be->ctx;
-	int tc = a->wdt == ATLAS_DTYPE_BF16 && a->K % 8 == 0 && aligned16(a->x) &&
-		 c->kern[ATLAS_CK_GEMV_TC8] && c->kern[ATLAS_CK_GEMV_TC16] &&
-		 c->kern[ATLAS_CK_GEMV_TC32] && c->kern[ATLAS_CK_GEMV_TC64];
+	int bf = a->wdt == ATLAS_DTYPE_BF16 && a->K % 8 == 0 && aligned16(a->x);
 	for (int i = 0; i < a->nseg; i++)
-		tc = tc && aligned16(a->seg[i].w);
+		bf = bf && aligned16(a->seg[i].w);
+	const int tc = bf && c->kern[ATLAS_CK_GEMV_TC8] && c->kern[ATLAS_CK_GEMV_TC16] &&
+		       c->kern[ATLAS_CK_GEMV_TC32] && c->kern[ATLAS_CK_GEMV_TC64];
 	if (be->batch_invariant)
 		return tc ? GEMV_TC : GEMV_NONE;
-	/* T = 1: the CUDA-core GEMV streams faster (measured on the H200:
-	 * 5.4 against 7.2 ms per Qwen3-8B decode step); from T = 2 the tensor
-	 * cores win (batch 8: 7.6 against 19.5 ms) */
-	const int64_t tc_from = c->gemv_mode == 1 ? 9 : c->gemv_mode == 2 ? 1 : 2;
-	if (tc && a->T <= 64 && a->T >= tc_from)
+	/* ATLAS_CUDA_GEMV picks one kernel for the small T it can take
+	 * (A/B measurements). By default T = 1 takes the CUDA-core GEMV and
+	 * T = 2..64 the tensor-core one: on the H200, a Qwen3-8B decode step
+	 * at batch 1 took 5.46 ms with the CUDA-core GEMV, 7.21 ms with the
+	 * tensor-core one and 12.55 ms with the bulk-copy one; at batch 8 the
+	 * tensor-core GEMV took 7.6 ms against 19.5 ms */
+	const int bulk = bf && c->kern[ATLAS_CK_GEMV_BULK] &&
+			 a->T * a->K * 2 <= (int64_t)(ATLAS_GBK_SMEM_MAX - ATLAS_GBK_SMEM(0, 0));
+	if (c->gemv_mode == 1 && a->T <= 8)
+		return GEMV_FMA;
+	if (c->gemv_mode == 3 && bulk && a->T <= 2)
+		return GEMV_BULK;
+	if (tc && a->T <= 64 && (a->T >= 2 || c->gemv_mode == 2))
 		return GEMV_TC;
 	return a->T <= 8 ? GEMV_FMA : GEMV_NONE;
 }
@@ -105,6 +113,15 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 	if (a->swiglu)
 		rows = 2 * a->seg[0].N;
 	void *args[] = {a};
+	if (kind == GEMV_BULK) {
+		/* one block per SM at most: each streams a contiguous run of
+		 * 8-row groups through its copy ring */
+		const int64_t groups = a->swiglu ? CEIL_DIV(a->seg[0].N, 4) : CEIL_DIV(rows, 8);
+		const int64_t sms = c->sms > 0 ? c->sms : 132;
+		return atlas_cuda_launch(c, ATLAS_CK_GEMV_BULK,
+					 (unsigned)(groups < sms ? groups : sms), 1, 288,
+					 ATLAS_GBK_SMEM(a->T, a->K), args);
+	}
 	if (kind == GEMV_TC) {
 		/* warp tiles of 16 rows per block: the most that still gives
 		 * every SM four blocks, else 1 (then 8 warps split K) */
@@ -363,8 +380,11 @@ static int op_swiglu(struct atlas_backend *be, void *out, const void *gate, cons
 {
 	long long n = T * F;
 	void *args[] = {&out, &gate, &up, &n};
-	return atlas_cuda_launch(be->ctx, ATLAS_CK_SWIGLU, (unsigned)CEIL_DIV(n, 256), 1, 256, 0,
-				 args);
+	/* 8 elements per thread on the vector path (act.cu) */
+	const int vec = n % 8 == 0 && ((uintptr_t)out & 15) == 0 && ((uintptr_t)gate & 15) == 0 &&
+			((uintptr_t)up & 15) == 0;
+	return atlas_cuda_launch(be->ctx, ATLAS_CK_SWIGLU, (unsigned)CEIL_DIV(vec ? n / 8 : n, 256),
+				 1, 256, 0, args);
 }
 
 static int op_add(struct atlas_backend *be, void *y, const void *x, int64_t n)

@@ -30,7 +30,15 @@ struct atlas_gemv_args {
 /* atlas_gemv_tc*: stages of each warp's cp.async ring and the dynamic
  * shared memory of a block (8 warps; a stage holds 2 weight and nt8 x
  * fragments of 16 bytes per lane), by token tiles of 8 (nt8 = 1, 2, 4, 8). */
-#define ATLAS_GTC_STAGES(nt8) ((nt8) <= 2 ? 8 : (nt8) == 4 ? 4 : 3)
+#define ATLAS_GTC_STAGES(nt8) ((nt8) <= 2 ? 8 : 4)
 #define ATLAS_GTC_SMEM(nt8) (8 * ATLAS_GTC_STAGES(nt8) * (2 + (nt8)) * 32 * 16)
+
+/* atlas_gemv_bulk: stages of its bulk-copy ring, columns per row slice,
+ * and its dynamic shared memory for T rows of x of K columns (T <= 2). */
+#define ATLAS_GBK_STAGES 8
+#define ATLAS_GBK_KC 1024
+#define ATLAS_GBK_SMEM(T, K) (ATLAS_GBK_STAGES * 8 * ATLAS_GBK_KC * 2 + (T) * (K) * 2)
+/* the most any launch asks for (the host falls back above it) */
+#define ATLAS_GBK_SMEM_MAX (ATLAS_GBK_STAGES * 8 * ATLAS_GBK_KC * 2 + 65536)
 
 #endif
