@@ -399,6 +399,11 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	{
 		const char *pdl = getenv("ATLAS_CUDA_PDL");
 		c->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
+		const char *rpb = getenv("ATLAS_CUDA_GEMV_RPB");
+		c->gemv_rpb = rpb && (!strcmp(rpb, "1") || !strcmp(rpb, "2") || !strcmp(rpb, "4") ||
+				      !strcmp(rpb, "8"))
+				      ? atoi(rpb)
+				      : 0;
 		const char *gemv = getenv("ATLAS_CUDA_GEMV");
 		c->gemv_mode = !gemv			  ? 0
 				: strcmp(gemv, "fma") == 0  ? 1

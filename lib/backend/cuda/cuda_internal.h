@@ -77,6 +77,8 @@ struct cuda_ctx {
 				       * CUDA-core GEMV up to T = 8), 2 "tc" (the
 				       * tensor-core GEMV from T = 1), 3 "bulk"
 				       * (the bulk-copy GEMV up to T = 2) */
+	int gemv_rpb;                 /* ATLAS_CUDA_GEMV_RPB (1, 2, 4, 8): rows per
+				       * block of atlas_gemv, else 0 (chosen by N) */
 	int pdl;                      /* launch with programmatic dependent launch
 				       * (ATLAS_CUDA_PDL=0 turns it off) */
 	int prof_on;                  /* time every launch (profile op) */

@@ -57,6 +57,8 @@ static int op_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
  * weight row of the launch (all segments; gate and up rows with swiglu). */
 static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
 {
+	if (c->gemv_rpb >= min) /* ATLAS_CUDA_GEMV_RPB: a fixed choice, for A/B runs */
+		return c->gemv_rpb;
 	int rpb = 8;
 	while (rpb > min && CEIL_DIV(rows, rpb) < 4 * (int64_t)(c->sms > 0 ? c->sms : 132))
 		rpb /= 2;
