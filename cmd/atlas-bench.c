@@ -19,6 +19,7 @@
 #include "../lib/bench/runs.h"
 #include "../lib/core/error.h"
 #include "../lib/core/threads.h"
+#include "../lib/model/tp_group.h"
 #include "../lib/bench/selfserve.h"
 #include "common.h"
 
@@ -46,6 +47,9 @@ static const char usage_text[] =
 	"                        shapes: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b\n"
 	"  --device DEV          auto, cpu or cuda[:N] (default auto)\n"
 	"  -t, --threads N       CPU threads (default: all cores)\n"
+	"  --tp N                decode, prefill, generate, serve --self: tensor\n"
+	"                        parallelism over N ranks, one thread each (1; the\n"
+	"                        CPU for now; serve --self passes it to the server)\n"
 	"Sizes (lists are comma-separated and swept; defaults depend on the device,\n"
 	"GPU / CPU):\n"
 	"  --filter OP           kernels: only ops whose name contains OP\n"
@@ -92,7 +96,7 @@ enum {
 	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
 	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
 	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
-	O_NOREC, O_VERSION
+	O_NOREC, O_VERSION, O_TP
 };
 
 static const struct option longopts[] = {
@@ -113,6 +117,7 @@ static const struct option longopts[] = {
 	{"min", required_argument, NULL, O_MIN},    {"max", required_argument, NULL, O_MAX},
 	{"thresholds", required_argument, NULL, O_THRESH}, {"json", no_argument, NULL, O_JSON},
 	{"no-record", no_argument, NULL, O_NOREC},  {"quiet", no_argument, NULL, 'q'},
+	{"tp", required_argument, NULL, O_TP},
 	{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, O_VERSION},
 	{NULL, 0, NULL, 0},
 };
@@ -129,6 +134,7 @@ struct opts {
 	const char *url, *served, *api_key, *thresholds; /* serve, gates */
 	struct list batch, prompt, gen, tokens, conc; /* sweeps */
 	int64_t context, reps, warmup, copy, gemm_n, requests, timeout, vocab, threads; /* -1 = default */
+	int64_t tp;                    /* --tp: tensor-parallel ranks (1) */
 	uint64_t seed;                 /* --seed */
 	int profile, graphs, baseline, self, json, quiet, record; /* switches */
 	const char *min_max[MAX_GATES]; /* --min/--max specs, in order */
@@ -200,7 +206,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	int c;
 	*o = (struct opts){.device = "auto", .context = -1, .reps = -1, .warmup = 2, .copy = -1,
 			   .gemm_n = -1, .requests = -1, .timeout = 120, .vocab = 1000, .seed = 1,
-			   .graphs = 1, .baseline = 1, .record = 1, .served = "default"};
+			   .graphs = 1, .baseline = 1, .record = 1, .served = "default", .tp = 1};
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":m:t:qh", longopts, NULL)) != -1) {
 		switch (c) {
@@ -210,6 +216,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_FILTER: o->filter = optarg; break;
 		case O_DEVICE: o->device = optarg; break;
 		case 't': o->threads = num("--threads", optarg, 1, 1024); break;
+		case O_TP: o->tp = num("--tp", optarg, 1, 256); break;
 		case O_TOKENS: list_arg("--tokens", optarg, &o->tokens, 65536); break;
 		case O_CONTEXT: o->context = num("--context", optarg, 1, 1 << 20); break;
 		case O_REPS: o->reps = num("--reps", optarg, 1, 10000); break;
@@ -284,6 +291,8 @@ static void check(struct opts *o)
 		bad("serve needs one of --url URL or --self");
 	if (!strcmp(o->cmd, "serve") && o->url && o->model)
 		bad("-m is for --self (the server at --url has its own model)");
+	if (o->tp > 1 && !model_cmd && !(!strcmp(o->cmd, "serve") && o->self))
+		bad("--tp is for decode, prefill, generate and serve --self");
 	if (o->url && strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
 		bad("--url: '%s' is not an http:// or https:// address", o->url);
 	struct atlas_bench_gate g;
@@ -380,6 +389,7 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 	} else if (strcmp(o->cmd, "serve")) {
 		ADD("model", jstr(model_dir));
 		ADD("synthetic", jstr(o->synthetic));
+		ADD("tp", I(o->tp));
 		if (strcmp(o->cmd, "prefill"))
 			ADD("batch", jlist(&o->batch));
 		ADD("prompt", jlist(&o->prompt));
@@ -396,6 +406,7 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		ADD("self", B(o->self));
 		ADD("model", jstr(model_dir));
 		ADD("served_model", jstr(o->served));
+		ADD("tp", I(o->tp));
 		ADD("concurrency", jlist(&o->conc));
 		ADD("prompt", jlist(&o->prompt));
 		ADD("gen", jlist(&o->gen));
@@ -484,14 +495,44 @@ static int run_kernels(const struct opts *o, struct atlas_backend *be, json_obje
 	return 0;
 }
 
-/* decode, prefill, generate: rows into `res`. */
-static int run_model(const struct opts *o, struct atlas_backend *be, const char *dir,
-		     json_object *doc, json_object *res, FILE *tf)
+/* How run_model builds each rank's model (one rank, or every rank of a
+ * --tp group): the same parameters and seed, only be and comm differ. */
+struct model_src {
+	const struct opts *o;
+	const char *dir;
+	struct atlas_model_params mp;
+};
+
+static struct atlas_model *build_model(int rank, struct atlas_backend *be,
+				       struct atlas_comm *comm, void *arg)
+{
+	(void)rank;
+	struct model_src *src = arg;
+	struct atlas_model_params mp = src->mp;
+	struct atlas_model *m;
+	mp.comm = comm;
+	if (src->o->synthetic) {
+		struct atlas_config cfg;
+		atlas_bench_shape(src->o->synthetic, &cfg);
+		atlas_bench_prepare(be);
+		m = atlas_model_synthetic(&cfg, be, &mp, src->o->seed);
+	} else {
+		m = atlas_model_load(src->dir, be, &mp);
+	}
+	if (m)
+		atlas_model_set_graphs(m, src->o->graphs);
+	return m;
+}
+
+/* decode, prefill, generate: rows into `res`. With --tp, `tp` holds the
+ * ranks (be is rank 0's); the models are loaded into it and freed with it. */
+static int run_model(const struct opts *o, struct atlas_backend *be, struct atlas_tp_group *tp,
+		     const char *dir, json_object *doc, json_object *res, FILE *tf)
 {
 	bool pre = !strcmp(o->cmd, "prefill"), gen = !strcmp(o->cmd, "generate");
 	struct atlas_bench_ceilings ceil;
-	struct atlas_config cfg;
-	struct atlas_model_params mp;
+	struct model_src src = {.o = o, .dir = dir};
+	struct atlas_model_params *mp = &src.mp;
 	int64_t maxb = 1, maxp = 1, maxg = 0;
 	int rc;
 	for (int i = 0; i < o->batch.n && !pre; i++)
@@ -503,25 +544,22 @@ static int run_model(const struct opts *o, struct atlas_backend *be, const char 
 	if ((rc = atlas_bench_ceilings(be, o->copy, o->gemm_n, &ceil)))
 		return rc;
 	json_object_object_add(doc, "ceilings", atlas_bench_ceilings_json(&ceil));
-	atlas_model_default_params(&mp);
-	mp.max_seqs = maxb;
-	mp.max_tokens = maxp > maxb ? maxp : maxb;
-	mp.max_context = maxp + (pre ? 0 : maxg + o->warmup) + 4;
+	atlas_model_default_params(mp);
+	mp->max_seqs = maxb;
+	mp->max_tokens = maxp > maxb ? maxp : maxb;
+	mp->max_context = maxp + (pre ? 0 : maxg + o->warmup) + 4;
 	struct atlas_model *m;
-	if (o->synthetic) {
-		atlas_bench_shape(o->synthetic, &cfg);
-		atlas_bench_prepare(be);
-		m = atlas_model_synthetic(&cfg, be, &mp, o->seed);
-	} else {
-		m = atlas_model_load(dir, be, &mp);
-	}
-	if (!m)
+	if (tp) {
+		if ((rc = atlas_tp_group_load_with(tp, build_model, &src)))
+			return rc;
+		m = atlas_tp_group_model(tp, 0);
+	} else if (!(m = build_model(0, be, NULL, &src))) {
 		return ATLAS_EINVAL;
+	}
 	json_object_object_add(doc, "model",
 			       atlas_bench_model_json(atlas_model_config(m),
 						      o->synthetic ? o->synthetic : dir,
 						      atlas_model_weight_bytes(m)));
-	atlas_model_set_graphs(m, o->graphs);
 	for (int b = 0; b < (pre ? 1 : o->batch.n) && !rc; b++)
 		for (int p = 0; p < o->prompt.n && !rc; p++)
 			for (int g = 0; g < (pre ? 1 : o->gen.n) && !rc; g++) {
@@ -563,14 +601,18 @@ static int run_model(const struct opts *o, struct atlas_backend *be, const char 
 	json_object_object_add(doc, "profile", prof);
 	if (prof_pre)
 		json_object_object_add(doc, "profile_prefill", prof_pre);
-	atlas_model_free(m);
+	if (!tp)
+		atlas_model_free(m);
 	if (!rc && tf) {
 		static const char *const dcols[] = {"batch", "prompt", "gen", "ttft_ms", "ms_per_step",
 						    "tok_s", "floor_ms", "roofline", NULL};
 		static const char *const gcols[] = {"batch", "prompt", "gen", "ttft_ms", "total_ms",
 						    "e2e_tok_s", "tok_s", "roofline", NULL};
 		static const char *const pcols[] = {"prompt", "ms", "tok_s", "tflops", "roofline", NULL};
-		fprintf(tf, "%s of %s on %s\n", o->cmd, o->synthetic ? o->synthetic : dir, be->name);
+		fprintf(tf, "%s of %s on %s", o->cmd, o->synthetic ? o->synthetic : dir, be->name);
+		if (tp)
+			fprintf(tf, " (%lld tensor-parallel thread ranks)", (long long)o->tp);
+		fprintf(tf, "\n");
 		print_ceilings(tf, &ceil);
 		table(tf, res, pre ? pcols : gen ? gcols : dcols);
 		if (prof)
@@ -635,6 +677,12 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 			snprintf(cs, sizeof(cs), "%lld", (long long)o->context);
 			args[n++] = "-c";
 			args[n++] = cs;
+		}
+		char ts[16];
+		if (o->tp > 1) {
+			snprintf(ts, sizeof(ts), "%lld", (long long)o->tp);
+			args[n++] = "--tp";
+			args[n++] = ts;
 		}
 		if (o->api_key) {
 			args[n++] = "--api-key";
@@ -705,6 +753,7 @@ int main(int argc, char **argv)
 	struct atlas_bench_gate gates[MAX_GATES];
 	struct atlas_bench_machine mach;
 	struct atlas_backend *be = NULL;
+	struct atlas_tp_group *tp = NULL;
 	char *dir = NULL;
 	int ng = 0, rc = 0;
 	cmd_name = "atlas-bench";
@@ -723,7 +772,17 @@ int main(int argc, char **argv)
 		return 1;
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	bool serve = !strcmp(o.cmd, "serve");
-	if (!serve && !(be = atlas_backend_open(o.device))) {
+	if (!serve && o.tp > 1) {
+		/* thread ranks, each with its own CPU backend; be is rank 0's */
+		if (!(tp = atlas_tp_group_new(o.device, (int)o.tp))) {
+			free(dir);
+			return cmd_lib_error();
+		}
+		be = atlas_tp_group_backend(tp, 0);
+	} else if (serve && o.tp > 1 && atlas_tp_check_device(o.device, (int)o.tp)) {
+		free(dir);
+		return cmd_lib_error();
+	} else if (!serve && !(be = atlas_backend_open(o.device))) {
 		free(dir);
 		return cmd_lib_error();
 	}
@@ -738,7 +797,7 @@ int main(int argc, char **argv)
 	else if (serve)
 		rc = run_serve(&o, dir, doc, res, tf);
 	else
-		rc = run_model(&o, be, dir, doc, res, tf);
+		rc = run_model(&o, be, tp, dir, doc, res, tf);
 	json_object_object_add(doc, "results", res);
 	int missed = 0;
 	if (!rc) {
@@ -766,7 +825,9 @@ int main(int argc, char **argv)
 		cmd_lib_error();
 	}
 	json_object_put(doc);
-	if (be)
+	if (tp)
+		atlas_tp_group_free(tp); /* rank 0's be with the others */
+	else if (be)
 		be->destroy(be);
 	free(dir);
 	curl_global_cleanup();

@@ -12,7 +12,6 @@
 #include <getopt.h>
 #include <json-c/json.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +22,6 @@
 #include <readline/readline.h>
 
 #include "../lib/backend/backend.h"
-#include "../lib/comm/comm.h"
 #include "../lib/core/error.h"
 #include "../lib/core/log.h"
 #include "../lib/core/threads.h"
@@ -31,6 +29,7 @@
 #include "../lib/engine/pipe.h"
 #include "../lib/io/config.h"
 #include "../lib/model/model.h"
+#include "../lib/model/tp_group.h"
 #include "../lib/tok/chat.h"
 #include "../lib/tok/tok.h"
 #include "common.h"
@@ -159,19 +158,6 @@ struct opts {
 	bool show;               /* --show */
 };
 
-/* The ranks 1..tp-1 of a tensor-parallel run: each its own backend,
- * communicator and model slice, driven by rank 0's steps on its own
- * thread (atlas_model_follow). Rank 0 is the ctx's be and model. */
-struct follower {
-	struct atlas_backend *be;
-	struct atlas_model *model;
-	struct atlas_comm *comm;
-	pthread_t tid;
-	bool running;            /* tid is a thread to join */
-	int rc;                  /* follow's result */
-	char err[512];           /* its message */
-};
-
 /* Everything loaded for a run. */
 struct ctx {
 	struct opts *o;              /* options */
@@ -181,8 +167,7 @@ struct ctx {
 	struct atlas_tok *tok;       /* tokenizer */
 	struct atlas_seq *seq;       /* the one sequence, reused */
 	struct atlas_gen_params gp;  /* resolved generation parameters */
-	struct atlas_comm *comm;     /* rank 0's communicator (--tp > 1) */
-	struct follower *fol;        /* [tp], entries 1.. used */
+	struct atlas_tp_group *tp;   /* --tp > 1: the ranks; owns be and model */
 };
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -303,125 +288,31 @@ static int resolve_gen(struct ctx *x)
 
 /* --- tensor parallelism (--tp) ---------------------------------------- */
 
-static void *follow_main(void *arg)
-{
-	struct follower *f = arg;
-	f->rc = atlas_model_follow(f->model);
-	if (f->rc) {
-		snprintf(f->err, sizeof(f->err), "%s", atlas_errmsg());
-		cmd_error("tensor-parallel rank %d stopped: %s", f->comm->rank, f->err);
-	}
-	return NULL;
-}
-
-/* Is --device (auto or cuda[:N]) a GPU run? auto: when a driver lists a
- * GPU and this build has CUDA kernels. */
-static bool tp_on_gpu(const char *device, int *n_gpus)
-{
-	struct atlas_gpu_info g[64];
-	int ver = 0, n = atlas_gpu_probe(g, 64, &ver);
-	*n_gpus = n > 0 ? n : 0;
-	if (!strncmp(device, "cuda", 4))
-		return true;
-	return !strcmp(device, "auto") && n > 0 && atlas_kernel_targets()[0];
-}
-
-/* Load rank 0 (x->be, x->model) and ranks 1..tp-1 for --tp tp > 1, and
- * start the followers. On the CPU: tp thread ranks of this process, each
- * with its own CPU backend (the CPU worker pool is shared; its calls are
- * serialized). On CUDA: refused here (see the message). 0 or 1. */
+/* Load the ranks for --tp > 1 and start the followers (lib/model/
+ * tp_group.h: thread ranks on the CPU; CUDA refused with the message).
+ * x->be and x->model are rank 0's, owned by the group. 0 or 1. */
 static int load_tp(struct ctx *x, const struct atlas_model_params *base)
 {
-	int tp = x->o->tp, n_gpus;
-	if (tp_on_gpu(x->o->device, &n_gpus)) {
-		if (n_gpus < tp) {
-			cmd_error("--tp %d needs %d GPUs, but this machine has %d", tp, tp, n_gpus);
-			return 1;
-		}
-		cmd_error("--tp %d on CUDA GPUs is not available in this build yet (the NCCL "
-			  "communicator needs the CUDA backend's stream); use --device cpu", tp);
-		return 1;
-	}
-	if (strcmp(x->o->device, "cpu") && strcmp(x->o->device, "auto")) {
-		cmd_error("--tp %d: device '%s' cannot run tensor-parallel ranks (use cpu or cuda)",
-			  tp, x->o->device);
-		return 1;
-	}
-	struct atlas_comm **comms = calloc((size_t)tp, sizeof(*comms));
-	x->fol = calloc((size_t)tp, sizeof(*x->fol));
-	if (!comms || !x->fol) {
-		free(comms);
-		cmd_error("out of memory");
-		return 1;
-	}
-	if (atlas_comm_threads_new(tp, comms)) {
-		free(comms);
+	if (!(x->tp = atlas_tp_group_new(x->o->device, x->o->tp)) ||
+	    atlas_tp_group_load(x->tp, x->dir, base))
 		return cmd_lib_error();
-	}
-	x->comm = comms[0];
-	for (int r = 1; r < tp; r++)
-		x->fol[r].comm = comms[r];
-	free(comms);
-	/* every rank loads with the same parameters, only the comm differs */
-	for (int r = 0; r < tp; r++) {
-		struct atlas_backend *be = atlas_backend_cpu_new();
-		struct atlas_model_params mp = *base;
-		struct atlas_model *m;
-		if (!be)
-			return cmd_lib_error();
-		if (r == 0)
-			x->be = be;
-		else
-			x->fol[r].be = be;
-		mp.comm = r ? x->fol[r].comm : x->comm;
-		if (!(m = atlas_model_load(x->dir, be, &mp)))
-			return cmd_lib_error();
-		if (r == 0)
-			x->model = m;
-		else
-			x->fol[r].model = m;
-	}
-	atlas_info("tensor parallelism: %d thread ranks on the cpu", tp);
-	for (int r = 1; r < tp; r++) {
-		if (pthread_create(&x->fol[r].tid, NULL, follow_main, &x->fol[r])) {
-			cmd_error("cannot start the thread of rank %d", r);
-			return 1;
-		}
-		x->fol[r].running = true;
-	}
+	x->be = atlas_tp_group_backend(x->tp, 0);
+	x->model = atlas_tp_group_model(x->tp, 0);
 	return 0;
 }
 
-/* Stop and join the followers, free ranks 1.. and rank 0's comm. */
+/* Stop and join the followers, free every rank (rank 0's be and model
+ * too, after the sequence that uses them). */
 static void unload_tp(struct ctx *x)
 {
-	if (!x->fol)
+	if (!x->tp)
 		return;
-	bool any = false;
-	for (int r = 1; r < x->o->tp; r++)
-		any |= x->fol[r].running;
-	if (any && atlas_model_stop_followers(x->model))
-		cmd_error("cannot stop the tensor-parallel ranks: %s", atlas_errmsg());
-	for (int r = 1; r < x->o->tp; r++) {
-		struct follower *f = &x->fol[r];
-		if (f->running)
-			pthread_join(f->tid, NULL);
-		atlas_model_free(f->model);
-		if (f->be)
-			f->be->destroy(f->be);
-	}
-	/* rank 0's model goes before the comms it holds */
 	atlas_seq_free(x->seq);
 	x->seq = NULL;
-	atlas_model_free(x->model);
+	atlas_tp_group_free(x->tp); /* a failure to stop is logged there */
+	x->tp = NULL;
 	x->model = NULL;
-	for (int r = 1; r < x->o->tp; r++)
-		if (x->fol[r].comm)
-			x->fol[r].comm->destroy(x->fol[r].comm);
-	if (x->comm)
-		x->comm->destroy(x->comm);
-	free(x->fol);
-	x->fol = NULL;
+	x->be = NULL;
 }
 
 static int load(struct ctx *x, bool need_model, bool need_tok)

@@ -15,6 +15,7 @@
 #include "../lib/core/error.h"
 #include "../lib/core/log.h"
 #include "../lib/core/threads.h"
+#include "../lib/model/tp_group.h"
 #include "../lib/serve/server.h"
 #include "common.h"
 
@@ -34,6 +35,8 @@ static const char usage_text[] =
 	"  -c, --ctx-size N           context per sequence (default: the model's,\n"
 	"                             at most 4096)\n"
 	"  -t, --threads N            CPU threads (default: all cores)\n"
+	"      --tp N                 tensor parallelism over N ranks, one thread\n"
+	"                             each (default 1; the CPU for now)\n"
 	"\n"
 	"Network:\n"
 	"      --host ADDR            address to bind (default 127.0.0.1)\n"
@@ -56,7 +59,7 @@ static const char usage_text[] =
 	"  -V, --version              show the version\n";
 
 enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, OPT_API_KEY,
-	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME };
+	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -72,6 +75,7 @@ static const struct option longopts[] = {
 	{"api-key-file", required_argument, NULL, OPT_API_KEY_FILE},
 	{"max-body", required_argument, NULL, OPT_MAX_BODY},
 	{"served-model-name", required_argument, NULL, OPT_SERVED_NAME},
+	{"tp", required_argument, NULL, OPT_TP},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
@@ -131,6 +135,7 @@ int main(int argc, char **argv)
 			p.max_body = (size_t)cmd_parse_int("--max-body", optarg, 1, (int64_t)1 << 40);
 			break;
 		case OPT_SERVED_NAME: p.served_name = optarg; break;
+		case OPT_TP: p.tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;
 		case 'v': atlas_log_set_level(ATLAS_LOG_INFO); break;
 		case 'h': fputs(usage_text, stdout); return 0;
 		case 'V': cmd_print_version(); return 0;
@@ -146,6 +151,11 @@ int main(int argc, char **argv)
 		cmd_usage_error("--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",
 				(long long)toks, (long long)seqs);
 	p.api_key = key;
+	/* a device that cannot run the ranks fails before the port is bound */
+	if (p.tp > 1 && atlas_tp_check_device(p.device, p.tp)) {
+		free(key);
+		return cmd_lib_error();
+	}
 
 	char *dir = cmd_resolve_model(model);
 	if (!dir)

@@ -51,7 +51,8 @@ struct atlas_server {
 
 	/* set by the engine thread before state becomes 1, then read-only */
 	struct atlas_backend *be;     /* compute backend */
-	struct atlas_model *model;    /* the model */
+	struct atlas_model *model;    /* the model (rank 0's with tp) */
+	struct atlas_tp_group *tp;    /* p.tp > 1: every rank; owns be and model */
 	struct atlas_tok *tok;        /* its tokenizer */
 	struct atlas_sched *sched;    /* the scheduler */
 	struct atlas_gen_config gc;   /* generation_config.json defaults */

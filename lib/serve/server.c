@@ -10,6 +10,7 @@
 
 #include "../core/error.h"
 #include "../core/log.h"
+#include "../model/tp_group.h"
 #include "serve_internal.h"
 
 int atlas_serve_http_start(struct atlas_server *s, const struct sockaddr *addr, bool v6);
@@ -41,27 +42,44 @@ static int load(struct atlas_server *s)
 		return ATLAS_EINVAL;
 	if (atlas_gen_config_load(s->model_dir, &s->gc))
 		return ATLAS_EINVAL;
-	if (!(s->be = atlas_backend_open(s->p.device ? s->p.device : "auto")))
-		return ATLAS_EINVAL;
-	/* a request's tokens must not depend on what it was batched with */
-	s->be->batch_invariant = true;
 	struct atlas_model_params mp;
 	atlas_model_default_params(&mp);
 	mp.max_context = s->p.ctx;
 	mp.max_seqs = s->p.max_seqs;
 	mp.max_tokens = s->p.max_batch_tokens;
 	mp.kv_blocks = s->p.kv_blocks;
-	if (!(s->model = atlas_model_load(s->model_dir, s->be, &mp)))
-		return ATLAS_EINVAL;
+	if (s->p.tp > 1) {
+		/* thread ranks: the scheduler drives rank 0 exactly as one
+		 * rank; the followers replay its steps on their slices */
+		int rc;
+		if (!(s->tp = atlas_tp_group_new(s->p.device, s->p.tp)))
+			return ATLAS_EINVAL;
+		for (int r = 0; r < s->p.tp; r++)
+			atlas_tp_group_backend(s->tp, r)->batch_invariant = true;
+		if ((rc = atlas_tp_group_load(s->tp, s->model_dir, &mp)))
+			return rc;
+		s->be = atlas_tp_group_backend(s->tp, 0);
+		s->model = atlas_tp_group_model(s->tp, 0);
+	} else {
+		if (!(s->be = atlas_backend_open(s->p.device ? s->p.device : "auto")))
+			return ATLAS_EINVAL;
+		/* a request's tokens must not depend on what it was batched with */
+		s->be->batch_invariant = true;
+		if (!(s->model = atlas_model_load(s->model_dir, s->be, &mp)))
+			return ATLAS_EINVAL;
+	}
 	s->ctx = atlas_model_max_context(s->model);
 	collect_eos(s);
+	char tp_note[48] = "";
+	if (s->tp)
+		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
 	struct atlas_sched_params sp = {.max_seqs = s->p.max_seqs,
 					.max_batch_tokens = s->p.max_batch_tokens};
 	if (!(s->sched = atlas_sched_new(s->model, s->tok, &sp)))
 		return ATLAS_EINVAL;
-	serve_log("model '%s' ready on %s: %lld-token context, %lld KV blocks of %lld tokens, "
+	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens, "
 		  "%lld sequences and %lld tokens per step",
-		  s->served_name, s->be->name, (long long)s->ctx,
+		  s->served_name, s->be->name, s->tp ? tp_note : "", (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
 		  (long long)atlas_model_block_size(s->model), (long long)s->p.max_seqs,
 		  (long long)s->p.max_batch_tokens);
@@ -210,6 +228,13 @@ void atlas_server_stop(struct atlas_server *s)
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
 	atlas_sched_free(s->sched);
+	if (s->tp) {
+		/* the engine thread has ended: rank 0 is idle, so its
+		 * followers can be stopped from here */
+		atlas_tp_group_free(s->tp);
+		s->model = NULL;
+		s->be = NULL;
+	}
 	atlas_model_free(s->model);
 	if (s->be)
 		s->be->destroy(s->be);

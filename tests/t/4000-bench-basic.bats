@@ -15,7 +15,7 @@ setup() {
 	expect_match "${lines[0]}" '^usage: atlas-bench kernels ' "first line"
 	for f in --model --synthetic --shape --filter --device --tokens --reps --batch --prompt \
 		--gen --url --self --concurrency --requests --timeout --min --max --thresholds \
-		--json --no-record --quiet --help --version; do
+		--json --no-record --quiet --tp --help --version; do
 		expect_contains "$output" "$f" "usage"
 	done
 	local long=$output
