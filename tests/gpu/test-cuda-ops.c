@@ -142,6 +142,30 @@ static const char *wname(enum atlas_dtype d)
 	return atlas_dtype_name(d);
 }
 
+/* One matmul on both backends, compared; `tag` names the path it is
+ * meant to reach. */
+static void check_matmul(int64_t T, int64_t N, int64_t K, enum atlas_dtype dt, int bias,
+			 const char *tag)
+{
+	struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * N, 1.0f);
+	struct wbuf w = mkw(dt, N * K, 1.0f / sqrtf((float)K));
+	struct wbuf b = bias ? mkw(dt, N, 0.5f) : (struct wbuf){0};
+	float *ref = malloc((size_t)(T * N) * 4);
+	char what[128];
+	poison(&o);
+	CHECK_EQ_INT(cpu->matmul(cpu, ref, x.h, w.h, bias ? b.h : NULL, dt, T, N, K), 0);
+	CHECK_EQ_INT(gpu->matmul(gpu, o.d, x.d, w.d, bias ? b.d : NULL, dt, T, N, K), 0);
+	snprintf(what, sizeof(what), "matmul%s T=%lld N=%lld K=%lld %s%s", tag, (long long)T,
+		 (long long)N, (long long)K, wname(dt), bias ? " bias" : "");
+	compare(what, &o, ref, T * N);
+	freebuf(&x);
+	freebuf(&o);
+	freew(&w);
+	if (bias)
+		freew(&b);
+	free(ref);
+}
+
 static void test_matmul(void)
 {
 	static const int64_t shapes[][3] = {
@@ -162,23 +186,7 @@ static void test_matmul(void)
 				int64_t T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
 				if (bias && d == 2 && N > 1000)
 					continue;
-				struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * N, 1.0f);
-				struct wbuf w = mkw(wdts[d], N * K, 1.0f / sqrtf((float)K));
-				struct wbuf b = bias ? mkw(wdts[d], N, 0.5f) : (struct wbuf){0};
-				float *ref = malloc((size_t)(T * N) * 4);
-				char what[128];
-				poison(&o);
-				CHECK_EQ_INT(cpu->matmul(cpu, ref, x.h, w.h, bias ? b.h : NULL, wdts[d], T, N, K), 0);
-				CHECK_EQ_INT(gpu->matmul(gpu, o.d, x.d, w.d, bias ? b.d : NULL, wdts[d], T, N, K), 0);
-				snprintf(what, sizeof(what), "matmul T=%lld N=%lld K=%lld %s%s", (long long)T,
-					 (long long)N, (long long)K, wname(wdts[d]), bias ? " bias" : "");
-				compare(what, &o, ref, T * N);
-				freebuf(&x);
-				freebuf(&o);
-				freew(&w);
-				if (bias)
-					freew(&b);
-				free(ref);
+				check_matmul(T, N, K, wdts[d], bias, "");
 			}
 }
 
@@ -551,29 +559,9 @@ static void test_fused(void)
 					     {33, 77, 2056},  {48, 2048, 1024}, {64, 129, 4104},
 					     {7, 151, 12288}, {1, 6144, 4096}};
 	for (size_t s = 0; s < sizeof(tshapes) / sizeof(tshapes[0]); s++)
-		for (int bias = 0; bias < 2; bias++) {
-			int64_t T = tshapes[s][0], N = tshapes[s][1], K = tshapes[s][2];
-			struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * N, 1.0f);
-			struct wbuf w = mkw(ATLAS_DTYPE_BF16, N * K, 1.0f / sqrtf((float)K));
-			struct wbuf b = bias ? mkw(ATLAS_DTYPE_BF16, N, 0.5f) : (struct wbuf){0};
-			float *ref = malloc((size_t)(T * N) * 4);
-			poison(&o);
-			CHECK_EQ_INT(cpu->matmul(cpu, ref, x.h, w.h, bias ? b.h : NULL, ATLAS_DTYPE_BF16, T,
-						 N, K),
-				     0);
-			CHECK_EQ_INT(gpu->matmul(gpu, o.d, x.d, w.d, bias ? b.d : NULL, ATLAS_DTYPE_BF16, T,
-						 N, K),
-				     0);
-			snprintf(what, sizeof(what), "matmul (gemv_tc) T=%lld N=%lld K=%lld%s", (long long)T,
-				 (long long)N, (long long)K, bias ? " bias" : "");
-			compare(what, &o, ref, T * N);
-			freebuf(&x);
-			freebuf(&o);
-			freew(&w);
-			if (bias)
-				freew(&b);
-			free(ref);
-		}
+		for (int bias = 0; bias < 2; bias++)
+			check_matmul(tshapes[s][0], tshapes[s][1], tshapes[s][2], ATLAS_DTYPE_BF16, bias,
+				     " (gemv_tc)");
 	for (size_t s = 0; s < sizeof(mshapes) / sizeof(mshapes[0]); s++)
 		for (int bias = 0; bias < 2; bias++) {
 			int64_t T = mshapes[s][0], K = mshapes[s][3];
