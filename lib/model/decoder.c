@@ -271,6 +271,18 @@ int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm)
 	return 0;
 }
 
+void atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p)
+{
+	const struct atlas_config *c = &m->cfg;
+	m->max_ctx = p && p->max_context > 0 ? p->max_context
+		: (c->max_position < 4096 ? c->max_position : 4096);
+	m->max_seqs = p && p->max_seqs > 0 ? p->max_seqs : 1;
+	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 128;
+	m->block_size = p && p->block_size > 0 ? p->block_size : 16;
+	m->max_blocks = (m->max_ctx + m->block_size - 1) / m->block_size;
+	m->n_blocks = p && p->kv_blocks > 0 ? p->kv_blocks : m->max_seqs * m->max_blocks;
+}
+
 int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_family *fam)
 {
 	if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
@@ -401,13 +413,7 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam) ||
 	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
-	m->max_ctx = p && p->max_context > 0 ? p->max_context
-		: (c->max_position < 4096 ? c->max_position : 4096);
-	m->max_seqs = p && p->max_seqs > 0 ? p->max_seqs : 1;
-	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 128;
-	m->block_size = p && p->block_size > 0 ? p->block_size : 16;
-	m->max_blocks = (m->max_ctx + m->block_size - 1) / m->block_size;
-	m->n_blocks = p && p->kv_blocks > 0 ? p->kv_blocks : m->max_seqs * m->max_blocks;
+	atlas_decoder_size(m, p);
 	if (m->max_ctx > c->max_position)
 		atlas_warn("context %lld is longer than the model's max_position_embeddings %lld; "
 			   "output past that is untested territory for the model",

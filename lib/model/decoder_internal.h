@@ -99,6 +99,9 @@ int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_
  * share of heads and MLP rows; a clear error when the world size does
  * not divide them. */
 int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm);
+/* Context, sequences, tokens per step and KV blocks of m from p (NULL or
+ * zero fields: the defaults) and m->cfg. */
+void atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p);
 int atlas_decoder_alloc_buffers(struct atlas_model *m);
 
 /* kvpool.c: allocate the pool and staging buffers / release them. */

@@ -126,13 +126,7 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam) ||
 	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
-	m->max_ctx = p && p->max_context > 0 ? p->max_context
-		: (c->max_position < 4096 ? c->max_position : 4096);
-	m->max_seqs = p && p->max_seqs > 0 ? p->max_seqs : 1;
-	m->max_tokens = p && p->max_tokens > 0 ? p->max_tokens : 128;
-	m->block_size = p && p->block_size > 0 ? p->block_size : 16;
-	m->max_blocks = (m->max_ctx + m->block_size - 1) / m->block_size;
-	m->n_blocks = p && p->kv_blocks > 0 ? p->kv_blocks : m->max_seqs * m->max_blocks;
+	atlas_decoder_size(m, p);
 	if (be->reserve && be->reserve(be, footprint(m)))
 		goto fail;
 	if (be->specialize && be->specialize(be, m->fam->name, "bf16"))

@@ -65,13 +65,13 @@
  * 384, TCG_SMEM bytes of dynamic shared memory.
  */
 #include "common.cuh"
+#include "../../../lib/backend/cuda/kernel_args.h"
 
 #define TCG_BM 128
 #define TCG_BK 64
 #define TCG_THREADS 384
-/* Dynamic shared memory: 1 KiB alignment slack + 192 KiB of stages +
- * barriers. Keep in sync with TCG_SMEM_BYTES in cuda_gemm.c. */
-#define TCG_SMEM (1024 + 196608 + 256)
+/* Dynamic shared memory (kernel_args.h, shared with the host). */
+#define TCG_SMEM ATLAS_TCG_SMEM
 
 /* A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte
  * aligned; only its address goes to the TMA instruction. */

@@ -70,6 +70,19 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_BULK] = 1,
 };
 
+/* The most dynamic shared memory each kernel is launched with, when over
+ * the default 48 KiB (kernel_args.h); set once when the target loads.
+ * Every kernel here must be in optional_kernel. */
+static const int dyn_smem[ATLAS_CK_COUNT] = {
+	[ATLAS_CK_GEMM_TC] = ATLAS_TCG_SMEM,
+	[ATLAS_CK_GEMM_TC_F32] = ATLAS_TCG_SMEM,
+	[ATLAS_CK_GEMV_TC8] = ATLAS_GTC_SMEM(1),
+	[ATLAS_CK_GEMV_TC16] = ATLAS_GTC_SMEM(2),
+	[ATLAS_CK_GEMV_TC32] = ATLAS_GTC_SMEM(4),
+	[ATLAS_CK_GEMV_TC64] = ATLAS_GTC_SMEM(8),
+	[ATLAS_CK_GEMV_BULK] = ATLAS_GBK_SMEM_MAX,
+};
+
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
 {
 	return kernel_names[k];
@@ -140,22 +153,19 @@ static int load_target(struct cuda_ctx *c, const struct atlas_kernel_blob *b)
 			kern[i] = NULL;
 			continue;
 		}
-		if (e == cudaSuccess && i >= ATLAS_CK_GEMV_TC8 && i <= ATLAS_CK_GEMV_TC64) {
-			/* the cp.async rings take more than the default 48 KiB */
-			const int nt8 = 1 << (i - ATLAS_CK_GEMV_TC8);
-			e = cudaKernelSetAttributeForDevice(kern[i],
-							    cudaFuncAttributeMaxDynamicSharedMemorySize,
-							    ATLAS_GTC_SMEM(nt8), c->dev);
-		}
-		if (e == cudaSuccess && i == ATLAS_CK_GEMV_BULK)
-			e = cudaKernelSetAttributeForDevice(kern[i],
-							    cudaFuncAttributeMaxDynamicSharedMemorySize,
-							    ATLAS_GBK_SMEM_MAX, c->dev);
 		if (e != cudaSuccess) {
 			cudaLibraryUnload(lib);
 			return atlas_error(ATLAS_EIO, "kernel target %s has no entry point '%s'",
 					   atlas_kernel_blob_name(b, name, sizeof(name)),
 					   kernel_names[i]);
+		}
+		/* kernels over the default 48 KiB of dynamic shared memory (all
+		 * optional: a device that cannot give it falls back) */
+		if (dyn_smem[i] &&
+		    cudaKernelSetAttributeForDevice(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+						    dyn_smem[i], c->dev) != cudaSuccess) {
+			cudaGetLastError();
+			kern[i] = NULL;
 		}
 	}
 	if (c->lib_loaded)

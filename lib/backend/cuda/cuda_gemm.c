@@ -22,13 +22,12 @@
 #include <string.h>
 
 #include "../../core/error.h"
+#include "kernel_args.h"
 
 /* Tile rows (T) and the K slice of one pipeline stage (gemm_tc.cu). */
 #define TCG_BM 128
 #define TCG_BK 64
 #define TCG_THREADS 384
-/* Dynamic shared memory of either tile width; the kernel's TCG_SMEM. */
-#define TCG_SMEM_BYTES (1024 + 196608 + 256)
 #define TCG_CACHE 64
 
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
@@ -62,9 +61,6 @@ struct map_entry {
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct map_entry cache[TCG_CACHE];
 static int cache_next;
-/* Kernel handles whose dynamic shared memory limit is already raised. */
-static cudaKernel_t smem_done[16];
-static int smem_n;
 
 /* *m = the map of BF16 matrix p [rows, cols] (row stride cols), boxes of
  * box_rows x 64 elements, 128-byte swizzle, zero fill out of bounds. */
@@ -108,30 +104,6 @@ static int get_map(const struct cuda_ctx *c, const void *p, int64_t rows, int64_
 	return rc;
 }
 
-/* Let kernel k use TCG_SMEM_BYTES of dynamic shared memory (once per
- * loaded kernel handle: a new kernel target brings new handles). */
-static int raise_smem(struct cuda_ctx *c, enum atlas_cuda_kernel k)
-{
-	int rc = 0;
-	pthread_mutex_lock(&cache_lock);
-	for (int i = 0; i < smem_n; i++)
-		if (smem_done[i] == c->kern[k])
-			goto out;
-	rc = atlas_cuda_check(c,
-			      cudaKernelSetAttributeForDevice(c->kern[k],
-							      cudaFuncAttributeMaxDynamicSharedMemorySize,
-							      TCG_SMEM_BYTES, c->dev),
-			      "cudaKernelSetAttributeForDevice(gemm_tc shared memory)");
-	if (!rc) {
-		if (smem_n == 16)
-			smem_n = 0; /* forget the oldest handles: at worst set again */
-		smem_done[smem_n++] = c->kern[k];
-	}
-out:
-	pthread_mutex_unlock(&cache_lock);
-	return rc;
-}
-
 /* Tile width: 256 columns unless 128 x 256 tiles would not give every SM
  * one; then 128 (twice the blocks). */
 static int pick_bn(const struct cuda_ctx *c, int64_t T, int64_t N)
@@ -160,13 +132,11 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, void *out, int out_f32, const void *x
 	int rc = get_map(c, x, T, K, TCG_BM, &mx);
 	if (!rc)
 		rc = get_map(c, w, N, K, (uint32_t)bn, &mw);
-	if (!rc)
-		rc = raise_smem(c, k);
 	if (rc)
 		return rc;
 	long long t = T, n = N, kk = K;
 	void *args[] = {&out, &mx, &mw, &bias, &t, &n, &kk, &bn};
 	rc = atlas_cuda_launch(c, k, (unsigned)((T + TCG_BM - 1) / TCG_BM),
-			       (unsigned)((N + bn - 1) / bn), TCG_THREADS, TCG_SMEM_BYTES, args);
+			       (unsigned)((N + bn - 1) / bn), TCG_THREADS, ATLAS_TCG_SMEM, args);
 	return rc < 0 ? rc : 1;
 }

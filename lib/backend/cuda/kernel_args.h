@@ -27,6 +27,10 @@ struct atlas_gemv_args {
 	int pad_;    /* keeps the size a multiple of 8 in C and C++ alike */
 };
 
+/* atlas_gemm_tc*: dynamic shared memory of a block (1 KiB of alignment
+ * slack, 192 KiB of pipeline stages, the mbarriers), either tile width. */
+#define ATLAS_TCG_SMEM (1024 + 196608 + 256)
+
 /* atlas_gemv_tc*: stages of each warp's cp.async ring and the dynamic
  * shared memory of a block (8 warps; a stage holds 2 weight and nt8 x
  * fragments of 16 bytes per lane), by token tiles of 8 (nt8 = 1, 2, 4, 8). */
