@@ -1,6 +1,7 @@
 /* harness.c - TAP output for the unit tests (see harness.h). */
 #include "harness.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -79,4 +80,33 @@ const char *harness_srcdir(void)
 {
 	const char *s = getenv("ATLAS_SRC");
 	return s ? s : ".";
+}
+
+static int golden_by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+int harness_each_golden(char *dir, size_t dir_size, void (*fn)(void))
+{
+	char root[512];
+	struct dirent **ents;
+	int found = 0;
+	snprintf(root, sizeof(root), "%s/tests/fixtures/golden", harness_srcdir());
+	int n = scandir(root, &ents, NULL, golden_by_name);
+	for (int i = 0; i < n; i++) {
+		char exp[1100];
+		snprintf(dir, dir_size, "%s/%.200s", root, ents[i]->d_name);
+		snprintf(exp, sizeof(exp), "%s/expected.json", dir);
+		FILE *f = ents[i]->d_name[0] != '.' ? fopen(exp, "r") : NULL;
+		if (f) {
+			fclose(f);
+			found++;
+			harness_run(ents[i]->d_name, fn);
+		}
+		free(ents[i]);
+	}
+	if (n >= 0)
+		free(ents);
+	return found;
 }

@@ -24,6 +24,10 @@ char *harness_write(const char *dir, const char *name, const void *data,
 		    size_t len);
 /* Path of the source tree root (from ATLAS_SRC or the current dir). */
 const char *harness_srcdir(void);
+/* Each golden model of tests/fixtures/golden (a directory with an
+ * expected.json), in name order: its path goes to dir (dir_size bytes)
+ * and fn runs as the test named after it. Returns how many ran. */
+int harness_each_golden(char *dir, size_t dir_size, void (*fn)(void));
 
 #define RUN(fn) harness_run(#fn, fn)
 #define CHECK(c) do { if (!(c)) harness_fail(__FILE__, __LINE__, "%s", #c); } while (0)

@@ -12,7 +12,6 @@
  * repository root, e.g. "models/default") holds only expected.json and the
  * logits files; the weights are loaded from that directory, so the
  * default model is a fixture without a second copy of it. */
-#include <dirent.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
@@ -205,16 +204,8 @@ static void test_model(void)
 	json_object_put(exp);
 }
 
-static int by_name(const struct dirent **a, const struct dirent **b)
-{
-	return strcmp((*a)->d_name, (*b)->d_name);
-}
-
 int main(void)
 {
-	char root[512];
-	struct dirent **ents;
-	snprintf(root, sizeof(root), "%s/tests/fixtures/golden", harness_srcdir());
 	const char *dev = getenv("ATLAS_TEST_DEVICE");
 	be = atlas_backend_open(dev ? dev : "cpu");
 	if (!be) {
@@ -223,21 +214,7 @@ int main(void)
 	}
 	bf16 = be->act_dtype == ATLAS_DTYPE_BF16;
 	printf("# device %s (%s activations)\n", be->name, bf16 ? "BF16" : "FP32");
-	int n = scandir(root, &ents, NULL, by_name);
-
-	for (int i = 0; i < n; i++) {
-		char exp[1100];
-		snprintf(dir, sizeof(dir), "%s/%.200s", root, ents[i]->d_name);
-		snprintf(exp, sizeof(exp), "%s/expected.json", dir);
-		FILE *f = ents[i]->d_name[0] != '.' ? fopen(exp, "r") : NULL;
-		if (f) {
-			fclose(f);
-			models_found++;
-			harness_run(ents[i]->d_name, test_model);
-		}
-		free(ents[i]);
-	}
-	free(ents);
+	models_found = harness_each_golden(dir, sizeof(dir), test_model);
 	RUN(test_fixtures_present);
 	printf("# worst %s over all models: %.3g (limit %g)\n",
 	       bf16 ? "relative L2 logit error" : "relative logit error", worst, bf16 ? TOL_L2 : TOL);

@@ -14,7 +14,6 @@
  *    far off (so the comparison above can see a missing sum), and the
  *    errors: a P that does not divide the heads, follow on rank 0, a
  *    forward step on a follower. */
-#include <dirent.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
@@ -463,11 +462,6 @@ static void test_errors(void)
 	be1->destroy(be1);
 }
 
-static int by_name(const struct dirent **a, const struct dirent **b)
-{
-	return strcmp((*a)->d_name, (*b)->d_name);
-}
-
 static void test_fixtures_present(void)
 {
 	CHECK(models_run >= 8);
@@ -475,25 +469,10 @@ static void test_fixtures_present(void)
 
 int main(void)
 {
-	char root[512];
-	struct dirent **ents;
 	/* the ranks' threads share the process pool; one thread each keeps
 	 * the run small on a small machine (results do not depend on it) */
 	atlas_threads_set(1);
-	snprintf(root, sizeof(root), "%s/tests/fixtures/golden", harness_srcdir());
-	int n = scandir(root, &ents, NULL, by_name);
-	for (int i = 0; i < n; i++) {
-		char exp[1100];
-		snprintf(dir, sizeof(dir), "%s/%.200s", root, ents[i]->d_name);
-		snprintf(exp, sizeof(exp), "%s/expected.json", dir);
-		FILE *f = ents[i]->d_name[0] != '.' ? fopen(exp, "r") : NULL;
-		if (f) {
-			fclose(f);
-			harness_run(ents[i]->d_name, test_model);
-		}
-		free(ents[i]);
-	}
-	free(ents);
+	harness_each_golden(dir, sizeof(dir), test_model);
 	RUN(test_fixtures_present);
 	RUN(test_negative_control);
 	RUN(test_errors);
