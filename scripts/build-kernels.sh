@@ -13,6 +13,9 @@
 # registry is empty and the build is CPU-only.
 #
 # Targets default to every one in the tree; ATLAS_TARGETS narrows them.
+# ATLAS_NVCC_FLAGS adds nvcc flags (A/B builds, e.g. -DATLAS_PDL_LATE;
+# use a separate build folder: the fatbins are not rebuilt when only the
+# flags change).
 set -eu
 out=$1
 shift
@@ -78,7 +81,7 @@ for t in $targets; do
 		mv "$umb.new" "$umb"
 		echo "  NVCC  $t" >&2
 		# shellcheck disable=SC2086
-		"$NVCC" -fatbin $gencode -O3 -std=c++17 -o "$out/$id.fatbin" "$umb"
+		"$NVCC" -fatbin $gencode -O3 -std=c++17 ${ATLAS_NVCC_FLAGS:-} -o "$out/$id.fatbin" "$umb"
 	fi
 	case $rest in
 	common) family=common quant="" ;;

@@ -20,4 +20,11 @@ strip -o "$dir/tests/test-golden" build-carry/tests/test-golden
 for t in build-carry/tests/gpu/test-*; do
 	strip -o "$dir/tests/gpu/$(basename "$t")" "$t"
 done
+# A/B: ATLAS_AB_FLAGS="-DNAME ..." also builds atlas-bench with those nvcc
+# flags into build-carry-ab and carries it as atlas-bench-ab.
+if [ -n "${ATLAS_AB_FLAGS:-}" ]; then
+	ATLAS_NVCC_FLAGS="$ATLAS_AB_FLAGS" make -s -j2 STATIC_DEPS=1 BUILD=build-carry-ab \
+		build-carry-ab/atlas-bench
+	strip -o "$dir/atlas-bench-ab" build-carry-ab/atlas-bench
+fi
 du -sh "$dir"

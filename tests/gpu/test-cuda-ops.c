@@ -358,6 +358,16 @@ static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int
 		 (long long)T, (long long)pos0, (long long)H, (long long)Hkv, (long long)hd,
 		 (long long)window, (long long)nseq);
 	compare(what, &o, ref, nt * H * hd);
+	/* a second run gives the same bits: the split-K merge does not depend
+	 * on which block finishes last, and the first run left its counters
+	 * zero */
+	uint16_t *o1 = malloc((size_t)(nt * H * hd) * 2), *o2 = malloc((size_t)(nt * H * hd) * 2);
+	CHECK_EQ_INT(gpu->download(gpu, o1, o.d, (size_t)(nt * H * hd) * 2), 0);
+	CHECK_EQ_INT(gpu->attention(gpu, o.d, q.d, kc.d, vc.d, &db, nt, H, Hkv, hd, window, scale), 0);
+	CHECK_EQ_INT(gpu->download(gpu, o2, o.d, (size_t)(nt * H * hd) * 2), 0);
+	CHECK(memcmp(o1, o2, (size_t)(nt * H * hd) * 2) == 0);
+	free(o1);
+	free(o2);
 	freebuf(&kc);
 	freebuf(&vc);
 	freebuf(&k);
@@ -396,6 +406,21 @@ static void test_attention(void)
 	check_attention(1, 600, 8, 2, 256, 0, 1, 16);
 	check_attention(300, 0, 32, 8, 128, 0, 1, 16);
 	check_attention(3, 40, 4, 2, 20, 0, 2, 16);
+	/* one launch with the merge in the part kernel: tokens with one
+	 * split (the block writes out itself) and with two in one launch,
+	 * 8..9 splits, a group of 4 heads (G 4) with window-limited splits,
+	 * hd 256 with a full group of 8 (two output vectors per thread) with
+	 * one split and with 19, and decode batches of 64 and 40 sequences
+	 * (T >= 64 but few tokens per sequence: split-K, not the flash
+	 * kernel, which would make one pass per sequence per query tile) */
+	check_attention(1, 20, 32, 8, 128, 0, 1, 16);
+	check_attention(7, 28, 32, 8, 128, 0, 8, 16);
+	check_attention(48, 230, 8, 2, 128, 0, 1, 16);
+	check_attention(1, 900, 16, 4, 128, 100, 5, 16);
+	check_attention(1, 10, 16, 2, 256, 0, 1, 16);
+	check_attention(1, 600, 16, 2, 256, 0, 1, 16);
+	check_attention(1, 300, 32, 8, 128, 0, 64, 16);
+	check_attention(2, 150, 8, 2, 64, 0, 40, 16);
 	/* flash-attention prefill (tensor cores, 64-token query tiles) once
 	 * the op routes long batches to it: one sequence from position 0
 	 * (Qwen3-8B heads), two sequences of 200 (a tile straddles them), a
@@ -551,13 +576,17 @@ static void test_fused(void)
 	static const int64_t mshapes[][4] = {/* T, N0, N1, K */
 					     {1, 4096, 1024, 4096}, {3, 256, 64, 520},
 					     {8, 1000, 77, 129},    {1, 2048, 512, 1024},
-					     {70, 512, 128, 256},   {30, 600, 40, 264}};
+					     {70, 512, 128, 256},   {30, 600, 40, 264},
+					     {1, 300, 40, 136}};
 	char what[128];
 	/* plain matmuls on each tensor-core GEMV entry (T <= 8/16/32/64), with
 	 * K and N tails; the rest of the decode shapes are in test_matmul */
 	static const int64_t tshapes[][3] = {{2, 1000, 520},  {12, 300, 136}, {20, 4096, 1024},
 					     {33, 77, 2056},  {48, 2048, 1024}, {64, 129, 4104},
-					     {7, 151, 12288}, {1, 6144, 4096}};
+					     {7, 151, 12288}, {1, 6144, 4096},
+					     /* T = 1: fewer rows than SMs, a K tail, a
+					      * large N */
+					     {1, 5, 136}, {1, 1500, 264}, {1, 110000, 64}};
 	for (size_t s = 0; s < sizeof(tshapes) / sizeof(tshapes[0]); s++)
 		for (int bias = 0; bias < 2; bias++)
 			check_matmul(tshapes[s][0], tshapes[s][1], tshapes[s][2], ATLAS_DTYPE_BF16, bias,
@@ -598,7 +627,8 @@ static void test_fused(void)
 		}
 
 	static const int64_t sshapes[][3] = {{1, 12288, 4096}, {2, 1000, 333}, {8, 3072, 1024},
-					     {1, 77, 64},       {100, 384, 256}, {40, 1000, 512}};
+					     {1, 77, 64},       {100, 384, 256}, {40, 1000, 512},
+					     {1, 1000, 264}};
 	for (size_t s = 0; s < sizeof(sshapes) / sizeof(sshapes[0]); s++) {
 		int64_t T = sshapes[s][0], F = sshapes[s][1], K = sshapes[s][2];
 		struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * F, 1.0f), up = mkbuf(T * F, 1.0f);

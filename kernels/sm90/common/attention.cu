@@ -2,19 +2,30 @@
  * paged KV cache, online softmax in FP32. Two forms:
  *
  * Split-K ("flash-decoding"; the host's choice whenever hd % 8 == 0,
- * hd <= 256 and the cache is 16-byte aligned): atlas_attention_part,
- * grid T * Hkv * ceil(G/8) * splits (G = H/Hkv), block 128, computes for
- * each (token, kv head, group of up to 8 of its query heads, split) the
- * unnormalized output and the (max, sum) of the softmax over one
- * contiguous range of the token's keys, reading each K/V row of the range
- * once for all the group's query heads (16-byte loads); then
- * atlas_attention_combine, grid T * H, block 128, merges the splits of
- * each (token, head) in split order. The partition of a token's keys
- * depends only on its own key count and the two constants the host
- * passes (att_split), never on the batch: a token gets the same bits
- * whatever else is in the batch, and every launch argument depends only
- * on T (decode steps are replayed as CUDA graphs while positions grow:
- * blocks past a token's split count exit at once).
+ * hd <= 256 and q, out and the cache are 16-byte aligned):
+ * atlas_attention_part, one launch, grid T * Hkv * ceil(G/8) * splits
+ * (G = H/Hkv), block 128. Block (token, kv head, group of up to 8 of its
+ * query heads, split) computes the unnormalized output and the (max,
+ * sum) of the softmax over one contiguous range of the token's keys for
+ * the group's heads, reading each K/V row of the range once for all of
+ * them (16-byte loads); the last block of a (token, kv head, group) to
+ * finish (a counter per group, zeroed again by that block) merges the
+ * splits in split order and writes out. A token with one split writes
+ * out directly. The merge's result depends only on the partials, never
+ * on which block is last, and the partition of a token's keys depends
+ * only on its own key count and the two constants the host passes
+ * (att_split), never on the batch: a token gets the same bits whatever
+ * else is in the batch, and every launch argument depends only on T
+ * (decode steps are replayed as CUDA graphs while positions grow: blocks
+ * past a token's split count exit at once).
+ *
+ * Why one launch and why these lane mappings: at decode batch 1 (a few
+ * hundred keys) the work is a few MB and the cost is latency, a launch
+ * and the chains of dependent memory round trips: the fused merge saves
+ * the second launch and reads all the splits' (max, sum) pairs and
+ * partial vectors in parallel; scores are summed over the warp by one
+ * reduce-scatter per 4 keys instead of a 5-shuffle reduction per (key,
+ * head); a tile's V rows are sent to L2 while its K rows are scored.
  *
  * atlas_attention (the fallback for other shapes): grid T*H, block 128
  * (hd <= 2 * blockDim.x, so hd <= 256 at the ABI's block): block (t, h)
@@ -29,7 +40,8 @@
  *
  * Cost: split-K reads each visible K/V row once per (token, kv head,
  * group of 8 query heads): 4 * hd * keys bytes, plus 4 * (hd + 2) bytes
- * of partials per (token, head, split) written and read back (L2).
+ * of partials per (token, head, split) written and read back (L2) when
+ * a token has more than one split.
  */
 #include "common.cuh"
 
@@ -130,11 +142,17 @@ extern "C" __global__ void atlas_attention(bf16 *out, const bf16 *q, const bf16 
 
 /* --- split-K ------------------------------------------------------- */
 
-#define ATT_TILE 32   /* keys per step of atlas_attention_part: one per lane */
-#define ATT_GH 8      /* query heads per block (a kv head's group, 8 at a time) */
-#define ATT_KPW 8     /* keys each warp loads before scoring (loads in flight) */
-#define ATT_VPT 2     /* (head, 8-dim vector) output pairs per thread: 8 * 32 / 128 */
-#define ATT_MAXSPLIT 64 /* largest `splits` the combine kernel accepts */
+#define ATT_TILE 32     /* keys per step of atlas_attention_part */
+#define ATT_GH 8        /* query heads per block (a kv head's group, 8 at a time) */
+#define ATT_KPW 8       /* keys each warp loads before scoring (loads in flight) */
+#define ATT_VPF 8       /* value rows a thread loads before accumulating them */
+#define ATT_VPT 2       /* (head, 8-dim vector) output pairs per thread: 8 * 32 / 128 */
+#define ATT_MAXSPLIT 64 /* largest `splits`: the merge reads two per lane */
+#define ATT_MPF 8       /* splits' partial vectors a thread loads before merging them */
+
+/* The lane mappings below are written for these (and blockDim.x 128:
+ * 4 warps score 8 keys each per tile, half a warp updates one head). */
+static_assert(ATT_TILE == 32 && ATT_GH == 8 && ATT_KPW == 8, "split-K lane mappings");
 
 /* First visible key of a token at position p. */
 static __device__ __forceinline__ long long att_lo(long long p, long long window)
@@ -144,8 +162,9 @@ static __device__ __forceinline__ long long att_lo(long long p, long long window
 
 /* The partition of nk keys: *ns splits of *per keys (the last may be
  * shorter): as many splits as ceil(nk / minkeys), at most `splits`.
- * With splits <= minkeys no split is empty. Both kernels call this, so
- * they agree; it depends on nothing but the token's own key count. */
+ * With splits <= minkeys no split is empty. It depends on nothing but
+ * the token's own key count, so a token's bits do not depend on the
+ * batch. */
 static __device__ __forceinline__ void att_split(long long nk, long long splits,
 						 long long minkeys, long long *ns, long long *per)
 {
@@ -158,15 +177,82 @@ static __device__ __forceinline__ void att_split(long long nk, long long splits,
 	*per = (nk + n - 1) / n;
 }
 
-/* part: [T, H, splits, hd] unnormalized outputs, then [T, H, splits, 2]
- * (max, sum) pairs, FP32. Needs hd % 8 == 0, hd <= ATT_MAXHD, kc and vc
- * 16-byte aligned, blockDim.x == 128 (else the block writes nothing). */
+/* c ? a : b, opaque to the compiler: a C select of two array elements
+ * becomes a select of their addresses, which puts the array in local
+ * memory. */
+static __device__ __forceinline__ float att_sel(int c, float a, float b)
+{
+	float r;
+	asm("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %3, 0;\n\tselp.f32 %0, %1, %2, p;\n\t}"
+	    : "=f"(r)
+	    : "f"(a), "f"(b), "r"(c));
+	return r;
+}
+
+/* One step of att_reduce_scatter32: lanes exchange halves of v[0..2O)
+ * with the lane O away; each keeps its half (the upper one where lane
+ * bit O is set) plus the partner's copy of it, in v[0..O). */
+template <int O>
+static __device__ __forceinline__ void att_rs_step(float (&v)[32], int lane)
+{
+	const int up = lane & O;
+#pragma unroll
+	for (int k = 0; k < O; k++) {
+		const float lo = v[k], hi = v[k + O];
+		const float send = att_sel(up, lo, hi), keep = att_sel(up, hi, lo);
+		v[k] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+	}
+}
+
+/* Sum over the warp of 32 values per lane, scattered: lane l returns
+ * the total of v[l]. Five halving steps of 16, 8, 4, 2, 1 independent
+ * shuffles (31 in all) instead of 32 reductions of 5 dependent ones;
+ * v is clobbered. */
+static __device__ __forceinline__ float att_reduce_scatter32(float (&v)[32], int lane)
+{
+	att_rs_step<16>(v, lane);
+	att_rs_step<8>(v, lane);
+	att_rs_step<4>(v, lane);
+	att_rs_step<2>(v, lane);
+	att_rs_step<1>(v, lane);
+	return v[0];
+}
+
+/* Dot product of 8 query dims (a, b) with 8 key dims. */
+static __device__ __forceinline__ float att_dot8(float4 a, float4 b, const float *k)
+{
+	float d = a.x * k[0];
+	d = fmaf(a.y, k[1], d);
+	d = fmaf(a.z, k[2], d);
+	d = fmaf(a.w, k[3], d);
+	d = fmaf(b.x, k[4], d);
+	d = fmaf(b.y, k[5], d);
+	d = fmaf(b.z, k[6], d);
+	return fmaf(b.w, k[7], d);
+}
+
+/* Eight floats, bf16-rounded, to 16-byte aligned p. */
+static __device__ __forceinline__ void att_store8(bf16 *p, const float *o)
+{
+	*(uint4 *)p = atlas_pack8(o);
+}
+
+/* out = attention of each (token t, query head h) over its keys: a
+ * token's keys go in ns = min(splits, ceil(nk / minkeys)) ranges; block
+ * (t, kv head, group of <= 8 of its query heads, split s < ns) computes
+ * the unnormalized output and (max, sum) of range s for the group's
+ * heads, and the last block of a (t, kv head, group) to finish merges
+ * them (below). part: [T, H, splits, hd] outputs, then [T, H, splits, 2]
+ * (max, sum) pairs, FP32; cnt: [T * Hkv * ceil(G/8)] zeros, left zero.
+ * Needs hd % 8 == 0, hd <= ATT_MAXHD, splits <= ATT_MAXSPLIT, q, out, kc
+ * and vc 16-byte aligned, blockDim.x == 128 (else the block writes
+ * nothing). */
 extern "C" __global__ void __launch_bounds__(128)
-atlas_attention_part(float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
-		     const int *seq_of, const int *pos, const int *block_tables,
+atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16 *kc,
+		     const bf16 *vc, const int *seq_of, const int *pos, const int *block_tables,
 		     long long max_blocks, long long block_size, long long T, long long H,
-		     long long Hkv, long long hd, long long window, float scale,
-		     long long splits, long long minkeys)
+		     long long Hkv, long long hd, long long window, float scale, long long splits,
+		     long long minkeys)
 {
 	ATLAS_PDL_ENTRY();
 	__shared__ __align__(16) float qs[ATT_GH][ATT_MAXHD]; /* the group's query rows */
@@ -174,34 +260,51 @@ atlas_attention_part(float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
 	__shared__ long long offs[ATT_TILE];    /* element offset of each key's row */
 	__shared__ float ms[ATT_GH], ls[ATT_GH]; /* running max and sum per head */
 	__shared__ float cs[ATT_GH];             /* this tile's rescale of each head */
+	__shared__ float wt[ATT_GH][ATT_MAXSPLIT]; /* merge: weight of each split */
+	__shared__ float lt[ATT_GH][ATT_MAXSPLIT]; /* merge: softmax sum of each split */
+	__shared__ int last;                     /* this block is the group's last split */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int nwarps = blockDim.x >> 5;
-	if (blockDim.x != 128 || hd % 8 || hd > ATT_MAXHD || splits < 1 || minkeys < 1)
+	if (blockDim.x != 128 || hd % 8 || hd > ATT_MAXHD || splits < 1 || splits > ATT_MAXSPLIT ||
+	    minkeys < 1)
 		return;
 	const long long G = H / Hkv, ngrp = (G + ATT_GH - 1) / ATT_GH;
-	long long b = blockIdx.x;
-	const long long s = b % splits;
-	b /= splits;
-	const long long hg = b % ngrp;
-	b /= ngrp;
-	const long long kvh = b % Hkv, t = b / Hkv;
+	const long long grp = blockIdx.x / splits; /* (token, kv head, head group): its counter */
+	const long long s = blockIdx.x % splits;
+	const long long hg = grp % ngrp, kvh = grp / ngrp % Hkv, t = grp / ngrp / Hkv;
 	if (t >= T)
 		return;
+	const int gn = G - hg * ATT_GH < ATT_GH ? (int)(G - hg * ATT_GH) : ATT_GH;
+	const long long h0 = kvh * G + hg * ATT_GH; /* first query head of the block */
+	const int nv = (int)(hd / 8); /* 16-byte vectors per row, <= 32 */
+	/* the group's query rows, 16 bytes a thread (zeros past gn and hd: the
+	 * scores below run all 8 heads and 32 lanes), in flight while the
+	 * position is read */
+	uint4 qv[2];
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int i = tid + r * 128, g = i >> 5, v = i & 31;
+		qv[r] = make_uint4(0u, 0u, 0u, 0u);
+		if (g < gn && v < nv)
+			qv[r] = __ldg((const uint4 *)(q + (t * H + h0 + g) * hd) + v);
+	}
 	const long long p = pos[t], lo = att_lo(p, window), nk = p - lo + 1;
+	const int *table = block_tables + (long long)seq_of[t] * max_blocks;
 	long long ns, per;
 	att_split(nk, splits, minkeys, &ns, &per);
 	if (s >= ns)
 		return; /* this token has fewer splits: uniform for the block */
 	const long long k0 = s * per, k1 = k0 + per < nk ? k0 + per : nk;
-	const int gn = G - hg * ATT_GH < ATT_GH ? (int)(G - hg * ATT_GH) : ATT_GH;
-	const long long h0 = kvh * G + hg * ATT_GH; /* first query head of the block */
-	const int *table = block_tables + (long long)seq_of[t] * max_blocks;
 	const long long ld = Hkv * hd;
-	const int nv = (int)(hd / 8); /* 16-byte vectors per row, <= 32 */
+	const unsigned rowb = (unsigned)(hd * 2); /* bytes of a K or V row */
 
-	for (int i = tid; i < gn * (int)hd; i += blockDim.x) {
-		const int g = i / (int)hd, d = i - g * (int)hd;
-		qs[g][d] = atlas_bf(q[((t * H) + h0 + g) * hd + d]);
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int i = tid + r * 128, g = i >> 5, v = i & 31;
+		float f[8];
+		atlas_unpack8(qv[r], f);
+		*(float4 *)&qs[g][v * 8] = make_float4(f[0], f[1], f[2], f[3]);
+		*(float4 *)&qs[g][v * 8 + 4] = make_float4(f[4], f[5], f[6], f[7]);
 	}
 	if (tid < ATT_GH) {
 		ms[tid] = -INFINITY;
@@ -217,15 +320,25 @@ atlas_attention_part(float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
 	for (long long j0 = k0; j0 < k1; j0 += ATT_TILE) {
 		const int nc = k1 - j0 < ATT_TILE ? (int)(k1 - j0) : ATT_TILE;
 		__syncthreads(); /* the previous tile is consumed; qs, ms, ls written */
-		if (tid < nc) {
+		/* threads 0..31 resolve the tile's rows; the V rows go to L2 now
+		 * (their latency hides behind the K loads and the scores), and
+		 * threads 32..63 send the next tile's K and V rows there too */
+		if (tid < 2 * ATT_TILE && j0 + tid < k1) {
 			const long long key = lo + j0 + tid;
-			const long long row =
-			    (long long)table[key / block_size] * block_size + key % block_size;
-			offs[tid] = row * ld + kvh * hd;
+			const long long off =
+			    ((long long)table[key / block_size] * block_size + key % block_size) * ld +
+			    kvh * hd;
+			atlas_prefetch_l2(vc + off, rowb);
+			if (tid < ATT_TILE)
+				offs[tid] = off;
+			else
+				atlas_prefetch_l2(kc + off, rowb);
 		}
 		__syncthreads();
-		/* scores: warp w takes keys w, w + nwarps, ...; lane l holds
-		 * dims 8l..8l+7 of the key; all the warp's loads go first */
+		/* scores: warp w takes keys w + 4u (u < 8), all loads first; lane
+		 * l holds dims 8l..8l+7 of each; per 4 keys the lane's 32 partial
+		 * dot products (8 heads x 4 keys) are summed over the warp by one
+		 * reduce-scatter, leaving lane l the score of head l/4, key l%4 */
 		for (int i0 = warp; i0 < nc; i0 += nwarps * ATT_KPW) {
 			uint4 kr[ATT_KPW];
 #pragma unroll
@@ -236,38 +349,54 @@ atlas_attention_part(float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
 					kr[u] = __ldg((const uint4 *)(kc + offs[i]) + lane);
 			}
 #pragma unroll
-			for (int u = 0; u < ATT_KPW; u++) {
-				const int i = i0 + u * nwarps; /* uniform across the warp */
-				if (i >= nc)
-					break;
-				float kf[8];
-				atlas_unpack8(kr[u], kf);
-				for (int g = 0; g < gn; g++) {
-					float d = 0.0f;
-					if (lane < nv) {
-						const float *qg = &qs[g][lane * 8];
+			for (int c = 0; c < ATT_KPW / 4; c++) {
+				if (i0 + 4 * c * nwarps >= nc)
+					continue; /* uniform across the warp */
+				float kf[4][8], d[32];
 #pragma unroll
-						for (int j = 0; j < 8; j++)
-							d = fmaf(qg[j], kf[j], d);
-					}
-					d = atlas_warp_sum(d);
-					if (lane == 0)
-						ps[g][i] = scale * d;
+				for (int u = 0; u < 4; u++)
+					atlas_unpack8(kr[4 * c + u], kf[u]);
+#pragma unroll
+				for (int g = 0; g < ATT_GH; g++) {
+					const float4 qa = *(const float4 *)&qs[g][lane * 8];
+					const float4 qb = *(const float4 *)&qs[g][lane * 8 + 4];
+#pragma unroll
+					for (int u = 0; u < 4; u++)
+						d[4 * g + u] = att_dot8(qa, qb, kf[u]);
 				}
+				const float sc = att_reduce_scatter32(d, lane);
+				const int g = lane >> 2, i = i0 + (4 * c + (lane & 3)) * nwarps;
+				if (g < gn && i < nc)
+					ps[g][i] = scale * sc;
 			}
 		}
 		__syncthreads();
-		/* softmax update: warp w takes heads w, w + nwarps, ...; lane i
-		 * holds key i of the tile */
-		for (int g = warp; g < gn; g += nwarps) {
-			const float sc = lane < nc ? ps[g][lane] : -INFINITY;
+		/* softmax update: half-warp hw = 2 * warp + lane / 16 takes head
+		 * hw, lane j = lane % 16 keys j and j + 16 of the tile: the two
+		 * heads of a warp reduce at once (4 shuffles each for max, sum) */
+		{
+			const int g = 2 * warp + (lane >> 4), j = lane & 15;
+			const bool in0 = g < gn && j < nc, in1 = g < gn && j + 16 < nc;
+			const float s0 = in0 ? ps[g][j] : -INFINITY;
+			const float s1 = in1 ? ps[g][j + 16] : -INFINITY;
 			const float mo = ms[g];
-			const float cm = fmaxf(mo, atlas_warp_max(sc));
-			const float e = lane < nc ? expf(sc - cm) : 0.0f;
-			const float sum = atlas_warp_sum(e);
+			float mx = fmaxf(s0, s1);
+#pragma unroll
+			for (int o = 8; o > 0; o >>= 1)
+				mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+			const float cm = fmaxf(mo, mx);
+			const float e0 = in0 ? expf(s0 - cm) : 0.0f;
+			const float e1 = in1 ? expf(s1 - cm) : 0.0f;
+			float sum = e0 + e1;
+#pragma unroll
+			for (int o = 8; o > 0; o >>= 1)
+				sum += __shfl_xor_sync(0xffffffffu, sum, o);
 			__syncwarp(); /* every lane has read ms[g] */
-			ps[g][lane] = e;
-			if (lane == 0) {
+			if (in0)
+				ps[g][j] = e0;
+			if (in1)
+				ps[g][j + 16] = e1;
+			if (g < gn && j == 0) {
 				const float corr = cm == mo ? 1.0f : expf(mo - cm);
 				cs[g] = corr;
 				ls[g] = ls[g] * corr + sum;
@@ -286,14 +415,14 @@ atlas_attention_part(float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
 #pragma unroll
 			for (int j = 0; j < 8; j++)
 				acc[r][j] *= corr;
-			for (int i0 = 0; i0 < nc; i0 += ATT_KPW) {
-				uint4 vr[ATT_KPW];
+			for (int i0 = 0; i0 < nc; i0 += ATT_VPF) {
+				uint4 vr[ATT_VPF];
 #pragma unroll
-				for (int u = 0; u < ATT_KPW; u++)
+				for (int u = 0; u < ATT_VPF; u++)
 					if (i0 + u < nc)
 						vr[u] = __ldg((const uint4 *)(vc + offs[i0 + u]) + v);
 #pragma unroll
-				for (int u = 0; u < ATT_KPW; u++) {
+				for (int u = 0; u < ATT_VPF; u++) {
 					if (i0 + u < nc) {
 						float vf[8];
 						const float pr = ps[g][i0 + u];
@@ -307,60 +436,147 @@ atlas_attention_part(float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
 		}
 	}
 	__syncthreads(); /* ms, ls final (also when the range was empty) */
-	const long long base = (t * H + h0) * splits + s; /* (t, h0, s) */
+	const long long hs = (t * H + h0) * splits; /* (t, h0, split 0) */
+
+	if (ns == 1) {
+		/* the token's only split: out straight from the registers, with
+		 * the merge's arithmetic for one split (M = m, w = 1 unless m is
+		 * -inf, L = fmaf(l, w, 0), weight w * (1 / L), o = fmaf(acc,
+		 * weight, 0)), so the bits are those a merge would give */
+#pragma unroll
+		for (int r = 0; r < ATT_VPT; r++) {
+			const int pi = tid + r * blockDim.x;
+			if (pi >= gn * nv)
+				continue;
+			const int g = pi / nv, v = pi - g * nv;
+			const float m = ms[g], M = fmaxf(-INFINITY, m);
+			const float w = m == -INFINITY ? 0.0f : expf(m - M);
+			const float wg = w * (1.0f / fmaf(ls[g], w, 0.0f));
+			float o[8];
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				o[j] = fmaf(acc[r][j], wg, 0.0f);
+			att_store8(out + (t * H + h0 + g) * hd + v * 8, o);
+		}
+		return;
+	}
+
+	/* partials of split s */
 #pragma unroll
 	for (int r = 0; r < ATT_VPT; r++) {
 		const int pi = tid + r * blockDim.x;
 		if (pi < gn * nv) {
 			const int g = pi / nv, v = pi - g * nv;
-			float *po = part + (base + (long long)g * splits) * hd + v * 8;
-#pragma unroll
-			for (int j = 0; j < 8; j++)
-				po[j] = acc[r][j];
+			float4 *po = (float4 *)(part + (hs + g * splits + s) * hd + v * 8);
+			po[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+			po[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
 		}
 	}
-	if (tid < gn) {
-		float *pml = part + T * H * splits * hd + (base + (long long)tid * splits) * 2;
-		pml[0] = ms[tid];
-		pml[1] = ls[tid];
-	}
-}
-
-/* out[t, h, :] from the partials of atlas_attention_part (same T, H, hd,
- * window, splits, minkeys): the splits merged in split order. */
-extern "C" __global__ void atlas_attention_combine(bf16 *out, const float *part, const int *pos,
-						   long long T, long long H, long long hd,
-						   long long window, long long splits,
-						   long long minkeys)
-{
-	ATLAS_PDL_ENTRY();
-	__shared__ float wt[ATT_MAXSPLIT]; /* weight of each split: exp(m_s - M) / L */
-	const long long th = blockIdx.x;
-	if (th >= T * H || splits < 1 || splits > ATT_MAXSPLIT || minkeys < 1)
-		return;
-	const long long t = th / H;
-	const long long p = pos[t], nk = p - att_lo(p, window) + 1;
-	long long ns, per;
-	att_split(nk, splits, minkeys, &ns, &per);
-	const float *ml = part + T * H * splits * hd + th * splits * 2;
-	if (threadIdx.x == 0) {
-		float M = -INFINITY, L = 0.0f;
-		for (long long s = 0; s < ns; s++)
-			M = fmaxf(M, ml[2 * s]);
-		for (long long s = 0; s < ns; s++) {
-			wt[s] = ml[2 * s] == -INFINITY ? 0.0f : expf(ml[2 * s] - M);
-			L = fmaf(ml[2 * s + 1], wt[s], L);
+	float2 *pml = (float2 *)(part + T * H * splits * hd) + hs; /* (t, h0, 0) pairs */
+	if (tid < gn)
+		pml[tid * splits + s] = make_float2(ms[tid], ls[tid]);
+	/* last block finishes: the barrier orders every thread's partial
+	 * stores before thread 0's fence, which (cumulative) releases them
+	 * to the block that counts the group's last split; that block
+	 * fences again before it reads (acquire) and zeroes the counter,
+	 * which no other block of this launch touches after it, for the next
+	 * launch (graph replays depend on that) */
+	__syncthreads();
+	if (tid == 0) {
+		__threadfence();
+		const int done = atomicAdd(&cnt[grp], 1);
+		last = done == (int)ns - 1;
+		if (last) {
+			cnt[grp] = 0;
+			__threadfence();
 		}
-		const float inv = 1.0f / L;
-		for (long long s = 0; s < ns; s++)
-			wt[s] *= inv;
 	}
 	__syncthreads();
-	const float *po = part + th * splits * hd;
-	for (long long d = threadIdx.x; d < hd; d += blockDim.x) {
-		float o = 0.0f;
-		for (long long s = 0; s < ns; s++)
-			o = fmaf(po[s * hd + d], wt[s], o);
-		out[th * hd + d] = atlas_tobf(o);
+	if (!last)
+		return;
+
+	/* merge, as the combine kernel it replaces did, whichever block is
+	 * last: M = max_s m_s, w_s = exp(m_s - M) (0 for -inf), L = sum_s
+	 * l_s w_s by fmaf in split order, out = sum_s po_s * (w_s / L) by
+	 * fmaf in split order. Warp w takes heads w and w + 4: lane l
+	 * loads splits l and l + 32 (both heads' pairs in flight at once);
+	 * max is exact in any order, L keeps the serial chain (its operands
+	 * come from shared memory, ns <= 64 steps). Partials are read from
+	 * L2 (__ldcg): other blocks wrote them. */
+	float2 mlv[2][2];
+#pragma unroll
+	for (int r = 0; r < 2; r++)
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int g = warp + r * nwarps, sp = lane + 32 * u;
+			mlv[r][u] = make_float2(-INFINITY, 0.0f);
+			if (g < gn && sp < ns)
+				mlv[r][u] = __ldcg(pml + g * splits + sp);
+		}
+#pragma unroll
+	for (int r = 0; r < 2; r++) {
+		const int g = warp + r * nwarps;
+		if (g >= gn)
+			continue; /* uniform across the warp */
+		const float M = atlas_warp_max(fmaxf(mlv[r][0].x, mlv[r][1].x));
+		float w[2];
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int sp = lane + 32 * u;
+			w[u] = mlv[r][u].x == -INFINITY ? 0.0f : expf(mlv[r][u].x - M);
+			if (sp < ns) {
+				wt[g][sp] = w[u];
+				lt[g][sp] = mlv[r][u].y;
+			}
+		}
+		__syncwarp();
+		float L = 0.0f;
+#pragma unroll 4
+		for (int sp = 0; sp < ns; sp++)
+			L = fmaf(lt[g][sp], wt[g][sp], L);
+		const float inv = 1.0f / L;
+		__syncwarp(); /* every lane has read wt[g] */
+#pragma unroll
+		for (int u = 0; u < 2; u++)
+			if (lane + 32 * u < ns)
+				wt[g][lane + 32 * u] = w[u] * inv;
+	}
+	__syncthreads();
+	/* out: thread owns (head, 8-dim vector) pairs, ATT_MPF splits' vectors
+	 * loaded at once */
+#pragma unroll
+	for (int r = 0; r < ATT_VPT; r++) {
+		const int pi = tid + r * blockDim.x;
+		if (pi >= gn * nv)
+			continue;
+		const int g = pi / nv, v = pi - g * nv;
+		const float *pg = part + (hs + g * splits) * hd + v * 8;
+		float o[8];
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			o[j] = 0.0f;
+		for (int s0 = 0; s0 < ns; s0 += ATT_MPF) {
+			float4 pa[ATT_MPF][2];
+#pragma unroll
+			for (int u = 0; u < ATT_MPF; u++)
+				if (s0 + u < ns) {
+					pa[u][0] = __ldcg((const float4 *)(pg + (s0 + u) * hd));
+					pa[u][1] = __ldcg((const float4 *)(pg + (s0 + u) * hd) + 1);
+				}
+#pragma unroll
+			for (int u = 0; u < ATT_MPF; u++)
+				if (s0 + u < ns) {
+					const float ws = wt[g][s0 + u];
+					o[0] = fmaf(pa[u][0].x, ws, o[0]);
+					o[1] = fmaf(pa[u][0].y, ws, o[1]);
+					o[2] = fmaf(pa[u][0].z, ws, o[2]);
+					o[3] = fmaf(pa[u][0].w, ws, o[3]);
+					o[4] = fmaf(pa[u][1].x, ws, o[4]);
+					o[5] = fmaf(pa[u][1].y, ws, o[5]);
+					o[6] = fmaf(pa[u][1].z, ws, o[6]);
+					o[7] = fmaf(pa[u][1].w, ws, o[7]);
+				}
+		}
+		att_store8(out + (t * H + h0 + g) * hd + v * 8, o);
 	}
 }

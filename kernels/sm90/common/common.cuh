@@ -124,13 +124,37 @@ static __device__ __forceinline__ void atlas_pdl_launch(void)
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// The usual entry of a kernel: wait for the previous kernel, then let the
-// next one launch.
+// The usual entry of a kernel: let the next kernel launch, then wait for
+// the previous one. Triggering first is safe (the next kernel's wait
+// returns only when this whole grid has completed, and this grid completes
+// only after every block's wait returned) and lets the next kernel's
+// blocks take free SM slots while this one still runs: a GEMV two kernels
+// down the stream can then ask L2 for its weights during this kernel and
+// the tail of the one before it, keeping HBM busy across the small
+// kernels of a decode step. ATLAS_PDL_LATE restores wait-then-trigger
+// (A/B builds).
+#ifdef ATLAS_PDL_LATE
 #define ATLAS_PDL_ENTRY() \
 	do { \
 		atlas_pdl_wait(); \
 		atlas_pdl_launch(); \
 	} while (0)
+#else
+#define ATLAS_PDL_ENTRY() \
+	do { \
+		atlas_pdl_launch(); \
+		atlas_pdl_wait(); \
+	} while (0)
+#endif
+
+// Ask L2 for `bytes` (a multiple of 16) at p (16-byte aligned) without
+// waiting: one instruction for a whole weight slice (sm_90 bulk prefetch).
+static __device__ __forceinline__ void atlas_prefetch_l2(const void *p, unsigned bytes)
+{
+	if (bytes)
+		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes)
+			     : "memory");
+}
 
 // --- reductions --------------------------------------------------------
 // Block reductions need blockDim.x to be a multiple of 32 (every launch

@@ -214,9 +214,11 @@ static __device__ __forceinline__ gemv_where gemv_locate(const atlas_gemv_args &
  * output is silu(g) * u, with g and u rounded to bf16 first as the
  * unfused matmul + swiglu ops round them.
  *
- * Programmatic dependent launch: the weights never change, so each warp
- * asks L2 for the first bytes of its weight slice before waiting for the
- * previous kernel (whose tail then overlaps the start of this one). */
+ * Programmatic dependent launch: the weights never change, so each row's
+ * first a.pf bytes are asked of L2 (one bulk prefetch per row) before the
+ * wait for the previous kernel: with ATLAS_PDL_ENTRY's early trigger the
+ * blocks of the first wave are resident during the small kernels before
+ * this one, and HBM streams their rows meanwhile. */
 extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_constant__ atlas_gemv_args a)
 {
 	__shared__ float red[8][GEMV_MAXT]; /* per-warp partial sums */
@@ -238,16 +240,13 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_con
 	const bool live = n < N;
 	const bool vec = K % 8 == 0 && atlas_aligned(w, 16) && atlas_aligned(a.x, 16) &&
 			 (a.wdt != ATLAS_WDT_F32 || atlas_aligned(w, 32));
-	if (live && vec) {
+	if (live && vec && ks == 0 && lane == 0) {
+		/* the row's first a.pf bytes (all of it when shorter) in one
+		 * bulk request: a block resident before the previous kernels
+		 * end streams its weights into L2 meanwhile */
 		const long long es = a.wdt == ATLAS_WDT_F32 ? 4 : 2;
-		const long long step = (long long)wpr * 256;
-		const char *base = (const char *)w + n * K * es;
-#pragma unroll
-		for (int u = 0; u < GEMV_UNROLL; u++) {
-			const long long k = (long long)ks * 256 + lane * 8 + u * step;
-			if (k < K)
-				asm volatile("prefetch.global.L2 [%0];" ::"l"(base + k * es));
-		}
+		long long bytes = K * es < a.pf ? K * es : a.pf;
+		atlas_prefetch_l2((const char *)w + n * K * es, (unsigned)(bytes & ~15ll));
 	}
 	ATLAS_PDL_ENTRY();
 

@@ -38,7 +38,6 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_SAMPLE] = "atlas_sample",
 	[ATLAS_CK_FILL] = "atlas_fill_random",
 	[ATLAS_CK_ATT_PART] = "atlas_attention_part",
-	[ATLAS_CK_ATT_COMBINE] = "atlas_attention_combine",
 	[ATLAS_CK_GEMM_TC] = "atlas_gemm_tc",
 	[ATLAS_CK_GEMM_TC_F32] = "atlas_gemm_tc_f32",
 	[ATLAS_CK_ATT_PREFILL] = "atlas_attention_prefill",
@@ -100,8 +99,8 @@ int atlas_cuda_launch(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx,
 		      unsigned block, size_t smem, void **args)
 {
 	dim3 grid = {gx, gy, 1}, blk = {block, 1, 1};
-	if (gx == 0 || gy == 0)
-		return 0; /* nothing to do */
+	if (gx == 0 || gy == 0 || c->skip[k])
+		return 0; /* nothing to do (or ATLAS_CUDA_SKIP) */
 	if (!c->kern[k])
 		return atlas_error(ATLAS_EUNSUPPORTED, "kernel target %s lacks '%s'", c->target,
 				   kernel_names[k]);
@@ -414,6 +413,19 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 				      !strcmp(rpb, "8"))
 				      ? atoi(rpb)
 				      : 0;
+		const char *pf = getenv("ATLAS_CUDA_GEMV_PF");
+		c->gemv_pf = pf ? atoi(pf) : 0;
+		const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
+		c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
+		/* comma-separated kernel names (kernels/ABI.md) */
+		const char *skip = getenv("ATLAS_CUDA_SKIP");
+		for (int i = 0; skip && i < ATLAS_CK_COUNT; i++) {
+			const char *p = strstr(skip, kernel_names[i]);
+			size_t len = strlen(kernel_names[i]);
+			while (p && ((p > skip && p[-1] != ',') || (p[len] && p[len] != ',')))
+				p = strstr(p + 1, kernel_names[i]);
+			c->skip[i] = p != NULL;
+		}
 		const char *gemv = getenv("ATLAS_CUDA_GEMV");
 		c->gemv_mode = !gemv			  ? 0
 				: strcmp(gemv, "fma") == 0  ? 1
@@ -461,10 +473,15 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	};
 	atlas_cuda_ops_init(be);
 	atlas_cuda_bench_init(be);
-	/* split-K attention partials: allocated now and never moved, since a
-	 * decode graph records the pointer; without them attention falls back
-	 * to the one-block-per-head kernel */
-	if (atlas_cuda_scratch(be, (void **)&c->att_part, &c->att_cap, ATLAS_CUDA_ATT_SCRATCH))
+	/* split-K attention partials and counters: allocated now and never
+	 * moved, since a decode graph records the pointers; the counters start
+	 * zero (cuda_alloc clears too; the kernel relies on it) and each
+	 * launch leaves them zero. Without both, attention falls back to the
+	 * one-block-per-head kernel */
+	if (atlas_cuda_scratch(be, (void **)&c->att_part, &c->att_cap, ATLAS_CUDA_ATT_SCRATCH) ||
+	    atlas_cuda_scratch(be, (void **)&c->att_cnt, &c->att_cnt_cap, ATLAS_CUDA_ATT_COUNTERS) ||
+	    atlas_cuda_check(c, cudaMemsetAsync(c->att_cnt, 0, c->att_cnt_cap, c->stream),
+			     "attention counters"))
 		atlas_debug("split-K attention off: %s", atlas_errmsg());
 	size_t free_b = 0, total_b = 0;
 	cudaMemGetInfo(&free_b, &total_b);

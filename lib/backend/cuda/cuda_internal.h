@@ -27,7 +27,6 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_SAMPLE,
 	ATLAS_CK_FILL,
 	ATLAS_CK_ATT_PART,
-	ATLAS_CK_ATT_COMBINE,
 	ATLAS_CK_GEMM_TC,      /* cuda_gemm.c: wgmma + TMA tensor-core GEMM */
 	ATLAS_CK_GEMM_TC_F32,
 	ATLAS_CK_ATT_PREFILL,  /* cuda_attn.c: flash-attention prefill */
@@ -72,11 +71,26 @@ struct cuda_ctx {
 				       * allocated at creation so that a graph
 				       * capture never sees it move */
 	size_t att_cap;               /* its bytes */
+	int *att_cnt;                 /* split-K attention: finished splits per
+				       * (token, kv head, head group) of a launch,
+				       * zero between launches (the kernel's last
+				       * block resets its counter); allocated with
+				       * att_part, for the same reason */
+	size_t att_cnt_cap;           /* its bytes */
 	int capturing;                /* a graph capture is open on stream */
 	int gemv_mode;                /* ATLAS_CUDA_GEMV: 0 default, 1 "fma" (the
 				       * CUDA-core GEMV up to T = 8), 2 "tc" (the
 				       * tensor-core GEMV from T = 1), 3 "bulk"
 				       * (the bulk-copy GEMV up to T = 2) */
+	int gemv_pf;                  /* ATLAS_CUDA_GEMV_PF: bytes of each weight
+				       * row atlas_gemv asks L2 for before its PDL
+				       * wait (default 0: none) */
+	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for
+				       * the wgmma GEMM (default ATLAS_CUDA_TC_MIN_T;
+				       * fewer take the GEMVs) */
+	unsigned char skip[ATLAS_CK_COUNT]; /* ATLAS_CUDA_SKIP: kernels not
+				       * launched at all (timing decompositions
+				       * only: the results are garbage) */
 	int gemv_rpb;                 /* ATLAS_CUDA_GEMV_RPB (1, 2, 4, 8): rows per
 				       * block of atlas_gemv, else 0 (chosen by N) */
 	int pdl;                      /* launch with programmatic dependent launch
@@ -98,11 +112,22 @@ int atlas_cuda_scratch(struct atlas_backend *be, void **buf, size_t *cap, size_t
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
 /* Bytes of att_part: the attention op runs tokens in groups that fit. */
 #define ATLAS_CUDA_ATT_SCRATCH ((size_t)64 << 20)
+/* Bytes of att_cnt: one int per (token, kv head, group of 8 query heads)
+ * of a launch, at most one per (token, query head); 256 KiB covers every
+ * group of tokens whose partials fit in att_part (at least 32 splits of
+ * 10 floats per query head), so it never shrinks a group. */
+#define ATLAS_CUDA_ATT_COUNTERS ((size_t)256 << 10)
 
 /* Fewest tokens for which attention takes the flash prefill kernel. */
 #define ATLAS_CUDA_FLASH_MIN_T 64
-/* Fewest rows T for which a matmul goes to the tensor-core GEMM. */
-#define ATLAS_CUDA_TC_MIN_T 64
+/* Fewest rows T for which a matmul goes to the tensor-core GEMM (fewer:
+ * the GEMVs); ATLAS_CUDA_TC_MIN_T overrides it for A/B runs. On the H200
+ * at Qwen3-8B shapes the wgmma GEMM beat the tensor-core GEMV from T = 32
+ * on (q: 28.6 against 38.1 us, gate: 52 against 108 us; at T = 64 q 27.9
+ * against 75 us) and lost at T = 16 (all five products: 215 against 206
+ * us); decode steps at batch 32 and 64 went from 16.8 / 45.1 ms to 11.7 /
+ * 26.9 ms. */
+#define ATLAS_CUDA_TC_MIN_T 17
 
 /* The tensor-core GEMM (cuda_gemm.c): out[T,N] = x[T,K] W[N,K]^T + bias
  * for BF16 W, x; out BF16 (out_f32 0) or FP32 (out_f32 1). Returns 1 when

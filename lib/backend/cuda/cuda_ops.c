@@ -65,9 +65,18 @@ static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
 	return rpb;
 }
 
-/* The decode-sized products (T <= 64) of BF16 weights go to the
- * tensor-core GEMV (gemv_tc.cu), smaller T of other weights to atlas_gemv
- * (T <= 8), the rest to the GEMMs. In batch-invariant mode a row must get
+/* Bytes of each weight row atlas_gemv asks L2 for before its PDL wait
+ * (ATLAS_CUDA_GEMV_PF; default none). On the H200 it did not pay: a
+ * Qwen3-8B decode step at batch 1 took 5.48 ms with none, 5.50 with 4 KiB,
+ * 5.90 with 8 KiB (24 MiB over the resident blocks), 5.89 with 16 KiB. */
+static int gemv_prefetch_bytes(const struct cuda_ctx *c)
+{
+	return c->gemv_pf > 0 ? c->gemv_pf & ~15 : 0;
+}
+
+/* The decode-sized products of BF16 weights go to atlas_gemv (T = 1) or
+ * the tensor-core GEMV (gemv_tc.cu, T = 2..ATLAS_CUDA_TC_MIN_T-1), other
+ * weights to atlas_gemv (T <= 8), the rest to the GEMMs. In batch-invariant mode a row must get
  * the same bits whatever T is, so BF16 products of every T take the
  * tensor-core GEMV (in groups of 64 rows: its sum order does not depend on
  * T or on a row's place in the group) and other weights the wmma/FMA
@@ -94,14 +103,18 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
 	 * T = 2..64 the tensor-core one: on the H200, a Qwen3-8B decode step
 	 * at batch 1 took 5.46 ms with the CUDA-core GEMV, 7.21 ms with the
 	 * tensor-core one and 12.55 ms with the bulk-copy one; at batch 8 the
-	 * tensor-core GEMV took 7.6 ms against 19.5 ms */
+	 * tensor-core GEMV took 7.6 ms against 19.5 ms. A T = 1 kernel that
+	 * split every launch's rows evenly over exactly the resident blocks
+	 * (no tail wave) tied with atlas_gemv (5.50 against 5.45 ms) and lost
+	 * badly once it also copied 64 KiB a block to shared memory before its
+	 * PDL wait (6.61 ms): bench/h200-2026-12-02-f/NOTES.md */
 	const int bulk = bf && c->kern[ATLAS_CK_GEMV_BULK] &&
 			 a->T * a->K * 2 <= (int64_t)(ATLAS_GBK_SMEM_MAX - ATLAS_GBK_SMEM(0, 0));
 	if (c->gemv_mode == 1 && a->T <= 8)
 		return GEMV_FMA;
 	if (c->gemv_mode == 3 && bulk && a->T <= 2)
 		return GEMV_BULK;
-	if (tc && a->T <= 64 && (a->T >= 2 || c->gemv_mode == 2))
+	if (tc && a->T <= 64 && a->T < c->tc_min_t && (a->T >= 2 || c->gemv_mode == 2))
 		return GEMV_TC;
 	return a->T <= 8 ? GEMV_FMA : GEMV_NONE;
 }
@@ -160,6 +173,7 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 		return 0;
 	}
 	a->rpb = gemv_rows_per_block(c, rows, a->swiglu ? 2 : 1);
+	a->pf = gemv_prefetch_bytes(c);
 	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 		blocks += CEIL_DIV(a->seg[i].N, fpb);
@@ -173,7 +187,7 @@ static int gemm_one(struct atlas_backend *be, void *out, int out_f32, const void
 		    int64_t K)
 {
 	struct cuda_ctx *c = be->ctx;
-	if (!be->batch_invariant && wdt == ATLAS_DTYPE_BF16 && T >= ATLAS_CUDA_TC_MIN_T &&
+	if (!be->batch_invariant && wdt == ATLAS_DTYPE_BF16 && T >= c->tc_min_t &&
 	    c->kern[out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC]) {
 		int rc = atlas_cuda_gemm_tc(c, out, out_f32, x, w, bias, T, N, K);
 		if (rc)
@@ -337,40 +351,48 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	if (hd > 256 || Hkv <= 0 || H % Hkv)
 		return atlas_error(ATLAS_EINVAL, "cuda attention: H=%lld Hkv=%lld hd=%lld not supported",
 				   (long long)H, (long long)Hkv, (long long)hd);
-	/* prefill-sized steps: the tensor-core flash kernel (not in
+	/* prefill-like steps: the tensor-core flash kernel (not in
 	 * batch-invariant mode: a token's keys are then summed in another
-	 * order than the split-K kernel sums them) */
-	if (!be->batch_invariant && T >= ATLAS_CUDA_FLASH_MIN_T && c->kern[ATLAS_CK_ATT_PREFILL]) {
+	 * order than the split-K kernel sums them). It makes one pass per
+	 * sequence present in a 64-token query tile, so it needs long runs of
+	 * one sequence's tokens (16+ per sequence on average): a decode batch
+	 * of 64 sequences would cost it 64 passes per tile, and split-K does
+	 * such a batch in one launch */
+	if (!be->batch_invariant && T >= ATLAS_CUDA_FLASH_MIN_T && T >= 16 * b->n_seq &&
+	    c->kern[ATLAS_CK_ATT_PREFILL]) {
 		int rc = atlas_cuda_attention_prefill(c, out, q, kc, vc, b, T, H, Hkv, hd, window,
 						      scale);
 		if (rc)
 			return rc < 0 ? rc : 0;
 	}
-	/* tokens per launch pair: their partials must fit in att_part */
+	/* tokens per launch: their partials must fit in att_part, their
+	 * counters (one per token, kv head and group of 8 query heads) in
+	 * att_cnt */
+	const int64_t ngrp = CEIL_DIV(H / Hkv, 8);
 	const size_t per_tok = (size_t)H * ATT_SPLITS * (size_t)(hd + 2) * sizeof(float);
-	const int64_t tg = c->att_part ? (int64_t)(c->att_cap / per_tok) : 0;
-	const int split = hd % 8 == 0 && tg > 0 && ((uintptr_t)kc & 15) == 0 &&
-			  ((uintptr_t)vc & 15) == 0;
+	int64_t tg = c->att_part && c->att_cnt ? (int64_t)(c->att_cap / per_tok) : 0;
+	const int64_t tg_cnt = (int64_t)(c->att_cnt_cap / sizeof(int) / (size_t)(Hkv * ngrp));
+	if (tg > tg_cnt)
+		tg = tg_cnt;
+	const int split = hd % 8 == 0 && tg > 0 &&
+			  (((uintptr_t)q | (uintptr_t)out | (uintptr_t)kc | (uintptr_t)vc) & 15) == 0;
 	if (!split) { /* the same for every token of these shapes */
 		void *args[] = {&out, &q, &kc, &vc, &seq, &pos, &tab, &mb, &bs, &t, &h, &hk, &d, &wdw,
 				&scale};
 		return atlas_cuda_launch(c, ATLAS_CK_ATTENTION, (unsigned)(T * H), 1, 128, 0, args);
 	}
+	/* one launch per group of tokens: the kernel's last block of each
+	 * (token, kv head, group) merges the splits (attention.cu) */
 	long long splits = ATT_SPLITS, minkeys = ATT_MIN_KEYS;
-	const int64_t ngrp = CEIL_DIV(H / Hkv, 8); /* query heads of a kv head, 8 per block */
 	for (int64_t t0 = 0; t0 < T; t0 += tg) {
 		long long n = T - t0 < tg ? T - t0 : tg;
 		const char *qq = (const char *)q + (size_t)(t0 * H * hd) * 2;
 		char *oo = (char *)out + (size_t)(t0 * H * hd) * 2;
 		const int32_t *sq = seq + t0, *ps = pos + t0;
-		void *pargs[] = {&c->att_part, &qq, &kc, &vc, &sq, &ps, &tab, &mb, &bs, &n, &h, &hk,
-				 &d, &wdw, &scale, &splits, &minkeys};
-		void *cargs[] = {&oo, &c->att_part, &ps, &n, &h, &d, &wdw, &splits, &minkeys};
+		void *args[] = {&oo, &c->att_part, &c->att_cnt, &qq, &kc, &vc, &sq, &ps, &tab, &mb,
+				&bs, &n, &h, &hk, &d, &wdw, &scale, &splits, &minkeys};
 		int rc = atlas_cuda_launch(c, ATLAS_CK_ATT_PART,
-					   (unsigned)(n * Hkv * ngrp * ATT_SPLITS), 1, 128, 0, pargs);
-		if (!rc)
-			rc = atlas_cuda_launch(c, ATLAS_CK_ATT_COMBINE, (unsigned)(n * H), 1, 128, 0,
-					       cargs);
+					   (unsigned)(n * Hkv * ngrp * ATT_SPLITS), 1, 128, 0, args);
 		if (rc)
 			return rc;
 	}

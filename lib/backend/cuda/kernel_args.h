@@ -24,7 +24,8 @@ struct atlas_gemv_args {
 	int swiglu;  /* 1: seg[0] = gate, seg[1] = up (same N, no bias);
 		      * seg[0].out = silu(g) * u */
 	int out_f32; /* outputs are float (the logits) */
-	int pad_;    /* keeps the size a multiple of 8 in C and C++ alike */
+	int pf;      /* atlas_gemv: bytes of its weight row (at most) each
+		      * block asks L2 for per row before the PDL wait */
 };
 
 /* atlas_gemm_tc*: dynamic shared memory of a block (1 KiB of alignment
