@@ -577,10 +577,15 @@ static void test_fused(void)
 					     {1, 4096, 1024, 4096}, {3, 256, 64, 520},
 					     {8, 1000, 77, 129},    {1, 2048, 512, 1024},
 					     {70, 512, 128, 256},   {30, 600, 40, 264},
-					     {1, 300, 40, 136}};
+					     {1, 300, 40, 136},
+					     /* one wgmma launch for all three, split
+					      * along K (tiles leave SMs idle) */
+					     {32, 1024, 256, 2048}, {9, 520, 72, 4096}};
 	char what[128];
-	/* plain matmuls on each tensor-core GEMV entry (T <= 8/16/32/64), with
-	 * K and N tails; the rest of the decode shapes are in test_matmul */
+	/* plain matmuls at decode sizes, with K and N tails: the tensor-core
+	 * GEMV (T <= 16; every T in test_invariant) and from T = 17 the wgmma
+	 * GEMM split along K (2 to 16 ranges); the rest of the decode shapes
+	 * are in test_matmul */
 	static const int64_t tshapes[][3] = {{2, 1000, 520},  {12, 300, 136}, {20, 4096, 1024},
 					     {33, 77, 2056},  {48, 2048, 1024}, {64, 129, 4104},
 					     {7, 151, 12288}, {1, 6144, 4096},
@@ -628,7 +633,7 @@ static void test_fused(void)
 
 	static const int64_t sshapes[][3] = {{1, 12288, 4096}, {2, 1000, 333}, {8, 3072, 1024},
 					     {1, 77, 64},       {100, 384, 256}, {40, 1000, 512},
-					     {1, 1000, 264}};
+					     {1, 1000, 264},    {24, 3000, 4096}};
 	for (size_t s = 0; s < sizeof(sshapes) / sizeof(sshapes[0]); s++) {
 		int64_t T = sshapes[s][0], F = sshapes[s][1], K = sshapes[s][2];
 		struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * F, 1.0f), up = mkbuf(T * F, 1.0f);

@@ -58,11 +58,28 @@
  * ascending order (one FP32 accumulator chain per element), the same for
  * both tile widths and for any T.
  *
- * Parameters: (out, tma_x, tma_w, bias, T, N, K, bn) with tma_x the
- * tensor map of x (dims {K, T}, box {64, 128}) and tma_w that of W (dims
- * {K, N}, box {64, bn}), both BF16, 128-byte swizzle, zero fill, built by
- * lib/backend/cuda/cuda_gemm.c. Grid (ceil(T/128), ceil(N/bn)), block
- * 384, TCG_SMEM bytes of dynamic shared memory.
+ * Programmatic dependent launch: every thread lets the next kernel launch
+ * at once; the producer issues the W slices of the first stages, then
+ * waits for the previous kernel (griddepcontrol.wait), then their x
+ * slices; consumers wait too before their stores (it has long returned).
+ *
+ * Split-K (decode-sized T, where the tiles alone would leave most SMs
+ * idle: 32 tiles for a 4096-wide product at T <= 128): grid z > 1 splits
+ * the K slices into z equal contiguous ranges, each block writes its FP32
+ * sums (no bias) to ws[z][T][N], and atlas_gemm_tc_reduce adds them in z
+ * order, adds the bias and rounds: deterministic, but not the same bits
+ * as one range (batch-invariant mode never uses this kernel).
+ *
+ * Segments: one launch computes up to three products of the same x (q,
+ * k and v; gate and up), each with its own W tensor map, out, bias and N;
+ * grid y runs over segment 0's column tiles, then segment 1's, ...
+ *
+ * Parameter: one struct atlas_tcg_args (kernel_args.h): the tensor map of
+ * x (dims {K, T}, box {64, 128}) and of each W (dims {K, N}, box {64,
+ * bn}), all BF16, 128-byte swizzle, zero fill, built by
+ * lib/backend/cuda/cuda_gemm.c; ws NULL, or the split-K partials (then
+ * out is not written). Grid (ceil(T/128), sum of ceil(N/bn), splits),
+ * block 384, TCG_SMEM bytes of dynamic shared memory.
  */
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
@@ -73,11 +90,9 @@
 /* Dynamic shared memory (kernel_args.h, shared with the host). */
 #define TCG_SMEM ATLAS_TCG_SMEM
 
-/* A CUtensorMap as the kernel sees it: 128 opaque bytes, 64-byte
- * aligned; only its address goes to the TMA instruction. */
-struct __align__(64) tcg_tmap {
-	unsigned long long w[16];
-};
+/* A CUtensorMap as the kernel sees it (kernel_args.h): only its address
+ * goes to the TMA instruction. */
+typedef atlas_tmap tcg_tmap;
 
 extern __shared__ unsigned char tcg_smem[];
 
@@ -266,12 +281,46 @@ static __device__ __forceinline__ void tcg_store1(float *p, float a)
 	*p = a;
 }
 
+/* A consumer warpgroup's FP32 accumulators as they are to p [T, N]. */
+template <int BN>
+static __device__ __forceinline__ void tcg_partial(float *p, const float (&acc)[BN / 2], int m0,
+						   int n0, int cw, long long T, long long N)
+{
+	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+	const bool pair_ok = (N & 1) == 0;
+	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+	for (int j = 0; j < BN / 8; j++) {
+		const long long n = (long long)n0 + 8 * j + 2 * (lane & 3);
+		if (n >= N)
+			continue;
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const long long t = r0 + 8 * h;
+			if (t >= T)
+				continue;
+			if (n + 1 < N)
+				tcg_store2(p + t * N + n, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
+					   pair_ok);
+			else
+				tcg_store1(p + t * N + n, acc[4 * j + 2 * h]);
+		}
+	}
+}
+
 /* One 128 x BN tile; see the header comment. */
 template <int BN, int STAGES, typename OutT>
-static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, const tcg_tmap *tw,
-						 const bf16 *bias, long long T, long long N,
-						 long long K)
+static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 {
+	/* the block's segment and column tile */
+	int seg = 0, ty = (int)blockIdx.y;
+	while (seg < ga.nseg - 1 && ty >= ga.ny[seg])
+		ty -= ga.ny[seg++];
+	OutT *out = (OutT *)ga.out[seg];
+	const tcg_tmap *tx = &ga.map_x, *tw = &ga.map[seg];
+	const bf16 *bias = (const bf16 *)ga.bias[seg];
+	const long long T = ga.T, N = ga.N[seg], K = ga.K;
+	float *ws = ga.ws ? ga.ws + ga.ws_off[seg] : NULL;
 	constexpr uint32_t A_BYTES = TCG_BM * TCG_BK * 2;
 	constexpr uint32_t STAGE_BYTES = A_BYTES + BN * TCG_BK * 2;
 	static_assert(STAGES * STAGE_BYTES + 1024 + 2 * STAGES * 8 <= TCG_SMEM, "smem");
@@ -279,8 +328,12 @@ static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, c
 	const uint32_t bars = base + STAGES * STAGE_BYTES; /* full[s], then empty[s] */
 	const int wg = threadIdx.x >> 7;
 	const int nk = (int)((K + TCG_BK - 1) / TCG_BK);
-	const int m0 = (int)blockIdx.x * TCG_BM, n0 = (int)blockIdx.y * BN;
+	const int m0 = (int)blockIdx.x * TCG_BM, n0 = ty * BN;
+	/* split-K: block z takes K slices [kb0, kb1) */
+	const int kb0 = (int)((long long)blockIdx.z * nk / gridDim.z);
+	const int kb1 = (int)((long long)(blockIdx.z + 1) * nk / gridDim.z);
 
+	atlas_pdl_launch();
 	if (threadIdx.x == 0) {
 		for (int s = 0; s < STAGES; s++) {
 			tcg_bar_init(bars + 8 * s, 1);
@@ -298,7 +351,22 @@ static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, c
 		if (threadIdx.x == 0) {
 			int s = 0;
 			uint32_t ph = 0;
-			for (int kb = 0; kb < nk; kb++) {
+			/* programmatic dependent launch: W never changes, so the
+			 * first stages' W slices load before the wait for the
+			 * kernel that writes x; their x slices follow it */
+			const int pre = kb1 - kb0 < STAGES ? kb1 - kb0 : STAGES;
+			for (int i = 0; i < pre; i++) {
+				const uint32_t a = base + i * STAGE_BYTES, full = bars + 8 * i;
+				tcg_bar_expect(full, STAGE_BYTES);
+				tcg_tma_load(a + A_BYTES, tw, (kb0 + i) * TCG_BK, n0, full);
+			}
+			atlas_pdl_wait();
+			for (int i = 0; i < pre; i++)
+				tcg_tma_load(base + i * STAGE_BYTES, tx, (kb0 + i) * TCG_BK, m0,
+					     bars + 8 * i);
+			s = pre == STAGES ? 0 : pre;
+			ph = pre == STAGES ? 1 : 0;
+			for (int kb = kb0 + pre; kb < kb1; kb++) {
 				/* a fresh barrier counts as having completed the phase
 				 * before its first, so the first pass does not wait */
 				tcg_bar_wait(bars + 8 * (STAGES + s), ph ^ 1);
@@ -325,7 +393,7 @@ static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, c
 		acc[i] = 0.0f;
 	int s = 0, prev = 0;
 	uint32_t ph = 0;
-	for (int kb = 0; kb < nk; kb++) {
+	for (int kb = kb0; kb < kb1; kb++) {
 		tcg_bar_wait(bars + 8 * s, ph);
 		const uint32_t a = base + s * STAGE_BYTES + cw * (64 * TCG_BK * 2);
 		const uint32_t b = base + s * STAGE_BYTES + A_BYTES;
@@ -342,7 +410,7 @@ static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, c
 			tcg_fence_acc(acc[i]);
 		/* step kb-1's wgmmas are done: its stage may be refilled */
 		tcg_wgmma_wait<1>();
-		if (kb > 0 && lane == 0)
+		if (kb > kb0 && lane == 0)
 			tcg_bar_arrive(bars + 8 * (STAGES + prev));
 		prev = s;
 		if (++s == STAGES) {
@@ -355,6 +423,11 @@ static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, c
 	for (int i = 0; i < BN / 2; i++)
 		tcg_fence_acc(acc[i]);
 
+	atlas_pdl_wait(); /* returned long ago in the producer: orders the stores */
+	if (ws) { /* split-K: FP32 partial sums, no bias (atlas_gemm_tc_reduce) */
+		tcg_partial<BN>(ws + (long long)blockIdx.z * T * N, acc, m0, n0, cw, T, N);
+		return;
+	}
 	/* epilogue: bias, round, masked stores */
 	const bool pair_ok = (N & 1) == 0 && atlas_aligned(out, 2 * sizeof(OutT));
 	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
@@ -385,22 +458,18 @@ static __device__ __forceinline__ void tcg_tile(OutT *out, const tcg_tmap *tx, c
 }
 
 template <typename OutT>
-static __device__ __forceinline__ void tcg_entry(OutT *out, const tcg_tmap *tx, const tcg_tmap *tw,
-						  const void *bias, long long T, long long N,
-						  long long K, int bn)
+static __device__ __forceinline__ void tcg_entry(const atlas_tcg_args &ga)
 {
-	if (bn == 256)
-		tcg_tile<256, 4>(out, tx, tw, (const bf16 *)bias, T, N, K);
+	if (ga.bn == 256)
+		tcg_tile<256, 4, OutT>(ga);
 	else
-		tcg_tile<128, 6>(out, tx, tw, (const bf16 *)bias, T, N, K);
+		tcg_tile<128, 6, OutT>(ga);
 }
 
 #else /* not sm_90a: no wgmma; the host never launches these here */
 
 template <typename OutT>
-static __device__ __forceinline__ void tcg_entry(OutT *out, const tcg_tmap *tx, const tcg_tmap *tw,
-						  const void *bias, long long T, long long N,
-						  long long K, int bn)
+static __device__ __forceinline__ void tcg_entry(const atlas_tcg_args &ga)
 {
 	__trap();
 }
@@ -408,16 +477,52 @@ static __device__ __forceinline__ void tcg_entry(OutT *out, const tcg_tmap *tx, 
 #endif
 
 extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
-atlas_gemm_tc(bf16 *out, const __grid_constant__ tcg_tmap tma_x, const __grid_constant__ tcg_tmap tma_w,
-	      const void *bias, long long T, long long N, long long K, int bn)
+atlas_gemm_tc(const __grid_constant__ atlas_tcg_args a)
 {
-	tcg_entry(out, &tma_x, &tma_w, bias, T, N, K, bn);
+	tcg_entry<bf16>(a);
 }
 
 extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
-atlas_gemm_tc_f32(float *out, const __grid_constant__ tcg_tmap tma_x,
-		  const __grid_constant__ tcg_tmap tma_w, const void *bias, long long T, long long N,
-		  long long K, int bn)
+atlas_gemm_tc_f32(const __grid_constant__ atlas_tcg_args a)
 {
-	tcg_entry(out, &tma_x, &tma_w, bias, T, N, K, bn);
+	tcg_entry<float>(a);
+}
+
+/* Segment blockIdx.y of a: out[T,N] (bf16, or float when out_f32) = its
+ * a.splits split-K partials of atlas_gemm_tc summed in z order, plus
+ * bias: deterministic. Grid (any, nseg), grid-stride over groups of 4
+ * elements (float4 loads when T*N % 4 == 0). */
+extern "C" __global__ void atlas_gemm_tc_reduce(const __grid_constant__ atlas_tcg_args a)
+{
+	ATLAS_PDL_ENTRY();
+	const int seg = (int)blockIdx.y;
+	if (seg >= a.nseg || !a.ws)
+		return;
+	const long long N = a.N[seg], n = a.T * N;
+	const float *ws = a.ws + a.ws_off[seg];
+	const bf16 *bias = (const bf16 *)a.bias[seg];
+	const bool vec = n % 4 == 0;
+	for (long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4; i < n;
+	     i += (long long)gridDim.x * blockDim.x * 4) {
+		float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+		for (int z = 0; z < a.splits; z++) {
+			const float *p = ws + (long long)z * n + i;
+			if (vec) {
+				const float4 q = __ldcg((const float4 *)p);
+				v[0] += q.x, v[1] += q.y, v[2] += q.z, v[3] += q.w;
+			} else {
+				for (int j = 0; j < 4 && i + j < n; j++)
+					v[j] += __ldcg(p + j);
+			}
+		}
+		for (int j = 0; j < 4 && i + j < n; j++) {
+			float r = v[j];
+			if (bias)
+				r += atlas_bf(bias[(i + j) % N]);
+			if (a.out_f32)
+				((float *)a.out[seg])[i + j] = r;
+			else
+				((bf16 *)a.out[seg])[i + j] = atlas_tobf(r);
+		}
+	}
 }

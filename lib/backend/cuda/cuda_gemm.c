@@ -112,31 +112,92 @@ static int pick_bn(const struct cuda_ctx *c, int64_t T, int64_t N)
 	return tiles < (c->sms > 0 ? c->sms : 132) ? 128 : 256;
 }
 
-int atlas_cuda_gemm_tc(struct cuda_ctx *c, void *out, int out_f32, const void *x, const void *w,
-		       const void *bias, int64_t T, int64_t N, int64_t K)
+/* K ranges of the split-K GEMM. One block fits an SM (its shared memory):
+ * when the tiles leave SMs idle, as many ranges as keep the blocks within
+ * one wave (tiles x splits <= SMs; more waves measured slower: the gate
+ * product at T = 64 took 54.9 us split 4 ways in 3 waves against 45.2 in
+ * one wave of 96 blocks), each at least 16 K slices (a block's setup is
+ * a few microseconds), the partials within gemm_ws. 1: no split. */
+static int pick_splits(const struct cuda_ctx *c, int64_t tiles, int64_t T, int64_t Nsum,
+		       int64_t K)
+{
+	const int64_t sms = c->sms > 0 ? c->sms : 132;
+	if (!c->gemm_ws || !c->kern[ATLAS_CK_GEMM_TC_REDUCE] || c->no_split_k || tiles * 2 > sms)
+		return 1;
+	int64_t s = sms / tiles;
+	const int64_t nk = (K + TCG_BK - 1) / TCG_BK;
+	if (s > nk / 16)
+		s = nk / 16;
+	while (s > 1 && (size_t)(s * T * Nsum) * 4 > c->gemm_ws_cap)
+		s--;
+	return s > 1 ? (int)s : 1;
+}
+
+int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32, const void *x,
+		       const void *const *w, const void *const *bias, int64_t T, const int64_t *N,
+		       int64_t K)
 {
 	/* TMA needs 16-byte aligned bases and row strides; coordinates are
-	 * int32; grid y (N tiles) is at most 65535 */
-	if (T < 1 || N < 1 || K < 1 || K % 8 || T > INT32_MAX - TCG_BM ||
-	    N > (int64_t)65535 * 128 || K > INT32_MAX - TCG_BK || ((uintptr_t)x & 15) ||
-	    ((uintptr_t)w & 15))
+	 * int32; grid y (all segments' N tiles) is at most 65535 */
+	if (n < 1 || n > ATLAS_TCG_MAXSEG || T < 1 || K < 1 || K % 8 || T > INT32_MAX - TCG_BM ||
+	    K > INT32_MAX - TCG_BK || ((uintptr_t)x & 15))
 		return 0;
+	int64_t Nsum = 0;
+	for (int i = 0; i < n; i++) {
+		if (N[i] < 1 || N[i] > (int64_t)65535 * 128 || ((uintptr_t)w[i] & 15))
+			return 0;
+		Nsum += N[i];
+	}
 	if (strcmp(c->arch, "sm90") != 0)
 		return 0; /* the kernel is sm_90a code (Hopper only) */
 	pthread_once(&encode_once, encode_load);
 	if (!encode_tiled)
 		return 0;
-	enum atlas_cuda_kernel k = out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC;
-	int bn = pick_bn(c, T, N);
-	CUtensorMap mx, mw;
-	int rc = get_map(c, x, T, K, TCG_BM, &mx);
-	if (!rc)
-		rc = get_map(c, w, N, K, (uint32_t)bn, &mw);
+	struct atlas_tcg_args a;
+	memset(&a, 0, sizeof(a));
+	int bn = pick_bn(c, T, Nsum);
+	int64_t ny = 0;
+	for (int i = 0; i < n; i++) {
+		a.ny[i] = (int)((N[i] + bn - 1) / bn);
+		ny += a.ny[i];
+	}
+	if (ny > 65535)
+		return 0;
+	CUtensorMap m;
+	int rc = get_map(c, x, T, K, TCG_BM, &m);
 	if (rc)
 		return rc;
-	long long t = T, n = N, kk = K;
-	void *args[] = {&out, &mx, &mw, &bias, &t, &n, &kk, &bn};
-	rc = atlas_cuda_launch(c, k, (unsigned)((T + TCG_BM - 1) / TCG_BM),
-			       (unsigned)((N + bn - 1) / bn), TCG_THREADS, ATLAS_TCG_SMEM, args);
+	memcpy(&a.map_x, &m, sizeof(m));
+	for (int i = 0; i < n; i++) {
+		if ((rc = get_map(c, w[i], N[i], K, (uint32_t)bn, &m)))
+			return rc;
+		memcpy(&a.map[i], &m, sizeof(m));
+		a.out[i] = out[i];
+		a.bias[i] = bias ? bias[i] : NULL;
+		a.N[i] = N[i];
+	}
+	a.T = T, a.K = K, a.nseg = n, a.bn = bn, a.out_f32 = out_f32;
+	const int64_t mt = (T + TCG_BM - 1) / TCG_BM;
+	a.splits = pick_splits(c, mt * ny, T, Nsum, K);
+	if (a.splits > 1) {
+		a.ws = c->gemm_ws;
+		int64_t off = 0;
+		for (int i = 0; i < n; i++) {
+			a.ws_off[i] = off;
+			off += (int64_t)a.splits * T * N[i];
+		}
+	}
+	void *args[] = {&a};
+	rc = atlas_cuda_launch_z(c, out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC, (unsigned)mt,
+				 (unsigned)ny, (unsigned)a.splits, TCG_THREADS, ATLAS_TCG_SMEM, args);
+	if (!rc && a.splits > 1) {
+		int64_t most = 0;
+		for (int i = 0; i < n; i++)
+			most = T * N[i] > most ? T * N[i] : most;
+		const int64_t blocks = ((most + 3) / 4 + 255) / 256;
+		rc = atlas_cuda_launch(c, ATLAS_CK_GEMM_TC_REDUCE,
+				       (unsigned)(blocks < 4096 ? blocks : 4096), (unsigned)n, 256, 0,
+				       args);
+	}
 	return rc < 0 ? rc : 1;
 }

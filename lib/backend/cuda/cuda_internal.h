@@ -36,6 +36,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC32,
 	ATLAS_CK_GEMV_TC64,
 	ATLAS_CK_GEMV_BULK,    /* gemv_bulk.cu: T <= 2, TMA bulk copies */
+	ATLAS_CK_GEMM_TC_REDUCE, /* gemm_tc.cu: the split-K partials summed */
 	ATLAS_CK_COUNT,
 };
 
@@ -77,6 +78,10 @@ struct cuda_ctx {
 				       * block resets its counter); allocated with
 				       * att_part, for the same reason */
 	size_t att_cnt_cap;           /* its bytes */
+	float *gemm_ws;               /* split-K partials of the wgmma GEMM:
+				       * fixed (graphs record it), NULL = no
+				       * split-K */
+	size_t gemm_ws_cap;           /* its bytes */
 	int capturing;                /* a graph capture is open on stream */
 	int gemv_mode;                /* ATLAS_CUDA_GEMV: 0 default, 1 "fma" (the
 				       * CUDA-core GEMV up to T = 8), 2 "tc" (the
@@ -85,6 +90,8 @@ struct cuda_ctx {
 	int gemv_pf;                  /* ATLAS_CUDA_GEMV_PF: bytes of each weight
 				       * row atlas_gemv asks L2 for before its PDL
 				       * wait (default 0: none) */
+	int no_split_k;               /* ATLAS_CUDA_SPLITK=0: the wgmma GEMM never
+				       * splits K */
 	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for
 				       * the wgmma GEMM (default ATLAS_CUDA_TC_MIN_T;
 				       * fewer take the GEMVs) */
@@ -105,11 +112,17 @@ struct cuda_ctx {
  * errors name the kernel. A zero-sized grid is a no-op. */
 int atlas_cuda_launch(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx, unsigned gy,
 		      unsigned block, size_t smem, void **args);
+/* The same with a grid z dimension. */
+int atlas_cuda_launch_z(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned gx, unsigned gy,
+			unsigned gz, unsigned block, size_t smem, void **args);
 /* 0, or ATLAS_EIO naming `what`, the CUDA error and the last kernel. */
 int atlas_cuda_check(struct cuda_ctx *c, cudaError_t e, const char *what);
 /* Make *buf hold at least `need` bytes of device memory (grows rarely). */
 int atlas_cuda_scratch(struct atlas_backend *be, void **buf, size_t *cap, size_t need);
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
+/* Bytes of gemm_ws per SM: two 128 x 256 FP32 tiles (the split-K GEMM
+ * keeps its partials within it: 34 MiB on 132 SMs). */
+#define ATLAS_CUDA_GEMM_WS_PER_SM ((size_t)2 * 128 * 256 * 4)
 /* Bytes of att_part: the attention op runs tokens in groups that fit. */
 #define ATLAS_CUDA_ATT_SCRATCH ((size_t)64 << 20)
 /* Bytes of att_cnt: one int per (token, kv head, group of 8 query heads)
@@ -126,15 +139,21 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
  * on (q: 28.6 against 38.1 us, gate: 52 against 108 us; at T = 64 q 27.9
  * against 75 us) and lost at T = 16 (all five products: 215 against 206
  * us); decode steps at batch 32 and 64 went from 16.8 / 45.1 ms to 11.7 /
- * 26.9 ms. */
-#define ATLAS_CUDA_TC_MIN_T 17
+ * 26.9 ms. With split-K (cuda_gemm.c) it won at T = 16-17 too (q 23.3,
+ * gate 53.6, down 43.8 us against 26.2, 69.8, 68.3; batch 16 took 10.6 ms
+ * a step on the GEMV) but not at T = 8 (q 18.3, gate 51.5 us on the
+ * GEMV): hence 9. */
+#define ATLAS_CUDA_TC_MIN_T 9
 
-/* The tensor-core GEMM (cuda_gemm.c): out[T,N] = x[T,K] W[N,K]^T + bias
- * for BF16 W, x; out BF16 (out_f32 0) or FP32 (out_f32 1). Returns 1 when
- * it launched, 0 when the shape or alignment is not its own (the caller
- * then uses another kernel), a negative code on a CUDA error. */
-int atlas_cuda_gemm_tc(struct cuda_ctx *c, void *out, int out_f32, const void *x, const void *w,
-		       const void *bias, int64_t T, int64_t N, int64_t K);
+/* The tensor-core GEMM (cuda_gemm.c): out[i][T,N[i]] = x[T,K] w[i][N[i],K]^T
+ * + bias[i] for n (1..ATLAS_TCG_MAXSEG) products of one x in one launch,
+ * BF16 W and x; out BF16 (out_f32 0) or FP32 (out_f32 1); bias NULL or
+ * per product (entries may be NULL). Returns 1 when it launched, 0 when
+ * the shape or alignment is not its own (the caller then uses another
+ * kernel), a negative code on a CUDA error. */
+int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32, const void *x,
+		       const void *const *w, const void *const *bias, int64_t T, const int64_t *N,
+		       int64_t K);
 /* Flash-attention prefill (cuda_attn.c), the attention op's contract
  * (backend.h); the same return convention as atlas_cuda_gemm_tc. */
 int atlas_cuda_attention_prefill(struct cuda_ctx *c, void *out, const void *q, const void *kc,

@@ -180,6 +180,19 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 	return atlas_cuda_launch(c, ATLAS_CK_GEMV, (unsigned)blocks, 1, 256, 0, args);
 }
 
+/* The n products of one x through the tensor-core GEMM in one launch:
+ * 1 when it launched, 0 when it does not take them, < 0 on error. */
+static int gemm_tc(struct atlas_backend *be, int n, void *const *out, int out_f32, const void *x,
+		   const void *const *w, const void *const *bias, enum atlas_dtype wdt, int64_t T,
+		   const int64_t *N, int64_t K)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (be->batch_invariant || wdt != ATLAS_DTYPE_BF16 || T < c->tc_min_t ||
+	    !c->kern[out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC])
+		return 0;
+	return atlas_cuda_gemm_tc(c, n, out, out_f32, x, w, bias, T, N, K);
+}
+
 /* One product through the GEMM kernels (any T): the tensor-core GEMM when
  * it takes the shape, else the wmma/FMA tile kernel. */
 static int gemm_one(struct atlas_backend *be, void *out, int out_f32, const void *x,
@@ -187,12 +200,9 @@ static int gemm_one(struct atlas_backend *be, void *out, int out_f32, const void
 		    int64_t K)
 {
 	struct cuda_ctx *c = be->ctx;
-	if (!be->batch_invariant && wdt == ATLAS_DTYPE_BF16 && T >= c->tc_min_t &&
-	    c->kern[out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC]) {
-		int rc = atlas_cuda_gemm_tc(c, out, out_f32, x, w, bias, T, N, K);
-		if (rc)
-			return rc < 0 ? rc : 0;
-	}
+	int rc = gemm_tc(be, 1, &out, out_f32, x, &w, &bias, wdt, T, &N, K);
+	if (rc)
+		return rc < 0 ? rc : 0;
 	int wd = (int)wdt;
 	long long t = T, n = N, k = K;
 	void *args[] = {&out, &x, &w, &bias, &wd, &t, &n, &k};
@@ -251,8 +261,11 @@ static int op_matmul_multi(struct atlas_backend *be, int n, void *const *out, co
 	}
 	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind == GEMV_NONE) {
+		int rc = gemm_tc(be, n, out, 0, x, w, bias, wdt, T, N, K);
+		if (rc)
+			return rc < 0 ? rc : 0;
 		for (int i = 0; i < n; i++) {
-			int rc = N[i] > 0 ? gemm_one(be, out[i], 0, x, w[i], bias ? bias[i] : NULL,
+			rc = N[i] > 0 ? gemm_one(be, out[i], 0, x, w[i], bias ? bias[i] : NULL,
 						     wdt, T, N[i], K)
 					  : 0;
 			if (rc)
@@ -278,10 +291,21 @@ static int op_matmul_swiglu(struct atlas_backend *be, void *out, const void *x, 
 	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt;
 	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind == GEMV_NONE) {
-		int rc = gemm_one(be, out, 0, x, wg, NULL, wdt, T, F, K);
-		if (!rc)
-			rc = gemm_one(be, up_scratch, 0, x, wu, NULL, wdt, T, F, K);
-		return rc ? rc : be->swiglu(be, out, out, up_scratch, T, F);
+		/* gate and up in one launch when the tensor-core GEMM takes them */
+		void *const outs[2] = {out, up_scratch};
+		const void *const ws[2] = {wg, wu};
+		const int64_t Ns[2] = {F, F};
+		int rc = gemm_tc(be, 2, outs, 0, x, ws, NULL, wdt, T, Ns, K);
+		if (rc < 0)
+			return rc;
+		if (rc == 0) {
+			rc = gemm_one(be, out, 0, x, wg, NULL, wdt, T, F, K);
+			if (!rc)
+				rc = gemm_one(be, up_scratch, 0, x, wu, NULL, wdt, T, F, K);
+			if (rc)
+				return rc;
+		}
+		return be->swiglu(be, out, out, up_scratch, T, F);
 	}
 	return gemv_launch(be->ctx, &a, kind);
 }

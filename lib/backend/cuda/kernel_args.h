@@ -28,6 +28,38 @@ struct atlas_gemv_args {
 		      * block asks L2 for per row before the PDL wait */
 };
 
+#ifdef __cplusplus
+#define ATLAS_ALIGN64 alignas(64)
+#else
+#define ATLAS_ALIGN64 _Alignas(64)
+#endif
+
+#define ATLAS_TCG_MAXSEG 3
+
+/* A CUtensorMap as a kernel parameter sees it: 128 opaque bytes. */
+struct atlas_tmap {
+	ATLAS_ALIGN64 unsigned long long w[16];
+};
+
+/* atlas_gemm_tc*: the products of one x in one launch (q, k and v; gate
+ * and up). Grid y goes to segment 0's ny[0] column tiles, then segment
+ * 1's, ...; split-K partials of segment s start at element ws_off[s] of
+ * ws (z-th split at ws_off[s] + z * T * N[s]). */
+struct atlas_tcg_args {
+	struct atlas_tmap map[ATLAS_TCG_MAXSEG]; /* W of each segment: dims {K, N}, box {64, bn} */
+	struct atlas_tmap map_x;                 /* x: dims {K, T}, box {64, 128} */
+	void *out[ATLAS_TCG_MAXSEG];             /* [T, N] bf16 (float for _f32) */
+	const void *bias[ATLAS_TCG_MAXSEG];      /* [N] BF16 or NULL */
+	long long N[ATLAS_TCG_MAXSEG];
+	long long ws_off[ATLAS_TCG_MAXSEG];
+	float *ws;                               /* split-K partials, or NULL */
+	long long T, K;
+	int ny[ATLAS_TCG_MAXSEG];
+	int nseg, bn;                            /* bn: tile width, 128 or 256 */
+	int out_f32;                             /* atlas_gemm_tc_reduce only */
+	int splits;                              /* atlas_gemm_tc_reduce only */
+};
+
 /* atlas_gemm_tc*: dynamic shared memory of a block (1 KiB of alignment
  * slack, 192 KiB of pipeline stages, the mbarriers), either tile width. */
 #define ATLAS_TCG_SMEM (1024 + 196608 + 256)
