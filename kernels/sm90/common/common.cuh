@@ -148,7 +148,7 @@ static __device__ __forceinline__ void atlas_pdl_launch(void)
 #endif
 
 // Ask L2 for `bytes` (a multiple of 16) at p (16-byte aligned) without
-// waiting: one instruction for a whole weight slice (sm_90 bulk prefetch).
+// waiting: one instruction for a whole slice (sm_90 bulk prefetch).
 static __device__ __forceinline__ void atlas_prefetch_l2(const void *p, unsigned bytes)
 {
 	if (bytes)

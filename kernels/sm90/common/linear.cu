@@ -111,18 +111,16 @@ static __device__ __forceinline__ void gemv_fma8(float (&acc)[MT], const gemv_ra
 }
 
 /* One warp's share of out[t0.., n]: acc[t] += x[t, k] w[n, k] over the
- * k-slices of 256 columns numbered ks, ks + wpr, ks + 2*wpr, ...; each
- * lane takes 8 consecutive columns of every slice. x comes from global
+ * k-slices of 256 columns numbered ks, ks + wpr, ks + 2*wpr, ... from
+ * this lane's column k on (8 consecutive columns of every slice). x comes from global
  * memory (L1 hits after the first warp of the block reads it). */
 template <int WDT, int MT, int U>
 static __device__ __forceinline__ void gemv_vec(float (&acc)[MT], const bf16 *x,
 						const void *w, long long n, long long K, int nt,
-						int ks, int wpr)
+						int ks, int wpr, long long k)
 {
-	const int lane = threadIdx.x & 31;
 	const long long step = (long long)wpr * 256;
 	const long long wo = n * K;
-	long long k = (long long)ks * 256 + lane * 8;
 	for (; k + (U - 1) * step < K; k += U * step) {
 		gemv_raw r[U];
 #pragma unroll
@@ -169,12 +167,13 @@ static __device__ __forceinline__ void gemv_rows(float (*red)[GEMV_MAXT], int sl
 		 * four times was slower on the H200: 5.63 against 5.44 ms per
 		 * Qwen3-8B decode step) */
 		constexpr int U = MT == 1 ? 2 * GEMV_UNROLL : GEMV_UNROLL;
+		const long long kl = (long long)ks * 256 + lane * 8;
 		if (vec && wdt == ATLAS_WDT_BF16)
-			gemv_vec<ATLAS_WDT_BF16, MT, U>(acc, xt, w, n, K, nt, ks, wpr);
+			gemv_vec<ATLAS_WDT_BF16, MT, U>(acc, xt, w, n, K, nt, ks, wpr, kl);
 		else if (vec && wdt == ATLAS_WDT_F16)
-			gemv_vec<ATLAS_WDT_F16, MT, U>(acc, xt, w, n, K, nt, ks, wpr);
+			gemv_vec<ATLAS_WDT_F16, MT, U>(acc, xt, w, n, K, nt, ks, wpr, kl);
 		else if (vec && wdt == ATLAS_WDT_F32)
-			gemv_vec<ATLAS_WDT_F32, MT, U>(acc, xt, w, n, K, nt, ks, wpr);
+			gemv_vec<ATLAS_WDT_F32, MT, U>(acc, xt, w, n, K, nt, ks, wpr, kl);
 		else
 			gemv_scalar<MT>(acc, xt, w, wdt, n, K, nt, ks, wpr);
 	}
@@ -208,6 +207,46 @@ static __device__ __forceinline__ gemv_where gemv_locate(const atlas_gemv_args &
 	return r;
 }
 
+/* The block's outputs of rows t0..t0+nt-1 of x from the warps' partial
+ * sums in red (added in warp order: deterministic), with the bias or the
+ * SwiGLU epilogue (g and u rounded to bf16 first, as the unfused matmul
+ * and swiglu ops round them). Every thread of the block must call it. */
+static __device__ __forceinline__ void gemv_finish(const atlas_gemv_args &a, const gemv_where &g,
+						   float (*red)[GEMV_MAXT], int rpb, int wpr,
+						   long long t0, int nt)
+{
+	const long long N = g.seg->N;
+	__syncthreads();
+	const int outs = a.swiglu ? rpb / 2 : rpb; /* features this block writes */
+	if ((int)threadIdx.x < outs * nt) {
+		const int r = threadIdx.x / nt, t = threadIdx.x % nt;
+		const long long nn = g.n0 + r;
+		if (nn < N) {
+			float s = 0.0f;
+			if (a.swiglu) {
+				float u = 0.0f;
+				for (int i = 0; i < wpr; i++) /* fixed order: deterministic */
+					s += red[(2 * r) * wpr + i][t];
+				for (int i = 0; i < wpr; i++)
+					u += red[(2 * r + 1) * wpr + i][t];
+				s = atlas_bf(atlas_tobf(s));
+				u = atlas_bf(atlas_tobf(u));
+				s = s / (1.0f + expf(-s)) * u;
+			} else {
+				for (int i = 0; i < wpr; i++)
+					s += red[r * wpr + i][t];
+				if (g.seg->bias)
+					s += atlas_wload(g.seg->bias, a.wdt, nn);
+			}
+			const long long o = (t0 + t) * N + nn;
+			if (a.out_f32)
+				((float *)g.seg->out)[o] = s;
+			else
+				((bf16 *)g.seg->out)[o] = atlas_tobf(s);
+		}
+	}
+}
+
 /* atlas_gemv: block of 8 warps; a.rpb weight rows per block (1, 2, 4 or
  * 8), so 8 / rpb warps split the K dimension of each row: when N is small
  * against the SM count the host picks a small rpb so that every SM still
@@ -220,11 +259,10 @@ static __device__ __forceinline__ gemv_where gemv_locate(const atlas_gemv_args &
  * output is silu(g) * u, with g and u rounded to bf16 first as the
  * unfused matmul + swiglu ops round them.
  *
- * Programmatic dependent launch: the weights never change, so each row's
- * first a.pf bytes are asked of L2 (one bulk prefetch per row) before the
- * wait for the previous kernel: with ATLAS_PDL_ENTRY's early trigger the
- * blocks of the first wave are resident during the small kernels before
- * this one, and HBM streams their rows meanwhile. */
+ * Programmatic dependent launch: the weights never change, so at T = 1
+ * (a.pre) each warp issues its first loads before the wait for the
+ * previous kernel: a block resident while the small kernels before it
+ * run has its first bytes on the way. */
 extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_constant__ atlas_gemv_args a)
 {
 	__shared__ float red[8][GEMV_MAXT]; /* per-warp partial sums */
@@ -246,52 +284,48 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_con
 	const bool live = n < N;
 	const bool vec = K % 8 == 0 && atlas_aligned(w, 16) && atlas_aligned(a.x, 16) &&
 			 (a.wdt != ATLAS_WDT_F32 || atlas_aligned(w, 32));
-	if (live && vec && ks == 0 && lane == 0) {
-		/* the row's first a.pf bytes (all of it when shorter) in one
-		 * bulk request: a block resident before the previous kernels
-		 * end streams its weights into L2 meanwhile */
-		const long long es = a.wdt == ATLAS_WDT_F32 ? 4 : 2;
-		long long bytes = K * es < a.pf ? K * es : a.pf;
-		atlas_prefetch_l2((const char *)w + n * K * es, (unsigned)(bytes & ~15ll));
+	/* batch 1, BF16: the warp's first GEMV_PRE loads go out before the
+	 * wait (weights never change), so a block resident while the previous
+	 * kernels finish has its first bytes on the way */
+	constexpr int U1 = 2 * GEMV_UNROLL;
+	const long long step1 = (long long)wpr * 256, k1 = (long long)ks * 256 + lane * 8;
+	const bool pre = a.pre && a.T == 1 && live && vec && a.wdt == ATLAS_WDT_BF16 &&
+			 k1 + (U1 - 1) * step1 < K;
+	gemv_raw r1[U1];
+	if (pre) {
+#pragma unroll
+		for (int u = 0; u < U1; u++)
+			r1[u] = gemv_load<ATLAS_WDT_BF16>(w, n * K + k1 + u * step1);
 	}
 	ATLAS_PDL_ENTRY();
+	if (a.T == 1) { /* uniform across the block */
+		if (pre) {
+			float acc[1] = {0.0f};
+			const bf16 *x = (const bf16 *)a.x;
+#pragma unroll
+			for (int u = 0; u < U1; u++)
+				gemv_fma8<ATLAS_WDT_BF16, 1>(acc, r1[u], x, K, k1 + u * step1, 1);
+			gemv_vec<ATLAS_WDT_BF16, 1, U1>(acc, x, w, n, K, 1, ks, wpr,
+							 k1 + U1 * step1);
+			const float sum = atlas_warp_sum(acc[0]);
+			if (lane == 0)
+				red[warp][0] = sum;
+		} else {
+			gemv_rows<1>(red, warp, (const bf16 *)a.x, w, a.wdt, n, live, K, 1, ks, wpr,
+				     vec);
+		}
+		gemv_finish(a, g, red, rpb, wpr, 0, 1);
+		return;
+	}
 
 	for (long long t0 = 0; t0 < a.T; t0 += GEMV_MAXT) {
 		const int nt = a.T - t0 < GEMV_MAXT ? (int)(a.T - t0) : GEMV_MAXT;
 		const bf16 *xt = (const bf16 *)a.x + t0 * K;
-		if (nt == 1) /* decode at batch 1: one accumulator, fewer registers */
+		if (nt == 1) /* the last row: one accumulator, fewer registers */
 			gemv_rows<1>(red, warp, xt, w, a.wdt, n, live, K, nt, ks, wpr, vec);
 		else
 			gemv_rows<GEMV_MAXT>(red, warp, xt, w, a.wdt, n, live, K, nt, ks, wpr, vec);
-		__syncthreads();
-		const int outs = a.swiglu ? rpb / 2 : rpb; /* features this block writes */
-		if ((int)threadIdx.x < outs * nt) {
-			const int r = threadIdx.x / nt, t = threadIdx.x % nt;
-			const long long nn = g.n0 + r;
-			if (nn < N) {
-				float s = 0.0f;
-				if (a.swiglu) {
-					float u = 0.0f;
-					for (int i = 0; i < wpr; i++) /* fixed order: deterministic */
-						s += red[(2 * r) * wpr + i][t];
-					for (int i = 0; i < wpr; i++)
-						u += red[(2 * r + 1) * wpr + i][t];
-					s = atlas_bf(atlas_tobf(s));
-					u = atlas_bf(atlas_tobf(u));
-					s = s / (1.0f + expf(-s)) * u;
-				} else {
-					for (int i = 0; i < wpr; i++)
-						s += red[r * wpr + i][t];
-					if (g.seg->bias)
-						s += atlas_wload(g.seg->bias, a.wdt, nn);
-				}
-				const long long o = (t0 + t) * N + nn;
-				if (a.out_f32)
-					((float *)g.seg->out)[o] = s;
-				else
-					((bf16 *)g.seg->out)[o] = atlas_tobf(s);
-			}
-		}
+		gemv_finish(a, g, red, rpb, wpr, t0, nt);
 		__syncthreads(); /* red is reused by the next group of rows */
 	}
 }

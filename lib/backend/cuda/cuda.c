@@ -419,8 +419,8 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 				      !strcmp(rpb, "8"))
 				      ? atoi(rpb)
 				      : 0;
-		const char *pf = getenv("ATLAS_CUDA_GEMV_PF");
-		c->gemv_pf = pf ? atoi(pf) : 0;
+		const char *pre = getenv("ATLAS_CUDA_GEMV_PRE");
+		c->gemv_pre = !(pre && strcmp(pre, "0") == 0);
 		const char *sk = getenv("ATLAS_CUDA_SPLITK");
 		c->no_split_k = sk && strcmp(sk, "0") == 0;
 		const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");

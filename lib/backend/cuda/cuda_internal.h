@@ -87,9 +87,8 @@ struct cuda_ctx {
 				       * CUDA-core GEMV up to T = 8), 2 "tc" (the
 				       * tensor-core GEMV from T = 1), 3 "bulk"
 				       * (the bulk-copy GEMV up to T = 2) */
-	int gemv_pf;                  /* ATLAS_CUDA_GEMV_PF: bytes of each weight
-				       * row atlas_gemv asks L2 for before its PDL
-				       * wait (default 0: none) */
+	int gemv_pre;                 /* atlas_gemv at T = 1 loads before its PDL
+				       * wait (ATLAS_CUDA_GEMV_PRE=0: not) */
 	int no_split_k;               /* ATLAS_CUDA_SPLITK=0: the wgmma GEMM never
 				       * splits K */
 	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for

@@ -65,15 +65,6 @@ static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
 	return rpb;
 }
 
-/* Bytes of each weight row atlas_gemv asks L2 for before its PDL wait
- * (ATLAS_CUDA_GEMV_PF; default none). On the H200 it did not pay: a
- * Qwen3-8B decode step at batch 1 took 5.48 ms with none, 5.50 with 4 KiB,
- * 5.90 with 8 KiB (24 MiB over the resident blocks), 5.89 with 16 KiB. */
-static int gemv_prefetch_bytes(const struct cuda_ctx *c)
-{
-	return c->gemv_pf > 0 ? c->gemv_pf & ~15 : 0;
-}
-
 /* The decode-sized products of BF16 weights go to atlas_gemv (T = 1) or
  * the tensor-core GEMV (gemv_tc.cu, T = 2..ATLAS_CUDA_TC_MIN_T-1), other
  * weights to atlas_gemv (T <= 8), the rest to the GEMMs. In batch-invariant mode a row must get
@@ -173,7 +164,7 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 		return 0;
 	}
 	a->rpb = gemv_rows_per_block(c, rows, a->swiglu ? 2 : 1);
-	a->pf = gemv_prefetch_bytes(c);
+	a->pre = c->gemv_pre;
 	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 		blocks += CEIL_DIV(a->seg[i].N, fpb);

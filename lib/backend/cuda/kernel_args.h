@@ -24,8 +24,8 @@ struct atlas_gemv_args {
 	int swiglu;  /* 1: seg[0] = gate, seg[1] = up (same N, no bias);
 		      * seg[0].out = silu(g) * u */
 	int out_f32; /* outputs are float (the logits) */
-	int pf;      /* atlas_gemv: bytes of its weight row (at most) each
-		      * block asks L2 for per row before the PDL wait */
+	int pre;     /* atlas_gemv at T = 1, BF16: issue the first loads
+		      * before the PDL wait */
 };
 
 #ifdef __cplusplus
