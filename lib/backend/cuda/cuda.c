@@ -421,6 +421,8 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 				      : 0;
 		const char *pre = getenv("ATLAS_CUDA_GEMV_PRE");
 		c->gemv_pre = !(pre && strcmp(pre, "0") == 0);
+		const char *mk = getenv("ATLAS_CUDA_ATT_MINKEYS");
+		c->att_minkeys = !mk ? 0 : strcmp(mk, "auto") == 0 ? -1 : atoi(mk) >= 32 ? atoi(mk) : 0;
 		const char *sk = getenv("ATLAS_CUDA_SPLITK");
 		c->no_split_k = sk && strcmp(sk, "0") == 0;
 		const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");

@@ -399,6 +399,16 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	/* one launch per group of tokens: the kernel's last block of each
 	 * (token, kv head, group) merges the splits (attention.cu) */
 	long long splits = ATT_SPLITS, minkeys = ATT_MIN_KEYS;
+	if (!be->batch_invariant && c->att_minkeys > 0) {
+		minkeys = c->att_minkeys;
+	} else if (!be->batch_invariant && c->att_minkeys < 0) {
+		/* "auto" (not yet measured): a batch whose (token, kv head,
+		 * group) blocks already cover the SMs takes fewer, longer
+		 * splits, so less partial traffic and fewer merges; a function
+		 * of T alone, so graph replays stay valid */
+		const int64_t base = T * Hkv * ngrp, sms = c->sms > 0 ? c->sms : 132;
+		minkeys = base >= 2 * sms ? 256 : base >= sms ? 128 : ATT_MIN_KEYS;
+	}
 	for (int64_t t0 = 0; t0 < T; t0 += tg) {
 		long long n = T - t0 < tg ? T - t0 : tg;
 		const char *qq = (const char *)q + (size_t)(t0 * H * hd) * 2;
