@@ -591,6 +591,41 @@ static int run_model(const struct opts *o, struct atlas_backend *be, struct atla
 		else
 			prof = atlas_bench_profile_json(rows, nrows);
 	}
+	/* decode over several batch sizes: a table for each of the others too
+	 * ("profile_batches": the first is "profile" as well) */
+	json_object *prof_b = NULL;
+	char *prof_txt = NULL;
+	size_t prof_len = 0;
+	FILE *pf = NULL;
+	if (!rc && o->profile && !pre && !gen && o->batch.n > 1) {
+		prof_b = json_object_new_array();
+		json_object *first = json_object_new_object();
+		json_object_object_add(first, "batch", json_object_new_int64(o->batch.v[0]));
+		json_object_object_add(first, "kernels", json_object_get(prof));
+		json_object_array_add(prof_b, first);
+		pf = tf ? open_memstream(&prof_txt, &prof_len) : NULL;
+		for (int b = 1; b < o->batch.n && !rc; b++) {
+			struct atlas_kernel_time brows[64];
+			int nb = atlas_bench_profile(m, be, "decode", o->batch.v[b], o->prompt.v[0],
+						     brows, 64);
+			if (nb < 0) {
+				rc = nb;
+				break;
+			}
+			json_object *e = json_object_new_object();
+			json_object_object_add(e, "batch", json_object_new_int64(o->batch.v[b]));
+			json_object_object_add(e, "kernels", atlas_bench_profile_json(brows, nb));
+			json_object_array_add(prof_b, e);
+			if (pf) {
+				char what[64];
+				snprintf(what, sizeof(what), "one decode step at batch %lld",
+					 (long long)o->batch.v[b]);
+				print_profile(pf, what, brows, nb);
+			}
+		}
+		if (pf)
+			fclose(pf);
+	}
 	if (!rc && o->profile && !pre && !gen) {
 		nprows = atlas_bench_profile(m, be, "prefill", 1, o->prompt.v[0], prows, 64);
 		if (nprows < 0)
@@ -599,6 +634,8 @@ static int run_model(const struct opts *o, struct atlas_backend *be, struct atla
 			prof_pre = atlas_bench_profile_json(prows, nprows);
 	}
 	json_object_object_add(doc, "profile", prof);
+	if (prof_b)
+		json_object_object_add(doc, "profile_batches", prof_b);
 	if (prof_pre)
 		json_object_object_add(doc, "profile_prefill", prof_pre);
 	if (!tp)
@@ -615,11 +652,20 @@ static int run_model(const struct opts *o, struct atlas_backend *be, struct atla
 		fprintf(tf, "\n");
 		print_ceilings(tf, &ceil);
 		table(tf, res, pre ? pcols : gen ? gcols : dcols);
-		if (prof)
-			print_profile(tf, pre ? "one prefill" : "one decode step", rows, nrows);
+		if (prof) {
+			char what[64];
+			snprintf(what, sizeof(what), "%s", pre ? "one prefill" : "one decode step");
+			if (prof_b)
+				snprintf(what, sizeof(what), "one decode step at batch %lld",
+					 (long long)o->batch.v[0]);
+			print_profile(tf, what, rows, nrows);
+		}
+		if (prof_txt)
+			fputs(prof_txt, tf);
 		if (prof_pre)
 			print_profile(tf, "one prefill", prows, nprows);
 	}
+	free(prof_txt);
 	return rc;
 }
 
