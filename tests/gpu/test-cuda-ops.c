@@ -580,7 +580,11 @@ static void test_fused(void)
 					     {1, 300, 40, 136},
 					     /* one wgmma launch for all three, split
 					      * along K (tiles leave SMs idle) */
-					     {32, 1024, 256, 2048}, {9, 520, 72, 4096}};
+					     {32, 1024, 256, 2048}, {9, 520, 72, 4096},
+					     /* 3 K ranges of an odd 9 x 77: the next
+					      * product's partials need padding to
+					      * stay 16-byte aligned */
+					     {9, 77, 40, 3072}};
 	char what[128];
 	/* plain matmuls at decode sizes, with K and N tails: the tensor-core
 	 * GEMV (T <= 16; every T in test_invariant) and from T = 17 the wgmma

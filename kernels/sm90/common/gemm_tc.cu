@@ -281,29 +281,40 @@ static __device__ __forceinline__ void tcg_store1(float *p, float a)
 	*p = a;
 }
 
-/* A consumer warpgroup's FP32 accumulators as they are to p [T, N]. */
-template <int BN>
-static __device__ __forceinline__ void tcg_partial(float *p, const float (&acc)[BN / 2], int m0,
-						   int n0, int cw, long long T, long long N)
+/* A consumer warpgroup's accumulators to out [T, N] (masked to t < T,
+ * n < N; pairs of columns at once when N is even and out is aligned for
+ * it), plus bias when there is one: the tile's result, or (float out, no
+ * bias) its split-K partial sums. */
+template <int BN, typename OutT>
+static __device__ __forceinline__ void tcg_store_tile(OutT *out, const float (&acc)[BN / 2],
+						      const bf16 *bias, int m0, int n0, int cw,
+						      long long T, long long N)
 {
 	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-	const bool pair_ok = (N & 1) == 0;
+	const bool pair_ok = (N & 1) == 0 && atlas_aligned(out, 2 * sizeof(OutT));
 	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
 	for (int j = 0; j < BN / 8; j++) {
 		const long long n = (long long)n0 + 8 * j + 2 * (lane & 3);
 		if (n >= N)
 			continue;
+		const bool two = n + 1 < N;
+		float b0 = 0.0f, b1 = 0.0f;
+		if (bias) {
+			b0 = atlas_bf(bias[n]);
+			b1 = two ? atlas_bf(bias[n + 1]) : 0.0f;
+		}
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			const long long t = r0 + 8 * h;
 			if (t >= T)
 				continue;
-			if (n + 1 < N)
-				tcg_store2(p + t * N + n, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1],
-					   pair_ok);
+			OutT *p = out + t * N + n;
+			const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
+			if (two)
+				tcg_store2(p, v0, v1, pair_ok);
 			else
-				tcg_store1(p + t * N + n, acc[4 * j + 2 * h]);
+				tcg_store1(p, v0);
 		}
 	}
 }
@@ -386,7 +397,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	/* consumers */
 	asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
 	const int cw = wg - 1;              /* rows 64cw.. of the tile */
-	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+	const int lane = threadIdx.x & 31;
 	float acc[BN / 2];
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++)
@@ -424,37 +435,11 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 		tcg_fence_acc(acc[i]);
 
 	atlas_pdl_wait(); /* returned long ago in the producer: orders the stores */
-	if (ws) { /* split-K: FP32 partial sums, no bias (atlas_gemm_tc_reduce) */
-		tcg_partial<BN>(ws + (long long)blockIdx.z * T * N, acc, m0, n0, cw, T, N);
-		return;
-	}
-	/* epilogue: bias, round, masked stores */
-	const bool pair_ok = (N & 1) == 0 && atlas_aligned(out, 2 * sizeof(OutT));
-	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-	for (int j = 0; j < BN / 8; j++) {
-		const long long n = (long long)n0 + 8 * j + 2 * (lane & 3);
-		if (n >= N)
-			continue;
-		const bool two = n + 1 < N;
-		float b0 = 0.0f, b1 = 0.0f;
-		if (bias) {
-			b0 = atlas_bf(bias[n]);
-			b1 = two ? atlas_bf(bias[n + 1]) : 0.0f;
-		}
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const long long t = r0 + 8 * h;
-			if (t >= T)
-				continue;
-			OutT *p = out + t * N + n;
-			const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
-			if (two)
-				tcg_store2(p, v0, v1, pair_ok);
-			else
-				tcg_store1(p, v0);
-		}
-	}
+	if (ws) /* split-K: FP32 partial sums, no bias (atlas_gemm_tc_reduce) */
+		tcg_store_tile<BN, float>(ws + (long long)blockIdx.z * T * N, acc, NULL, m0, n0, cw,
+					  T, N);
+	else /* the result: bias, round, masked stores */
+		tcg_store_tile<BN, OutT>(out, acc, bias, m0, n0, cw, T, N);
 }
 
 template <typename OutT>

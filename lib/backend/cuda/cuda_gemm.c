@@ -128,7 +128,9 @@ static int pick_splits(const struct cuda_ctx *c, int64_t tiles, int64_t T, int64
 	const int64_t nk = (K + TCG_BK - 1) / TCG_BK;
 	if (s > nk / 16)
 		s = nk / 16;
-	while (s > 1 && (size_t)(s * T * Nsum) * 4 > c->gemm_ws_cap)
+	/* each segment's partials start 16-byte aligned: up to 3 floats of
+	 * padding a segment */
+	while (s > 1 && ((size_t)(s * T * Nsum) + 3 * ATLAS_TCG_MAXSEG) * 4 > c->gemm_ws_cap)
 		s--;
 	return s > 1 ? (int)s : 1;
 }
@@ -184,7 +186,9 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32,
 		int64_t off = 0;
 		for (int i = 0; i < n; i++) {
 			a.ws_off[i] = off;
-			off += (int64_t)a.splits * T * N[i];
+			/* rounded up to 4 floats: every segment's partials start
+			 * 16-byte aligned (float2 stores, float4 reduce loads) */
+			off += ((int64_t)a.splits * T * N[i] + 3) & ~(int64_t)3;
 		}
 	}
 	void *args[] = {&a};
