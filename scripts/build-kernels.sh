@@ -13,7 +13,7 @@
 # registry is empty and the build is CPU-only.
 #
 # Targets default to every one in the tree; ATLAS_TARGETS narrows them.
-# ATLAS_NVCC_FLAGS adds nvcc flags (A/B builds, e.g. -DATLAS_PDL_LATE;
+# ATLAS_NVCC_FLAGS adds nvcc flags (A/B builds of a -DNAME variant;
 # use a separate build folder: the fatbins are not rebuilt when only the
 # flags change).
 set -eu

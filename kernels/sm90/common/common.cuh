@@ -128,24 +128,14 @@ static __device__ __forceinline__ void atlas_pdl_launch(void)
 // the previous one. Triggering first is safe (the next kernel's wait
 // returns only when this whole grid has completed, and this grid completes
 // only after every block's wait returned) and lets the next kernel's
-// blocks take free SM slots while this one still runs: a GEMV two kernels
-// down the stream can then ask L2 for its weights during this kernel and
-// the tail of the one before it, keeping HBM busy across the small
-// kernels of a decode step. ATLAS_PDL_LATE restores wait-then-trigger
-// (A/B builds).
-#ifdef ATLAS_PDL_LATE
-#define ATLAS_PDL_ENTRY() \
-	do { \
-		atlas_pdl_wait(); \
-		atlas_pdl_launch(); \
-	} while (0)
-#else
+// blocks take free SM slots, and issue their weight loads, while this one
+// still runs. (Measured against wait-then-trigger on the H200: the same
+// batch-1 step time, bench/h200-2026-12-02-f p1.)
 #define ATLAS_PDL_ENTRY() \
 	do { \
 		atlas_pdl_launch(); \
 		atlas_pdl_wait(); \
 	} while (0)
-#endif
 
 // Ask L2 for `bytes` (a multiple of 16) at p (16-byte aligned) without
 // waiting: one instruction for a whole slice (sm_90 bulk prefetch).

@@ -50,11 +50,6 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC_REDUCE] = "atlas_gemm_tc_reduce",
 };
 
-/* Kernels that do not call atlas_pdl_wait() before touching what earlier
- * kernels write (common.cuh), so must not be launched with programmatic
- * dependent launch: none at present. */
-static const unsigned char no_pdl[ATLAS_CK_COUNT] = {0};
-
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
  * ops fall back to the baseline kernels). */
 static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
@@ -114,7 +109,7 @@ int atlas_cuda_launch_z(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned g
 	if (timed)
 		cudaEventRecord(c->prof_ev[2 * c->prof_n], c->stream);
 	cudaError_t e;
-	if (c->pdl && !no_pdl[k]) {
+	if (c->pdl) { /* every kernel waits for its predecessor (kernels/ABI.md) */
 		cudaLaunchAttribute attr;
 		memset(&attr, 0, sizeof(attr));
 		attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
