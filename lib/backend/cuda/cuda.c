@@ -135,6 +135,43 @@ int atlas_cuda_launch_z(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned g
 	return 0;
 }
 
+/* True when the environment variable `name` is set to `value`. */
+static int env_is(const char *name, const char *value)
+{
+	const char *v = getenv(name);
+	return v && strcmp(v, value) == 0;
+}
+
+/* The tuning switches of kernels/ABI.md, read once at creation. */
+static void read_switches(struct cuda_ctx *c, int major)
+{
+	c->pdl = major >= 9 && !env_is("ATLAS_CUDA_PDL", "0");
+	c->gemv_pre = !env_is("ATLAS_CUDA_GEMV_PRE", "0");
+	c->no_split_k = env_is("ATLAS_CUDA_SPLITK", "0");
+	const char *rpb = getenv("ATLAS_CUDA_GEMV_RPB");
+	c->gemv_rpb = rpb && (!strcmp(rpb, "1") || !strcmp(rpb, "2") || !strcmp(rpb, "4") ||
+			      !strcmp(rpb, "8"))
+			  ? atoi(rpb)
+			  : 0;
+	const char *mk = getenv("ATLAS_CUDA_ATT_MINKEYS");
+	c->att_minkeys = !mk ? 0 : strcmp(mk, "auto") == 0 ? -1 : atoi(mk) >= 32 ? atoi(mk) : 0;
+	const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
+	c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
+	/* comma-separated kernel names */
+	const char *skip = getenv("ATLAS_CUDA_SKIP");
+	for (int i = 0; skip && i < ATLAS_CK_COUNT; i++) {
+		const char *p = strstr(skip, kernel_names[i]);
+		size_t len = strlen(kernel_names[i]);
+		while (p && ((p > skip && p[-1] != ',') || (p[len] && p[len] != ',')))
+			p = strstr(p + 1, kernel_names[i]);
+		c->skip[i] = p != NULL;
+	}
+	c->gemv_mode = env_is("ATLAS_CUDA_GEMV", "fma")	   ? 1
+		       : env_is("ATLAS_CUDA_GEMV", "tc")   ? 2
+		       : env_is("ATLAS_CUDA_GEMV", "bulk") ? 3
+							   : 0;
+}
+
 /* Load a target's fatbin and look up every entry point. */
 static int load_target(struct cuda_ctx *c, const struct atlas_kernel_blob *b)
 {
@@ -406,38 +443,7 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	}
 	c->dev = device;
 	c->sms = prop.multiProcessorCount;
-	{
-		const char *pdl = getenv("ATLAS_CUDA_PDL");
-		c->pdl = prop.major >= 9 && !(pdl && strcmp(pdl, "0") == 0);
-		const char *rpb = getenv("ATLAS_CUDA_GEMV_RPB");
-		c->gemv_rpb = rpb && (!strcmp(rpb, "1") || !strcmp(rpb, "2") || !strcmp(rpb, "4") ||
-				      !strcmp(rpb, "8"))
-				      ? atoi(rpb)
-				      : 0;
-		const char *pre = getenv("ATLAS_CUDA_GEMV_PRE");
-		c->gemv_pre = !(pre && strcmp(pre, "0") == 0);
-		const char *mk = getenv("ATLAS_CUDA_ATT_MINKEYS");
-		c->att_minkeys = !mk ? 0 : strcmp(mk, "auto") == 0 ? -1 : atoi(mk) >= 32 ? atoi(mk) : 0;
-		const char *sk = getenv("ATLAS_CUDA_SPLITK");
-		c->no_split_k = sk && strcmp(sk, "0") == 0;
-		const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
-		c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
-		/* comma-separated kernel names (kernels/ABI.md) */
-		const char *skip = getenv("ATLAS_CUDA_SKIP");
-		for (int i = 0; skip && i < ATLAS_CK_COUNT; i++) {
-			const char *p = strstr(skip, kernel_names[i]);
-			size_t len = strlen(kernel_names[i]);
-			while (p && ((p > skip && p[-1] != ',') || (p[len] && p[len] != ',')))
-				p = strstr(p + 1, kernel_names[i]);
-			c->skip[i] = p != NULL;
-		}
-		const char *gemv = getenv("ATLAS_CUDA_GEMV");
-		c->gemv_mode = !gemv			  ? 0
-				: strcmp(gemv, "fma") == 0  ? 1
-				: strcmp(gemv, "tc") == 0   ? 2
-				: strcmp(gemv, "bulk") == 0 ? 3
-							    : 0;
-	}
+	read_switches(c, prop.major);
 	snprintf(c->arch, sizeof(c->arch), "sm%d%d", prop.major, prop.minor);
 	snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", prop.name);
 	int fallback;
