@@ -97,19 +97,7 @@ free_port() {
 
 @test "with a (fake) NVIDIA driver: GPUs listed with compute capability and memory" {
 	local d=$BATS_TEST_TMPDIR/fakecuda
-	mkdir -p "$d"
-	cat >"$d/fake.c" <<'C'
-#include <stddef.h>
-#include <string.h>
-int cuInit(unsigned f) { return 0; }
-int cuDriverGetVersion(int *v) { *v = 12040; return 0; }
-int cuDeviceGetCount(int *n) { *n = 2; return 0; }
-int cuDeviceGet(int *d, int i) { *d = i; return 0; }
-int cuDeviceGetName(char *s, int n, int d) { strncpy(s, d ? "Fake GPU B" : "Fake GPU A", (size_t)n); return 0; }
-int cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? (d ? 8 : 9) : 0; return 0; }
-int cuDeviceTotalMem_v2(size_t *b, int d) { *b = (size_t)80 << 30; return 0; }
-C
-	${CC:-cc} -shared -fPIC -o "$d/libcuda.so.1" "$d/fake.c"
+	fake_libcuda "$d" -D'NAME(d)=(d ? "Fake GPU B" : "Fake GPU A")' -D'MAJOR(d)=(d ? 8 : 9)'
 	LD_LIBRARY_PATH=$d run atlas-doctor --port "$(free_port)"
 	expect_match "$output" "^ok +driver +NVIDIA driver supporting CUDA 12.4$" "driver"
 	expect_match "$output" "^ok +gpu +GPU 0: Fake GPU A, compute capability 9.0, 80.0 GiB total" "gpu 0"
@@ -147,26 +135,13 @@ C
 
 @test "with 3 (fake) GPUs: the peer-to-peer access matrix, a missing pair a warning" {
 	local d=$BATS_TEST_TMPDIR/fakecuda
-	mkdir -p "$d"
-	cat >"$d/fake.c" <<'C'
-#include <stddef.h>
-#include <string.h>
-int cuInit(unsigned f) { return 0; }
-int cuDriverGetVersion(int *v) { *v = 12040; return 0; }
-int cuDeviceGetCount(int *n) { *n = 3; return 0; }
-int cuDeviceGet(int *d, int i) { *d = i; return 0; }
-int cuDeviceGetName(char *s, int n, int d) { strncpy(s, "Fake GPU", (size_t)n); return 0; }
-int cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? 9 : 0; return 0; }
-int cuDeviceTotalMem_v2(size_t *b, int d) { *b = (size_t)80 << 30; return 0; }
-int cuDeviceCanAccessPeer(int *c, int d, int p) { *c = ALL || (d < 2 && p < 2); return 0; }
-C
-	${CC:-cc} -DALL=0 -shared -fPIC -o "$d/libcuda.so.1" "$d/fake.c"
+	fake_libcuda "$d" -DNGPU=3 -DPEER_ALL=0
 	LD_LIBRARY_PATH=$d run atlas-doctor --port "$(free_port)"
 	expect_match "$output" "^warning +p2p +peer-to-peer access 0->1; 1->0; 2->none \(4 of 6 pairs missing\)$" "p2p"
 	LD_LIBRARY_PATH=$d run atlas-doctor --json --port "$(free_port)"
 	expect_contains "$output" '"memory_free":0,"peer_access":[1]},'
 	expect_contains "$output" '"peer_access":[]}]'
-	${CC:-cc} -DALL=1 -shared -fPIC -o "$d/libcuda.so.1" "$d/fake.c"
+	fake_libcuda "$d" -DNGPU=3 -DPEER_ALL=1
 	LD_LIBRARY_PATH=$d run atlas-doctor --port "$(free_port)"
 	expect_match "$output" "^ok +p2p +peer-to-peer access between all 3 GPUs \(0->1,2; 1->0,2; 2->0,1\)$" "p2p all"
 }

@@ -60,19 +60,7 @@ load test_helper
 		--tp 2 -p hi
 	expect_contains "$stderr" "--tp 2 needs 2 GPUs, but this machine has 0"
 	local d=$BATS_TEST_TMPDIR/fakecuda
-	mkdir -p "$d"
-	cat >"$d/fake.c" <<'C'
-#include <stddef.h>
-#include <string.h>
-int cuInit(unsigned f) { return 0; }
-int cuDriverGetVersion(int *v) { *v = 12040; return 0; }
-int cuDeviceGetCount(int *n) { *n = 2; return 0; }
-int cuDeviceGet(int *d, int i) { *d = i; return 0; }
-int cuDeviceGetName(char *s, int n, int d) { strncpy(s, "Fake GPU", (size_t)n); return 0; }
-int cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? 9 : 0; return 0; }
-int cuDeviceTotalMem_v2(size_t *b, int d) { *b = (size_t)80 << 30; return 0; }
-C
-	${CC:-cc} -shared -fPIC -o "$d/libcuda.so.1" "$d/fake.c"
+	fake_libcuda "$d"
 	LD_LIBRARY_PATH=$d run -1 --separate-stderr atlas-run --device cuda --tp 4 -p hi
 	expect_contains "$stderr" "--tp 4 needs 4 GPUs, but this machine has 2"
 	expect_empty "$output" "stdout"

@@ -24,6 +24,42 @@ GOLDEN=$ATLAS_SRC/tests/fixtures/golden
 # The sampling flags the pipe tests use, all samplers switched on.
 SAMPLING_FLAGS="--temperature 0.9 --top-k 20 --top-p 0.9 --min-p 0.05 --repeat-penalty 1.1"
 
+# fake_libcuda DIR [CC_FLAGS...] - build DIR/libcuda.so.1, a stand-in
+# driver (CUDA 12.4) for the GPU-listing paths, to load with
+# LD_LIBRARY_PATH=DIR. The flags shape it: -DNGPU=N GPUs (2), -D'NAME(d)=..'
+# their names ("Fake GPU"), -D'MAJOR(d)=..' their compute capability major
+# (9), -DPEER_ALL=0|1 adds cuDeviceCanAccessPeer (1: every pair, 0: only
+# between GPUs 0 and 1). 80 GiB each.
+fake_libcuda() {
+	local d=$1
+	shift
+	mkdir -p "$d"
+	cat >"$d/fake.c" <<'C'
+#include <stddef.h>
+#include <string.h>
+#ifndef NGPU
+#define NGPU 2
+#endif
+#ifndef NAME
+#define NAME(d) "Fake GPU"
+#endif
+#ifndef MAJOR
+#define MAJOR(d) 9
+#endif
+int cuInit(unsigned f) { return 0; }
+int cuDriverGetVersion(int *v) { *v = 12040; return 0; }
+int cuDeviceGetCount(int *n) { *n = NGPU; return 0; }
+int cuDeviceGet(int *d, int i) { *d = i; return 0; }
+int cuDeviceGetName(char *s, int n, int d) { strncpy(s, NAME(d), (size_t)n); return 0; }
+int cuDeviceGetAttribute(int *v, int a, int d) { *v = a == 75 ? MAJOR(d) : 0; return 0; }
+int cuDeviceTotalMem_v2(size_t *b, int d) { *b = (size_t)80 << 30; return 0; }
+#ifdef PEER_ALL
+int cuDeviceCanAccessPeer(int *c, int d, int p) { *c = PEER_ALL || (d < 2 && p < 2); return 0; }
+#endif
+C
+	${CC:-cc} "$@" -shared -fPIC -o "$d/libcuda.so.1" "$d/fake.c"
+}
+
 # greedy_ids EXPECTED_JSON KEY - print the ids of "greedy": {"KEY": [...]}
 # on one line, separated by single spaces (the pipe's id format). The file
 # is pretty-printed with one number a line inside arrays.
