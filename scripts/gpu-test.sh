@@ -4,9 +4,11 @@
 # from a build machine). Writes OUT/summary.md (a table) and the full logs:
 #   1. every CUDA op against the CPU op (build/tests/gpu/test-cuda-ops),
 #      again under each alternative decode GEMV (ATLAS_CUDA_GEMV=fma|tc|bulk)
-#   2. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda)
-#   3. tokenize | generate | detokenize on CUDA equals -p on CUDA
-#   4. device selection messages and a short decode timing
+#   2. the fused one-token decode equals the op-by-op decode on synthetic
+#      models (build/tests/gpu/test-fused-decode)
+#   3. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda)
+#   4. tokenize | generate | detokenize on CUDA equals -p on CUDA
+#   5. device selection messages and a short decode timing
 # Exit status 0 only if every part passed.
 set -u
 out=${1:?usage: gpu-test.sh OUT [BUILD]}
@@ -31,7 +33,6 @@ fails=$(grep -c '^not ok' "$out/ops.log")
 row "CUDA ops vs CPU" "$([ $rc -eq 0 ] && [ "$fails" -eq 0 ] && echo pass || echo FAIL)" \
 	"$(grep -c ' ok$' "$out/ops.log") cases ok, $(grep -c ' FAIL$' "$out/ops.log") failed; $(grep 'worst' "$out/ops.log" | sed 's/^# //')"
 
-# 2. golden models
 # the alternative decode GEMVs (ATLAS_CUDA_GEMV) must be as correct
 for alt in fma tc bulk; do
 	ATLAS_CUDA_GEMV=$alt "$build/tests/gpu/test-cuda-ops" >"$out/ops-$alt.log" 2>&1
@@ -41,12 +42,20 @@ for alt in fma tc bulk; do
 		"$(grep -c ' ok$' "$out/ops-$alt.log") cases ok, $(grep -c ' FAIL$' "$out/ops-$alt.log") failed"
 done
 
+# 2. fused decode: every layer of a one-token step in one kernel gives the
+# logits of the op-by-op step (qwen3-0.6b and qwen3-8b shapes)
+"$build/tests/gpu/test-fused-decode" >"$out/fused.log" 2>&1
+rc=$?
+row "fused decode = unfused" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/fused.log" && echo pass || echo FAIL)" \
+	"$(grep -c '^ok' "$out/fused.log") ok, $(grep -c '^not ok' "$out/fused.log") not ok; $(grep -m1 -e '^# overall:' -e '# skip' "$out/fused.log" | sed 's/^# overall: //; s/^1..0 # //')"
+
+# 3. golden models
 ATLAS_TEST_DEVICE=cuda ATLAS_LOG=info "$build/tests/test-golden" >"$out/golden.log" 2>&1
 rc=$?
 row "golden models on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \
 	"$(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok; $(grep 'worst' "$out/golden.log" | sed 's/^# //')"
 
-# 3. the pipe equals -p, on CUDA
+# 4. the pipe equals -p, on CUDA
 pipe_ok=pass
 : >"$out/pipe.log"
 for m in models/default tests/fixtures/golden/qwen3-bf16 tests/fixtures/golden/llama3; do
@@ -63,14 +72,14 @@ for m in models/default tests/fixtures/golden/qwen3-bf16 tests/fixtures/golden/l
 done
 row "pipe = -p on CUDA" "$pipe_ok" "$(grep -c ': same' "$out/pipe.log") of 6 identical"
 
-# 4. selection and a short timing
+# 5. selection and a short timing
 atlas-run -m tests/fixtures/golden/llama3 -p hi -n 4 -v >/dev/null 2>"$out/select.log"
 atlas-run -m tests/fixtures/golden/qwen3 -p hi -n 4 -v >/dev/null 2>>"$out/select.log"
 atlas-run -m tests/fixtures/golden/qwen3 --device cpu -p hi -n 4 -v >/dev/null 2>>"$out/select.log"
 sel=$(grep -c 'kernel target' "$out/select.log")
 row "device selection" "$([ "$sel" -ge 2 ] && grep -q 'device: cpu' "$out/select.log" && echo pass || echo FAIL)" \
 	"$(grep -m1 'kernel target' "$out/select.log" | sed 's/atlas: info: //'); --device cpu honoured"
-# 5. the server on CUDA: 32 concurrent temperature-0 requests give exactly
+# 6. the server on CUDA: 32 concurrent temperature-0 requests give exactly
 # what each gives alone (batch composition must not change results)
 if [ -x "$build/atlas-serve" ] && command -v python3 >/dev/null; then
 	port=$((20000 + RANDOM % 20000))
@@ -89,7 +98,7 @@ for i in range(60):
 	row "serve: batched = alone on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" "$(head -1 "$out/serve-check.txt")"
 fi
 
-# 6. a model that does not fit says how much it needed and how much was free
+# 7. a model that does not fit says how much it needed and how much was free
 # (the synthetic Qwen3-0.6B shape with a 16M-token context: ~1.9 TB of KV)
 if [ -n "${SYNTH:-}" ] && [ -d "$SYNTH" ]; then
 	atlas-run -m "$SYNTH" --device cuda -c 16777216 -p hi -n 2 >/dev/null 2>"$out/oom.log"

@@ -37,6 +37,32 @@ struct atlas_kv_batch {
 	int64_t max_keys;            /* most keys any token sees (<= max_blocks*block_size) */
 };
 
+/* One layer of the fused one-token decode (fused_prepare): backend
+ * pointers, the layout of the plain ops. */
+struct atlas_fused_layer {
+	const void *wq, *wk, *wv;    /* [H*hd, D], [Hkv*hd, D] x2, in wdt */
+	const void *bq, *bk, *bv;    /* [N] in wdt, or NULL */
+	const void *wo, *wg, *wu, *wd; /* [D, H*hd], [F, D] x2, [D, F], in wdt */
+	const void *ln1, *ln2;       /* [D] in nwdt */
+	const void *qn, *kn;         /* [hd] in nwdt, or both NULL (no q/k norm) */
+	void *kc, *vc;               /* the layer's K and V pools [n_slots, Hkv*hd] */
+};
+
+/* A model's whole layer stack for fused_prepare: shapes, weights, the
+ * activation buffers (one row of each is used) and the backend copies of
+ * the step metadata (row 0 of each: the step's one token). */
+struct atlas_fused_desc {
+	int64_t n_layers, D, F, H, Hkv, hd, window;
+	enum atlas_dtype wdt, nwdt;
+	float eps, scale;
+	const struct atlas_fused_layer *layers; /* host array [n_layers] */
+	void *x, *o;                 /* residual stream; the last MLP output */
+	void *q, *k, *v, *att, *g;   /* scratch rows: H*hd, Hkv*hd x2, H*hd, F */
+	const int32_t *pos, *seq_of, *slot, *block_tables;
+	int64_t max_blocks, block_size; /* the attention op's meaning (atlas_kv_batch) */
+	const float *inv_freq;       /* [hd/2] */
+};
+
 /* One row's sampling settings for the on-device sampler. The uniform u
  * comes from the host's seeded generator, so a backend's choice equals
  * the host sampler's for the same logits (see atlas_sample_pick). */
@@ -183,6 +209,21 @@ struct atlas_backend {
 			     const float *inv_freq, void *kc, void *vc,
 			     const int32_t *slot, int64_t T, int64_t H,
 			     int64_t Hkv, int64_t hd);
+
+	/* The layer stack of a one-token step (T = 1) as one fused op.
+	 * fused_prepare checks that the backend has a kernel for the
+	 * model's shapes and takes what it needs (call it once, outside a
+	 * capture); NULL (with no error set) when it does not fit, else a
+	 * handle for fused_decode and fused_release. fused_decode: on entry
+	 * x holds the step's embedding row; on return x holds the residual
+	 * stream before the last layer's MLP output and o that output, as
+	 * body() leaves them op by op (the caller's final add_rmsnorm then
+	 * finishes the step), the new key and value are in each layer's
+	 * cache, and the results equal the plain ops' up to FP32 summation
+	 * order (not batch-invariant: callers in that mode do not use it). */
+	void *(*fused_prepare)(struct atlas_backend *be, const struct atlas_fused_desc *d);
+	int (*fused_decode)(struct atlas_backend *be, void *fused);
+	void (*fused_release)(struct atlas_backend *be, void *fused);
 
 	/* --- optional: speed and benchmarking (NULL where unsupported) --- */
 

@@ -438,6 +438,7 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		rc = bind_layer(m, l);
 	if (rc || atlas_decoder_alloc_buffers(m) || atlas_kvpool_init(m))
 		goto fail;
+	atlas_forward_fused_setup(m);
 	atlas_info("loaded %s model from '%s': %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld, context %lld",
 		   m->fam->name, dir, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads,

@@ -80,6 +80,8 @@ struct atlas_model {
 	/* recorded decode steps (forward.c), by batch size */
 	void **graphs;                    /* [max_seqs + 1] backend graphs, or NULL */
 	bool no_graphs;                   /* run every step op by op */
+	void *fused;                      /* the backend's fused one-token layer
+					   * stack (fused_prepare), or NULL */
 	bool synthetic;                   /* weights from the backend's random fill */
 };
 
@@ -90,8 +92,11 @@ struct atlas_seq {
 	int64_t len;           /* tokens in the cache */
 };
 
-/* forward.c: release the recorded decode steps. */
+/* forward.c: release the recorded decode steps and the fused stack. */
 void atlas_forward_release(struct atlas_model *m);
+/* forward.c: offer the loaded model to the backend's fused one-token
+ * layer stack (m->fused stays NULL when it does not fit). */
+void atlas_forward_fused_setup(struct atlas_model *m);
 
 /* decoder.c: the load steps a synthetic model (synthetic.c) shares. */
 int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_family *fam);

@@ -150,7 +150,9 @@ static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int
 }
 
 /* The device work of a step from the embedding to the final norm: on
- * return m->h holds rmsnorm(x) of every row. */
+ * return m->h holds rmsnorm(x) of every row. A one-token step runs the
+ * layers as the backend's fused op when the model has one (not in
+ * batch-invariant mode: a token must get the bits it gets in a batch). */
 static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *kb)
 {
 	struct atlas_backend *be = m->be;
@@ -158,6 +160,10 @@ static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *k
 	int64_t D = c->hidden_size;
 	float eps = (float)c->rms_eps;
 	TRY(be->embed(be, m->x, m->embed.p, m->embed.dtype, m->d_ids, T, D));
+	if (T == 1 && m->fused && !be->batch_invariant) {
+		TRY(be->fused_decode(be, m->fused));
+		return be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps);
+	}
 	for (int64_t l = 0; l < c->num_layers; l++) {
 		const struct layer *L = &m->layers[l];
 		if (l == 0)
@@ -371,8 +377,60 @@ int atlas_model_follow(struct atlas_model *m)
 	}
 }
 
+void atlas_forward_fused_setup(struct atlas_model *m)
+{
+	struct atlas_backend *be = m->be;
+	const struct atlas_config *c = &m->cfg;
+	const int64_t nl = c->num_layers;
+	if (!be->fused_prepare || m->comm->world != 1 || be->act_dtype != ATLAS_DTYPE_BF16 || nl < 1)
+		return;
+	const struct layer *L0 = &m->layers[0];
+	const enum atlas_dtype wdt = L0->wq.dtype, nwdt = L0->ln1.dtype;
+	struct atlas_fused_layer *fl = calloc((size_t)nl, sizeof(*fl));
+	if (!fl)
+		return;
+	for (int64_t l = 0; l < nl; l++) {
+		const struct layer *L = &m->layers[l];
+		const struct weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
+		const struct weight *b[] = {&L->bq, &L->bk, &L->bv};
+		for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+			if (w[i]->dtype != wdt)
+				goto out;
+		for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+			if (b[i]->p && b[i]->dtype != wdt)
+				goto out;
+		/* o and MLP biases are not in the fused op */
+		if (L->bo.p || L->bg.p || L->bu.p || L->bd.p || L->ln2.dtype != nwdt ||
+		    L->ln1.dtype != nwdt || (m->fam->qk_norm && (L->qn.dtype != nwdt || L->kn.dtype != nwdt)))
+			goto out;
+		fl[l] = (struct atlas_fused_layer){
+		    .wq = L->wq.p, .wk = L->wk.p, .wv = L->wv.p,
+		    .bq = L->bq.p, .bk = L->bk.p, .bv = L->bv.p,
+		    .wo = L->wo.p, .wg = L->wg.p, .wu = L->wu.p, .wd = L->wd.p,
+		    .ln1 = L->ln1.p, .ln2 = L->ln2.p,
+		    .qn = m->fam->qk_norm ? L->qn.p : NULL, .kn = m->fam->qk_norm ? L->kn.p : NULL,
+		    .kc = kv_pool(m, 0, l), .vc = kv_pool(m, 1, l),
+		};
+	}
+	struct atlas_fused_desc d = {
+	    .n_layers = nl, .D = c->hidden_size, .F = m->F_loc, .H = m->H_loc, .Hkv = m->Hkv_loc,
+	    .hd = c->head_dim, .window = m->fam->use_window ? c->sliding_window : 0,
+	    .wdt = wdt, .nwdt = nwdt, .eps = (float)c->rms_eps,
+	    .scale = 1.0f / sqrtf((float)c->head_dim), .layers = fl,
+	    .x = m->x, .o = m->o, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .g = m->g,
+	    .pos = m->d_pos, .seq_of = m->d_seq, .slot = m->d_slot, .block_tables = m->d_tables,
+	    .max_blocks = m->max_blocks, .block_size = m->block_size, .inv_freq = m->inv_freq,
+	};
+	m->fused = be->fused_prepare(be, &d);
+out:
+	free(fl);
+}
+
 void atlas_forward_release(struct atlas_model *m)
 {
+	if (m->fused)
+		m->be->fused_release(m->be, m->fused);
+	m->fused = NULL;
 	if (m->graphs)
 		for (int64_t i = 0; i <= m->max_seqs; i++)
 			if (m->graphs[i])

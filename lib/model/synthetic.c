@@ -146,6 +146,7 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 		rc = make_layer(m, l, seed + 16);
 	if (rc || atlas_decoder_alloc_buffers(m) || atlas_kvpool_init(m))
 		goto fail;
+	atlas_forward_fused_setup(m);
 	atlas_info("synthetic %s model: %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld; "
 		   "%lld bytes of weights read per token",
 		   m->fam->name, (long long)c->num_layers, (long long)c->hidden_size,

@@ -146,6 +146,50 @@ static __device__ __forceinline__ void atlas_prefetch_l2(const void *p, unsigned
 			     : "memory");
 }
 
+// --- mbarriers and bulk copies (sm_90) -----------------------------------
+// A ring of shared-memory stages filled by cp.async.bulk: the producer
+// arms a stage's mbarrier with the bytes it will copy (expect), the copy
+// engine completes them; consumers wait for the phase (parity) and
+// arrive on the stage's "empty" barrier when done with it.
+
+static __device__ __forceinline__ unsigned atlas_smem_addr(const void *p)
+{
+	return (unsigned)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void atlas_mbar_wait(unsigned long long *bar, unsigned parity)
+{
+	asm volatile("{\n\t.reg .pred P1;\n"
+		     "ATLAS_MBAR_WAIT:\n\t"
+		     "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+		     "@P1 bra ATLAS_MBAR_DONE;\n\t"
+		     "bra ATLAS_MBAR_WAIT;\n"
+		     "ATLAS_MBAR_DONE:\n\t}" ::"r"(atlas_smem_addr(bar)),
+		     "r"(parity)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void atlas_mbar_arrive(unsigned long long *bar)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(atlas_smem_addr(bar)) : "memory");
+}
+
+static __device__ __forceinline__ void atlas_mbar_expect(unsigned long long *bar, unsigned bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(atlas_smem_addr(bar)),
+		     "r"(bytes)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void atlas_bulk_copy(void *dst, const void *src, unsigned bytes,
+						unsigned long long *bar)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+		     "[%0], [%1], %2, [%3];" ::"r"(atlas_smem_addr(dst)),
+		     "l"(src), "r"(bytes), "r"(atlas_smem_addr(bar))
+		     : "memory");
+}
+
 // --- reductions --------------------------------------------------------
 // Block reductions need blockDim.x to be a multiple of 32 (every launch
 // shape of kernels/ABI.md is) and must be reached by every thread.

@@ -34,44 +34,6 @@
 #define GBK_STAGES ATLAS_GBK_STAGES
 #define GBK_KC ATLAS_GBK_KC
 
-static __device__ __forceinline__ unsigned gbk_saddr(const void *p)
-{
-	return (unsigned)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void gbk_wait(unsigned long long *bar, unsigned parity)
-{
-	asm volatile("{\n\t.reg .pred P1;\n"
-		     "GBK_WAIT:\n\t"
-		     "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
-		     "@P1 bra GBK_DONE;\n\t"
-		     "bra GBK_WAIT;\n"
-		     "GBK_DONE:\n\t}" ::"r"(gbk_saddr(bar)),
-		     "r"(parity)
-		     : "memory");
-}
-
-static __device__ __forceinline__ void gbk_arrive(unsigned long long *bar)
-{
-	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gbk_saddr(bar)) : "memory");
-}
-
-static __device__ __forceinline__ void gbk_expect(unsigned long long *bar, unsigned bytes)
-{
-	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gbk_saddr(bar)),
-		     "r"(bytes)
-		     : "memory");
-}
-
-static __device__ __forceinline__ void gbk_copy(void *dst, const void *src, unsigned bytes,
-						unsigned long long *bar)
-{
-	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-		     "[%0], [%1], %2, [%3];" ::"r"(gbk_saddr(dst)),
-		     "l"(src), "r"(bytes), "r"(gbk_saddr(bar))
-		     : "memory");
-}
-
 /* Where virtual row v (0..rows-1) of the launch lives: its segment and
  * row in it; swiglu: v = 8 * group + j, feature 4 * group + (j & 3) of
  * gate (j < 4) or up. */
@@ -120,8 +82,8 @@ static __device__ __forceinline__ void gbk_impl(const atlas_gemv_args &a)
 
 	if (threadIdx.x == 0) {
 		for (int s = 0; s < GBK_STAGES; s++) {
-			asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(gbk_saddr(&full[s])));
-			asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(gbk_saddr(&empty[s])));
+			asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(atlas_smem_addr(&full[s])));
+			asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(atlas_smem_addr(&empty[s])));
 		}
 		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	}
@@ -133,7 +95,7 @@ static __device__ __forceinline__ void gbk_impl(const atlas_gemv_args &a)
 				const int st = (int)(i % GBK_STAGES);
 				const long long use = i / GBK_STAGES;
 				if (use > 0)
-					gbk_wait(&empty[st], (unsigned)((use - 1) & 1));
+					atlas_mbar_wait(&empty[st], (unsigned)((use - 1) & 1));
 				const long long grp = g0 + i / nk, k0 = (i % nk) * GBK_KC;
 				const long long len = K - k0 < GBK_KC ? K - k0 : GBK_KC;
 				const bf16 *src[8];
@@ -145,10 +107,10 @@ static __device__ __forceinline__ void gbk_impl(const atlas_gemv_args &a)
 					if (src[r])
 						bytes += (unsigned)(len * 2);
 				}
-				gbk_expect(&full[st], bytes);
+				atlas_mbar_expect(&full[st], bytes);
 				for (int r = 0; r < 8; r++)
 					if (src[r])
-						gbk_copy(ring + ((size_t)st * 8 + r) * GBK_KC, src[r] + k0,
+						atlas_bulk_copy(ring + ((size_t)st * 8 + r) * GBK_KC, src[r] + k0,
 							 (unsigned)(len * 2), &full[st]);
 			}
 		}
@@ -178,7 +140,7 @@ static __device__ __forceinline__ void gbk_impl(const atlas_gemv_args &a)
 		int seg = 0;
 		long long n = 0;
 		const bool live = v < rows && gbk_row(a, v, &seg, &n) != NULL;
-		gbk_wait(&full[st], (unsigned)((i / GBK_STAGES) & 1));
+		atlas_mbar_wait(&full[st], (unsigned)((i / GBK_STAGES) & 1));
 		if (live) {
 			const uint4 *w = (const uint4 *)(ring + ((size_t)st * 8 + warp) * GBK_KC);
 			for (long long e = lane; e < len / 8; e += 32) {
@@ -196,7 +158,7 @@ static __device__ __forceinline__ void gbk_impl(const atlas_gemv_args &a)
 		}
 		__syncwarp();
 		if (lane == 0)
-			gbk_arrive(&empty[st]);
+			atlas_mbar_arrive(&empty[st]);
 		if (kc != nk - 1)
 			continue;
 		/* the group's last chunk: finish this warp's row */

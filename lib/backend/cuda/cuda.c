@@ -48,6 +48,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC64] = "atlas_gemv_tc64",
 	[ATLAS_CK_GEMV_BULK] = "atlas_gemv_bulk",
 	[ATLAS_CK_GEMM_TC_REDUCE] = "atlas_gemm_tc_reduce",
+	[ATLAS_CK_DECODE_FUSED] = "atlas_decode_fused",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -62,6 +63,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC64] = 1,
 	[ATLAS_CK_GEMV_BULK] = 1,
 	[ATLAS_CK_GEMM_TC_REDUCE] = 1,
+	[ATLAS_CK_DECODE_FUSED] = 1, /* its shared memory is set by fused_prepare */
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -147,6 +149,9 @@ static void read_switches(struct cuda_ctx *c, int major)
 {
 	c->pdl = major >= 9 && !env_is("ATLAS_CUDA_PDL", "0");
 	c->gemv_pre = !env_is("ATLAS_CUDA_GEMV_PRE", "0");
+	c->fused = !env_is("ATLAS_CUDA_FUSED", "0");
+	const char *fm = getenv("ATLAS_CUDA_FUSED_MODE");
+	c->fused_mode = fm && atoi(fm) >= 1 && atoi(fm) <= 3 ? atoi(fm) : 0;
 	c->no_split_k = env_is("ATLAS_CUDA_SPLITK", "0");
 	const char *rpb = getenv("ATLAS_CUDA_GEMV_RPB");
 	c->gemv_rpb = rpb && (!strcmp(rpb, "1") || !strcmp(rpb, "2") || !strcmp(rpb, "4") ||

@@ -37,6 +37,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC64,
 	ATLAS_CK_GEMV_BULK,    /* gemv_bulk.cu: T <= 2, TMA bulk copies */
 	ATLAS_CK_GEMM_TC_REDUCE, /* gemm_tc.cu: the split-K partials summed */
+	ATLAS_CK_DECODE_FUSED, /* decode_fused.cu: a one-token step's layers */
 	ATLAS_CK_COUNT,
 };
 
@@ -103,6 +104,10 @@ struct cuda_ctx {
 				       * only: the results are garbage) */
 	int gemv_rpb;                 /* ATLAS_CUDA_GEMV_RPB (1, 2, 4, 8): rows per
 				       * block of atlas_gemv, else 0 (chosen by N) */
+	int fused;                    /* offer the fused one-token layer stack
+				       * (ATLAS_CUDA_FUSED=0: not) */
+	int fused_mode;               /* ATLAS_CUDA_FUSED_MODE: its timing-only
+				       * variants (atlas_fd_args.mode) */
 	int pdl;                      /* launch with programmatic dependent launch
 				       * (ATLAS_CUDA_PDL=0 turns it off) */
 	int prof_on;                  /* time every launch (profile op) */
@@ -162,6 +167,12 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32,
 int atlas_cuda_attention_prefill(struct cuda_ctx *c, void *out, const void *q, const void *kc,
 				 const void *vc, const struct atlas_kv_batch *b, int64_t T,
 				 int64_t H, int64_t Hkv, int64_t hd, int64_t window, float scale);
+
+/* The fused one-token layer stack (cuda_fused.c): the backend.h ops
+ * fused_prepare, fused_decode and fused_release. */
+void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fused_desc *d);
+int atlas_cuda_fused_decode(struct atlas_backend *be, void *fused);
+void atlas_cuda_fused_release(struct atlas_backend *be, void *fused);
 
 /* Fill the op pointers of be. */
 void atlas_cuda_ops_init(struct atlas_backend *be);

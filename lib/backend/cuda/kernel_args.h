@@ -78,4 +78,52 @@ struct atlas_tcg_args {
 /* the most any launch asks for (the host falls back above it) */
 #define ATLAS_GBK_SMEM_MAX (ATLAS_GBK_STAGES * 8 * ATLAS_GBK_KC * 2 + 65536)
 
+/* atlas_decode_fused (decode_fused.cu): every layer of a one-token decode
+ * step in one launch. Weights stream through a ring of nst stages of
+ * ATLAS_FD_CHUNK bytes; consumer warps take ATLAS_FD_SLICE columns of a
+ * chunk each, so every K is a multiple of it. */
+#define ATLAS_FD_CHUNK 16384
+#define ATLAS_FD_SLICE 1024
+#define ATLAS_FD_MAXST 16   /* ring stages at most */
+#define ATLAS_FD_HD 128     /* the head size it takes */
+#define ATLAS_FD_MAXG 8     /* query heads per kv head at most */
+#define ATLAS_FD_MAXSPLIT 32 /* attention splits per kv head at most */
+#define ATLAS_FD_TILE 64    /* keys per attention step */
+#define ATLAS_FD_PSTRIDE (ATLAS_FD_HD + 4) /* floats per attention partial (16-byte rows) */
+#define ATLAS_FD_THREADS 288 /* 8 consumer warps + 1 producer warp */
+/* bytes of the attention scratch at the start of the x area: q of the
+ * group [MAXG][HD] and scores [MAXG][TILE] as float, key offsets [TILE] */
+#define ATLAS_FD_ATT_SCRATCH (ATLAS_FD_MAXG * ATLAS_FD_HD * 4 + ATLAS_FD_MAXG * ATLAS_FD_TILE * 4 + ATLAS_FD_TILE * 8)
+
+/* One layer's device pointers (bf16 weights; norms in nwdt). */
+struct atlas_fd_layer {
+	const void *wq, *wk, *wv, *bq, *bk, *bv; /* biases may be NULL */
+	const void *wo, *wg, *wu, *wd;
+	const void *ln1, *ln2, *qn, *kn;         /* qn, kn NULL: no q/k norm */
+	void *kc, *vc;                           /* [n_slots, Hkv * hd] each */
+};
+
+struct atlas_fd_args {
+	const struct atlas_fd_layer *layers; /* device [n_layers] */
+	void *x;        /* [D] residual stream: in, and out (before the last MLP) */
+	void *o;        /* [D] out: the last layer's MLP output */
+	void *q, *k, *v, *att, *g; /* scratch: [H*hd], [Hkv*hd] x2, [H*hd], [F] */
+	float *part;    /* attention partials [H][ATLAS_FD_MAXSPLIT][ATLAS_FD_PSTRIDE]:
+			 * the unnormalized output, then max and sum */
+	unsigned *sync; /* [0] barrier arrivals, [1] blocks done, [2 + g] the
+			 * finished splits of kv head g; zero between launches */
+	const int *pos, *seq_of, *slot, *tables; /* the step's metadata, row 0 */
+	const float *inv_freq; /* [hd / 2] */
+	long long max_blocks, block_size;
+	int n_layers, D, F, H, Hkv;
+	int nwdt;       /* norm weight dtype */
+	int window;     /* sliding window, 0 = none */
+	int nst;        /* ring stages */
+	int xs_bytes;   /* bytes of the x area (>= ATLAS_FD_ATT_SCRATCH) */
+	int part_cap;   /* floats of the row partial sums */
+	int mode;       /* ATLAS_CUDA_FUSED_MODE: 0 normal; timing only: 1 no
+			 * attention, 2 no grid barriers, 3 weights only */
+	float eps, scale;
+};
+
 #endif

@@ -1,0 +1,638 @@
+/* decode_fused.cu - atlas_decode_fused: every layer of a one-token decode
+ * step in one launch (a "megakernel" for batch 1).
+ *
+ * Why: a batch-1 step reads every weight byte once, so its floor is the
+ * weight bytes over the HBM bandwidth. Run as ~7 kernels a layer, each
+ * kernel boundary drains the memory pipeline (the last blocks' tail, the
+ * next kernel's first round trips): on the H200 the GEMV launches of a
+ * Qwen3-8B step alone ran at ~81% of the copy rate, and the small kernels
+ * between them added ~0.75 ms. Here one resident block per SM streams its
+ * share of every matrix of every layer, in order, through a ring of
+ * shared-memory stages filled by bulk copies; the data dependencies
+ * between the products (a grid-wide barrier between phases) stall only
+ * the arithmetic, while the copy engine keeps filling the ring with the
+ * next phase's weights (which never depend on the activations).
+ *
+ * Launch: grid = one block per SM (all resident: 1 block fits per SM and
+ * the grid is no larger than the SM count), block ATLAS_FD_THREADS = 8
+ * consumer warps + 1 producer warp, dynamic shared memory
+ * nst * ATLAS_FD_CHUNK (the ring) + xs_bytes (x of the phase, bf16; the
+ * attention scratch) + part_cap floats (row partial sums) + 2 * nst
+ * mbarriers. struct atlas_fd_args (kernel_args.h).
+ *
+ * Work split: in each product block b owns output rows [N*b/G, N*(b+1)/G)
+ * (q, k and v as one matrix of (H + 2 Hkv) hd rows; gate and up the same
+ * rows of each). Its rows are contiguous in memory, so the producer lane
+ * streams them as chunks of ATLAS_FD_CHUNK bytes, the segments of every
+ * layer back to back (7 per layer: q, k, v pieces, o, gate, up, down).
+ * Consumer warp w dots the w-th ATLAS_FD_SLICE columns of each chunk
+ * with x (every K is a multiple of the slice, so a slice never straddles
+ * rows) and stores the warp sum in part[row][slice]; at the end of a
+ * phase each row's slices are added in slice order: deterministic, and
+ * independent of timing.
+ *
+ * Per layer (h the residual stream, a bf16 vector in global memory):
+ *   A  xn = rmsnorm(h) ln1 (every block, into shared memory); q, k, v
+ *      rows (+ biases), rounded to bf16 as the matmul op rounds them
+ *   -- grid barrier
+ *   B  attention: item (kv head g, split s) for blocks < Hkv * S: the
+ *      group's q heads normed and rotated (qk_rope_store's arithmetic),
+ *      the block whose split holds the new key normalizes and rotates k
+ *      and stores k and v in the cache, then online softmax over the
+ *      split's keys; S > 1: partials, and the last split of a kv head to
+ *      finish (a counter) merges them in split order
+ *   -- grid barrier
+ *   C  o rows; h[n] = bf16(h[n] + bf16(o[n])) for the block's own rows
+ *   -- grid barrier
+ *   D  xn = rmsnorm(h) ln2; gate and up rows, silu(g) u as matmul_swiglu
+ *      rounds it
+ *   -- grid barrier
+ *   E  down rows; h[n] += them (the last layer writes them to o instead:
+ *      the caller's final add_rmsnorm adds them, as the unfused step does)
+ *   -- grid barrier (not after the last layer)
+ * Activations written inside the launch are read with ld.global.cg (L2,
+ * never a stale L1 line). The barrier: one counter, each block adds 1 and
+ * waits for the next multiple of G; the last block to exit zeroes it.
+ *
+ * Programmatic dependent launch: the producer starts streaming at once
+ * (weights never change); the consumers wait for the previous kernel.
+ */
+#include "common.cuh"
+#include "../../../lib/backend/cuda/kernel_args.h"
+
+#define FD_CHUNK ATLAS_FD_CHUNK
+#define FD_CHUNK_E (ATLAS_FD_CHUNK / 2) /* bf16 elements per chunk */
+#define FD_SLICE ATLAS_FD_SLICE
+#define FD_HD ATLAS_FD_HD
+#define FD_TILE ATLAS_FD_TILE
+#define FD_NSEG 7 /* weight segments per layer */
+#define FD_PST ATLAS_FD_PSTRIDE /* floats per attention partial: hd, then m and l */
+
+static_assert(FD_CHUNK_E == 8 * FD_SLICE, "one slice per consumer warp per chunk");
+static_assert(FD_HD == 128 && FD_TILE == 64, "attention lane mappings");
+
+/* Consumer-only barrier (the producer warp never joins). */
+static __device__ __forceinline__ void fd_bar(void)
+{
+	asm volatile("bar.sync 1, 256;" ::: "memory");
+}
+
+/* One weight segment of a block: rows rows of K columns from w, whose
+ * partial sums go to rows pbase.. of part. */
+struct fd_seg {
+	const bf16 *w;
+	long long rows, K;
+	int pbase;
+};
+
+/* Rows [*r0, *r1) of an n-row product owned by this block. */
+static __device__ __forceinline__ void fd_rows(long long n, long long *r0, long long *r1)
+{
+	*r0 = n * blockIdx.x / gridDim.x;
+	*r1 = n * (blockIdx.x + 1) / gridDim.x;
+}
+
+/* Segment idx (0..FD_NSEG-1) of layer L for this block. */
+static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L, int idx)
+{
+	fd_seg s = {NULL, 0, 0, 0};
+	long long r0, r1;
+	if (idx < 3) {
+		const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
+		fd_rows(nq + 2 * nkv, &r0, &r1);
+		const long long lo = idx == 0 ? 0 : idx == 1 ? nq : nq + nkv;
+		const long long hi = idx == 0 ? nq : idx == 1 ? nq + nkv : nq + 2 * nkv;
+		const void *w = idx == 0 ? L.wq : idx == 1 ? L.wk : L.wv;
+		const long long a0 = r0 > lo ? r0 : lo, a1 = r1 < hi ? r1 : hi;
+		s.K = a.D;
+		if (a1 > a0) {
+			s.w = (const bf16 *)w + (a0 - lo) * s.K;
+			s.rows = a1 - a0;
+			s.pbase = (int)(a0 - r0);
+		}
+	} else if (idx == 3) {
+		fd_rows(a.D, &r0, &r1);
+		s.w = (const bf16 *)L.wo + r0 * ((long long)a.H * FD_HD);
+		s.rows = r1 - r0;
+		s.K = (long long)a.H * FD_HD;
+	} else if (idx < 6) {
+		fd_rows(a.F, &r0, &r1);
+		s.w = (const bf16 *)(idx == 4 ? L.wg : L.wu) + r0 * (long long)a.D;
+		s.rows = r1 - r0;
+		s.K = a.D;
+		s.pbase = idx == 4 ? 0 : (int)(r1 - r0);
+	} else {
+		fd_rows(a.D, &r0, &r1);
+		s.w = (const bf16 *)L.wd + r0 * (long long)a.F;
+		s.rows = r1 - r0;
+		s.K = a.F;
+	}
+	return s;
+}
+
+/* The producer lane: every chunk of every segment of every layer, in the
+ * consumers' order, each into the next ring stage once it is free. */
+static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
+				  unsigned long long *full, unsigned long long *empty)
+{
+	int st = 0;
+	unsigned ph = 0;
+	long long cc = 0;
+	for (int l = 0; l < a.n_layers; l++) {
+		const atlas_fd_layer L = a.layers[l];
+		for (int idx = 0; idx < FD_NSEG; idx++) {
+			const fd_seg s = fd_get(a, L, idx);
+			const long long bytes = s.rows * s.K * 2;
+			for (long long off = 0; off < bytes; off += FD_CHUNK, cc++) {
+				if (cc >= a.nst)
+					atlas_mbar_wait(&empty[st], ph ^ 1);
+				const unsigned n = (unsigned)(bytes - off < FD_CHUNK ? bytes - off : FD_CHUNK);
+				atlas_mbar_expect(&full[st], n);
+				atlas_bulk_copy(ring + (size_t)st * FD_CHUNK, (const char *)s.w + off, n,
+						&full[st]);
+				if (++st == a.nst)
+					st = 0, ph ^= 1;
+			}
+		}
+	}
+}
+
+/* The consumers' place in the ring. */
+struct fd_ring {
+	unsigned char *ring;
+	unsigned long long *full, *empty;
+	int st;
+	unsigned ph;
+};
+
+/* Consume one segment: part[(pbase + row) * (K / SLICE) + slice] = the
+ * dot product of that slice of the row with xs. Every consumer warp
+ * waits for and releases every chunk (the empty barriers count 8). */
+static __device__ void fd_consume(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
+				  const bf16 *xs, float *part)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const long long total = s.rows * s.K;
+	const int nsl = (int)(s.K / FD_SLICE);
+	for (long long e0 = 0; e0 < total; e0 += FD_CHUNK_E) {
+		atlas_mbar_wait(&r.full[r.st], r.ph);
+		const long long e = e0 + (long long)warp * FD_SLICE;
+		if (e < total && a.mode != 3) {
+			const long long row = e / s.K;
+			const int sl = (int)((e % s.K) / FD_SLICE);
+			const uint4 *w = (const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK) + warp * (FD_SLICE / 8);
+			const uint4 *x = (const uint4 *)(xs + (long long)sl * FD_SLICE);
+			float acc = 0.0f;
+#pragma unroll
+			for (int i = 0; i < FD_SLICE / 256; i++) {
+				float wf[8], xf[8];
+				atlas_unpack8(w[i * 32 + lane], wf);
+				atlas_unpack8(x[i * 32 + lane], xf);
+#pragma unroll
+				for (int j = 0; j < 8; j++)
+					acc = fmaf(xf[j], wf[j], acc);
+			}
+			acc = atlas_warp_sum(acc);
+			if (lane == 0)
+				part[(s.pbase + row) * nsl + sl] = acc;
+		}
+		__syncwarp();
+		if (lane == 0)
+			atlas_mbar_arrive(&r.empty[r.st]);
+		if (++r.st == a.nst)
+			r.st = 0, r.ph ^= 1;
+	}
+}
+
+/* Row r's dot product from its slices, in slice order. */
+static __device__ __forceinline__ float fd_row(const float *part, long long r, int nsl)
+{
+	float s = 0.0f;
+	for (int i = 0; i < nsl; i++)
+		s += part[r * nsl + i];
+	return s;
+}
+
+/* Sum over the 256 consumer threads, to every one of them. */
+static __device__ __forceinline__ float fd_sum(float v, float *red)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	v = atlas_warp_sum(v);
+	if (lane == 0)
+		red[warp] = v;
+	fd_bar();
+	float s = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 8; i++)
+		s += red[i];
+	fd_bar(); /* red is reused */
+	return s;
+}
+
+/* xs[0..n) = src (bf16, written earlier in the launch or before it). */
+static __device__ __forceinline__ void fd_load_x(bf16 *xs, const void *src, int n)
+{
+	const uint4 *g = (const uint4 *)src;
+	uint4 *d = (uint4 *)xs;
+	for (int i = threadIdx.x; i < n / 8; i += 256)
+		d[i] = __ldcg(g + i);
+	fd_bar();
+}
+
+/* xs = rmsnorm(h) * w, as atlas_rmsnorm computes it (each element read
+ * and rewritten by the same thread). */
+static __device__ void fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt, int D,
+				 float eps, float *red)
+{
+	const uint4 *g = (const uint4 *)h;
+	uint4 *d = (uint4 *)xs;
+	float ss = 0.0f;
+	for (int i = threadIdx.x; i < D / 8; i += 256) {
+		const uint4 u = __ldcg(g + i);
+		float f[8];
+		atlas_unpack8(u, f);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			ss += f[j] * f[j];
+		d[i] = u;
+	}
+	ss = fd_sum(ss, red);
+	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+	for (int i = threadIdx.x; i < D / 8; i += 256) {
+		float f[8];
+		atlas_unpack8(d[i], f);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			f[j] = f[j] * inv * atlas_wload(w, wdt, (long long)i * 8 + j);
+		d[i] = atlas_pack8(f);
+	}
+	fd_bar();
+}
+
+/* The grid barrier of the consumers (see the file comment). */
+static __device__ __forceinline__ void fd_grid_sync(const atlas_fd_args &a, unsigned &target)
+{
+	fd_bar();
+	if (a.mode == 2)
+		return;
+	if (threadIdx.x == 0) {
+		__threadfence();
+		atomicAdd(a.sync, 1u);
+		target += gridDim.x;
+		unsigned v;
+		do {
+			asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(a.sync) : "memory");
+		} while ((int)(v - target) < 0);
+	}
+	fd_bar();
+}
+
+/* One head row (hd = 128) rmsnorm'ed with nw (NULL: not) and rotated at
+ * position p, as atlas_qk_rope_store computes it, by one warp: lane i
+ * returns dims i, i + 32 (first half) and i + 64, i + 96 (second half)
+ * in x0[0..1], x1[0..1], rounded to bf16. */
+static __device__ __forceinline__ void fd_rope_head(const bf16 *src, const void *nw, int nwdt,
+						    float eps, float p, const float *inv_freq,
+						    float (&x0)[2], float (&x1)[2])
+{
+	const int lane = threadIdx.x & 31;
+	float ss = 0.0f;
+#pragma unroll
+	for (int u = 0; u < 2; u++) {
+		const int i = lane + 32 * u;
+		x0[u] = atlas_bf(__ldcg(src + i));
+		x1[u] = atlas_bf(__ldcg(src + i + 64));
+		ss += x0[u] * x0[u] + x1[u] * x1[u];
+	}
+	if (nw) {
+		ss = atlas_warp_sum(ss);
+		const float inv = 1.0f / sqrtf(ss / (float)FD_HD + eps);
+#pragma unroll
+		for (int u = 0; u < 2; u++) {
+			const int i = lane + 32 * u;
+			x0[u] = atlas_bf(atlas_tobf(x0[u] * inv * atlas_wload(nw, nwdt, i)));
+			x1[u] = atlas_bf(atlas_tobf(x1[u] * inv * atlas_wload(nw, nwdt, i + 64)));
+		}
+	}
+#pragma unroll
+	for (int u = 0; u < 2; u++) {
+		const int i = lane + 32 * u;
+		float sn, cs;
+		sincosf(p * inv_freq[i], &sn, &cs);
+		const float r0 = atlas_bf(atlas_tobf(x0[u] * cs - x1[u] * sn));
+		const float r1 = atlas_bf(atlas_tobf(x1[u] * cs + x0[u] * sn));
+		x0[u] = r0, x1[u] = r1;
+	}
+}
+
+/* Four consecutive bf16 values at p (8-byte aligned) as float. */
+static __device__ __forceinline__ void fd_load4(const bf16 *p, float *f)
+{
+	const uint2 u = *(const uint2 *)p;
+	const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+	const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+	f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+
+/* Phase B for this block's item, if it has one (see the file comment).
+ * Warp h < G (G = H / Hkv) owns query head g * G + h of the item; lane i
+ * its dims 4i..4i+3 of the output. */
+static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer &L,
+				    unsigned char *scratch, long long p, long long seq,
+				    long long slot)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int G = a.H / a.Hkv;
+	const long long lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+	const long long nk = p - lo + 1;
+	long long S = (nk + 31) / 32, cap = gridDim.x / a.Hkv;
+	if (cap > ATLAS_FD_MAXSPLIT)
+		cap = ATLAS_FD_MAXSPLIT;
+	if (S > cap)
+		S = cap;
+	if (S < 1)
+		S = 1;
+	if (blockIdx.x >= a.Hkv * S)
+		return;
+	const int g = (int)(blockIdx.x / S), s = (int)(blockIdx.x % S);
+	const long long per = (nk + S - 1) / S;
+	const long long j0 = lo + s * per, j1 = j0 + per < p + 1 ? j0 + per : p + 1;
+	float(*qs)[FD_HD] = (float(*)[FD_HD])scratch;			  /* [MAXG][HD] */
+	float(*sc)[FD_TILE] = (float(*)[FD_TILE])(scratch + ATLAS_FD_MAXG * FD_HD * 4); /* [MAXG][TILE] */
+	long long *offs = (long long *)(scratch + ATLAS_FD_MAXG * FD_HD * 4 + ATLAS_FD_MAXG * FD_TILE * 4);
+	const long long ld = (long long)a.Hkv * FD_HD;
+	const float fp = (float)p;
+
+	/* the group's queries; the new key and value into the cache */
+	if (warp < G) {
+		float x0[2], x1[2];
+		fd_rope_head((const bf16 *)a.q + (long long)(g * G + warp) * FD_HD, L.qn, a.nwdt,
+			     a.eps, fp, a.inv_freq, x0, x1);
+#pragma unroll
+		for (int u = 0; u < 2; u++)
+			qs[warp][lane + 32 * u] = x0[u], qs[warp][lane + 32 * u + 64] = x1[u];
+	}
+	const bool mine = j0 <= p && p < j1 && slot >= 0;
+	if (mine && warp == 7) {
+		float x0[2], x1[2];
+		fd_rope_head((const bf16 *)a.k + (long long)g * FD_HD, L.kn, a.nwdt, a.eps, fp,
+			     a.inv_freq, x0, x1);
+		bf16 *dst = (bf16 *)L.kc + slot * ld + (long long)g * FD_HD;
+#pragma unroll
+		for (int u = 0; u < 2; u++)
+			dst[lane + 32 * u] = atlas_tobf(x0[u]), dst[lane + 32 * u + 64] = atlas_tobf(x1[u]);
+	}
+	if (mine && warp == 6) {
+		const bf16 *src = (const bf16 *)a.v + (long long)g * FD_HD;
+		bf16 *dst = (bf16 *)L.vc + slot * ld + (long long)g * FD_HD;
+		*(uint2 *)(dst + lane * 4) = __ldcg((const uint2 *)(src + lane * 4));
+	}
+
+	float m = -INFINITY, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	const int *table = a.tables + seq * a.max_blocks;
+	for (long long t0 = j0; t0 < j1; t0 += FD_TILE) {
+		const int nt = j1 - t0 < FD_TILE ? (int)(j1 - t0) : FD_TILE;
+		fd_bar(); /* the last tile's scores and offsets are used; q, k, v written */
+		if ((int)threadIdx.x < nt) {
+			const long long key = t0 + threadIdx.x;
+			const long long row = (long long)table[key / a.block_size] * a.block_size +
+					      key % a.block_size;
+			offs[threadIdx.x] = row * ld + (long long)g * FD_HD;
+		}
+		fd_bar();
+		/* scores: warp w takes keys w, w + 8, ..., loads first */
+		{
+			float kf[FD_TILE / 8][4];
+#pragma unroll
+			for (int u = 0; u < FD_TILE / 8; u++) {
+				const int i = warp + 8 * u;
+				if (i < nt)
+					fd_load4((const bf16 *)L.kc + offs[i] + lane * 4, kf[u]);
+			}
+#pragma unroll
+			for (int u = 0; u < FD_TILE / 8; u++) {
+				const int i = warp + 8 * u;
+				if (i >= nt)
+					break;
+				for (int h = 0; h < G; h++) {
+					const float4 qv = *(const float4 *)&qs[h][lane * 4];
+					float d = qv.x * kf[u][0] + qv.y * kf[u][1] + qv.z * kf[u][2] +
+						  qv.w * kf[u][3];
+					d = atlas_warp_sum(d);
+					if (lane == 0)
+						sc[h][i] = d * a.scale;
+				}
+			}
+		}
+		fd_bar();
+		if (warp < G) {
+			float mx = -INFINITY;
+			for (int i = lane; i < nt; i += 32)
+				mx = fmaxf(mx, sc[warp][i]);
+			mx = atlas_warp_max(mx);
+			const float mn = fmaxf(m, mx);
+			const float corr = expf(m - mn);
+			l *= corr;
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				acc[j] *= corr;
+			for (int i0 = 0; i0 < nt; i0 += 8) {
+				float vf[8][4];
+#pragma unroll
+				for (int u = 0; u < 8; u++)
+					if (i0 + u < nt)
+						fd_load4((const bf16 *)L.vc + offs[i0 + u] + lane * 4, vf[u]);
+#pragma unroll
+				for (int u = 0; u < 8; u++) {
+					if (i0 + u < nt) {
+						const float e = expf(sc[warp][i0 + u] - mn);
+						l += e;
+#pragma unroll
+						for (int j = 0; j < 4; j++)
+							acc[j] = fmaf(e, vf[u][j], acc[j]);
+					}
+				}
+			}
+			m = mn;
+		}
+	}
+
+	const int Si = (int)S;
+	if (Si == 1) {
+		if (warp < G) {
+			bf16 *o = (bf16 *)a.att + (long long)(g * G + warp) * FD_HD + lane * 4;
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				o[j] = atlas_tobf(acc[j] / l);
+		}
+		return;
+	}
+	/* partials, then the last split of the kv head merges */
+	if (warp < G) {
+		float *pp = a.part + ((long long)(g * G + warp) * ATLAS_FD_MAXSPLIT + s) * FD_PST;
+		*(float4 *)(pp + lane * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+		if (lane == 0)
+			pp[FD_HD] = m, pp[FD_HD + 1] = l;
+	}
+	__threadfence();
+	fd_bar();
+	__shared__ int last;
+	if (threadIdx.x == 0)
+		last = atomicAdd(a.sync + 2 + g, 1u) == (unsigned)(Si - 1);
+	fd_bar();
+	if (!last)
+		return;
+	__threadfence();
+	if (warp < G) {
+		const float *pp = a.part + (long long)(g * G + warp) * ATLAS_FD_MAXSPLIT * FD_PST;
+		float M = -INFINITY;
+		for (int i = 0; i < Si; i++)
+			M = fmaxf(M, __ldcg(pp + i * FD_PST + FD_HD));
+		float Ls = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+		for (int i = 0; i < Si; i++) {
+			const float *q = pp + i * FD_PST;
+			const float e = expf(__ldcg(q + FD_HD) - M);
+			Ls += __ldcg(q + FD_HD + 1) * e;
+			const float4 v = __ldcg((const float4 *)(q + lane * 4));
+			o[0] = fmaf(v.x, e, o[0]), o[1] = fmaf(v.y, e, o[1]);
+			o[2] = fmaf(v.z, e, o[2]), o[3] = fmaf(v.w, e, o[3]);
+		}
+		bf16 *out = (bf16 *)a.att + (long long)(g * G + warp) * FD_HD + lane * 4;
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+			out[j] = atlas_tobf(o[j] / Ls);
+	}
+	if (threadIdx.x == 0)
+		a.sync[2 + g] = 0;
+}
+
+/* The consumer warps: every phase of every layer. */
+static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, float *part,
+			      float *red)
+{
+	const long long p = a.pos[0], seq = a.seq_of[0], slot = a.slot[0];
+	const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
+	unsigned target = 0;
+	long long r0, r1;
+	for (int l = 0; l < a.n_layers; l++) {
+		const atlas_fd_layer L = a.layers[l];
+		const bool lastl = l == a.n_layers - 1;
+		fd_seg sg[FD_NSEG];
+#pragma unroll
+		for (int i = 0; i < FD_NSEG; i++)
+			sg[i] = fd_get(a, L, i);
+
+		/* A: q, k, v */
+		fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red);
+		for (int i = 0; i < 3; i++)
+			fd_consume(a, r, sg[i], xs, part);
+		fd_bar();
+		fd_rows(nq + 2 * nkv, &r0, &r1);
+		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
+			const long long vr = r0 + i;
+			float v = fd_row(part, i, a.D / FD_SLICE);
+			if (vr < nq) {
+				if (L.bq)
+					v += atlas_bf(((const bf16 *)L.bq)[vr]);
+				((bf16 *)a.q)[vr] = atlas_tobf(v);
+			} else if (vr < nq + nkv) {
+				if (L.bk)
+					v += atlas_bf(((const bf16 *)L.bk)[vr - nq]);
+				((bf16 *)a.k)[vr - nq] = atlas_tobf(v);
+			} else {
+				if (L.bv)
+					v += atlas_bf(((const bf16 *)L.bv)[vr - nq - nkv]);
+				((bf16 *)a.v)[vr - nq - nkv] = atlas_tobf(v);
+			}
+		}
+		fd_grid_sync(a, target);
+
+		/* B: attention */
+		if (a.mode != 1)
+			fd_attention(a, L, (unsigned char *)xs, p, seq, slot);
+		fd_grid_sync(a, target);
+
+		/* C: o, residual */
+		fd_load_x(xs, a.att, (int)nq);
+		fd_consume(a, r, sg[3], xs, part);
+		fd_bar();
+		fd_rows(a.D, &r0, &r1);
+		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
+			bf16 *h = (bf16 *)a.x + r0 + i;
+			const float o = atlas_bf(atlas_tobf(fd_row(part, i, (int)(nq / FD_SLICE))));
+			*h = atlas_tobf(atlas_bf(__ldcg(h)) + o);
+		}
+		fd_grid_sync(a, target);
+
+		/* D: gate, up, SwiGLU */
+		fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red);
+		fd_consume(a, r, sg[4], xs, part);
+		fd_consume(a, r, sg[5], xs, part);
+		fd_bar();
+		fd_rows(a.F, &r0, &r1);
+		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
+			const int nsl = a.D / FD_SLICE;
+			const float gv = atlas_bf(atlas_tobf(fd_row(part, i, nsl)));
+			const float uv = atlas_bf(atlas_tobf(fd_row(part, (r1 - r0) + i, nsl)));
+			((bf16 *)a.g)[r0 + i] = atlas_tobf(gv / (1.0f + expf(-gv)) * uv);
+		}
+		fd_grid_sync(a, target);
+
+		/* E: down, residual (the last layer's output to o) */
+		fd_load_x(xs, a.g, a.F);
+		fd_consume(a, r, sg[6], xs, part);
+		fd_bar();
+		fd_rows(a.D, &r0, &r1);
+		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
+			const bf16 dv = atlas_tobf(fd_row(part, i, a.F / FD_SLICE));
+			if (lastl) {
+				((bf16 *)a.o)[r0 + i] = dv;
+			} else {
+				bf16 *h = (bf16 *)a.x + r0 + i;
+				*h = atlas_tobf(atlas_bf(__ldcg(h)) + atlas_bf(dv));
+			}
+		}
+		if (!lastl)
+			fd_grid_sync(a, target);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
+    atlas_decode_fused(const __grid_constant__ atlas_fd_args a)
+{
+	extern __shared__ __align__(1024) unsigned char fd_smem[];
+	__shared__ float red[8];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	unsigned char *ring = fd_smem;
+	bf16 *xs = (bf16 *)(fd_smem + (size_t)a.nst * FD_CHUNK);
+	float *part = (float *)((unsigned char *)xs + a.xs_bytes);
+	unsigned long long *full = (unsigned long long *)(part + a.part_cap);
+	unsigned long long *empty = full + a.nst;
+	if (threadIdx.x == 0) {
+		for (int s = 0; s < a.nst; s++) {
+			asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(atlas_smem_addr(&full[s])));
+			asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(atlas_smem_addr(&empty[s])));
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+	}
+	__syncthreads();
+	atlas_pdl_launch();
+	if (warp == 8) {
+		if (lane == 0)
+			fd_produce(a, ring, full, empty);
+		return;
+	}
+	atlas_pdl_wait();
+	fd_ring r = {ring, full, empty, 0, 0};
+	fd_run(a, r, xs, part, red);
+	/* the last block out zeroes the barrier counter for the next launch */
+	fd_bar();
+	if (threadIdx.x == 0 && a.mode != 2) {
+		__threadfence();
+		if (atomicAdd(a.sync + 1, 1u) == gridDim.x - 1) {
+			a.sync[0] = 0;
+			a.sync[1] = 0;
+			__threadfence();
+		}
+	}
+}

@@ -1,0 +1,223 @@
+/* cuda_fused.c - the host side of atlas_decode_fused
+ * (kernels/sm90/common/decode_fused.cu): the whole layer stack of a
+ * one-token decode step in one launch.
+ *
+ * fused_prepare decides whether a model fits the kernel (BF16 weights,
+ * head size 128, at most 8 query heads per kv head, D, F and H*hd
+ * multiples of ATLAS_FD_SLICE, 16-byte aligned weights, no more kv heads
+ * than SMs) and sizes the launch: one block per SM, and as many ring
+ * stages as the shared memory holds after the x area and the row partial
+ * sums (the most rows any block owns in any product, times the slices of
+ * a row). It uploads the per-layer pointer table and allocates the
+ * attention partials and the barrier counters (zeroed; the kernel leaves
+ * them zero), outside the arena so that a later model on the same
+ * backend does not move them. fused_decode is then one launch whose
+ * arguments never change: a decode graph records it once.
+ */
+#include "cuda_internal.h"
+#include "kernel_args.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/error.h"
+#include "../../core/log.h"
+
+struct cuda_fused {
+	struct atlas_fd_args args;
+	struct atlas_fd_layer *d_layers; /* device [n_layers] */
+	float *d_part;                   /* attention partials */
+	unsigned *d_sync;                /* barrier and split counters */
+	unsigned grid;                   /* blocks: one per SM */
+	size_t smem;                     /* dynamic shared memory */
+};
+
+static int64_t ceil_div(int64_t a, int64_t b)
+{
+	return (a + b - 1) / b;
+}
+
+static int aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+/* The most partial sums (rows x slices) a block keeps in any product. */
+static int64_t part_floats(const struct atlas_fused_desc *d, int64_t G)
+{
+	const int64_t S = ATLAS_FD_SLICE, nq = d->H * d->hd, nkv = d->Hkv * d->hd;
+	int64_t n = ceil_div(nq + 2 * nkv, G) * (d->D / S);         /* q, k, v */
+	int64_t o = ceil_div(d->D, G) * (nq / S);                    /* o */
+	int64_t gu = 2 * ceil_div(d->F, G) * (d->D / S);             /* gate, up */
+	int64_t dn = ceil_div(d->D, G) * (d->F / S);                 /* down */
+	n = o > n ? o : n;
+	n = gu > n ? gu : n;
+	n = dn > n ? dn : n;
+	return (n + 3) & ~(int64_t)3;
+}
+
+/* Why a model does not fit, or NULL when it does. */
+static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_desc *d)
+{
+	const int64_t S = ATLAS_FD_SLICE;
+	if (!c->fused)
+		return "ATLAS_CUDA_FUSED=0";
+	if (!c->kern[ATLAS_CK_DECODE_FUSED])
+		return "the kernel target lacks atlas_decode_fused";
+	if (d->wdt != ATLAS_DTYPE_BF16)
+		return "weights are not BF16";
+	if (d->nwdt != ATLAS_DTYPE_BF16 && d->nwdt != ATLAS_DTYPE_F16 && d->nwdt != ATLAS_DTYPE_F32)
+		return "norm weight type";
+	if (d->hd != ATLAS_FD_HD)
+		return "head size is not 128";
+	if (d->Hkv < 1 || d->H % d->Hkv || d->H / d->Hkv > ATLAS_FD_MAXG)
+		return "more than 8 query heads per kv head";
+	if (d->D % S || d->F % S || (d->H * d->hd) % S || d->D > 65536 || d->F > 65536 ||
+	    d->H * d->hd > 65536)
+		return "hidden, intermediate or q size not a multiple of 1024";
+	if (d->Hkv > c->sms)
+		return "more kv heads than SMs";
+	if (d->window < 0 || d->n_layers < 1 || d->n_layers > 1024)
+		return "window or layer count";
+	for (int64_t l = 0; l < d->n_layers; l++) {
+		const struct atlas_fused_layer *L = &d->layers[l];
+		const void *w[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+		for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+			if (!w[i] || !aligned16(w[i]))
+				return "a weight is missing or not 16-byte aligned";
+		if (!L->ln1 || !L->ln2 || !L->qn != !L->kn || !L->kc || !L->vc)
+			return "a norm or cache pointer is missing";
+	}
+	if (!aligned16(d->x) || !aligned16(d->att) || !aligned16(d->g) || !aligned16(d->v))
+		return "an activation buffer is not 16-byte aligned";
+	return NULL;
+}
+
+void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fused_desc *d)
+{
+	struct cuda_ctx *c = be->ctx;
+	const char *why = misfit(c, d);
+	if (why) {
+		atlas_debug("fused decode: not used (%s)", why);
+		return NULL;
+	}
+	const int64_t G = c->sms;
+	int optin = 0;
+	if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->dev) !=
+	    cudaSuccess) {
+		cudaGetLastError();
+		return NULL;
+	}
+	int64_t xmax = d->D > d->F ? d->D : d->F;
+	if (d->H * d->hd > xmax)
+		xmax = d->H * d->hd;
+	int64_t xs_bytes = xmax * 2 > ATLAS_FD_ATT_SCRATCH ? xmax * 2 : ATLAS_FD_ATT_SCRATCH;
+	xs_bytes = (xs_bytes + 127) & ~(int64_t)127;
+	const int64_t part = part_floats(d, G);
+	/* 1 KiB for the kernel's static shared memory and alignment */
+	const int64_t fixed = xs_bytes + part * 4 + 2 * ATLAS_FD_MAXST * 8 + 1024;
+	int64_t nst = ((int64_t)optin - fixed) / ATLAS_FD_CHUNK;
+	if (nst > ATLAS_FD_MAXST)
+		nst = ATLAS_FD_MAXST;
+	if (nst < 4) {
+		atlas_debug("fused decode: not used (%lld ring stages fit)", (long long)nst);
+		return NULL;
+	}
+	const size_t smem = (size_t)(nst * ATLAS_FD_CHUNK + xs_bytes + part * 4 + 2 * nst * 8);
+	if (cudaKernelSetAttributeForDevice(c->kern[ATLAS_CK_DECODE_FUSED],
+					    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem,
+					    c->dev) != cudaSuccess) {
+		cudaGetLastError();
+		atlas_debug("fused decode: not used (%zu bytes of shared memory refused)", smem);
+		return NULL;
+	}
+
+	struct cuda_fused *f = calloc(1, sizeof(*f));
+	struct atlas_fd_layer *h = calloc((size_t)d->n_layers, sizeof(*h));
+	const size_t part_bytes = (size_t)d->H * ATLAS_FD_MAXSPLIT * ATLAS_FD_PSTRIDE * sizeof(float);
+	const size_t sync_bytes = (size_t)(2 + d->Hkv) * sizeof(unsigned);
+	if (!f || !h || cudaMalloc((void **)&f->d_layers, (size_t)d->n_layers * sizeof(*h)) ||
+	    cudaMalloc((void **)&f->d_part, part_bytes) ||
+	    cudaMalloc((void **)&f->d_sync, sync_bytes)) {
+		cudaGetLastError();
+		free(h);
+		atlas_cuda_fused_release(be, f);
+		atlas_debug("fused decode: not used (out of memory)");
+		return NULL;
+	}
+	for (int64_t l = 0; l < d->n_layers; l++) {
+		const struct atlas_fused_layer *L = &d->layers[l];
+		h[l] = (struct atlas_fd_layer){L->wq, L->wk, L->wv, L->bq, L->bk, L->bv, L->wo,
+					       L->wg, L->wu, L->wd, L->ln1, L->ln2, L->qn, L->kn,
+					       L->kc, L->vc};
+	}
+	cudaError_t e = cudaMemcpy(f->d_layers, h, (size_t)d->n_layers * sizeof(*h),
+				   cudaMemcpyHostToDevice);
+	if (e == cudaSuccess)
+		e = cudaMemset(f->d_sync, 0, sync_bytes);
+	free(h);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		atlas_cuda_fused_release(be, f);
+		return NULL;
+	}
+	f->args = (struct atlas_fd_args){
+	    .layers = f->d_layers,
+	    .x = d->x,
+	    .o = d->o,
+	    .q = d->q,
+	    .k = d->k,
+	    .v = d->v,
+	    .att = d->att,
+	    .g = d->g,
+	    .part = f->d_part,
+	    .sync = f->d_sync,
+	    .pos = d->pos,
+	    .seq_of = d->seq_of,
+	    .slot = d->slot,
+	    .tables = d->block_tables,
+	    .inv_freq = d->inv_freq,
+	    .max_blocks = d->max_blocks,
+	    .block_size = d->block_size,
+	    .n_layers = (int)d->n_layers,
+	    .D = (int)d->D,
+	    .F = (int)d->F,
+	    .H = (int)d->H,
+	    .Hkv = (int)d->Hkv,
+	    .nwdt = (int)d->nwdt,
+	    .window = (int)d->window,
+	    .nst = (int)nst,
+	    .xs_bytes = (int)xs_bytes,
+	    .part_cap = (int)part,
+	    .mode = c->fused_mode,
+	    .eps = d->eps,
+	    .scale = d->scale,
+	};
+	f->grid = (unsigned)G;
+	f->smem = smem;
+	atlas_info("fused decode: one launch for %lld layers (%u blocks, %lld ring stages, %zu KiB shared memory)",
+		   (long long)d->n_layers, f->grid, (long long)nst, smem >> 10);
+	return f;
+}
+
+int atlas_cuda_fused_decode(struct atlas_backend *be, void *fused)
+{
+	struct cuda_ctx *c = be->ctx;
+	struct cuda_fused *f = fused;
+	void *args[] = {&f->args};
+	return atlas_cuda_launch(c, ATLAS_CK_DECODE_FUSED, f->grid, 1, ATLAS_FD_THREADS, f->smem,
+				 args);
+}
+
+void atlas_cuda_fused_release(struct atlas_backend *be, void *fused)
+{
+	(void)be;
+	struct cuda_fused *f = fused;
+	if (!f)
+		return;
+	cudaFree(f->d_layers);
+	cudaFree(f->d_part);
+	cudaFree(f->d_sync);
+	free(f);
+}

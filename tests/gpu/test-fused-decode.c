@@ -1,0 +1,344 @@
+/* test-fused-decode.c - the fused one-token decode kernel (every layer of
+ * a T = 1 step in one launch, atlas_decode_fused) against the plain op by
+ * op decode, on synthetic models of real shapes (lib/bench's named
+ * shapes, random BF16 weights made on the device).
+ *
+ * For each shape two CUDA backends live in one process: one created with
+ * ATLAS_CUDA_FUSED=0 (the reference), one with the variable unset (the
+ * production default, fused), each holding the same model (same seed).
+ * Both prefill the same 24-token prompt (unfused on both), then decode
+ * with teacher forcing: each step feeds both models the argmax of the
+ * reference's previous logits, so both see the same sequence. Per step:
+ * relative L2 error ||fused - ref|| / ||ref|| of the logits and whether
+ * their argmax agrees. A run passes when its worst error is <= 0.03 and
+ * the argmax agrees on >= 90% of its steps. Runs: 48 steps with decode
+ * graphs (the production path), 8 steps eager, then on to ~200 tokens
+ * (the last 16 steps judged: attention over more keys). A last step is
+ * profiled on each backend (graphs off: replayed kernels are not timed)
+ * to show that atlas_decode_fused ran on the fused model and only there.
+ * Prints TAP; needs a GPU: without one it prints a skip line and exits 0. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/backend/backend.h"
+#include "../../lib/bench/bench.h"
+#include "../../lib/core/error.h"
+#include "../../lib/model/model.h"
+#include "../unit/harness.h"
+
+#define TOL 0.03	/* worst relative L2 error of a run's logits */
+#define AGREE_PCT 90	/* least share of steps whose argmax agrees */
+#define PROMPT 24	/* prompt tokens (one T = 24 forward call) */
+#define STEPS_GRAPH 48	/* decode steps with graphs */
+#define STEPS_EAGER 8	/* decode steps op by op */
+#define LONG_LEN 200	/* sequence length the long run reaches */
+#define LONG_JUDGED 16	/* its last steps that are judged */
+#define MAX_CONTEXT 256 /* model parameters: small, so two 8B models fit */
+#define SEED 1		/* synthetic weights (atlas-bench's default) */
+#define FUSED_KERNEL "atlas_decode_fused"
+
+/* The shape under test: [0] the reference (ATLAS_CUDA_FUSED=0), [1] the
+ * fused backend; the same model and sequence on each. */
+static struct {
+	const char *shape;	     /* lib/bench shape name */
+	bool ready;		     /* both models loaded */
+	struct atlas_backend *be[2]; /* owned */
+	struct atlas_model *m[2];    /* owned, on be[i] */
+	struct atlas_seq *s[2];	     /* owned, of m[i] */
+	float *lg[2];		     /* [V] logits of the last step */
+	int64_t V;		     /* vocabulary */
+	int32_t next;		     /* token both models get next */
+} P;
+
+/* Over every judged run of every shape, for the summary line. */
+static double all_worst;
+static int64_t all_steps, all_agree;
+
+/* Worst error and argmax agreement of the judged steps of one run. */
+struct tally {
+	double worst;  /* largest relative L2 error */
+	int64_t steps; /* steps judged */
+	int64_t agree; /* of them, where the argmax agrees */
+};
+
+/* Index of the largest of x[n], lowest on ties (the greedy sampler's). */
+static int32_t argmax(const float *x, int64_t n)
+{
+	int64_t b = 0;
+	for (int64_t i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return (int32_t)b;
+}
+
+/* ||a - b|| / ||b|| over n; infinity if either holds a NaN. */
+static double rel_l2(const float *a, const float *b, int64_t n)
+{
+	double d2 = 0, r2 = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double d = (double)a[i] - b[i];
+		d2 += d * d;
+		r2 += (double)b[i] * b[i];
+	}
+	double e = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+	return isnan(e) ? INFINITY : e;
+}
+
+/* A CUDA backend made with ATLAS_CUDA_FUSED=0 (fused false) or with it
+ * unset (fused true; the backend reads it once, at creation). Owned by
+ * the caller; NULL with a message. */
+static struct atlas_backend *open_cuda(bool fused)
+{
+	if (fused)
+		unsetenv("ATLAS_CUDA_FUSED");
+	else
+		setenv("ATLAS_CUDA_FUSED", "0", 1);
+	struct atlas_backend *be = atlas_backend_open("cuda");
+	unsetenv("ATLAS_CUDA_FUSED");
+	return be;
+}
+
+static void release(void)
+{
+	for (int i = 0; i < 2; i++) {
+		atlas_seq_free(P.s[i]);
+		atlas_model_free(P.m[i]);
+		if (P.be[i])
+			P.be[i]->destroy(P.be[i]);
+		free(P.lg[i]);
+	}
+	memset(&P, 0, sizeof(P));
+}
+
+/* Both backends, models and sequences of P.shape. */
+static void test_load(void)
+{
+	struct atlas_config cfg;
+	struct atlas_model_params mp;
+	atlas_model_default_params(&mp);
+	mp.max_context = MAX_CONTEXT;
+	mp.max_seqs = 1;
+	mp.max_tokens = PROMPT;
+	CHECK_EQ_INT(atlas_bench_shape(P.shape, &cfg), 0);
+	P.V = cfg.vocab_size;
+	for (int i = 0; i < 2; i++) {
+		if (!(P.be[i] = open_cuda(i == 1)) ||
+		    !(P.m[i] = atlas_model_synthetic(&cfg, P.be[i], &mp, SEED)) ||
+		    !(P.s[i] = atlas_seq_new(P.m[i])) ||
+		    !(P.lg[i] = malloc((size_t)P.V * sizeof(float)))) {
+			printf("# %s %s: %s\n", P.shape, i ? "fused" : "unfused", atlas_errmsg());
+			CHECK(!"backend and model made");
+			return;
+		}
+	}
+	P.ready = true;
+}
+
+/* The prompt on both (T = 24: the unfused path on each): the same
+ * weights and path must give the same logits. */
+static void test_prompt(void)
+{
+	int32_t ids[PROMPT];
+	uint64_t st = 0x9e3779b97f4a7c15ull;
+	if (!P.ready) {
+		CHECK(!"models loaded");
+		return;
+	}
+	for (int t = 0; t < PROMPT; t++) {
+		st = st * 6364136223846793005ull + 1442695040888963407ull;
+		ids[t] = (int32_t)((st >> 33) % (uint64_t)P.V);
+	}
+	for (int i = 0; i < 2; i++) {
+		int rc = atlas_model_forward(P.m[i], P.s[i], ids, PROMPT, P.lg[i], false);
+		if (rc) {
+			printf("# %s %s prompt: %s\n", P.shape, i ? "fused" : "unfused",
+			       atlas_errmsg());
+			CHECK_EQ_INT(rc, 0);
+			P.ready = false;
+			return;
+		}
+	}
+	double e = rel_l2(P.lg[1], P.lg[0], P.V);
+	printf("# %s prompt: rel L2 %.3g, argmax %d / %d\n", P.shape, e, argmax(P.lg[1], P.V),
+	       argmax(P.lg[0], P.V));
+	CHECK(e <= 1e-6);
+	P.next = argmax(P.lg[0], P.V);
+}
+
+/* n decode steps on both models, teacher-forced by the reference; the
+ * last `judged` of them go into *r. 0, or -1 after a failed step (the
+ * two sequences may then differ: later tests of the shape are skipped). */
+static int decode(int64_t n, int64_t judged, struct tally *r)
+{
+	for (int64_t k = 0; k < n; k++) {
+		for (int i = 0; i < 2; i++) {
+			int rc = atlas_model_forward(P.m[i], P.s[i], &P.next, 1, P.lg[i], false);
+			if (rc) {
+				printf("# %s %s step at %lld: %s\n", P.shape,
+				       i ? "fused" : "unfused", (long long)atlas_seq_len(P.s[i]),
+				       atlas_errmsg());
+				CHECK_EQ_INT(rc, 0);
+				P.ready = false;
+				return -1;
+			}
+		}
+		int32_t ref = argmax(P.lg[0], P.V);
+		if (k >= n - judged) {
+			double e = rel_l2(P.lg[1], P.lg[0], P.V);
+			r->worst = e > r->worst ? e : r->worst;
+			r->agree += argmax(P.lg[1], P.V) == ref;
+			r->steps++;
+		}
+		P.next = ref;
+	}
+	return 0;
+}
+
+/* Judge a run: print its diagnostic, CHECK the limits, add it to the
+ * totals. */
+static void judge(const char *what, const struct tally *r)
+{
+	bool ok = r->steps > 0 && r->worst <= TOL && r->agree * 100 >= r->steps * AGREE_PCT;
+	printf("# %s %s: %lld steps, worst rel L2 %.3g (limit %g), argmax agrees %lld of %lld "
+	       "%s\n",
+	       P.shape, what, (long long)r->steps, r->worst, TOL, (long long)r->agree,
+	       (long long)r->steps, ok ? "ok" : "FAIL");
+	CHECK(ok);
+	all_worst = r->worst > all_worst ? r->worst : all_worst;
+	all_steps += r->steps;
+	all_agree += r->agree;
+}
+
+static void test_graphs(void)
+{
+	struct tally r = {0};
+	if (!P.ready) {
+		CHECK(!"models loaded");
+		return;
+	}
+	if (!decode(STEPS_GRAPH, STEPS_GRAPH, &r))
+		judge("graphs", &r);
+}
+
+/* The fused model op by op (the reference keeps its graphs: a replay
+ * equals the eager step bit for bit). */
+static void test_eager(void)
+{
+	struct tally r = {0};
+	if (!P.ready) {
+		CHECK(!"models loaded");
+		return;
+	}
+	atlas_model_set_graphs(P.m[1], false);
+	if (!decode(STEPS_EAGER, STEPS_EAGER, &r))
+		judge("eager", &r);
+	atlas_model_set_graphs(P.m[1], true);
+}
+
+/* On to ~LONG_LEN tokens (leaving room for the profiled step); the last
+ * LONG_JUDGED steps are judged. */
+static void test_long(void)
+{
+	struct tally r = {0};
+	char what[32];
+	if (!P.ready) {
+		CHECK(!"models loaded");
+		return;
+	}
+	int64_t len = atlas_seq_len(P.s[0]), end = atlas_model_max_context(P.m[0]) - 1;
+	end = end < LONG_LEN ? end : LONG_LEN;
+	snprintf(what, sizeof(what), "to %lld tokens", (long long)end);
+	if (!decode(end - len, LONG_JUDGED, &r))
+		judge(what, &r);
+}
+
+/* One profiled step on model i (op by op); returns the calls of the
+ * fused kernel (or -1 on error), *nrows the kernels seen. */
+static int64_t fused_calls(int i, int *nrows)
+{
+	struct atlas_backend *be = P.be[i];
+	struct atlas_kernel_time rows[64];
+	int64_t calls = 0;
+	int rc;
+	*nrows = 0;
+	if (!be->profile || !be->profile_report) {
+		printf("# backend '%s' has no profile ops\n", be->name);
+		return -1;
+	}
+	atlas_model_set_graphs(P.m[i], false);
+	rc = be->profile(be, true);
+	if (!rc)
+		rc = atlas_model_forward(P.m[i], P.s[i], &P.next, 1, P.lg[i], false);
+	be->profile(be, false);
+	atlas_model_set_graphs(P.m[i], true);
+	int n = rc ? rc : be->profile_report(be, rows, 64);
+	if (n < 0) {
+		printf("# %s %s profile: %s\n", P.shape, i ? "fused" : "unfused", atlas_errmsg());
+		return -1;
+	}
+	for (int k = 0; k < n; k++)
+		if (!strcmp(rows[k].name, FUSED_KERNEL))
+			calls += rows[k].calls;
+	*nrows = n;
+	return calls;
+}
+
+static void test_profile(void)
+{
+	int nrows[2];
+	int64_t calls[2];
+	if (!P.ready) {
+		CHECK(!"models loaded");
+		return;
+	}
+	for (int i = 0; i < 2; i++)
+		calls[i] = fused_calls(i, &nrows[i]);
+	printf("# %s profiled step: %s launched %lld times fused (%d kernels), %lld times "
+	       "unfused (%d kernels)\n",
+	       P.shape, FUSED_KERNEL, (long long)calls[1], nrows[1], (long long)calls[0], nrows[0]);
+	CHECK(calls[1] >= 1);
+	CHECK(calls[0] == 0 && nrows[0] > 0);
+}
+
+/* Every test of one shape, named after it; frees it all at the end. */
+static void test_shape(const char *shape)
+{
+	static const struct {
+		const char *what;
+		void (*fn)(void);
+	} tests[] = {
+	    {"two CUDA backends (ATLAS_CUDA_FUSED=0 and unset), one synthetic model each",
+	     test_load},
+	    {"prompt of 24 tokens: same logits on both", test_prompt},
+	    {"48 decode steps with graphs: fused = unfused", test_graphs},
+	    {"8 decode steps op by op: fused = unfused", test_eager},
+	    {"decode to ~200 tokens: fused = unfused over the last 16 steps", test_long},
+	    {"profiled step: " FUSED_KERNEL " runs on the fused model only", test_profile},
+	};
+	char name[160];
+	P.shape = shape;
+	for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
+		snprintf(name, sizeof(name), "%s: %s", shape, tests[t].what);
+		harness_run(name, tests[t].fn);
+	}
+	release();
+}
+
+int main(void)
+{
+	struct atlas_backend *probe = atlas_backend_open("cuda");
+	if (!probe) {
+		printf("1..0 # skip no CUDA device: %s\n", atlas_errmsg());
+		return 0;
+	}
+	probe->destroy(probe);
+	test_shape("qwen3-0.6b");
+	test_shape("qwen3-8b");
+	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
+	       "steps\n",
+	       all_worst, TOL, (long long)all_agree, (long long)all_steps);
+	return harness_done();
+}
