@@ -3,7 +3,10 @@
 # DIR (default .gpubuild, git-ignored): the programs and the GPU-side test
 # binaries, json-c, PCRE2 and libmicrohttpd linked statically (the GPU
 # machine lacks their -dev files and json-c/libmicrohttpd entirely),
-# stripped. Then one device call runs e.g.
+# stripped, and packed into DIR/carry.tar.xz (the device tool carries at
+# most 64 MiB with the working tree; packed, the programs take ~10). Then
+# one device call runs e.g.
+#   tar xJf .gpubuild/carry.tar.xz -C .gpubuild &&
 #   bash scripts/gpu-test.sh $OUT/t .gpubuild && bash scripts/gpu-bench.sh $OUT/b .gpubuild
 # with carry [".gpubuild"].
 set -eu
@@ -27,4 +30,5 @@ if [ -n "${ATLAS_AB_FLAGS:-}" ]; then
 		build-carry-ab/atlas-bench
 	strip -o "$dir/atlas-bench-ab" build-carry-ab/atlas-bench
 fi
+(cd "$dir" && tar cJf carry.tar.xz --remove-files ./*)
 du -sh "$dir"

@@ -77,27 +77,6 @@ static __device__ __forceinline__ uint32_t ap_smem(const void *p)
 	return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-/* 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros and
- * reads nothing. */
-static __device__ __forceinline__ void ap_cp16(uint32_t dst, const void *src, int src_bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-		     "r"(src_bytes)
-		     : "memory");
-}
-
-static __device__ __forceinline__ void ap_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* Wait until at most n of this thread's committed groups are pending. */
-template <int N>
-static __device__ __forceinline__ void ap_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 static __device__ __forceinline__ void ap_ldsm4(uint32_t *r, uint32_t addr)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -158,7 +137,7 @@ static __device__ __forceinline__ void ap_load_tile(bf16 *buf, const bf16 *base,
 		const int r = c / CH, ch = c % CH;
 		const long long o = offs[r];
 		const bf16 *src = o >= 0 ? base + o + ch * 8 : base;
-		ap_cp16(ap_smem(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
+		atlas_cp16(ap_smem(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
 	}
 }
 
@@ -211,9 +190,9 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 		const int r = c / CH, ch = c % CH;
 		const bool ok = t0 + r < T;
 		const bf16 *src = ok ? q + ((t0 + r) * H + h) * HD + ch * 8 : q;
-		ap_cp16(ap_smem(vs + r * LDS + ch * 8), src, ok ? 16 : 0);
+		atlas_cp16(ap_smem(vs + r * LDS + ch * 8), src, ok ? 16 : 0);
 	}
-	ap_commit();
+	atlas_cp_commit();
 
 	/* this thread's two rows: g and g + 8 of the warp's 16 */
 	int rseq[2], rp[2], rlo[2];
@@ -230,7 +209,7 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 		}
 	}
 
-	ap_wait<0>();
+	atlas_cp_wait<0>();
 	__syncthreads();
 	uint32_t qf[KS][4];
 #pragma unroll
@@ -309,14 +288,14 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 		ap_offsets(sh.offs[0], table, kmin, kmax, bs, ld, kvoff, tid);
 		__syncthreads();
 		ap_load_tile<HD>(ks, kc, sh.offs[0], tid);
-		ap_commit();
+		atlas_cp_commit();
 
 		int it = 0;
 		for (int j0 = kmin; j0 <= kmax; j0 += AP_BN, it++) {
 			const bool more = kmax - j0 >= AP_BN; /* another tile follows */
 			const int jl = j0 + AP_BN - 1;      /* last key of the tile */
 			ap_load_tile<HD>(vs, vc, sh.offs[it & 1], tid);
-			ap_commit();
+			atlas_cp_commit();
 			if (more)
 				ap_offsets(sh.offs[(it + 1) & 1], table, j0 + AP_BN, kmax, bs, ld,
 					   kvoff, tid);
@@ -325,7 +304,7 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 					 (in1 && rlo[1] <= jl && rp[1] >= j0);
 			const bool active = __any_sync(0xffffffffu, see);
 			const bool masked = !(full && j0 >= maxlo && jl <= minp);
-			ap_wait<1>(); /* K(it) landed */
+			atlas_cp_wait<1>(); /* K(it) landed */
 			__syncthreads();
 
 			float s[NS][4];
@@ -388,11 +367,11 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 					}
 				}
 			}
-			ap_wait<0>(); /* V(it) landed */
+			atlas_cp_wait<0>(); /* V(it) landed */
 			__syncthreads(); /* and every warp is done with ks */
 			if (more) {
 				ap_load_tile<HD>(ks, kc, sh.offs[(it + 1) & 1], tid);
-				ap_commit();
+				atlas_cp_commit();
 			}
 			if (active) {
 #pragma unroll

@@ -146,6 +146,28 @@ static __device__ __forceinline__ void atlas_prefetch_l2(const void *p, unsigned
 			     : "memory");
 }
 
+// --- cp.async (sm_80+) ---------------------------------------------------
+// 16 bytes global -> shared (dst a shared-window address), asynchronously;
+// src_bytes 0 writes zeros and reads nothing.
+static __device__ __forceinline__ void atlas_cp16(uint32_t dst, const void *src, int src_bytes)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+		     "r"(src_bytes)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void atlas_cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Wait until at most N of this thread's committed groups are pending.
+template <int N>
+static __device__ __forceinline__ void atlas_cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // --- mbarriers and bulk copies (sm_90) -----------------------------------
 // A ring of shared-memory stages filled by cp.async.bulk: the producer
 // arms a stage's mbarrier with the bytes it will copy (expect), the copy

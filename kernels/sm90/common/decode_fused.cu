@@ -69,7 +69,7 @@
 #define FD_PST ATLAS_FD_PSTRIDE /* floats per attention partial: hd, then m and l */
 
 static_assert(FD_CHUNK_E == 8 * FD_SLICE, "one slice per consumer warp per chunk");
-static_assert(FD_HD == 128 && FD_TILE == 64, "attention lane mappings");
+static_assert(FD_HD == 128 && FD_TILE == 32, "attention lane mappings");
 
 /* Consumer-only barrier (the producer warp never joins). */
 static __device__ __forceinline__ void fd_bar(void)
@@ -130,30 +130,55 @@ static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L,
 	return s;
 }
 
+/* A walk over this block's weight chunks in stream order: layer l,
+ * segment idx, byte offset off in it. */
+struct fd_walk {
+	int l, idx;
+	long long off, bytes;
+	const char *w;
+};
+
+/* Move w to its next chunk (or to the first one, from l = 0, idx = -1);
+ * false at the end of the stream. */
+static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
+{
+	if (w.idx >= 0 && (w.off += FD_CHUNK) < w.bytes)
+		return true;
+	for (;;) {
+		if (++w.idx == FD_NSEG) {
+			w.idx = 0;
+			if (++w.l == a.n_layers)
+				return false;
+		}
+		const fd_seg s = fd_get(a, a.layers[w.l], w.idx);
+		w.bytes = s.rows * s.K * 2;
+		w.w = (const char *)s.w;
+		w.off = 0;
+		if (w.bytes > 0)
+			return true;
+	}
+}
+
 /* The producer lane: every chunk of every segment of every layer, in the
- * consumers' order, each into the next ring stage once it is free. */
+ * consumers' order, each into the next ring stage once it is free. (Asking
+ * the chunks past the ring into L2 ahead of their copy was slower on the
+ * H200: 4.92 ms a step with 2 or 4 chunks ahead, 4.85 with 8, 6.3 with 16,
+ * against 4.75 with none.) */
 static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
 				  unsigned long long *full, unsigned long long *empty)
 {
 	int st = 0;
 	unsigned ph = 0;
-	long long cc = 0;
-	for (int l = 0; l < a.n_layers; l++) {
-		const atlas_fd_layer L = a.layers[l];
-		for (int idx = 0; idx < FD_NSEG; idx++) {
-			const fd_seg s = fd_get(a, L, idx);
-			const long long bytes = s.rows * s.K * 2;
-			for (long long off = 0; off < bytes; off += FD_CHUNK, cc++) {
-				if (cc >= a.nst)
-					atlas_mbar_wait(&empty[st], ph ^ 1);
-				const unsigned n = (unsigned)(bytes - off < FD_CHUNK ? bytes - off : FD_CHUNK);
-				atlas_mbar_expect(&full[st], n);
-				atlas_bulk_copy(ring + (size_t)st * FD_CHUNK, (const char *)s.w + off, n,
-						&full[st]);
-				if (++st == a.nst)
-					st = 0, ph ^= 1;
-			}
-		}
+	fd_walk w = {0, -1, 0, 0, NULL};
+	for (long long cc = 0; fd_next(a, w); cc++) {
+		if (cc >= a.nst)
+			atlas_mbar_wait(&empty[st], ph ^ 1);
+		const long long r = w.bytes - w.off;
+		const unsigned n = (unsigned)(r < FD_CHUNK ? r : FD_CHUNK);
+		atlas_mbar_expect(&full[st], n);
+		atlas_bulk_copy(ring + (size_t)st * FD_CHUNK, w.w + w.off, n, &full[st]);
+		if (++st == a.nst)
+			st = 0, ph ^= 1;
 	}
 }
 
@@ -167,7 +192,10 @@ struct fd_ring {
 
 /* Consume one segment: part[(pbase + row) * (K / SLICE) + slice] = the
  * dot product of that slice of the row with xs. Every consumer warp
- * waits for and releases every chunk (the empty barriers count 8). */
+ * waits for and releases every chunk (the empty barriers count 8). (A
+ * software-pipelined version, the previous chunk's shuffles between this
+ * chunk's loads and FMAs, four FMA chains, was slower on the H200: 5.12
+ * against 4.75 ms a Qwen3-8B step.) */
 static __device__ void fd_consume(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
 				  const bf16 *xs, float *part)
 {
@@ -334,90 +362,152 @@ static __device__ __forceinline__ void fd_load4(const bf16 *p, float *f)
 	f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
 }
 
+/* This block's attention item of a step at position p: kv head *g, split
+ * *s of *S, keys [*j0, *j1) (maybe empty); false when it has none. The
+ * partition depends only on p (and the grid), as every block computes it. */
+static __device__ __forceinline__ bool fd_item(const atlas_fd_args &a, long long p, int *g, int *s,
+					       int *S, long long *j0, long long *j1)
+{
+	const long long lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+	const long long nk = p - lo + 1;
+	long long n = (nk + FD_TILE - 1) / FD_TILE, cap = gridDim.x / a.Hkv;
+	if (cap > ATLAS_FD_MAXSPLIT)
+		cap = ATLAS_FD_MAXSPLIT;
+	n = n > cap ? cap : n < 1 ? 1 : n;
+	if (blockIdx.x >= a.Hkv * n)
+		return false;
+	*g = (int)(blockIdx.x / n), *s = (int)(blockIdx.x % n), *S = (int)n;
+	const long long per = (nk + n - 1) / n;
+	*j0 = lo + *s * per;
+	*j1 = *j0 + per < p + 1 ? *j0 + per : p + 1;
+	return true;
+}
+
+/* Element offsets in the cache of keys t0 .. t0 + nt - 1 of kv head g
+ * (threads < nt; the caller synchronizes). */
+static __device__ __forceinline__ void fd_offsets(const atlas_fd_args &a, long long seq, int g,
+						  long long t0, int nt, long long *offs)
+{
+	if ((int)threadIdx.x < nt) {
+		const long long key = t0 + threadIdx.x;
+		const int *table = a.tables + seq * a.max_blocks;
+		const long long row =
+		    (long long)table[key / a.block_size] * a.block_size + key % a.block_size;
+		offs[threadIdx.x] = row * a.Hkv * FD_HD + (long long)g * FD_HD;
+	}
+}
+
+/* At the start of a layer, long before phase B: the first tile's key
+ * offsets into offs, and its K and V rows asked into L2, so that phase B
+ * finds them there instead of queueing behind the weight stream. */
+static __device__ void fd_att_prefetch(const atlas_fd_args &a, const atlas_fd_layer &L,
+				       long long p, long long seq, long long *offs)
+{
+	int g, s, S;
+	long long j0, j1;
+	if (a.mode == 1 || !fd_item(a, p, &g, &s, &S, &j0, &j1) || j0 >= j1)
+		return;
+	const int nt = j1 - j0 < FD_TILE ? (int)(j1 - j0) : FD_TILE;
+	fd_offsets(a, seq, g, j0, nt, offs);
+	if ((int)threadIdx.x < nt) {
+		atlas_prefetch_l2((const bf16 *)L.kc + offs[threadIdx.x], FD_HD * 2);
+		atlas_prefetch_l2((const bf16 *)L.vc + offs[threadIdx.x], FD_HD * 2);
+	}
+}
+
 /* Phase B for this block's item, if it has one (see the file comment).
- * Warp h < G (G = H / Hkv) owns query head g * G + h of the item; lane i
- * its dims 4i..4i+3 of the output. */
+ * Each tile's K and V rows are loaded by all threads at once (one round
+ * trip) into shared memory; the first tile's loads go out before the
+ * queries are read, and its offsets come from fd_att_prefetch. Scores:
+ * warp w the keys w, w + 8, ... of the tile for every head of the group;
+ * then warp h < G (G = H / Hkv) owns query head g * G + h, lane i its
+ * dims 4i..4i+3 of the output (online softmax over the tiles). */
 static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer &L,
-				    unsigned char *scratch, long long p, long long seq,
-				    long long slot)
+				    unsigned char *scratch, long long *offs, long long p,
+				    long long seq, long long slot)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int G = a.H / a.Hkv;
-	const long long lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
-	const long long nk = p - lo + 1;
-	long long S = (nk + 31) / 32, cap = gridDim.x / a.Hkv;
-	if (cap > ATLAS_FD_MAXSPLIT)
-		cap = ATLAS_FD_MAXSPLIT;
-	if (S > cap)
-		S = cap;
-	if (S < 1)
-		S = 1;
-	if (blockIdx.x >= a.Hkv * S)
+	int g, s, S;
+	long long j0, j1;
+	if (!fd_item(a, p, &g, &s, &S, &j0, &j1))
 		return;
-	const int g = (int)(blockIdx.x / S), s = (int)(blockIdx.x % S);
-	const long long per = (nk + S - 1) / S;
-	const long long j0 = lo + s * per, j1 = j0 + per < p + 1 ? j0 + per : p + 1;
-	float(*qs)[FD_HD] = (float(*)[FD_HD])scratch;			  /* [MAXG][HD] */
+	float(*qs)[FD_HD] = (float(*)[FD_HD])scratch;				 /* [MAXG][HD] */
 	float(*sc)[FD_TILE] = (float(*)[FD_TILE])(scratch + ATLAS_FD_MAXG * FD_HD * 4); /* [MAXG][TILE] */
-	long long *offs = (long long *)(scratch + ATLAS_FD_MAXG * FD_HD * 4 + ATLAS_FD_MAXG * FD_TILE * 4);
+	bf16(*kt)[FD_HD] = (bf16(*)[FD_HD])(scratch + ATLAS_FD_MAXG * (FD_HD + FD_TILE) * 4);
+	bf16(*vt)[FD_HD] = kt + FD_TILE; /* [TILE][HD] each */
 	const long long ld = (long long)a.Hkv * FD_HD;
 	const float fp = (float)p;
-
-	/* the group's queries; the new key and value into the cache */
-	if (warp < G) {
-		float x0[2], x1[2];
-		fd_rope_head((const bf16 *)a.q + (long long)(g * G + warp) * FD_HD, L.qn, a.nwdt,
-			     a.eps, fp, a.inv_freq, x0, x1);
-#pragma unroll
-		for (int u = 0; u < 2; u++)
-			qs[warp][lane + 32 * u] = x0[u], qs[warp][lane + 32 * u + 64] = x1[u];
-	}
 	const bool mine = j0 <= p && p < j1 && slot >= 0;
-	if (mine && warp == 7) {
-		float x0[2], x1[2];
-		fd_rope_head((const bf16 *)a.k + (long long)g * FD_HD, L.kn, a.nwdt, a.eps, fp,
-			     a.inv_freq, x0, x1);
-		bf16 *dst = (bf16 *)L.kc + slot * ld + (long long)g * FD_HD;
-#pragma unroll
-		for (int u = 0; u < 2; u++)
-			dst[lane + 32 * u] = atlas_tobf(x0[u]), dst[lane + 32 * u + 64] = atlas_tobf(x1[u]);
-	}
-	if (mine && warp == 6) {
-		const bf16 *src = (const bf16 *)a.v + (long long)g * FD_HD;
-		bf16 *dst = (bf16 *)L.vc + slot * ld + (long long)g * FD_HD;
-		*(uint2 *)(dst + lane * 4) = __ldcg((const uint2 *)(src + lane * 4));
-	}
 
 	float m = -INFINITY, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-	const int *table = a.tables + seq * a.max_blocks;
 	for (long long t0 = j0; t0 < j1; t0 += FD_TILE) {
 		const int nt = j1 - t0 < FD_TILE ? (int)(j1 - t0) : FD_TILE;
-		fd_bar(); /* the last tile's scores and offsets are used; q, k, v written */
-		if ((int)threadIdx.x < nt) {
-			const long long key = t0 + threadIdx.x;
-			const long long row = (long long)table[key / a.block_size] * a.block_size +
-					      key % a.block_size;
-			offs[threadIdx.x] = row * ld + (long long)g * FD_HD;
+		if (t0 != j0) {
+			fd_bar(); /* the last tile is used up */
+			fd_offsets(a, seq, g, t0, nt, offs);
+			fd_bar();
+		}
+		/* the tile's K and V rows (16 pieces of 16 bytes each); in the
+		 * first tile the new key's row comes from k and v instead */
+		const bool fresh = t0 == j0 && mine;
+		uint4 tmp[2 * FD_TILE * 16 / 256];
+#pragma unroll
+		for (int u = 0; u < 2 * FD_TILE * 16 / 256; u++) {
+			const int i = threadIdx.x + 256 * u, r = (i >> 4) % FD_TILE, c = i & 15;
+			const bool isv = i >= FD_TILE * 16;
+			if (r < nt && !(fresh && t0 + r == p))
+				tmp[u] = *((const uint4 *)((const bf16 *)(isv ? L.vc : L.kc) + offs[r]) + c);
+		}
+		if (t0 == j0) {
+			/* the group's queries; the new key and value into the cache */
+			if (warp < G) {
+				float x0[2], x1[2];
+				fd_rope_head((const bf16 *)a.q + (long long)(g * G + warp) * FD_HD, L.qn,
+					     a.nwdt, a.eps, fp, a.inv_freq, x0, x1);
+#pragma unroll
+				for (int u = 0; u < 2; u++)
+					qs[warp][lane + 32 * u] = x0[u], qs[warp][lane + 32 * u + 64] = x1[u];
+			}
+			if (mine && warp == 7) {
+				float x0[2], x1[2];
+				fd_rope_head((const bf16 *)a.k + (long long)g * FD_HD, L.kn, a.nwdt, a.eps,
+					     fp, a.inv_freq, x0, x1);
+				bf16 *dst = (bf16 *)L.kc + slot * ld + (long long)g * FD_HD;
+				bf16 *row = p - t0 < FD_TILE ? kt[p - t0] : NULL;
+#pragma unroll
+				for (int u = 0; u < 2; u++) {
+					const int i = lane + 32 * u;
+					dst[i] = atlas_tobf(x0[u]), dst[i + 64] = atlas_tobf(x1[u]);
+					if (row)
+						row[i] = dst[i], row[i + 64] = dst[i + 64];
+				}
+			}
+			if (mine && warp == 6) {
+				const uint2 v = __ldcg((const uint2 *)((const bf16 *)a.v + (long long)g * FD_HD) + lane);
+				*((uint2 *)((bf16 *)L.vc + slot * ld + (long long)g * FD_HD) + lane) = v;
+				if (p - t0 < FD_TILE)
+					*((uint2 *)vt[p - t0] + lane) = v;
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < 2 * FD_TILE * 16 / 256; u++) {
+			const int i = threadIdx.x + 256 * u, r = (i >> 4) % FD_TILE, c = i & 15;
+			const bool isv = i >= FD_TILE * 16;
+			if (r < nt && !(fresh && t0 + r == p))
+				*((uint4 *)(isv ? vt[r] : kt[r]) + c) = tmp[u];
 		}
 		fd_bar();
-		/* scores: warp w takes keys w, w + 8, ..., loads first */
-		{
-			float kf[FD_TILE / 8][4];
+		/* scores */
 #pragma unroll
-			for (int u = 0; u < FD_TILE / 8; u++) {
-				const int i = warp + 8 * u;
-				if (i < nt)
-					fd_load4((const bf16 *)L.kc + offs[i] + lane * 4, kf[u]);
-			}
-#pragma unroll
-			for (int u = 0; u < FD_TILE / 8; u++) {
-				const int i = warp + 8 * u;
-				if (i >= nt)
-					break;
+		for (int u = 0; u < FD_TILE / 8; u++) {
+			const int i = warp + 8 * u;
+			if (i < nt) {
+				float kf[4];
+				fd_load4(kt[i] + lane * 4, kf);
 				for (int h = 0; h < G; h++) {
 					const float4 qv = *(const float4 *)&qs[h][lane * 4];
-					float d = qv.x * kf[u][0] + qv.y * kf[u][1] + qv.z * kf[u][2] +
-						  qv.w * kf[u][3];
+					float d = qv.x * kf[0] + qv.y * kf[1] + qv.z * kf[2] + qv.w * kf[3];
 					d = atlas_warp_sum(d);
 					if (lane == 0)
 						sc[h][i] = d * a.scale;
@@ -426,9 +516,9 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 		}
 		fd_bar();
 		if (warp < G) {
-			float mx = -INFINITY;
-			for (int i = lane; i < nt; i += 32)
-				mx = fmaxf(mx, sc[warp][i]);
+			float mx = lane < nt ? sc[warp][lane] : -INFINITY;
+			if (FD_TILE > 32 && lane + 32 < nt)
+				mx = fmaxf(mx, sc[warp][lane + 32]);
 			mx = atlas_warp_max(mx);
 			const float mn = fmaxf(m, mx);
 			const float corr = expf(m - mn);
@@ -436,28 +526,20 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 				acc[j] *= corr;
-			for (int i0 = 0; i0 < nt; i0 += 8) {
-				float vf[8][4];
+			for (int i = 0; i < nt; i++) {
+				const float e = expf(sc[warp][i] - mn);
+				float vf[4];
+				fd_load4(vt[i] + lane * 4, vf);
+				l += e;
 #pragma unroll
-				for (int u = 0; u < 8; u++)
-					if (i0 + u < nt)
-						fd_load4((const bf16 *)L.vc + offs[i0 + u] + lane * 4, vf[u]);
-#pragma unroll
-				for (int u = 0; u < 8; u++) {
-					if (i0 + u < nt) {
-						const float e = expf(sc[warp][i0 + u] - mn);
-						l += e;
-#pragma unroll
-						for (int j = 0; j < 4; j++)
-							acc[j] = fmaf(e, vf[u][j], acc[j]);
-					}
-				}
+				for (int j = 0; j < 4; j++)
+					acc[j] = fmaf(e, vf[j], acc[j]);
 			}
 			m = mn;
 		}
 	}
 
-	const int Si = (int)S;
+	const int Si = S;
 	if (Si == 1) {
 		if (warp < G) {
 			bf16 *o = (bf16 *)a.att + (long long)(g * G + warp) * FD_HD + lane * 4;
@@ -508,7 +590,7 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 
 /* The consumer warps: every phase of every layer. */
 static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, float *part,
-			      float *red)
+			      float *red, long long *offs)
 {
 	const long long p = a.pos[0], seq = a.seq_of[0], slot = a.slot[0];
 	const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
@@ -523,6 +605,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 			sg[i] = fd_get(a, L, i);
 
 		/* A: q, k, v */
+		fd_att_prefetch(a, L, p, seq, offs);
 		fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red);
 		for (int i = 0; i < 3; i++)
 			fd_consume(a, r, sg[i], xs, part);
@@ -549,7 +632,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* B: attention */
 		if (a.mode != 1)
-			fd_attention(a, L, (unsigned char *)xs, p, seq, slot);
+			fd_attention(a, L, (unsigned char *)xs, offs, p, seq, slot);
 		fd_grid_sync(a, target);
 
 		/* C: o, residual */
@@ -602,6 +685,7 @@ extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
 {
 	extern __shared__ __align__(1024) unsigned char fd_smem[];
 	__shared__ float red[8];
+	__shared__ long long offs[FD_TILE]; /* key offsets of an attention tile */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	unsigned char *ring = fd_smem;
 	bf16 *xs = (bf16 *)(fd_smem + (size_t)a.nst * FD_CHUNK);
@@ -624,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
 	}
 	atlas_pdl_wait();
 	fd_ring r = {ring, full, empty, 0, 0};
-	fd_run(a, r, xs, part, red);
+	fd_run(a, r, xs, part, red, offs);
 	/* the last block out zeroes the barrier counter for the next launch */
 	fd_bar();
 	if (threadIdx.x == 0 && a.mode != 2) {

@@ -159,7 +159,9 @@ static void read_switches(struct cuda_ctx *c, int major)
 			  ? atoi(rpb)
 			  : 0;
 	const char *mk = getenv("ATLAS_CUDA_ATT_MINKEYS");
-	c->att_minkeys = !mk ? 0 : strcmp(mk, "auto") == 0 ? -1 : atoi(mk) >= 32 ? atoi(mk) : 0;
+	c->att_minkeys = mk && atoi(mk) >= 32 ? atoi(mk) : 0;
+	const char *as = getenv("ATLAS_CUDA_ATT_SPLITS");
+	c->att_splits = as && atoi(as) >= 1 && atoi(as) <= 32 ? atoi(as) : 0;
 	const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
 	c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
 	/* comma-separated kernel names */

@@ -115,8 +115,8 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	int64_t xs_bytes = xmax * 2 > ATLAS_FD_ATT_SCRATCH ? xmax * 2 : ATLAS_FD_ATT_SCRATCH;
 	xs_bytes = (xs_bytes + 127) & ~(int64_t)127;
 	const int64_t part = part_floats(d, G);
-	/* 1 KiB for the kernel's static shared memory and alignment */
-	const int64_t fixed = xs_bytes + part * 4 + 2 * ATLAS_FD_MAXST * 8 + 1024;
+	/* 2 KiB for the kernel's static shared memory and alignment */
+	const int64_t fixed = xs_bytes + part * 4 + 2 * ATLAS_FD_MAXST * 8 + 2048;
 	int64_t nst = ((int64_t)optin - fixed) / ATLAS_FD_CHUNK;
 	if (nst > ATLAS_FD_MAXST)
 		nst = ATLAS_FD_MAXST;

@@ -91,9 +91,12 @@ struct cuda_ctx {
 	int gemv_pre;                 /* atlas_gemv at T = 1 loads before its PDL
 				       * wait (ATLAS_CUDA_GEMV_PRE=0: not) */
 	int att_minkeys;              /* ATLAS_CUDA_ATT_MINKEYS: keys per split of
-				       * decode attention at least (>= 32; -1
-				       * "auto": by batch size; 0: the fixed 32);
-				       * not used in batch-invariant mode */
+				       * decode attention at least (>= 32; 0: the
+				       * fixed 32); not used in batch-invariant mode */
+	int att_splits;               /* ATLAS_CUDA_ATT_SPLITS: splits a decode
+				       * token's attention takes at most (1..32;
+				       * 0: by batch size); not in batch-invariant
+				       * mode */
 	int no_split_k;               /* ATLAS_CUDA_SPLITK=0: the wgmma GEMM never
 				       * splits K */
 	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for

@@ -399,15 +399,23 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	/* one launch per group of tokens: the kernel's last block of each
 	 * (token, kv head, group) merges the splits (attention.cu) */
 	long long splits = ATT_SPLITS, minkeys = ATT_MIN_KEYS;
-	if (!be->batch_invariant && c->att_minkeys > 0) {
-		minkeys = c->att_minkeys;
-	} else if (!be->batch_invariant && c->att_minkeys < 0) {
-		/* "auto" (not yet measured): a batch whose (token, kv head,
-		 * group) blocks already cover the SMs takes fewer, longer
-		 * splits, so less partial traffic and fewer merges; a function
-		 * of T alone, so graph replays stay valid */
-		const int64_t base = T * Hkv * ngrp, sms = c->sms > 0 ? c->sms : 132;
-		minkeys = base >= 2 * sms ? 256 : base >= sms ? 128 : ATT_MIN_KEYS;
+	if (!be->batch_invariant) {
+		/* a batch whose (token, kv head, group) blocks already cover
+		 * the SMs needs fewer splits, and every block of the grid costs
+		 * a slot even when it exits at once (its token has fewer
+		 * splits): about 3 blocks an SM, a power of two >= 2, a
+		 * function of T alone (graph replays). On the H200 (Qwen3-8B,
+		 * 256 tokens generated) the best fixed counts were 8, 2 and 2
+		 * splits at batch 8, 32 and 64 (7.24, 8.53, 9.59 ms a step),
+		 * against 7.39, 9.16 and 10.76 with 32 */
+		const int64_t base = T * Hkv * ngrp, want = CEIL_DIV(3 * (int64_t)c->sms, base);
+		splits = 2;
+		while (splits < want && splits < ATT_SPLITS)
+			splits *= 2;
+		if (c->att_splits > 0)
+			splits = c->att_splits; /* A/B runs (ATLAS_CUDA_ATT_SPLITS) */
+		if (c->att_minkeys > 0)
+			minkeys = c->att_minkeys; /* A/B runs (ATLAS_CUDA_ATT_MINKEYS) */
 	}
 	for (int64_t t0 = 0; t0 < T; t0 += tg) {
 		long long n = T - t0 < tg ? T - t0 : tg;
@@ -417,7 +425,7 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 		void *args[] = {&oo, &c->att_part, &c->att_cnt, &qq, &kc, &vc, &sq, &ps, &tab, &mb,
 				&bs, &n, &h, &hk, &d, &wdw, &scale, &splits, &minkeys};
 		int rc = atlas_cuda_launch(c, ATLAS_CK_ATT_PART,
-					   (unsigned)(n * Hkv * ngrp * ATT_SPLITS), 1, 128, 0, args);
+					   (unsigned)(n * Hkv * ngrp * splits), 1, 128, 0, args);
 		if (rc)
 			return rc;
 	}

@@ -88,12 +88,13 @@ struct atlas_tcg_args {
 #define ATLAS_FD_HD 128     /* the head size it takes */
 #define ATLAS_FD_MAXG 8     /* query heads per kv head at most */
 #define ATLAS_FD_MAXSPLIT 32 /* attention splits per kv head at most */
-#define ATLAS_FD_TILE 64    /* keys per attention step */
+#define ATLAS_FD_TILE 32    /* keys per attention step */
 #define ATLAS_FD_PSTRIDE (ATLAS_FD_HD + 4) /* floats per attention partial (16-byte rows) */
 #define ATLAS_FD_THREADS 288 /* 8 consumer warps + 1 producer warp */
 /* bytes of the attention scratch at the start of the x area: q of the
- * group [MAXG][HD] and scores [MAXG][TILE] as float, key offsets [TILE] */
-#define ATLAS_FD_ATT_SCRATCH (ATLAS_FD_MAXG * ATLAS_FD_HD * 4 + ATLAS_FD_MAXG * ATLAS_FD_TILE * 4 + ATLAS_FD_TILE * 8)
+ * group [MAXG][HD] and scores [MAXG][TILE] as float, a tile's K and V
+ * rows [TILE][HD] bf16 each */
+#define ATLAS_FD_ATT_SCRATCH (ATLAS_FD_MAXG * (ATLAS_FD_HD + ATLAS_FD_TILE) * 4 + 2 * ATLAS_FD_TILE * ATLAS_FD_HD * 2)
 
 /* One layer's device pointers (bf16 weights; norms in nwdt). */
 struct atlas_fd_layer {
