@@ -7,7 +7,8 @@
 #   golden.log         the golden models on CUDA (decode steps replayed
 #                      from CUDA graphs must give the same tokens)
 #   decode-*.json      atlas-bench decode, Qwen3-8B shape, batch 1/8/32/64
-#                      (and batch 1 without programmatic dependent launch)
+#                      (and batch 1 op by op, ATLAS_CUDA_FUSED=0; Llama3-8B
+#                      and Qwen3-0.6B shapes at batch 1)
 #   prefill-*.json     atlas-bench prefill, Qwen3-8B shape, 512/2048/8192
 #   profile-*.json     per-kernel times of one decode step and one prefill
 #   kernels-*.json     atlas-bench kernels at the Qwen3-8B shapes
@@ -23,6 +24,8 @@ mkdir -p "$out"
 case $build in /*) ;; *) build="$src/$build" ;; esac
 export ATLAS_SRC="$src"
 cd "$src" || exit 1
+# a carry from scripts/gpu-carry.sh comes packed
+[ -f "$build/carry.tar.xz" ] && [ ! -x "$build/atlas-bench" ] && tar xJf "$build/carry.tar.xz" -C "$build"
 status=0
 summary="$out/summary.md"
 echo "| part | result | detail |" >"$summary"
@@ -50,7 +53,8 @@ bench() { # NAME ARGS...: one atlas-bench run to NAME.json and NAME.txt
 		"exit $rc: $(grep -E '^ *[0-9]+ ' "$out/$name.txt" | tr -s ' ' | tr '\n' ';' | cut -c1-400)"
 }
 bench decode-qwen3-8b decode --synthetic qwen3-8b --batch 1,8,32,64 --prompt 128 --gen 256
-ATLAS_CUDA_PDL=0 bench decode-qwen3-8b-nopdl decode --synthetic qwen3-8b --batch 1 --prompt 128 --gen 128
+ATLAS_CUDA_FUSED=0 bench decode-qwen3-8b-unfused decode --synthetic qwen3-8b --batch 1 --prompt 128 --gen 256
+bench decode-llama3-8b decode --synthetic llama3-8b --batch 1 --prompt 128 --gen 256
 bench prefill-qwen3-8b prefill --synthetic qwen3-8b --prompt 512,2048,8192
 bench profile-qwen3-8b decode --synthetic qwen3-8b --batch 1 --prompt 2048 --gen 32 --profile
 bench kernels-qwen3-8b kernels --shape qwen3-8b

@@ -200,14 +200,16 @@ static __device__ void fd_consume(const atlas_fd_args &a, fd_ring &r, const fd_s
 				  const bf16 *xs, float *part)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const long long total = s.rows * s.K;
-	const int nsl = (int)(s.K / FD_SLICE);
-	for (long long e0 = 0; e0 < total; e0 += FD_CHUNK_E) {
+	const int nsl = (int)(s.K / FD_SLICE); /* slices a row */
+	const long long total = s.rows * nsl;  /* slices of the segment */
+	/* this warp's slice of the chunk: row, slice in it (kept by adding,
+	 * not dividing: a 64-bit division per chunk cost as much as the dot
+	 * product) */
+	long long row = warp / nsl;
+	int sl = warp % nsl;
+	for (long long q0 = 0; q0 < total; q0 += 8) {
 		atlas_mbar_wait(&r.full[r.st], r.ph);
-		const long long e = e0 + (long long)warp * FD_SLICE;
-		if (e < total && a.mode != 3) {
-			const long long row = e / s.K;
-			const int sl = (int)((e % s.K) / FD_SLICE);
+		if (q0 + warp < total && a.mode != 3) {
 			const uint4 *w = (const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK) + warp * (FD_SLICE / 8);
 			const uint4 *x = (const uint4 *)(xs + (long long)sl * FD_SLICE);
 			float acc = 0.0f;
@@ -229,6 +231,8 @@ static __device__ void fd_consume(const atlas_fd_args &a, fd_ring &r, const fd_s
 			atlas_mbar_arrive(&r.empty[r.st]);
 		if (++r.st == a.nst)
 			r.st = 0, r.ph ^= 1;
+		for (sl += 8; sl >= nsl; sl -= nsl)
+			row++;
 	}
 }
 
