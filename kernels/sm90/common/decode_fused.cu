@@ -85,31 +85,21 @@ struct fd_seg {
 	int pbase;
 };
 
-/* The rows this block owns in each product (the same in every layer):
- * [q0, q1) of q, k and v as one matrix, [d0, d1) of o and down, [f0, f1)
- * of gate and up. Computed once: 64-bit divisions are slow. */
-struct fd_share {
-	long long q0, q1, d0, d1, f0, f1;
-};
-
-static __device__ fd_share fd_share_of(const atlas_fd_args &a)
+/* Rows [*r0, *r1) of an n-row product owned by this block. */
+static __device__ __forceinline__ void fd_rows(long long n, long long *r0, long long *r1)
 {
-	const long long b = blockIdx.x, G = gridDim.x;
-	const long long nqkv = (long long)(a.H + 2 * a.Hkv) * FD_HD;
-	fd_share r = {nqkv * b / G, nqkv * (b + 1) / G, a.D * b / G,
-		      a.D * (b + 1) / G, a.F * b / G, a.F * (b + 1) / G};
-	return r;
+	*r0 = n * blockIdx.x / gridDim.x;
+	*r1 = n * (blockIdx.x + 1) / gridDim.x;
 }
 
 /* Segment idx (0..FD_NSEG-1) of layer L for this block. */
-static __device__ fd_seg fd_get(const atlas_fd_args &a, const fd_share &sh,
-				const atlas_fd_layer &L, int idx)
+static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L, int idx)
 {
 	fd_seg s = {NULL, 0, 0, 0};
 	long long r0, r1;
 	if (idx < 3) {
 		const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
-		r0 = sh.q0, r1 = sh.q1;
+		fd_rows(nq + 2 * nkv, &r0, &r1);
 		const long long lo = idx == 0 ? 0 : idx == 1 ? nq : nq + nkv;
 		const long long hi = idx == 0 ? nq : idx == 1 ? nq + nkv : nq + 2 * nkv;
 		const void *w = idx == 0 ? L.wq : idx == 1 ? L.wk : L.wv;
@@ -121,18 +111,18 @@ static __device__ fd_seg fd_get(const atlas_fd_args &a, const fd_share &sh,
 			s.pbase = (int)(a0 - r0);
 		}
 	} else if (idx == 3) {
-		r0 = sh.d0, r1 = sh.d1;
+		fd_rows(a.D, &r0, &r1);
 		s.w = (const bf16 *)L.wo + r0 * ((long long)a.H * FD_HD);
 		s.rows = r1 - r0;
 		s.K = (long long)a.H * FD_HD;
 	} else if (idx < 6) {
-		r0 = sh.f0, r1 = sh.f1;
+		fd_rows(a.F, &r0, &r1);
 		s.w = (const bf16 *)(idx == 4 ? L.wg : L.wu) + r0 * (long long)a.D;
 		s.rows = r1 - r0;
 		s.K = a.D;
 		s.pbase = idx == 4 ? 0 : (int)(r1 - r0);
 	} else {
-		r0 = sh.d0, r1 = sh.d1;
+		fd_rows(a.D, &r0, &r1);
 		s.w = (const bf16 *)L.wd + r0 * (long long)a.F;
 		s.rows = r1 - r0;
 		s.K = a.F;
@@ -150,7 +140,7 @@ struct fd_walk {
 
 /* Move w to its next chunk (or to the first one, from l = 0, idx = -1);
  * false at the end of the stream. */
-static __device__ bool fd_next(const atlas_fd_args &a, const fd_share &sh, fd_walk &w)
+static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 {
 	if (w.idx >= 0 && (w.off += FD_CHUNK) < w.bytes)
 		return true;
@@ -160,7 +150,7 @@ static __device__ bool fd_next(const atlas_fd_args &a, const fd_share &sh, fd_wa
 			if (++w.l == a.n_layers)
 				return false;
 		}
-		const fd_seg s = fd_get(a, sh, a.layers[w.l], w.idx);
+		const fd_seg s = fd_get(a, a.layers[w.l], w.idx);
 		w.bytes = s.rows * s.K * 2;
 		w.w = (const char *)s.w;
 		w.off = 0;
@@ -179,9 +169,8 @@ static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
 {
 	int st = 0;
 	unsigned ph = 0;
-	const fd_share sh = fd_share_of(a);
 	fd_walk w = {0, -1, 0, 0, NULL};
-	for (long long cc = 0; fd_next(a, sh, w); cc++) {
+	for (long long cc = 0; fd_next(a, w); cc++) {
 		if (cc >= a.nst)
 			atlas_mbar_wait(&empty[st], ph ^ 1);
 		const long long r = w.bytes - w.off;
@@ -377,19 +366,12 @@ static __device__ __forceinline__ void fd_load4(const bf16 *p, float *f)
 	f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
 }
 
-/* This block's attention item of a step at position p (the same in every
- * layer): kv head g, split s of S, keys [j0, j1) (maybe empty); has =
- * false when it has none. The partition depends only on p (and the
- * grid), as every block computes it. */
-struct fd_att {
-	bool has;
-	int g, s, S;
-	long long j0, j1;
-};
-
-static __device__ fd_att fd_item(const atlas_fd_args &a, long long p)
+/* This block's attention item of a step at position p: kv head *g, split
+ * *s of *S, keys [*j0, *j1) (maybe empty); false when it has none. The
+ * partition depends only on p (and the grid), as every block computes it. */
+static __device__ __forceinline__ bool fd_item(const atlas_fd_args &a, long long p, int *g, int *s,
+					       int *S, long long *j0, long long *j1)
 {
-	fd_att it = {false, 0, 0, 1, 0, 0};
 	const long long lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
 	const long long nk = p - lo + 1;
 	long long n = (nk + FD_TILE - 1) / FD_TILE, cap = gridDim.x / a.Hkv;
@@ -397,13 +379,12 @@ static __device__ fd_att fd_item(const atlas_fd_args &a, long long p)
 		cap = ATLAS_FD_MAXSPLIT;
 	n = n > cap ? cap : n < 1 ? 1 : n;
 	if (blockIdx.x >= a.Hkv * n)
-		return it;
-	it.has = true;
-	it.g = (int)(blockIdx.x / n), it.s = (int)(blockIdx.x % n), it.S = (int)n;
+		return false;
+	*g = (int)(blockIdx.x / n), *s = (int)(blockIdx.x % n), *S = (int)n;
 	const long long per = (nk + n - 1) / n;
-	it.j0 = lo + it.s * per;
-	it.j1 = it.j0 + per < p + 1 ? it.j0 + per : p + 1;
-	return it;
+	*j0 = lo + *s * per;
+	*j1 = *j0 + per < p + 1 ? *j0 + per : p + 1;
+	return true;
 }
 
 /* Element offsets in the cache of keys t0 .. t0 + nt - 1 of kv head g
@@ -420,19 +401,21 @@ static __device__ __forceinline__ void fd_offsets(const atlas_fd_args &a, long l
 	}
 }
 
-/* At the start of a layer, long before phase B: the item's first tile of
- * K and V rows (offsets offs0, resolved once a step) asked into L2, so
- * that phase B finds them there instead of queueing behind the weight
- * stream. */
+/* At the start of a layer, long before phase B: the first tile's key
+ * offsets into offs, and its K and V rows asked into L2, so that phase B
+ * finds them there instead of queueing behind the weight stream. */
 static __device__ void fd_att_prefetch(const atlas_fd_args &a, const atlas_fd_layer &L,
-				       const fd_att &it, const long long *offs0)
+				       long long p, long long seq, long long *offs)
 {
-	if (a.mode == 1 || !it.has || it.j0 >= it.j1)
+	int g, s, S;
+	long long j0, j1;
+	if (a.mode == 1 || !fd_item(a, p, &g, &s, &S, &j0, &j1) || j0 >= j1)
 		return;
-	const int nt = it.j1 - it.j0 < FD_TILE ? (int)(it.j1 - it.j0) : FD_TILE;
+	const int nt = j1 - j0 < FD_TILE ? (int)(j1 - j0) : FD_TILE;
+	fd_offsets(a, seq, g, j0, nt, offs);
 	if ((int)threadIdx.x < nt) {
-		atlas_prefetch_l2((const bf16 *)L.kc + offs0[threadIdx.x], FD_HD * 2);
-		atlas_prefetch_l2((const bf16 *)L.vc + offs0[threadIdx.x], FD_HD * 2);
+		atlas_prefetch_l2((const bf16 *)L.kc + offs[threadIdx.x], FD_HD * 2);
+		atlas_prefetch_l2((const bf16 *)L.vc + offs[threadIdx.x], FD_HD * 2);
 	}
 }
 
@@ -444,21 +427,19 @@ static __device__ void fd_att_prefetch(const atlas_fd_args &a, const atlas_fd_la
  * then warp h < G (G = H / Hkv) owns query head g * G + h, lane i its
  * dims 4i..4i+3 of the output (online softmax over the tiles). */
 static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer &L,
-				    unsigned char *scratch, const fd_att &it,
-				    const long long *offs0, long long p, long long seq,
-				    long long slot)
+				    unsigned char *scratch, long long *offs, long long p,
+				    long long seq, long long slot)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int G = a.H / a.Hkv;
-	if (!it.has)
+	int g, s, S;
+	long long j0, j1;
+	if (!fd_item(a, p, &g, &s, &S, &j0, &j1))
 		return;
-	const int g = it.g, s = it.s, S = it.S;
-	const long long j0 = it.j0, j1 = it.j1;
 	float(*qs)[FD_HD] = (float(*)[FD_HD])scratch;				 /* [MAXG][HD] */
 	float(*sc)[FD_TILE] = (float(*)[FD_TILE])(scratch + ATLAS_FD_MAXG * FD_HD * 4); /* [MAXG][TILE] */
 	bf16(*kt)[FD_HD] = (bf16(*)[FD_HD])(scratch + ATLAS_FD_MAXG * (FD_HD + FD_TILE) * 4);
 	bf16(*vt)[FD_HD] = kt + FD_TILE; /* [TILE][HD] each */
-	long long *offsn = (long long *)(vt + FD_TILE); /* later tiles' offsets */
 	const long long ld = (long long)a.Hkv * FD_HD;
 	const float fp = (float)p;
 	const bool mine = j0 <= p && p < j1 && slot >= 0;
@@ -468,10 +449,9 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 		const int nt = j1 - t0 < FD_TILE ? (int)(j1 - t0) : FD_TILE;
 		if (t0 != j0) {
 			fd_bar(); /* the last tile is used up */
-			fd_offsets(a, seq, g, t0, nt, offsn);
+			fd_offsets(a, seq, g, t0, nt, offs);
 			fd_bar();
 		}
-		const long long *offs = t0 == j0 ? offs0 : offsn;
 		/* the tile's K and V rows (16 pieces of 16 bytes each); in the
 		 * first tile the new key's row comes from k and v instead */
 		const bool fresh = t0 == j0 && mine;
@@ -618,31 +598,23 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 {
 	const long long p = a.pos[0], seq = a.seq_of[0], slot = a.slot[0];
 	const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
-	const fd_share sh = fd_share_of(a);
 	unsigned target = 0;
 	long long r0, r1;
-	/* the attention item and its first tile's cache offsets: the same in
-	 * every layer of the step */
-	const fd_att it = fd_item(a, p);
-	if (it.has)
-		fd_offsets(a, seq, it.g, it.j0,
-			   it.j1 - it.j0 < FD_TILE ? (int)(it.j1 - it.j0) : FD_TILE, offs);
-	fd_bar();
 	for (int l = 0; l < a.n_layers; l++) {
 		const atlas_fd_layer L = a.layers[l];
 		const bool lastl = l == a.n_layers - 1;
 		fd_seg sg[FD_NSEG];
 #pragma unroll
 		for (int i = 0; i < FD_NSEG; i++)
-			sg[i] = fd_get(a, sh, L, i);
+			sg[i] = fd_get(a, L, i);
 
 		/* A: q, k, v */
-		fd_att_prefetch(a, L, it, offs);
+		fd_att_prefetch(a, L, p, seq, offs);
 		fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red);
 		for (int i = 0; i < 3; i++)
 			fd_consume(a, r, sg[i], xs, part);
 		fd_bar();
-		r0 = sh.q0, r1 = sh.q1;
+		fd_rows(nq + 2 * nkv, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
 			const long long vr = r0 + i;
 			float v = fd_row(part, i, a.D / FD_SLICE);
@@ -664,14 +636,14 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* B: attention */
 		if (a.mode != 1)
-			fd_attention(a, L, (unsigned char *)xs, it, offs, p, seq, slot);
+			fd_attention(a, L, (unsigned char *)xs, offs, p, seq, slot);
 		fd_grid_sync(a, target);
 
 		/* C: o, residual */
 		fd_load_x(xs, a.att, (int)nq);
 		fd_consume(a, r, sg[3], xs, part);
 		fd_bar();
-		r0 = sh.d0, r1 = sh.d1;
+		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
 			bf16 *h = (bf16 *)a.x + r0 + i;
 			const float o = atlas_bf(atlas_tobf(fd_row(part, i, (int)(nq / FD_SLICE))));
@@ -684,7 +656,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		fd_consume(a, r, sg[4], xs, part);
 		fd_consume(a, r, sg[5], xs, part);
 		fd_bar();
-		r0 = sh.f0, r1 = sh.f1;
+		fd_rows(a.F, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
 			const int nsl = a.D / FD_SLICE;
 			const float gv = atlas_bf(atlas_tobf(fd_row(part, i, nsl)));
@@ -697,7 +669,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		fd_load_x(xs, a.g, a.F);
 		fd_consume(a, r, sg[6], xs, part);
 		fd_bar();
-		r0 = sh.d0, r1 = sh.d1;
+		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
 			const bf16 dv = atlas_tobf(fd_row(part, i, a.F / FD_SLICE));
 			if (lastl) {
@@ -717,7 +689,7 @@ extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
 {
 	extern __shared__ __align__(1024) unsigned char fd_smem[];
 	__shared__ float red[8];
-	__shared__ long long offs[FD_TILE]; /* key offsets of the attention item's first tile */
+	__shared__ long long offs[FD_TILE]; /* key offsets of an attention tile */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	unsigned char *ring = fd_smem;
 	bf16 *xs = (bf16 *)(fd_smem + (size_t)a.nst * FD_CHUNK);

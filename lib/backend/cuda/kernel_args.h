@@ -93,8 +93,8 @@ struct atlas_tcg_args {
 #define ATLAS_FD_THREADS 288 /* 8 consumer warps + 1 producer warp */
 /* bytes of the attention scratch at the start of the x area: q of the
  * group [MAXG][HD] and scores [MAXG][TILE] as float, a tile's K and V
- * rows [TILE][HD] bf16 each, the key offsets of tiles after the first */
-#define ATLAS_FD_ATT_SCRATCH (ATLAS_FD_MAXG * (ATLAS_FD_HD + ATLAS_FD_TILE) * 4 + 2 * ATLAS_FD_TILE * ATLAS_FD_HD * 2 + ATLAS_FD_TILE * 8)
+ * rows [TILE][HD] bf16 each */
+#define ATLAS_FD_ATT_SCRATCH (ATLAS_FD_MAXG * (ATLAS_FD_HD + ATLAS_FD_TILE) * 4 + 2 * ATLAS_FD_TILE * ATLAS_FD_HD * 2)
 
 /* One layer's device pointers (bf16 weights; norms in nwdt). */
 struct atlas_fd_layer {
