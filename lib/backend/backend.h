@@ -284,6 +284,11 @@ struct atlas_backend *atlas_backend_mock_new(void);
 int64_t atlas_backend_mock_count(const struct atlas_backend *be);
 const char *atlas_backend_mock_call(const struct atlas_backend *be, int64_t i);
 void atlas_backend_mock_reset(struct atlas_backend *be);
+/* Offer the fused one-token layer-stack ops (recorded as "fused_prepare
+ * ...", "fused_decode", "fused_release"; prepare adds " BAD <what>" when
+ * the description is incomplete). Call before a model loads; the model
+ * uses them only with a BF16 act_dtype, which the caller sets too. */
+void atlas_backend_mock_offer_fused(struct atlas_backend *be);
 
 /* --- machine facts (for atlas-doctor, atlas-load and logs) ------------ */
 

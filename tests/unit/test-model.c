@@ -231,6 +231,74 @@ static void test_batch_matches_alone(void)
 	be->destroy(be);
 }
 
+/* The fused one-token layer stack (backend.h fused_*), offered by the
+ * backend: the model prepares it once at load with a whole description,
+ * runs each one-token step through it (embed, fused_decode, then the
+ * final add_rmsnorm and the logits), never a longer step or a
+ * batch-invariant one, and releases it with the model; with FP32
+ * activations it is not asked at all. */
+static void test_fused_selection(void)
+{
+	struct atlas_backend *be = atlas_backend_mock_new();
+	be->act_dtype = ATLAS_DTYPE_BF16;
+	atlas_backend_mock_offer_fused(be);
+	struct atlas_model *m = atlas_model_load(golden("qwen3"), be, NULL);
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	/* hidden 64, 4 heads x 32, 2 kv heads, intermediate 160, 2 layers */
+	CHECK_EQ_INT(count(be, "fused_prepare "), 1);
+	CHECK_EQ_INT(count(be, "fused_prepare layers=2 D=64 F=160 H=4 Hkv=2 hd=32 window=0 "
+			       "qk_norm=1 bias=0"),
+		     1);
+	for (int64_t i = 0; i < atlas_backend_mock_count(be); i++)
+		CHECK(!strstr(atlas_backend_mock_call(be, i), "BAD"));
+	struct atlas_seq *s = atlas_seq_new(m);
+	float *logits = malloc(1088 * sizeof(float));
+	int32_t ids[3] = {5, 6, 7};
+	/* a prompt of 3 tokens: op by op */
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 3, logits, false), 0);
+	CHECK_EQ_INT(count(be, "fused_decode"), 0);
+	CHECK_EQ_INT(count(be, "attention T=3 "), 2);
+	/* one token: the fused stack */
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 1, logits, false), 0);
+	static const char *want[] = {
+	    "embed T=1 D=64",   "fused_decode", "add_rmsnorm R=1 D=64",
+	    "copy bytes=128", /* the last row, bf16 */
+	    "logits T=1 N=1088 K=64",
+	};
+	CHECK_EQ_INT(atlas_backend_mock_count(be), (int64_t)(sizeof(want) / sizeof(want[0])));
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		CHECK_STR(atlas_backend_mock_call(be, (int64_t)i), want[i]);
+	CHECK_EQ_INT(atlas_seq_len(s), 4);
+	/* batch-invariant mode: op by op again */
+	be->batch_invariant = true;
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 1, logits, false), 0);
+	CHECK_EQ_INT(count(be, "fused_decode"), 0);
+	CHECK_EQ_INT(count(be, "attention T=1 pos0=4 "), 2);
+	be->batch_invariant = false;
+	free(logits);
+	atlas_seq_free(s);
+	atlas_backend_mock_reset(be);
+	atlas_model_free(m);
+	CHECK_EQ_INT(count(be, "fused_release"), 1);
+	be->destroy(be);
+
+	/* FP32 activations (the CPU backend's): never prepared */
+	be = atlas_backend_mock_new();
+	atlas_backend_mock_offer_fused(be);
+	m = atlas_model_load(golden("qwen3"), be, NULL);
+	CHECK(m != NULL);
+	CHECK_EQ_INT(count(be, "fused_prepare"), 0);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
 /* A pool that runs dry refuses the step and changes nothing. */
 static void test_pool_exhaustion(void)
 {
@@ -289,6 +357,7 @@ int main(void)
 	RUN(test_family_flags);
 	RUN(test_refusals);
 	RUN(test_batch_matches_alone);
+	RUN(test_fused_selection);
 	RUN(test_pool_exhaustion);
 	RUN(test_weight_bytes);
 	return harness_done();

@@ -27,10 +27,10 @@
 struct cuda_fused {
 	struct atlas_fd_args args;
 	struct atlas_fd_layer *d_layers; /* device [n_layers] */
-	float *d_part;                   /* attention partials */
-	unsigned *d_sync;                /* barrier and split counters */
-	unsigned grid;                   /* blocks: one per SM */
-	size_t smem;                     /* dynamic shared memory */
+	float *d_part;			 /* attention partials */
+	unsigned *d_sync;		 /* barrier and split counters */
+	unsigned grid;			 /* blocks: one per SM */
+	size_t smem;			 /* dynamic shared memory */
 };
 
 static int64_t ceil_div(int64_t a, int64_t b)
@@ -47,10 +47,10 @@ static int aligned16(const void *p)
 static int64_t part_floats(const struct atlas_fused_desc *d, int64_t G)
 {
 	const int64_t S = ATLAS_FD_SLICE, nq = d->H * d->hd, nkv = d->Hkv * d->hd;
-	int64_t n = ceil_div(nq + 2 * nkv, G) * (d->D / S);         /* q, k, v */
-	int64_t o = ceil_div(d->D, G) * (nq / S);                    /* o */
-	int64_t gu = 2 * ceil_div(d->F, G) * (d->D / S);             /* gate, up */
-	int64_t dn = ceil_div(d->D, G) * (d->F / S);                 /* down */
+	int64_t n = ceil_div(nq + 2 * nkv, G) * (d->D / S); /* q, k, v */
+	int64_t o = ceil_div(d->D, G) * (nq / S);	    /* o */
+	int64_t gu = 2 * ceil_div(d->F, G) * (d->D / S);    /* gate, up */
+	int64_t dn = ceil_div(d->D, G) * (d->F / S);	    /* down */
 	n = o > n ? o : n;
 	n = gu > n ? gu : n;
 	n = dn > n ? dn : n;
@@ -135,7 +135,8 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 
 	struct cuda_fused *f = calloc(1, sizeof(*f));
 	struct atlas_fd_layer *h = calloc((size_t)d->n_layers, sizeof(*h));
-	const size_t part_bytes = (size_t)d->H * ATLAS_FD_MAXSPLIT * ATLAS_FD_PSTRIDE * sizeof(float);
+	const size_t part_bytes =
+	    (size_t)d->H * ATLAS_FD_MAXSPLIT * ATLAS_FD_PSTRIDE * sizeof(float);
 	const size_t sync_bytes = (size_t)(2 + d->Hkv) * sizeof(unsigned);
 	if (!f || !h || cudaMalloc((void **)&f->d_layers, (size_t)d->n_layers * sizeof(*h)) ||
 	    cudaMalloc((void **)&f->d_part, part_bytes) ||
@@ -148,12 +149,12 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	}
 	for (int64_t l = 0; l < d->n_layers; l++) {
 		const struct atlas_fused_layer *L = &d->layers[l];
-		h[l] = (struct atlas_fd_layer){L->wq, L->wk, L->wv, L->bq, L->bk, L->bv, L->wo,
-					       L->wg, L->wu, L->wd, L->ln1, L->ln2, L->qn, L->kn,
-					       L->kc, L->vc};
+		h[l] = (struct atlas_fd_layer){L->wq, L->wk, L->wv, L->bq, L->bk,  L->bv,
+					       L->wo, L->wg, L->wu, L->wd, L->ln1, L->ln2,
+					       L->qn, L->kn, L->kc, L->vc};
 	}
-	cudaError_t e = cudaMemcpy(f->d_layers, h, (size_t)d->n_layers * sizeof(*h),
-				   cudaMemcpyHostToDevice);
+	cudaError_t e =
+	    cudaMemcpy(f->d_layers, h, (size_t)d->n_layers * sizeof(*h), cudaMemcpyHostToDevice);
 	if (e == cudaSuccess)
 		e = cudaMemset(f->d_sync, 0, sync_bytes);
 	free(h);
@@ -196,7 +197,8 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	};
 	f->grid = (unsigned)G;
 	f->smem = smem;
-	atlas_info("fused decode: one launch for %lld layers (%u blocks, %lld ring stages, %zu KiB shared memory)",
+	atlas_info("fused decode: one launch for %lld layers (%u blocks, %lld ring stages, %zu KiB "
+		   "shared memory)",
 		   (long long)d->n_layers, f->grid, (long long)nst, smem >> 10);
 	return f;
 }

@@ -201,6 +201,57 @@ static int mock_to_f32(struct atlas_backend *be, float *host, const void *src, i
 	return record(be, "to_f32 n=%lld", (long long)n);
 }
 
+/* The fused one-token layer stack (optional ops, atlas_backend_mock_offer_fused):
+ * prepare records the shapes and checks that the description is whole
+ * and consistent (every layer's weights, norms and its own K and V pools,
+ * the step metadata and scratch rows present), so the model side of the
+ * contract can be tested without a GPU. */
+static void *mock_fused_prepare(struct atlas_backend *be, const struct atlas_fused_desc *d)
+{
+	const char *bad = NULL;
+	for (int64_t l = 0; l < d->n_layers && !bad; l++) {
+		const struct atlas_fused_layer *L = &d->layers[l];
+		if (!L->wq || !L->wk || !L->wv || !L->wo || !L->wg || !L->wu || !L->wd)
+			bad = "weight";
+		else if (!L->ln1 || !L->ln2 || !L->qn != !L->kn)
+			bad = "norm";
+		else if (!L->kc || !L->vc || L->kc == L->vc ||
+			 (l > 0 && (L->kc == d->layers[l - 1].kc || L->vc == d->layers[l - 1].vc)))
+			bad = "cache";
+	}
+	if (!bad && (!d->x || !d->o || !d->q || !d->k || !d->v || !d->att || !d->g))
+		bad = "activations";
+	if (!bad && (!d->pos || !d->seq_of || !d->slot || !d->block_tables || !d->inv_freq ||
+		     d->max_blocks < 1 || d->block_size < 1))
+		bad = "metadata";
+	if (record(be, "fused_prepare layers=%lld D=%lld F=%lld H=%lld Hkv=%lld hd=%lld window=%lld "
+		   "qk_norm=%d bias=%d%s%s",
+		   (long long)d->n_layers, (long long)d->D, (long long)d->F, (long long)d->H,
+		   (long long)d->Hkv, (long long)d->hd, (long long)d->window,
+		   d->n_layers > 0 && d->layers[0].qn != NULL,
+		   d->n_layers > 0 && d->layers[0].bq != NULL, bad ? " BAD " : "", bad ? bad : ""))
+		return NULL;
+	return malloc(1);
+}
+
+static int mock_fused_decode(struct atlas_backend *be, void *fused)
+{
+	return record(be, "fused_decode%s", fused ? "" : " NULL");
+}
+
+static void mock_fused_release(struct atlas_backend *be, void *fused)
+{
+	free(fused);
+	record(be, "fused_release");
+}
+
+void atlas_backend_mock_offer_fused(struct atlas_backend *be)
+{
+	be->fused_prepare = mock_fused_prepare;
+	be->fused_decode = mock_fused_decode;
+	be->fused_release = mock_fused_release;
+}
+
 struct atlas_backend *atlas_backend_mock_new(void)
 {
 	struct atlas_backend *be = calloc(1, sizeof(*be));
