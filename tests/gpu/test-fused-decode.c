@@ -65,14 +65,12 @@ struct tally {
 	int64_t agree; /* of them, where the argmax agrees */
 };
 
-/* Index of the largest of x[n], lowest on ties (the greedy sampler's). */
-static int32_t argmax(const float *x, int64_t n)
+/* Index of the largest of x[n], lowest on ties: the greedy sampler's
+ * choice (temperature 0 reads x and nothing else). */
+static int32_t argmax(float *x, int64_t n)
 {
-	int64_t b = 0;
-	for (int64_t i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return (int32_t)b;
+	static const struct atlas_sample_args greedy = {0};
+	return atlas_sample_pick(x, n, &greedy, NULL);
 }
 
 /* ||a - b|| / ||b|| over n; infinity if either holds a NaN. */
