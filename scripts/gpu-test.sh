@@ -45,7 +45,7 @@ for alt in fma tc bulk; do
 done
 
 # 2. fused decode: every layer of a one-token step in one kernel gives the
-# logits of the op-by-op step (qwen3-0.6b and qwen3-8b shapes)
+# logits of the op-by-op step (qwen3-0.6b, qwen3-8b and llama3-8b shapes)
 "$build/tests/gpu/test-fused-decode" >"$out/fused.log" 2>&1
 rc=$?
 row "fused decode = unfused" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/fused.log" && echo pass || echo FAIL)" \

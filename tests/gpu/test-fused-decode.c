@@ -341,6 +341,7 @@ int main(void)
 	probe->destroy(probe);
 	test_shape("qwen3-0.6b");
 	test_shape("qwen3-8b");
+	test_shape("llama3-8b"); /* no q/k norm */
 	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
 	       "steps\n",
 	       all_worst, TOL, (long long)all_agree, (long long)all_steps);
