@@ -15,6 +15,12 @@
  *     x += (silu(h Wg) * h Wu) Wd
  *   logits = rmsnorm(x) Wlm               (last row of each item, or all)
  *
+ * A one-token step (T = 1) runs the whole layer loop as the backend's
+ * fused op when the backend accepted the model at load
+ * (atlas_forward_fused_setup; CUDA: one kernel launch for every layer),
+ * except in batch-invariant mode, where a token must get the bits it
+ * would get in any batch.
+ *
  * Tensor parallelism (lib/comm/README-tp.md): every rank holds its slice
  * of the heads and MLP rows (m->H_loc, Hkv_loc, F_loc), so the o and down
  * products are partial sums, completed by the two all_reduce_sum calls
