@@ -282,4 +282,50 @@ static __device__ __forceinline__ float atlas_block_max(float v, float *tmp)
 	return atlas_warp_max(v);
 }
 
+// --- one attention head's q/k prologue --------------------------------
+// Per-head RMS norm (nw NULL: none; the result rounded to bf16, as the
+// rmsnorm op rounds it) and rotate-half rotary embedding at position p of
+// one head row of hd values, by one warp: on entry x0[u], x1[u] hold dims
+// i and i + hd/2 of the row (i = lane + 32 u; zero where i >= hd/2), on
+// return the rotated values, not yet rounded. The angle is (float)p *
+// inv_freq[i] with the accurate sincosf (angles reach 1e5 rad). Shared by
+// atlas_qk_rope_store and atlas_decode_fused so that both compute the
+// same bits.
+template <int PAIRS>
+static __device__ __forceinline__ void atlas_head_norm_rope(float (&x0)[PAIRS], float (&x1)[PAIRS],
+							     long long hd, const void *nw, int nwdt,
+							     float eps, float p,
+							     const float *inv_freq)
+{
+	const int lane = threadIdx.x & 31;
+	const long long half = hd / 2;
+	if (nw) {
+		float ss = 0.0f;
+#pragma unroll
+		for (int u = 0; u < PAIRS; u++)
+			ss += x0[u] * x0[u] + x1[u] * x1[u];
+		ss = atlas_warp_sum(ss);
+		const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+#pragma unroll
+		for (int u = 0; u < PAIRS; u++) {
+			const long long i = lane + 32 * u;
+			if (i < half) {
+				x0[u] = atlas_bf(atlas_tobf(x0[u] * inv * atlas_wload(nw, nwdt, i)));
+				x1[u] = atlas_bf(atlas_tobf(x1[u] * inv * atlas_wload(nw, nwdt, i + half)));
+			}
+		}
+	}
+#pragma unroll
+	for (int u = 0; u < PAIRS; u++) {
+		const long long i = lane + 32 * u;
+		if (i < half) {
+			float sn, cs;
+			sincosf(p * inv_freq[i], &sn, &cs);
+			const float r0 = x0[u] * cs - x1[u] * sn;
+			const float r1 = x1[u] * cs + x0[u] * sn;
+			x0[u] = r0, x1[u] = r1;
+		}
+	}
+}
+
 #endif

@@ -319,42 +319,25 @@ static __device__ __forceinline__ void fd_grid_sync(const atlas_fd_args &a, unsi
 	fd_bar();
 }
 
-/* One head row (hd = 128) rmsnorm'ed with nw (NULL: not) and rotated at
- * position p, as atlas_qk_rope_store computes it, by one warp: lane i
- * returns dims i, i + 32 (first half) and i + 64, i + 96 (second half)
- * in x0[0..1], x1[0..1], rounded to bf16. */
+/* One head row (hd = 128, written earlier in the launch) rmsnorm'ed with
+ * nw (NULL: not) and rotated at position p, by one warp, as
+ * atlas_qk_rope_store computes it (atlas_head_norm_rope): lane i returns
+ * dims i, i + 32 (first half) and i + 64, i + 96 (second half) in x0[0..1],
+ * x1[0..1], rounded to bf16. */
 static __device__ __forceinline__ void fd_rope_head(const bf16 *src, const void *nw, int nwdt,
 						    float eps, float p, const float *inv_freq,
 						    float (&x0)[2], float (&x1)[2])
 {
 	const int lane = threadIdx.x & 31;
-	float ss = 0.0f;
 #pragma unroll
 	for (int u = 0; u < 2; u++) {
-		const int i = lane + 32 * u;
-		x0[u] = atlas_bf(__ldcg(src + i));
-		x1[u] = atlas_bf(__ldcg(src + i + 64));
-		ss += x0[u] * x0[u] + x1[u] * x1[u];
+		x0[u] = atlas_bf(__ldcg(src + lane + 32 * u));
+		x1[u] = atlas_bf(__ldcg(src + lane + 32 * u + 64));
 	}
-	if (nw) {
-		ss = atlas_warp_sum(ss);
-		const float inv = 1.0f / sqrtf(ss / (float)FD_HD + eps);
+	atlas_head_norm_rope<2>(x0, x1, FD_HD, nw, nwdt, eps, p, inv_freq);
 #pragma unroll
-		for (int u = 0; u < 2; u++) {
-			const int i = lane + 32 * u;
-			x0[u] = atlas_bf(atlas_tobf(x0[u] * inv * atlas_wload(nw, nwdt, i)));
-			x1[u] = atlas_bf(atlas_tobf(x1[u] * inv * atlas_wload(nw, nwdt, i + 64)));
-		}
-	}
-#pragma unroll
-	for (int u = 0; u < 2; u++) {
-		const int i = lane + 32 * u;
-		float sn, cs;
-		sincosf(p * inv_freq[i], &sn, &cs);
-		const float r0 = atlas_bf(atlas_tobf(x0[u] * cs - x1[u] * sn));
-		const float r1 = atlas_bf(atlas_tobf(x1[u] * cs + x0[u] * sn));
-		x0[u] = r0, x1[u] = r1;
-	}
+	for (int u = 0; u < 2; u++)
+		x0[u] = atlas_bf(atlas_tobf(x0[u])), x1[u] = atlas_bf(atlas_tobf(x1[u]));
 }
 
 /* Four consecutive bf16 values at p (8-byte aligned) as float. */

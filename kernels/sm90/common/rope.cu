@@ -71,38 +71,23 @@ extern "C" __global__ void __launch_bounds__(256)
 	const bf16 *src = isq ? q + (t * H + h) * hd : k + t * row + h * hd;
 	const void *nw = isq ? qn : kn;
 	float x0[QRS_PAIRS], x1[QRS_PAIRS];
-	float ss = 0.0f;
 #pragma unroll
 	for (int u = 0; u < QRS_PAIRS; u++) {
 		const long long i = lane + 32 * u;
 		x0[u] = i < half ? atlas_bf(src[i]) : 0.0f;
 		x1[u] = i < half ? atlas_bf(src[i + half]) : 0.0f;
-		ss += x0[u] * x0[u] + x1[u] * x1[u];
 	}
-	if (nw) {
-		ss = atlas_warp_sum(ss);
-		const float inv = 1.0f / sqrtf(ss / (float)hd + eps);
-#pragma unroll
-		for (int u = 0; u < QRS_PAIRS; u++) {
-			const long long i = lane + 32 * u;
-			if (i < half) {
-				x0[u] = atlas_bf(atlas_tobf(x0[u] * inv * atlas_wload(nw, nwdt, i)));
-				x1[u] = atlas_bf(atlas_tobf(x1[u] * inv * atlas_wload(nw, nwdt, i + half)));
-			}
-		}
-	}
-	const float p = (float)pos[t];
 	bf16 *dst = isq ? q + (t * H + h) * hd : (s >= 0 ? kc + s * row + h * hd : NULL);
 	if (!dst)
-		return;
+		return; /* uniform across the warp: no shuffle is skipped by half of it */
+	atlas_head_norm_rope<QRS_PAIRS>(x0, x1, hd, nw, nwdt, eps, (float)pos[t], inv_freq);
 #pragma unroll
 	for (int u = 0; u < QRS_PAIRS; u++) {
 		const long long i = lane + 32 * u;
 		if (i < half) {
-			float sn, cs;
-			sincosf(p * inv_freq[i], &sn, &cs);
-			dst[i] = atlas_tobf(x0[u] * cs - x1[u] * sn);
-			dst[i + half] = atlas_tobf(x1[u] * cs + x0[u] * sn);
+			dst[i] = atlas_tobf(x0[u]);
+			dst[i + half] = atlas_tobf(x1[u]);
 		}
 	}
 }
+
