@@ -146,7 +146,6 @@ extern "C" __global__ void atlas_attention(bf16 *out, const bf16 *q, const bf16 
 #define ATT_TILE 32     /* keys per step of atlas_attention_part */
 #define ATT_GH 8        /* query heads per block (a kv head's group, 8 at a time) */
 #define ATT_KPW 8       /* keys each warp loads before scoring (loads in flight) */
-#define ATT_VPF 8       /* value rows a thread loads before accumulating them */
 #define ATT_VPT 2       /* (head, 8-dim vector) output pairs per thread: 8 * 32 / 128 */
 #define ATT_MAXSPLIT 64 /* largest `splits`: the merge reads two per lane */
 #define ATT_MPF 8       /* splits' partial vectors a thread loads before merging them */
@@ -433,23 +432,14 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 #pragma unroll
 			for (int j = 0; j < 8; j++)
 				acc[r][j] *= corr;
-			for (int i0 = 0; i0 < nc; i0 += ATT_VPF) {
-				uint4 vr[ATT_VPF];
+			/* V rows from shared memory (the tile's cp.async copies) */
+			for (int i = 0; i < nc; i++) {
+				float vf[8];
+				atlas_unpack8(*((const uint4 *)vs[i] + v), vf);
+				const float pr = ps[g][i];
 #pragma unroll
-				for (int u = 0; u < ATT_VPF; u++)
-					if (i0 + u < nc)
-						vr[u] = *((const uint4 *)vs[i0 + u] + v);
-#pragma unroll
-				for (int u = 0; u < ATT_VPF; u++) {
-					if (i0 + u < nc) {
-						float vf[8];
-						const float pr = ps[g][i0 + u];
-						atlas_unpack8(vr[u], vf);
-#pragma unroll
-						for (int j = 0; j < 8; j++)
-							acc[r][j] = fmaf(pr, vf[j], acc[r][j]);
-					}
-				}
+				for (int j = 0; j < 8; j++)
+					acc[r][j] = fmaf(pr, vf[j], acc[r][j]);
 			}
 		}
 	}
