@@ -24,8 +24,7 @@ mkdir -p "$out"
 case $build in /*) ;; *) build="$src/$build" ;; esac
 export ATLAS_SRC="$src"
 cd "$src" || exit 1
-# a carry from scripts/gpu-carry.sh comes packed
-[ -f "$build/carry.tar.xz" ] && [ ! -x "$build/atlas-bench" ] && tar xJf "$build/carry.tar.xz" -C "$build"
+sh scripts/gpu-unpack.sh "$build"
 status=0
 summary="$out/summary.md"
 echo "| part | result | detail |" >"$summary"

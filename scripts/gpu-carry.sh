@@ -5,7 +5,7 @@
 # machine lacks their -dev files and json-c/libmicrohttpd entirely),
 # stripped, and packed into DIR/carry.tar.xz (the device tool carries at
 # most 64 MiB with the working tree; packed, the programs take ~2; the
-# gpu-*.sh scripts unpack it when they find it). Then one device call
+# gpu-*.sh scripts unpack it first: scripts/gpu-unpack.sh). Then one device call
 # runs e.g.
 #   bash scripts/gpu-test.sh $OUT/t .gpubuild && bash scripts/gpu-bench.sh $OUT/b .gpubuild
 # with carry [".gpubuild"].

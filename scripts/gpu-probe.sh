@@ -20,8 +20,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 case $build in /*) ;; *) build="$src/$build" ;; esac
 mkdir -p "$out"
 cd "$src" || exit 1
-# a carry from scripts/gpu-carry.sh comes packed
-[ -f "$build/carry.tar.xz" ] && [ ! -x "$build/atlas-bench" ] && tar xJf "$build/carry.tar.xz" -C "$build"
+sh scripts/gpu-unpack.sh "$build"
 b1=(--synthetic qwen3-8b --batch 1 --prompt 128 --gen 256 --no-record)
 one() { # NAME PROGRAM ARGS...
 	local name=$1

@@ -16,8 +16,7 @@ out=${1:?usage: gpu-snapshot.sh OUT [BUILD]}
 build=${2:-.gpubuild}
 src=$(cd "$(dirname "$0")/.." && pwd)
 cd "$src" || exit 1
-# a carry from scripts/gpu-carry.sh comes packed
-[ -f "$build/carry.tar.xz" ] && [ ! -x "$build/atlas-bench" ] && tar xJf "$build/carry.tar.xz" -C "$build"
+sh scripts/gpu-unpack.sh "$build"
 mkdir -p "$out"
 export PATH="$src/$build:$PATH"
 timeout 240 bash scripts/gpu-test.sh "$out/test" "$build" >"$out/test.txt" 2>&1

@@ -17,8 +17,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$out"
 export ATLAS_SRC="$src" PATH="$src/$build:$PATH"
 cd "$src"
-# a carry from scripts/gpu-carry.sh comes packed
-[ -f "$build/carry.tar.xz" ] && [ ! -x "$build/atlas-bench" ] && tar xJf "$build/carry.tar.xz" -C "$build"
+sh scripts/gpu-unpack.sh "$build"
 status=0
 summary="$out/summary.md"
 echo "| part | result | detail |" >"$summary"

@@ -156,9 +156,8 @@ static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int
 }
 
 /* The device work of a step from the embedding to the final norm: on
- * return m->h holds rmsnorm(x) of every row. A one-token step runs the
- * layers as the backend's fused op when the model has one (not in
- * batch-invariant mode: a token must get the bits it gets in a batch). */
+ * return m->h holds rmsnorm(x) of every row (a one-token step through the
+ * fused layer stack when it may: see the top of the file). */
 static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *kb)
 {
 	struct atlas_backend *be = m->be;
