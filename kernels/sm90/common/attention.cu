@@ -177,6 +177,16 @@ static __device__ __forceinline__ void att_split(long long nk, long long splits,
 	*per = (nk + n - 1) / n;
 }
 
+/* The r-th (head, 8-dim vector) pair thread tid owns in the value, merge
+ * and store loops (pair tid + 128 r of gn heads x nv vectors): false when
+ * it is past the group's pairs. */
+static __device__ __forceinline__ bool att_pair(int tid, int r, int gn, int nv, int *g, int *v)
+{
+	const int pi = tid + r * 128;
+	*g = pi / nv, *v = pi - *g * nv;
+	return pi < gn * nv;
+}
+
 /* c ? a : b, opaque to the compiler: a C select of two array elements
  * becomes a select of their addresses, which puts the array in local
  * memory. */
@@ -424,10 +434,9 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 		/* values: thread owns pairs (head g, vector v), pair = tid + r*128 */
 #pragma unroll
 		for (int r = 0; r < ATT_VPT; r++) {
-			const int pi = tid + r * blockDim.x;
-			if (pi >= gn * nv)
+			int g, v;
+			if (!att_pair(tid, r, gn, nv, &g, &v))
 				continue;
-			const int g = pi / nv, v = pi - g * nv;
 			const float corr = cs[g];
 #pragma unroll
 			for (int j = 0; j < 8; j++)
@@ -453,10 +462,9 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 		 * weight, 0)), so the bits are those a merge would give */
 #pragma unroll
 		for (int r = 0; r < ATT_VPT; r++) {
-			const int pi = tid + r * blockDim.x;
-			if (pi >= gn * nv)
+			int g, v;
+			if (!att_pair(tid, r, gn, nv, &g, &v))
 				continue;
-			const int g = pi / nv, v = pi - g * nv;
 			const float m = ms[g], M = fmaxf(-INFINITY, m);
 			const float w = m == -INFINITY ? 0.0f : expf(m - M);
 			const float wg = w * (1.0f / fmaf(ls[g], w, 0.0f));
@@ -472,9 +480,8 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 	/* partials of split s */
 #pragma unroll
 	for (int r = 0; r < ATT_VPT; r++) {
-		const int pi = tid + r * blockDim.x;
-		if (pi < gn * nv) {
-			const int g = pi / nv, v = pi - g * nv;
+		int g, v;
+		if (att_pair(tid, r, gn, nv, &g, &v)) {
 			float4 *po = (float4 *)(part + (hs + g * splits + s) * hd + v * 8);
 			po[0] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
 			po[1] = make_float4(acc[r][4], acc[r][5], acc[r][6], acc[r][7]);
@@ -554,10 +561,9 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 	 * loaded at once */
 #pragma unroll
 	for (int r = 0; r < ATT_VPT; r++) {
-		const int pi = tid + r * blockDim.x;
-		if (pi >= gn * nv)
+		int g, v;
+		if (!att_pair(tid, r, gn, nv, &g, &v))
 			continue;
-		const int g = pi / nv, v = pi - g * nv;
 		const float *pg = part + (hs + g * splits) * hd + v * 8;
 		float o[8];
 #pragma unroll
