@@ -104,6 +104,12 @@ struct atlas_backend {
 	const void *(*weight_upload)(struct atlas_backend *be, const void *host,
 				     size_t bytes);
 	void (*weight_release)(struct atlas_backend *be, const void *w);
+	/* Optional: `bytes` of zeroed host memory that upload and download
+	 * move fastest (CUDA: page-locked, so a copy is one DMA the call
+	 * does not wait for). NULL on failure; free with host_free. Without
+	 * them, callers use calloc and free. */
+	void *(*host_alloc)(struct atlas_backend *be, size_t bytes);
+	void (*host_free)(struct atlas_backend *be, void *p);
 	/* Host -> backend copy of `bytes`. */
 	int (*upload)(struct atlas_backend *be, void *dst, const void *src,
 		      size_t bytes);

@@ -31,6 +31,8 @@ struct layer {
  * (forward.c): op, items, tokens, max_keys, then the shapes the ranks
  * must share, the rest zero. */
 #define ATLAS_STEP_HDR 16
+/* the most bytes of step metadata forward.c moves in one copy, gaps and all */
+#define ATLAS_META_ONE_COPY 32768
 
 struct atlas_model {
 	struct atlas_config cfg;          /* parsed config.json */
@@ -68,6 +70,10 @@ struct atlas_model {
 	 * and the ids go up in one copy and other ranks get the metadata in
 	 * three broadcasts (forward.c) */
 	int32_t *h_meta, *d_meta;         /* the blocks (host, backend) */
+	bool meta_inflight;               /* h_meta may still be read by an upload
+					   * queued since the last download (page-
+					   * locked staging is read when the copy
+					   * runs, not when it is queued) */
 	int64_t meta_stride;              /* entries from ids to pos etc.: max_tokens
 					   * rounded up to 64 (arrays stay 64-byte aligned) */
 	int32_t *h_hdr, *d_hdr;           /* [ATLAS_STEP_HDR] step header */

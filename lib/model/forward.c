@@ -192,6 +192,7 @@ static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int6
 			return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
 		TRY(be->sample(be, m->d_out, m->logits, nsel, V, m->h_args));
 		TRY(be->download(be, m->h_out, m->d_out, (size_t)nsel * sizeof(int32_t)));
+		m->meta_inflight = false; /* (a download waits for the queue) */
 	}
 	for (int64_t i = 0, k = 0; i < n; i++) {
 		if (!it[i].logits && !it[i].sample)
@@ -217,7 +218,9 @@ static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 	TRY(body(m, T, kb));
 	if (all) {
 		TRY(be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, T, V, D));
-		return be->download(be, all, m->logits, (size_t)(T * V) * sizeof(float));
+		TRY(be->download(be, all, m->logits, (size_t)(T * V) * sizeof(float)));
+		m->meta_inflight = false;
+		return 0;
 	}
 	/* gather the last row of each item that wants logits */
 	int64_t nsel = 0, end = 0;
@@ -337,6 +340,8 @@ int atlas_model_stop_followers(struct atlas_model *m)
 	if (c->rank != 0)
 		return atlas_error(ATLAS_EINVAL, "only rank 0 stops the followers (this is rank %d)",
 				   c->rank);
+	if (m->meta_inflight)
+		TRY(m->be->sync(m->be));
 	fill_header(m, STEP_STOP, 0, 0, 0);
 	TRY(m->be->upload(m->be, m->d_hdr, m->h_hdr, ATLAS_STEP_HDR * sizeof(int32_t)));
 	return c->broadcast(c, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t), 0, m->be);
@@ -461,7 +466,12 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 				   "(atlas_model_follow), not its own", m->comm->rank);
 	TRY(prepare(m, it, n, &T));
 
-	/* token metadata: ids, positions, owning sequence, cache slot */
+	/* token metadata: ids, positions, owning sequence, cache slot (once
+	 * the last step's copy of them has run) */
+	if (m->meta_inflight) {
+		TRY(be->sync(be));
+		m->meta_inflight = false;
+	}
 	int64_t row = 0, max_keys = 0, B = m->block_size;
 	for (int64_t i = 0; i < n; i++) {
 		const struct atlas_seq *s = it[i].seq;
@@ -478,14 +488,25 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 			max_keys = s->len + it[i].n;
 	}
 	size_t tb = (size_t)T * sizeof(int32_t);
-	/* the header and the ids lie end to end: one copy */
 	fill_header(m, STEP_RUN, n, T, max_keys);
-	TRY(be->upload(be, m->d_hdr, m->h_hdr, ATLAS_STEP_HDR * sizeof(int32_t) + tb));
-	TRY(be->upload(be, m->d_pos, m->h_pos, tb));
-	TRY(be->upload(be, m->d_seq, m->h_seq, tb));
-	TRY(be->upload(be, m->d_slot, m->h_slot, tb));
-	TRY(be->upload(be, m->d_tables, m->h_tables,
-		       (size_t)(n * m->max_blocks) * sizeof(int32_t)));
+	/* the block from the header to the last table row used: one copy
+	 * when it is small (a decode step: the gaps after ids, pos, seq and
+	 * slot cost less than four more copies, ~2 us each on the GPU's
+	 * queue), else the used parts one by one (the header and the ids lie
+	 * end to end) */
+	const size_t span =
+	    (size_t)(ATLAS_STEP_HDR + 4 * m->meta_stride + n * m->max_blocks) * sizeof(int32_t);
+	if (span <= ATLAS_META_ONE_COPY) {
+		TRY(be->upload(be, m->d_hdr, m->h_hdr, span));
+	} else {
+		TRY(be->upload(be, m->d_hdr, m->h_hdr, ATLAS_STEP_HDR * sizeof(int32_t) + tb));
+		TRY(be->upload(be, m->d_pos, m->h_pos, tb));
+		TRY(be->upload(be, m->d_seq, m->h_seq, tb));
+		TRY(be->upload(be, m->d_slot, m->h_slot, tb));
+		TRY(be->upload(be, m->d_tables, m->h_tables,
+			       (size_t)(n * m->max_blocks) * sizeof(int32_t)));
+	}
+	m->meta_inflight = true;
 	/* the other ranks run this step too (no-ops with one rank) */
 	TRY(m->comm->broadcast(m->comm, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t), 0, be));
 	TRY(share_meta(m, T, n));

@@ -19,6 +19,22 @@
 			goto nomem; \
 	} while (0)
 
+static void *host_alloc(struct atlas_model *m, size_t bytes)
+{
+	if (m->be->host_alloc && m->be->host_free)
+		return m->be->host_alloc(m->be, bytes);
+	return calloc(1, bytes);
+}
+
+static void host_free(struct atlas_model *m, void *p)
+{
+	if (m->be->host_alloc && m->be->host_free) {
+		m->be->host_free(m->be, p);
+		return;
+	}
+	free(p);
+}
+
 int atlas_kvpool_init(struct atlas_model *m)
 {
 	const struct atlas_config *c = &m->cfg;
@@ -38,8 +54,10 @@ int atlas_kvpool_init(struct atlas_model *m)
 				   "cannot allocate the KV cache: %lld blocks of %lld tokens need %zu MiB",
 				   (long long)m->n_blocks, (long long)m->block_size, bytes >> 20);
 	m->free_list = malloc((size_t)m->n_blocks * sizeof(int32_t));
-	m->h_meta = calloc(1, nmeta);
-	m->h_out = calloc((size_t)m->max_seqs, sizeof(int32_t));
+	/* the staging that crosses every step: page-locked where the backend
+	 * has it (one DMA a copy, no staging copy by the driver) */
+	m->h_meta = host_alloc(m, nmeta);
+	m->h_out = host_alloc(m, (size_t)m->max_seqs * sizeof(int32_t));
 	m->h_args = calloc((size_t)m->max_seqs, sizeof(*m->h_args));
 	if (!m->free_list || !m->h_meta || !m->h_out || !m->h_args)
 		goto nomem;
@@ -75,8 +93,8 @@ void atlas_kvpool_release(struct atlas_model *m)
 		if (dev[i])
 			m->be->free(m->be, dev[i]);
 	free(m->free_list);
-	free(m->h_meta);
-	free(m->h_out);
+	host_free(m, m->h_meta);
+	host_free(m, m->h_out);
 	free(m->h_args);
 }
 

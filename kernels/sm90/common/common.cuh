@@ -212,6 +212,26 @@ static __device__ __forceinline__ void atlas_bulk_copy(void *dst, const void *sr
 		     : "memory");
 }
 
+// The same with an L2 cache policy (from atlas_policy_evict_first): a
+// stream read once (decode weights) need not push out what is read again.
+static __device__ __forceinline__ void atlas_bulk_copy_hint(void *dst, const void *src,
+							    unsigned bytes, unsigned long long *bar,
+							    unsigned long long policy)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+		     "[%0], [%1], %2, [%3], %4;" ::"r"(atlas_smem_addr(dst)),
+		     "l"(src), "r"(bytes), "r"(atlas_smem_addr(bar)), "l"(policy)
+		     : "memory");
+}
+
+// An L2 policy: lines this access brings in are the first to go.
+static __device__ __forceinline__ unsigned long long atlas_policy_evict_first(void)
+{
+	unsigned long long p;
+	asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+	return p;
+}
+
 // --- reductions --------------------------------------------------------
 // Block reductions need blockDim.x to be a multiple of 32 (every launch
 // shape of kernels/ABI.md is) and must be reached by every thread.

@@ -67,9 +67,13 @@
 #define FD_TILE ATLAS_FD_TILE
 #define FD_NSEG 7 /* weight segments per layer */
 #define FD_PST ATLAS_FD_PSTRIDE /* floats per attention partial: hd, then m and l */
+/* attention partials a merge loads at once: as many as the 168 registers
+ * a thread of a 9-warp block can have allow without spills (ptxas -v) */
+#define FD_MB 12
 
 static_assert(FD_CHUNK_E == 8 * FD_SLICE, "one slice per consumer warp per chunk");
 static_assert(FD_HD == 128 && FD_TILE == 32, "attention lane mappings");
+static_assert(2 * ATLAS_FD_MAXG == 16, "the score reduction: 16 (key, head) pairs a pass");
 
 /* Consumer-only barrier (the producer warp never joins). */
 static __device__ __forceinline__ void fd_bar(void)
@@ -81,15 +85,15 @@ static __device__ __forceinline__ void fd_bar(void)
  * partial sums go to rows pbase.. of part. */
 struct fd_seg {
 	const bf16 *w;
-	long long rows, K;
-	int pbase;
+	int rows, K, pbase; /* (ints: seven of them stay live all layer long) */
 };
 
-/* Rows [*r0, *r1) of an n-row product owned by this block. */
+/* Rows [*r0, *r1) of an n-row product owned by this block (32-bit
+ * arithmetic: n <= 3 * 65536 and the grid <= 1024 keep n * b below 2^32). */
 static __device__ __forceinline__ void fd_rows(long long n, long long *r0, long long *r1)
 {
-	*r0 = n * blockIdx.x / gridDim.x;
-	*r1 = n * (blockIdx.x + 1) / gridDim.x;
+	*r0 = (unsigned)n * blockIdx.x / gridDim.x;
+	*r1 = (unsigned)n * (blockIdx.x + 1) / gridDim.x;
 }
 
 /* Segment idx (0..FD_NSEG-1) of layer L for this block. */
@@ -106,25 +110,25 @@ static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L,
 		const long long a0 = r0 > lo ? r0 : lo, a1 = r1 < hi ? r1 : hi;
 		s.K = a.D;
 		if (a1 > a0) {
-			s.w = (const bf16 *)w + (a0 - lo) * s.K;
-			s.rows = a1 - a0;
+			s.w = (const bf16 *)w + (a0 - lo) * a.D;
+			s.rows = (int)(a1 - a0);
 			s.pbase = (int)(a0 - r0);
 		}
 	} else if (idx == 3) {
 		fd_rows(a.D, &r0, &r1);
 		s.w = (const bf16 *)L.wo + r0 * ((long long)a.H * FD_HD);
-		s.rows = r1 - r0;
-		s.K = (long long)a.H * FD_HD;
+		s.rows = (int)(r1 - r0);
+		s.K = a.H * FD_HD;
 	} else if (idx < 6) {
 		fd_rows(a.F, &r0, &r1);
 		s.w = (const bf16 *)(idx == 4 ? L.wg : L.wu) + r0 * (long long)a.D;
-		s.rows = r1 - r0;
+		s.rows = (int)(r1 - r0);
 		s.K = a.D;
 		s.pbase = idx == 4 ? 0 : (int)(r1 - r0);
 	} else {
 		fd_rows(a.D, &r0, &r1);
 		s.w = (const bf16 *)L.wd + r0 * (long long)a.F;
-		s.rows = r1 - r0;
+		s.rows = (int)(r1 - r0);
 		s.K = a.F;
 	}
 	return s;
@@ -151,7 +155,7 @@ static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 				return false;
 		}
 		const fd_seg s = fd_get(a, a.layers[w.l], w.idx);
-		w.bytes = s.rows * s.K * 2;
+		w.bytes = (long long)s.rows * s.K * 2;
 		w.w = (const char *)s.w;
 		w.off = 0;
 		if (w.bytes > 0)
@@ -170,13 +174,23 @@ static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
 	int st = 0;
 	unsigned ph = 0;
 	fd_walk w = {0, -1, 0, 0, NULL};
+	/* the weights are read once a step: evict-first in L2, so that they
+	 * do not push out the KV rows asked in ahead of phase B, the
+	 * activations and the counters the barriers poll (the whole stream
+	 * passes through the 50 MB L2 every ~12 us) */
+	const unsigned long long pol = atlas_policy_evict_first();
 	for (long long cc = 0; fd_next(a, w); cc++) {
 		if (cc >= a.nst)
 			atlas_mbar_wait(&empty[st], ph ^ 1);
 		const long long r = w.bytes - w.off;
 		const unsigned n = (unsigned)(r < FD_CHUNK ? r : FD_CHUNK);
 		atlas_mbar_expect(&full[st], n);
+#ifdef ATLAS_FD_NO_EVICT_FIRST
+		(void)pol;
 		atlas_bulk_copy(ring + (size_t)st * FD_CHUNK, w.w + w.off, n, &full[st]);
+#else
+		atlas_bulk_copy_hint(ring + (size_t)st * FD_CHUNK, w.w + w.off, n, &full[st], pol);
+#endif
 		if (++st == a.nst)
 			st = 0, ph ^= 1;
 	}
@@ -200,8 +214,8 @@ static __device__ void fd_consume(const atlas_fd_args &a, fd_ring &r, const fd_s
 				  const bf16 *xs, float *part)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int nsl = (int)(s.K / FD_SLICE); /* slices a row */
-	const long long total = s.rows * nsl;  /* slices of the segment */
+	const int nsl = s.K / FD_SLICE;		    /* slices a row */
+	const long long total = (long long)s.rows * nsl; /* slices of the segment */
 	/* this warp's slice of the chunk: row, slice in it (kept by adding,
 	 * not dividing: a 64-bit division per chunk cost as much as the dot
 	 * product) */
@@ -261,55 +275,71 @@ static __device__ __forceinline__ float fd_sum(float v, float *red)
 	return s;
 }
 
-/* xs[0..n) = src (bf16, written earlier in the launch or before it). */
+/* xs[0..n) = src (bf16, written earlier in the launch or before it), by
+ * cp.async through L2: every 16-byte piece in flight at once, one round
+ * trip, no registers (a loop of load-store pairs took a round trip per
+ * pair the compiler did not unroll). */
 static __device__ __forceinline__ void fd_load_x(bf16 *xs, const void *src, int n)
 {
 	const uint4 *g = (const uint4 *)src;
-	uint4 *d = (uint4 *)xs;
 	for (int i = threadIdx.x; i < n / 8; i += 256)
-		d[i] = __ldcg(g + i);
+		atlas_cp16(atlas_smem_addr(xs + (long long)i * 8), g + i, 16);
+	atlas_cp_commit();
+	atlas_cp_wait<0>();
 	fd_bar();
 }
 
-/* xs = rmsnorm(h) * w, as atlas_rmsnorm computes it (each element read
- * and rewritten by the same thread). */
+/* xs = rmsnorm(h) * w, as atlas_rmsnorm computes it. h and the weights
+ * come in by cp.async together (h into xs, w after it: the x area holds
+ * D bf16 + D weights, cuda_fused.c), so the norm costs one round trip;
+ * the weights were a second one after the sum of squares. */
 static __device__ void fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt, int D,
 				 float eps, float *red)
 {
 	const uint4 *g = (const uint4 *)h;
 	uint4 *d = (uint4 *)xs;
+	unsigned char *ws = (unsigned char *)(xs + D);
+	const int n8 = D / 8, nw = D * atlas_wsize(wdt) / 16;
+	for (int i = threadIdx.x; i < n8; i += 256)
+		atlas_cp16(atlas_smem_addr(d + i), g + i, 16);
+	for (int i = threadIdx.x; i < nw; i += 256)
+		atlas_cp16(atlas_smem_addr(ws + 16 * i), (const uint4 *)w + i, 16);
+	atlas_cp_commit();
+	atlas_cp_wait<0>();
 	float ss = 0.0f;
-	for (int i = threadIdx.x; i < D / 8; i += 256) {
-		const uint4 u = __ldcg(g + i);
-		float f[8];
-		atlas_unpack8(u, f);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			ss += f[j] * f[j];
-		d[i] = u;
-	}
-	ss = fd_sum(ss, red);
-	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
-	for (int i = threadIdx.x; i < D / 8; i += 256) {
+	for (int i = threadIdx.x; i < n8; i += 256) { /* this thread's own copies */
 		float f[8];
 		atlas_unpack8(d[i], f);
 #pragma unroll
 		for (int j = 0; j < 8; j++)
-			f[j] = f[j] * inv * atlas_wload(w, wdt, (long long)i * 8 + j);
+			ss += f[j] * f[j];
+	}
+	ss = fd_sum(ss, red); /* (its barriers: every thread's copies are in) */
+	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+	for (int i = threadIdx.x; i < n8; i += 256) {
+		float f[8];
+		atlas_unpack8(d[i], f);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			f[j] = f[j] * inv * atlas_wload(ws, wdt, (long long)i * 8 + j);
 		d[i] = atlas_pack8(f);
 	}
 	fd_bar();
 }
 
-/* The grid barrier of the consumers (see the file comment). */
+/* The grid barrier of the consumers (see the file comment): after the
+ * block's barrier thread 0 adds its arrival with release semantics (the
+ * block's stores before the barrier are ordered before it: the pattern
+ * of CUTLASS's generic barrier) and polls with acquire loads. One round
+ * trip less than a fence and then an atomicAdd whose old value nobody
+ * reads (the H200 timed both the same: 4.24-4.26 ms a Qwen3-8B step). */
 static __device__ __forceinline__ void fd_grid_sync(const atlas_fd_args &a, unsigned &target)
 {
 	fd_bar();
 	if (a.mode == 2)
 		return;
 	if (threadIdx.x == 0) {
-		__threadfence();
-		atomicAdd(a.sync, 1u);
+		asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(a.sync) : "memory");
 		target += gridDim.x;
 		unsigned v;
 		do {
@@ -370,36 +400,72 @@ static __device__ __forceinline__ bool fd_item(const atlas_fd_args &a, long long
 	return true;
 }
 
+/* Element offset in the cache of key `key` of kv head g. */
+static __device__ __forceinline__ long long fd_key_off(const atlas_fd_args &a, long long seq, int g,
+						       long long key)
+{
+	const int *table = a.tables + seq * a.max_blocks;
+	const long long row = (long long)table[key / a.block_size] * a.block_size + key % a.block_size;
+	return row * a.Hkv * FD_HD + (long long)g * FD_HD;
+}
+
 /* Element offsets in the cache of keys t0 .. t0 + nt - 1 of kv head g
  * (threads < nt; the caller synchronizes). */
 static __device__ __forceinline__ void fd_offsets(const atlas_fd_args &a, long long seq, int g,
 						  long long t0, int nt, long long *offs)
 {
-	if ((int)threadIdx.x < nt) {
-		const long long key = t0 + threadIdx.x;
-		const int *table = a.tables + seq * a.max_blocks;
-		const long long row =
-		    (long long)table[key / a.block_size] * a.block_size + key % a.block_size;
-		offs[threadIdx.x] = row * a.Hkv * FD_HD + (long long)g * FD_HD;
-	}
+	if ((int)threadIdx.x < nt)
+		offs[threadIdx.x] = fd_key_off(a, seq, g, t0 + threadIdx.x);
 }
 
 /* At the start of a layer, long before phase B: the first tile's key
- * offsets into offs, and its K and V rows asked into L2, so that phase B
- * finds them there instead of queueing behind the weight stream. */
+ * offsets into offs, and the K and V rows of every key of the item asked
+ * into L2, so that phase B finds them there instead of queueing behind
+ * the weight stream (at a 2048-token context an item has 4 tiles; with
+ * only the first asked for, the step took 5.19 ms against 4.5). */
 static __device__ void fd_att_prefetch(const atlas_fd_args &a, const atlas_fd_layer &L,
 				       long long p, long long seq, long long *offs)
 {
 	int g, s, S;
 	long long j0, j1;
-	if (a.mode == 1 || !fd_item(a, p, &g, &s, &S, &j0, &j1) || j0 >= j1)
+	if (a.mode == 1 || !fd_item(a, p, &g, &s, &S, &j0, &j1))
 		return;
-	const int nt = j1 - j0 < FD_TILE ? (int)(j1 - j0) : FD_TILE;
-	fd_offsets(a, seq, g, j0, nt, offs);
-	if ((int)threadIdx.x < nt) {
-		atlas_prefetch_l2((const bf16 *)L.kc + offs[threadIdx.x], FD_HD * 2);
-		atlas_prefetch_l2((const bf16 *)L.vc + offs[threadIdx.x], FD_HD * 2);
+#ifdef ATLAS_FD_PREFETCH_FIRST
+	if (j1 > j0 + FD_TILE)
+		j1 = j0 + FD_TILE;
+#endif
+	for (long long t = j0 + threadIdx.x; t < j1; t += 256) {
+		const long long off = fd_key_off(a, seq, g, t);
+		if (t - j0 < FD_TILE)
+			offs[t - j0] = off;
+		atlas_prefetch_l2((const bf16 *)L.kc + off, FD_HD * 2);
+		atlas_prefetch_l2((const bf16 *)L.vc + off, FD_HD * 2);
 	}
+}
+
+/* The sums over the warp of N values a lane: lane L gets the sum of
+ * v[L / (32 / N)] (N a power of 2, <= 32). Recursive halving: each step
+ * a lane keeps half its values and adds the partner's copy of that half,
+ * N - 1 shuffles in all plus log2(32 / N); v is used up. */
+template <int N>
+static __device__ __forceinline__ float fd_scatter(float (&v)[N])
+{
+	const int lane = threadIdx.x & 31;
+#pragma unroll
+	for (int c = N / 2, o = 16; c >= 1; c >>= 1, o >>= 1) {
+		const bool up = lane & o;
+#pragma unroll
+		for (int k = 0; k < c; k++) {
+			const float send = up ? v[k] : v[k + c];
+			const float keep = up ? v[k + c] : v[k];
+			v[k] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+		}
+	}
+	float r = v[0];
+#pragma unroll
+	for (int o = 16 / N; o >= 1; o >>= 1)
+		r += __shfl_xor_sync(0xffffffffu, r, o);
+	return r;
 }
 
 /* Phase B for this block's item, if it has one (see the file comment).
@@ -485,42 +551,55 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 				*((uint4 *)(isv ? vt[r] : kt[r]) + c) = tmp[u];
 		}
 		fd_bar();
-		/* scores */
+		/* scores: warp w the keys w + 8u (u < 4), lane i dims 4i..4i+3 of
+		 * every head; two keys at a time, the 2 x MAXG partial dot
+		 * products of a lane are summed over the warp by fd_scatter (16
+		 * shuffles, where one sum per key and head took 5 each, in a
+		 * chain: 80 for 4 heads) */
 #pragma unroll
-		for (int u = 0; u < FD_TILE / 8; u++) {
-			const int i = warp + 8 * u;
-			if (i < nt) {
-				float kf[4];
-				fd_load4(kt[i] + lane * 4, kf);
-				for (int h = 0; h < G; h++) {
-					const float4 qv = *(const float4 *)&qs[h][lane * 4];
-					float d = qv.x * kf[0] + qv.y * kf[1] + qv.z * kf[2] + qv.w * kf[3];
-					d = atlas_warp_sum(d);
-					if (lane == 0)
-						sc[h][i] = d * a.scale;
+		for (int u2 = 0; u2 < 2; u2++) {
+			float dp[2 * ATLAS_FD_MAXG];
+#pragma unroll
+			for (int uu = 0; uu < 2; uu++) {
+				const int i = warp + 8 * (2 * u2 + uu);
+				float kf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+				if (i < nt)
+					fd_load4(kt[i] + lane * 4, kf);
+#pragma unroll
+				for (int h = 0; h < ATLAS_FD_MAXG; h++) {
+					float d = 0.0f;
+					if (h < G) {
+						const float4 qv = *(const float4 *)&qs[h][lane * 4];
+						d = qv.x * kf[0] + qv.y * kf[1] + qv.z * kf[2] + qv.w * kf[3];
+					}
+					dp[uu * ATLAS_FD_MAXG + h] = d;
 				}
 			}
+			const float d = fd_scatter(dp); /* (key, head) lane / 2 */
+			const int h = (lane >> 1) % ATLAS_FD_MAXG;
+			const int i = warp + 8 * (2 * u2 + (lane >> 1) / ATLAS_FD_MAXG);
+			if ((lane & 1) == 0 && h < G && i < nt)
+				sc[h][i] = d * a.scale;
 		}
 		fd_bar();
+		/* online softmax: warp h < G owns head h; lane i the weight of
+		 * key i, handed to every lane for its dims */
 		if (warp < G) {
-			float mx = lane < nt ? sc[warp][lane] : -INFINITY;
-			if (FD_TILE > 32 && lane + 32 < nt)
-				mx = fmaxf(mx, sc[warp][lane + 32]);
-			mx = atlas_warp_max(mx);
-			const float mn = fmaxf(m, mx);
+			const float sv = lane < nt ? sc[warp][lane] : -INFINITY;
+			const float mn = fmaxf(m, atlas_warp_max(sv));
 			const float corr = expf(m - mn);
-			l *= corr;
+			const float e = lane < nt ? expf(sv - mn) : 0.0f;
+			l = l * corr + atlas_warp_sum(e);
 #pragma unroll
 			for (int j = 0; j < 4; j++)
 				acc[j] *= corr;
 			for (int i = 0; i < nt; i++) {
-				const float e = expf(sc[warp][i] - mn);
+				const float ei = __shfl_sync(0xffffffffu, e, i);
 				float vf[4];
 				fd_load4(vt[i] + lane * 4, vf);
-				l += e;
 #pragma unroll
 				for (int j = 0; j < 4; j++)
-					acc[j] = fmaf(e, vf[j], acc[j]);
+					acc[j] = fmaf(ei, vf[j], acc[j]);
 			}
 			m = mn;
 		}
@@ -543,28 +622,49 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 		if (lane == 0)
 			pp[FD_HD] = m, pp[FD_HD + 1] = l;
 	}
-	__threadfence();
 	fd_bar();
 	__shared__ int last;
-	if (threadIdx.x == 0)
-		last = atomicAdd(a.sync + 2 + g, 1u) == (unsigned)(Si - 1);
+	if (threadIdx.x == 0) {
+		/* release: the partials stored before the barrier; acquire:
+		 * the last sees every other split's (one round trip, where a
+		 * fence each side of a plain atomicAdd took three) */
+		unsigned old;
+		asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+			     : "=r"(old)
+			     : "l"(a.sync + 2 + g)
+			     : "memory");
+		last = old == (unsigned)(Si - 1);
+	}
 	fd_bar();
 	if (!last)
 		return;
-	__threadfence();
 	if (warp < G) {
+		/* every split's m and l (lane i: split i) and the first FD_MB
+		 * splits' rows go out together: one round trip for up to FD_MB
+		 * splits (a loop of dependent loads took one per split) */
 		const float *pp = a.part + (long long)(g * G + warp) * ATLAS_FD_MAXSPLIT * FD_PST;
-		float M = -INFINITY;
-		for (int i = 0; i < Si; i++)
-			M = fmaxf(M, __ldcg(pp + i * FD_PST + FD_HD));
-		float Ls = 0.0f, o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-		for (int i = 0; i < Si; i++) {
-			const float *q = pp + i * FD_PST;
-			const float e = expf(__ldcg(q + FD_HD) - M);
-			Ls += __ldcg(q + FD_HD + 1) * e;
-			const float4 v = __ldcg((const float4 *)(q + lane * 4));
-			o[0] = fmaf(v.x, e, o[0]), o[1] = fmaf(v.y, e, o[1]);
-			o[2] = fmaf(v.z, e, o[2]), o[3] = fmaf(v.w, e, o[3]);
+		const float mi = lane < Si ? __ldcg(pp + lane * FD_PST + FD_HD) : -INFINITY;
+		const float li = lane < Si ? __ldcg(pp + lane * FD_PST + FD_HD + 1) : 0.0f;
+		float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+		float ei = 0.0f, Ls = 0.0f;
+		for (int i0 = 0; i0 < Si; i0 += FD_MB) {
+			float4 v[FD_MB];
+#pragma unroll
+			for (int i = 0; i < FD_MB; i++)
+				if (i0 + i < Si)
+					v[i] = __ldcg((const float4 *)(pp + (i0 + i) * FD_PST) + lane);
+			if (i0 == 0) {
+				const float M = atlas_warp_max(mi);
+				ei = lane < Si ? expf(mi - M) : 0.0f;
+				Ls = atlas_warp_sum(li * ei);
+			}
+#pragma unroll
+			for (int i = 0; i < FD_MB; i++)
+				if (i0 + i < Si) {
+					const float e = __shfl_sync(0xffffffffu, ei, i0 + i);
+					o[0] = fmaf(v[i].x, e, o[0]), o[1] = fmaf(v[i].y, e, o[1]);
+					o[2] = fmaf(v[i].z, e, o[2]), o[3] = fmaf(v[i].w, e, o[3]);
+				}
 		}
 		bf16 *out = (bf16 *)a.att + (long long)(g * G + warp) * FD_HD + lane * 4;
 #pragma unroll
@@ -584,18 +684,14 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 	unsigned target = 0;
 	long long r0, r1;
 	for (int l = 0; l < a.n_layers; l++) {
-		const atlas_fd_layer L = a.layers[l];
+		const atlas_fd_layer &L = a.layers[l]; /* (a copy held 32 registers all layer) */
 		const bool lastl = l == a.n_layers - 1;
-		fd_seg sg[FD_NSEG];
-#pragma unroll
-		for (int i = 0; i < FD_NSEG; i++)
-			sg[i] = fd_get(a, L, i);
 
 		/* A: q, k, v */
 		fd_att_prefetch(a, L, p, seq, offs);
 		fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red);
 		for (int i = 0; i < 3; i++)
-			fd_consume(a, r, sg[i], xs, part);
+			fd_consume(a, r, fd_get(a, L, i), xs, part);
 		fd_bar();
 		fd_rows(nq + 2 * nkv, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
@@ -624,7 +720,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* C: o, residual */
 		fd_load_x(xs, a.att, (int)nq);
-		fd_consume(a, r, sg[3], xs, part);
+		fd_consume(a, r, fd_get(a, L, 3), xs, part);
 		fd_bar();
 		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
@@ -636,8 +732,8 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* D: gate, up, SwiGLU */
 		fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red);
-		fd_consume(a, r, sg[4], xs, part);
-		fd_consume(a, r, sg[5], xs, part);
+		fd_consume(a, r, fd_get(a, L, 4), xs, part);
+		fd_consume(a, r, fd_get(a, L, 5), xs, part);
 		fd_bar();
 		fd_rows(a.F, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
@@ -650,7 +746,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* E: down, residual (the last layer's output to o) */
 		fd_load_x(xs, a.g, a.F);
-		fd_consume(a, r, sg[6], xs, part);
+		fd_consume(a, r, fd_get(a, L, 6), xs, part);
 		fd_bar();
 		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {

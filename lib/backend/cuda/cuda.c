@@ -318,6 +318,25 @@ static void cuda_weight_release(struct atlas_backend *be, const void *w)
 	cuda_free(be, (void *)w);
 }
 
+static void *cuda_host_alloc(struct atlas_backend *be, size_t bytes)
+{
+	(void)be;
+	void *p = NULL;
+	if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+		cudaGetLastError();
+		return NULL;
+	}
+	memset(p, 0, bytes);
+	return p;
+}
+
+static void cuda_host_free(struct atlas_backend *be, void *p)
+{
+	(void)be;
+	if (p)
+		cudaFreeHost(p);
+}
+
 static int cuda_upload(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
 {
 	struct cuda_ctx *c = be->ctx;
@@ -479,6 +498,8 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 		.act_dtype = ATLAS_DTYPE_BF16,
 		.destroy = cuda_destroy,
 		.alloc = cuda_alloc,
+		.host_alloc = cuda_host_alloc,
+		.host_free = cuda_host_free,
 		.free = cuda_free,
 		.weight_upload = cuda_weight_upload,
 		.weight_release = cuda_weight_release,

@@ -94,6 +94,8 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 				return "a weight is missing or not 16-byte aligned";
 		if (!L->ln1 || !L->ln2 || !L->qn != !L->kn || !L->kc || !L->vc)
 			return "a norm or cache pointer is missing";
+		if (!aligned16(L->ln1) || !aligned16(L->ln2))
+			return "a norm weight is not 16-byte aligned";
 		if (L->bq || L->bk || L->bv)
 			return "q/k/v biases";
 	}
@@ -117,10 +119,17 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 		cudaGetLastError();
 		return NULL;
 	}
+	/* the x area: any product's x (bf16), the norm's x and its weights
+	 * side by side (fd_norm_x), or the attention scratch */
 	int64_t xmax = d->D > d->F ? d->D : d->F;
 	if (d->H * d->hd > xmax)
 		xmax = d->H * d->hd;
-	int64_t xs_bytes = xmax * 2 > ATLAS_FD_ATT_SCRATCH ? xmax * 2 : ATLAS_FD_ATT_SCRATCH;
+	int64_t xs_bytes = xmax * 2;
+	const int64_t norm_bytes = d->D * (2 + (d->nwdt == ATLAS_DTYPE_F32 ? 4 : 2));
+	if (norm_bytes > xs_bytes)
+		xs_bytes = norm_bytes;
+	if (ATLAS_FD_ATT_SCRATCH > xs_bytes)
+		xs_bytes = ATLAS_FD_ATT_SCRATCH;
 	xs_bytes = (xs_bytes + 127) & ~(int64_t)127;
 	const int64_t part = part_floats(d, G);
 	/* 2 KiB for the kernel's static shared memory and alignment */
