@@ -463,6 +463,52 @@ static void test_sample(void)
 	gpu->free(gpu, dids);
 }
 
+/* Rows that are all greedy take atlas_argmax (many blocks a row): the
+ * host's pick on rows with ties, NaN, -0 against +0, an all-NaN row, a
+ * row starting off 16-byte alignment and a vocabulary of real size; run
+ * twice, since the kernel leaves its counters for the next launch. */
+static void test_sample_greedy(void)
+{
+	const int64_t Vs[] = {151936, 5003, 7};
+	for (size_t vi = 0; vi < sizeof(Vs) / sizeof(Vs[0]); vi++) {
+		const int64_t V = Vs[vi], n = 6;
+		float *h = rnd_bf(n * V, 4.0f);
+		h[1 * V + V / 3] = h[1 * V + V - 1] = 9.0f; /* a tie: the lower wins */
+		for (int64_t i = 1; i < V; i++) /* NaN all over (not first: the host */
+			h[2 * V + i] = NAN;	/* reference keeps a NaN it starts with) */
+		h[2 * V] = -2.0f;
+		h[2 * V + V / 2] = -1.0f;
+		for (int64_t i = 0; i < V; i++) /* -0 and +0 tie at the top */
+			h[3 * V + i] = -1.0f;
+		h[3 * V + V - 1] = 0.0f;
+		h[3 * V + 1] = -0.0f;
+		for (int64_t i = 0; i < V; i++)
+			h[4 * V + i] = NAN;
+		h[5 * V] = 100.0f; /* the first element wins */
+		float *dl = gpu->alloc(gpu, (size_t)(n * V) * 4);
+		gpu->upload(gpu, dl, h, (size_t)(n * V) * 4);
+		struct atlas_sample_args a[6];
+		memset(a, 0, sizeof(a)); /* greedy */
+		int32_t want[6], got[6], *dids = gpu->alloc(gpu, sizeof(got));
+		CHECK_EQ_INT(cpu->sample(cpu, want, h, n, V, a), 0);
+		for (int rep = 0; rep < 2; rep++) {
+			CHECK_EQ_INT(gpu->sample(gpu, dids, dl, n, V, a), 0);
+			CHECK_EQ_INT(gpu->download(gpu, got, dids, sizeof(got)), 0);
+			for (int i = 0; i < n; i++) {
+				if (got[i] != want[i])
+					printf("# greedy V=%lld row %d: cpu %d gpu %d FAIL\n", (long long)V,
+					       i, want[i], got[i]);
+				CHECK_EQ_INT(got[i], want[i]);
+			}
+		}
+		printf("# greedy V=%lld: rows %d %d %d %d %d %d\n", (long long)V, want[0], want[1],
+		       want[2], want[3], want[4], want[5]);
+		free(h);
+		gpu->free(gpu, dl);
+		gpu->free(gpu, dids);
+	}
+}
+
 /* The output head in FP32: compared element for element at FP32 rounding. */
 static void test_logits(void)
 {
@@ -775,6 +821,7 @@ int main(void)
 	RUN(test_rope);
 	RUN(test_attention);
 	RUN(test_sample);
+	RUN(test_sample_greedy);
 	RUN(test_logits);
 	RUN(test_fill);
 	RUN(test_graph);

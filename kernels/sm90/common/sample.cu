@@ -368,3 +368,89 @@ extern "C" __global__ void __launch_bounds__(1024)
 	if (threadIdx.x == 0)
 		ids[row] = idx[hit >= 0 ? hit : len - 1];
 }
+
+/* atlas_argmax: the greedy pick of rows whose every sampler is greedy
+ * (the host knows: op_sample), over many blocks instead of one. grid
+ * (nb, n rows), block 256: block b of row r takes elements
+ * [V b / nb, V (b + 1) / nb), 16-byte loads SMP_INFLIGHT in flight a
+ * thread, and folds its best into keys[r] with a 64-bit atomicMax: the
+ * logit's bits made order-preserving in the high word, ~index in the low
+ * one, so the larger logit and then the lower index wins, as
+ * smp_before orders them (NaN never wins; a row of NaN gives id 0, as
+ * atlas_sample gives). The last block of a row (done[r]) writes ids[r]
+ * and leaves keys[r] and done[r] zero for the next launch. keys and done
+ * start zero (cuda_ops.c clears them when it allocates them). A 152K
+ * row: ~4 us, where one block of atlas_sample took 13. */
+static __device__ __forceinline__ unsigned long long amx_key(float l, int i)
+{
+	unsigned u = __float_as_uint(l + 0.0f); /* -0 as +0: they tie, as in smp_before */
+	u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+	return ((unsigned long long)u << 32) | (unsigned)(0xffffffffu - (unsigned)i);
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_argmax(int *ids, const float *logits, long long V, unsigned long long *keys,
+		 unsigned *done)
+{
+	ATLAS_PDL_ENTRY();
+	__shared__ unsigned long long wk[8];
+	__shared__ bool last;
+	const long long row = blockIdx.y;
+	const float *lg = logits + row * V;
+	const long long b0 = V * blockIdx.x / gridDim.x, b1 = V * (blockIdx.x + 1) / gridDim.x;
+	unsigned long long best = 0; /* below every real key */
+	long long i0 = b0;
+	/* the unaligned head one by one, then 16-byte loads, then the tail */
+	while (i0 < b1 && ((unsigned long long)(lg + i0) & 15))
+		i0++;
+	for (long long i = b0 + threadIdx.x; i < i0; i += blockDim.x)
+		if (!isnan(lg[i]) && amx_key(lg[i], (int)i) > best)
+			best = amx_key(lg[i], (int)i);
+	const long long n4 = (b1 - i0) / 4;
+	const float4 *l4 = (const float4 *)(lg + i0);
+	for (long long b = threadIdx.x; b < n4; b += SMP_INFLIGHT * blockDim.x) {
+		float4 v[SMP_INFLIGHT];
+#pragma unroll
+		for (int u = 0; u < SMP_INFLIGHT; u++)
+			if (b + u * blockDim.x < n4)
+				v[u] = l4[b + u * blockDim.x];
+#pragma unroll
+		for (int u = 0; u < SMP_INFLIGHT; u++) {
+			const long long j = b + u * blockDim.x;
+			if (j < n4) {
+				const float f[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const unsigned long long k = amx_key(f[e], (int)(i0 + 4 * j + e));
+					if (!isnan(f[e]) && k > best)
+						best = k;
+				}
+			}
+		}
+	}
+	for (long long i = i0 + 4 * n4 + threadIdx.x; i < b1; i += blockDim.x)
+		if (!isnan(lg[i]) && amx_key(lg[i], (int)i) > best)
+			best = amx_key(lg[i], (int)i);
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1) {
+		const unsigned long long x = __shfl_xor_sync(0xffffffffu, best, o);
+		best = x > best ? x : best;
+	}
+	if ((threadIdx.x & 31) == 0)
+		wk[threadIdx.x >> 5] = best;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+			best = wk[w] > best ? wk[w] : best;
+		if (best)
+			atomicMax(keys + row, best);
+		__threadfence();
+		last = atomicAdd(done + row, 1u) == gridDim.x - 1;
+		if (last) {
+			__threadfence();
+			const unsigned long long k = atomicExch(keys + row, 0ull);
+			ids[row] = k ? (int)(0xffffffffu - (unsigned)(k & 0xffffffffu)) : 0;
+			done[row] = 0;
+		}
+	}
+}

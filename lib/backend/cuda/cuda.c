@@ -49,6 +49,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_BULK] = "atlas_gemv_bulk",
 	[ATLAS_CK_GEMM_TC_REDUCE] = "atlas_gemm_tc_reduce",
 	[ATLAS_CK_DECODE_FUSED] = "atlas_decode_fused",
+	[ATLAS_CK_ARGMAX] = "atlas_argmax",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -64,6 +65,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_BULK] = 1,
 	[ATLAS_CK_GEMM_TC_REDUCE] = 1,
 	[ATLAS_CK_DECODE_FUSED] = 1, /* its shared memory is set by fused_prepare */
+	[ATLAS_CK_ARGMAX] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over

@@ -38,6 +38,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_BULK,    /* gemv_bulk.cu: T <= 2, TMA bulk copies */
 	ATLAS_CK_GEMM_TC_REDUCE, /* gemm_tc.cu: the split-K partials summed */
 	ATLAS_CK_DECODE_FUSED, /* decode_fused.cu: a one-token step's layers */
+	ATLAS_CK_ARGMAX,       /* sample.cu: greedy rows over many blocks */
 	ATLAS_CK_COUNT,
 };
 
@@ -66,6 +67,8 @@ struct cuda_ctx {
 	float *f32_stage;             /* to_f32 staging */
 	size_t f32_cap;               /* its bytes */
 	float *d_args;                /* sample args, [n, 5] */
+	unsigned long long *d_amx;    /* atlas_argmax: [64] keys, then [64]
+				       * unsigned counters; zero between launches */
 	size_t args_cap;              /* its bytes */
 	float *d_scratch;             /* sample scratch */
 	size_t scratch_cap;           /* its bytes */

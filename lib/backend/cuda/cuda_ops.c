@@ -474,6 +474,25 @@ static int op_sample(struct atlas_backend *be, int32_t *ids, const float *logits
 	int rc;
 	for (int64_t i0 = 0; i0 < n; i0 += 64) { /* rows in groups of 64 */
 		int64_t m = n - i0 < 64 ? n - i0 : 64;
+		int greedy = c->kern[ATLAS_CK_ARGMAX] != NULL;
+		for (int64_t i = 0; i < m; i++)
+			greedy &= a[i0 + i].temperature == 0.0f;
+		if (greedy) { /* every row argmax: many blocks a row, no args */
+			if (!c->d_amx && !(c->d_amx = be->alloc(be, 64 * 12))) /* (zeroed) */
+				return ATLAS_ENOMEM;
+			int32_t *out = ids + i0;
+			const float *rows = logits + i0 * V;
+			unsigned *done = (unsigned *)(c->d_amx + 64);
+			void *args[] = {&out, &rows, &v, &c->d_amx, &done};
+			/* blocks of 8192 logits: one round of 16-byte loads each */
+			long long nb = (V + 8191) / 8192;
+			if (nb > 128)
+				nb = 128;
+			if ((rc = atlas_cuda_launch(c, ATLAS_CK_ARGMAX, (unsigned)nb, (unsigned)m, 256, 0,
+						    args)))
+				return rc;
+			continue;
+		}
 		for (int64_t i = 0; i < m; i++) {
 			hostargs[5 * i + 0] = a[i0 + i].temperature;
 			hostargs[5 * i + 1] = (float)a[i0 + i].top_k;
