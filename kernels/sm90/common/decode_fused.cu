@@ -50,9 +50,12 @@
  *   E  down rows; h[n] += them (the last layer writes them to o instead:
  *      the caller's final add_rmsnorm adds them, as the unfused step does)
  *   -- grid barrier (not after the last layer)
- * Activations written inside the launch are read with ld.global.cg (L2,
- * never a stale L1 line). The barrier: one counter, each block adds 1 and
- * waits for the next multiple of G; the last block to exit zeroes it.
+ * Activations written inside the launch are read with ld.global.cg or
+ * cp.async.cg (L2, never a stale L1 line). The barrier: one counter, each
+ * block adds 1 (red.release) and waits (ld.acquire) for the next multiple
+ * of G; the last block to exit zeroes it. The weights stream evict-first
+ * in L2, so everything else a phase reads stays there: the KV rows asked
+ * in at the start of each layer, the activations, the counters.
  *
  * Programmatic dependent launch: the producer starts streaming at once
  * (weights never change); the consumers wait for the previous kernel.
