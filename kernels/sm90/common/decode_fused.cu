@@ -464,6 +464,43 @@ static __device__ __forceinline__ float fd_scatter(float (&v)[N])
 	return r;
 }
 
+/* The K and V rows of keys t0 .. t0 + nt - 1 (offsets in offs) into kt
+ * and vt by cp.async, one commit group; the new key's row (at p, when
+ * skip_p) is left out: it comes from k and v. 16 pieces of 16 bytes a
+ * row, 4 a thread. */
+static __device__ __forceinline__ void fd_tile_async(const atlas_fd_layer &L, unsigned char *scratch,
+						     const long long *offs, long long t0, int nt,
+						     long long p, bool skip_p)
+{
+	bf16(*kt)[FD_HD] = (bf16(*)[FD_HD])(scratch + ATLAS_FD_MAXG * (FD_HD + FD_TILE) * 4);
+	bf16(*vt)[FD_HD] = kt + FD_TILE;
+#pragma unroll
+	for (int u = 0; u < 2 * FD_TILE * 16 / 256; u++) {
+		const int i = threadIdx.x + 256 * u, r = (i >> 4) % FD_TILE, c = i & 15;
+		const bool isv = i >= FD_TILE * 16;
+		if (r < nt && !(skip_p && t0 + r == p))
+			atlas_cp16(atlas_smem_addr((uint4 *)(isv ? vt[r] : kt[r]) + c),
+				   (const uint4 *)((const bf16 *)(isv ? L.vc : L.kc) + offs[r]) + c, 16);
+	}
+	atlas_cp_commit();
+}
+
+/* Phase A's end, after its last product (x is no longer read): the
+ * first tile of this block's attention item asked into shared memory, so
+ * that its round trip overlaps the grid barrier before phase B (the rows
+ * do not depend on phase A; the new key's does, and is left out). */
+static __device__ void fd_att_tile0(const atlas_fd_args &a, const atlas_fd_layer &L,
+				    unsigned char *scratch, const long long *offs, long long p,
+				    long long slot)
+{
+	int g, s, S;
+	long long j0, j1;
+	if (a.mode == 1 || !fd_item(a, p, &g, &s, &S, &j0, &j1) || j0 >= j1)
+		return;
+	const int nt = j1 - j0 < FD_TILE ? (int)(j1 - j0) : FD_TILE;
+	fd_tile_async(L, scratch, offs, j0, nt, p, j0 <= p && p < j1 && slot >= 0);
+}
+
 /* Phase B for this block's item, if it has one (see the file comment).
  * Each tile's K and V rows are loaded by all threads at once (one round
  * trip) into shared memory; the first tile's loads go out before the
@@ -497,17 +534,11 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 			fd_offsets(a, seq, g, t0, nt, offs);
 			fd_bar();
 		}
-		/* the tile's K and V rows (16 pieces of 16 bytes each); in the
-		 * first tile the new key's row comes from k and v instead */
-		const bool fresh = t0 == j0 && mine;
-		uint4 tmp[2 * FD_TILE * 16 / 256];
-#pragma unroll
-		for (int u = 0; u < 2 * FD_TILE * 16 / 256; u++) {
-			const int i = threadIdx.x + 256 * u, r = (i >> 4) % FD_TILE, c = i & 15;
-			const bool isv = i >= FD_TILE * 16;
-			if (r < nt && !(fresh && t0 + r == p))
-				tmp[u] = *((const uint4 *)((const bf16 *)(isv ? L.vc : L.kc) + offs[r]) + c);
-		}
+		/* the tile's K and V rows: the first tile's went out before the
+		 * barrier (fd_att_tile0); in it the new key's row comes from k
+		 * and v instead */
+		if (t0 != j0)
+			fd_tile_async(L, scratch, offs, t0, nt, p, false);
 		if (t0 == j0) {
 			/* the group's queries; the new key and value into the cache */
 			if (warp < G) {
@@ -539,13 +570,7 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 					*((uint2 *)vt[p - t0] + lane) = v;
 			}
 		}
-#pragma unroll
-		for (int u = 0; u < 2 * FD_TILE * 16 / 256; u++) {
-			const int i = threadIdx.x + 256 * u, r = (i >> 4) % FD_TILE, c = i & 15;
-			const bool isv = i >= FD_TILE * 16;
-			if (r < nt && !(fresh && t0 + r == p))
-				*((uint4 *)(isv ? vt[r] : kt[r]) + c) = tmp[u];
-		}
+		atlas_cp_wait<0>();
 		fd_bar();
 		/* scores: warp w the keys w + 8u (u < 4), lane i dims 4i..4i+3 of
 		 * every head; two keys at a time, the 2 x MAXG partial dot
@@ -689,6 +714,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		for (int i = 0; i < 3; i++)
 			fd_consume(a, r, fd_get(a, L, i), xs, part);
 		fd_bar();
+		fd_att_tile0(a, L, (unsigned char *)xs, offs, p, slot);
 		fd_rows(nq + 2 * nkv, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
 			const long long vr = r0 + i;
