@@ -17,6 +17,9 @@
  * (the last 16 steps judged: attention over more keys). A last step is
  * profiled on each backend (graphs off: replayed kernels are not timed)
  * to show that atlas_decode_fused ran on the fused model and only there.
+ * Shapes: Qwen3-0.6B, Qwen3-8B and Llama3-8B as they are, and the
+ * Qwen3-0.6B sizes as a Qwen2 model (random q/k/v biases, no q/k norm)
+ * and as a Mistral model with an 80-key sliding window.
  * Prints TAP; needs a GPU: without one it prints a skip line and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -45,6 +48,9 @@
  * fused backend; the same model and sequence on each. */
 static struct {
 	const char *shape;	     /* lib/bench shape name */
+	const char *type;	     /* model_type in its place, or NULL */
+	int64_t window;		     /* sliding window in its place (0: the shape's) */
+	char name[64];		     /* for the messages */
 	bool ready;		     /* both models loaded */
 	struct atlas_backend *be[2]; /* owned */
 	struct atlas_model *m[2];    /* owned, on be[i] */
@@ -122,13 +128,17 @@ static void test_load(void)
 	mp.max_seqs = 1;
 	mp.max_tokens = PROMPT;
 	CHECK_EQ_INT(atlas_bench_shape(P.shape, &cfg), 0);
+	if (P.type) /* another family at the same sizes (its biases, its window) */
+		snprintf(cfg.model_type, sizeof(cfg.model_type), "%s", P.type);
+	if (P.window)
+		cfg.sliding_window = P.window;
 	P.V = cfg.vocab_size;
 	for (int i = 0; i < 2; i++) {
 		if (!(P.be[i] = open_cuda(i == 1)) ||
 		    !(P.m[i] = atlas_model_synthetic(&cfg, P.be[i], &mp, SEED)) ||
 		    !(P.s[i] = atlas_seq_new(P.m[i])) ||
 		    !(P.lg[i] = malloc((size_t)P.V * sizeof(float)))) {
-			printf("# %s %s: %s\n", P.shape, i ? "fused" : "unfused", atlas_errmsg());
+			printf("# %s %s: %s\n", P.name, i ? "fused" : "unfused", atlas_errmsg());
 			CHECK(!"backend and model made");
 			return;
 		}
@@ -153,7 +163,7 @@ static void test_prompt(void)
 	for (int i = 0; i < 2; i++) {
 		int rc = atlas_model_forward(P.m[i], P.s[i], ids, PROMPT, P.lg[i], false);
 		if (rc) {
-			printf("# %s %s prompt: %s\n", P.shape, i ? "fused" : "unfused",
+			printf("# %s %s prompt: %s\n", P.name, i ? "fused" : "unfused",
 			       atlas_errmsg());
 			CHECK_EQ_INT(rc, 0);
 			P.ready = false;
@@ -161,7 +171,7 @@ static void test_prompt(void)
 		}
 	}
 	double e = rel_l2(P.lg[1], P.lg[0], P.V);
-	printf("# %s prompt: rel L2 %.3g, argmax %d / %d\n", P.shape, e, argmax(P.lg[1], P.V),
+	printf("# %s prompt: rel L2 %.3g, argmax %d / %d\n", P.name, e, argmax(P.lg[1], P.V),
 	       argmax(P.lg[0], P.V));
 	CHECK(e <= 1e-6);
 	P.next = argmax(P.lg[0], P.V);
@@ -176,7 +186,7 @@ static int decode(int64_t n, int64_t judged, struct tally *r)
 		for (int i = 0; i < 2; i++) {
 			int rc = atlas_model_forward(P.m[i], P.s[i], &P.next, 1, P.lg[i], false);
 			if (rc) {
-				printf("# %s %s step at %lld: %s\n", P.shape,
+				printf("# %s %s step at %lld: %s\n", P.name,
 				       i ? "fused" : "unfused", (long long)atlas_seq_len(P.s[i]),
 				       atlas_errmsg());
 				CHECK_EQ_INT(rc, 0);
@@ -208,7 +218,7 @@ static void judge(const char *what, const struct tally *r)
 		  (misses <= 1 || r->agree * 100 >= r->steps * AGREE_PCT);
 	printf("# %s %s: %lld steps, worst rel L2 %.3g (limit %g), argmax agrees %lld of %lld "
 	       "%s\n",
-	       P.shape, what, (long long)r->steps, r->worst, TOL, (long long)r->agree,
+	       P.name, what, (long long)r->steps, r->worst, TOL, (long long)r->agree,
 	       (long long)r->steps, ok ? "ok" : "FAIL");
 	CHECK(ok);
 	all_worst = r->worst > all_worst ? r->worst : all_worst;
@@ -280,7 +290,7 @@ static int64_t fused_calls(int i, int *nrows)
 	atlas_model_set_graphs(P.m[i], true);
 	int n = rc ? rc : be->profile_report(be, rows, 64);
 	if (n < 0) {
-		printf("# %s %s profile: %s\n", P.shape, i ? "fused" : "unfused", atlas_errmsg());
+		printf("# %s %s profile: %s\n", P.name, i ? "fused" : "unfused", atlas_errmsg());
 		return -1;
 	}
 	for (int k = 0; k < n; k++)
@@ -302,13 +312,15 @@ static void test_profile(void)
 		calls[i] = fused_calls(i, &nrows[i]);
 	printf("# %s profiled step: %s launched %lld times fused (%d kernels), %lld times "
 	       "unfused (%d kernels)\n",
-	       P.shape, FUSED_KERNEL, (long long)calls[1], nrows[1], (long long)calls[0], nrows[0]);
+	       P.name, FUSED_KERNEL, (long long)calls[1], nrows[1], (long long)calls[0], nrows[0]);
 	CHECK(calls[1] >= 1);
 	CHECK(calls[0] == 0 && nrows[0] > 0);
 }
 
-/* Every test of one shape, named after it; frees it all at the end. */
-static void test_shape(const char *shape)
+/* Every test of one shape (as model_type `type` when not NULL, with a
+ * sliding window of `window` keys when not 0), named after it; frees it
+ * all at the end. */
+static void test_shape(const char *shape, const char *type, int64_t window)
 {
 	static const struct {
 		const char *what;
@@ -322,10 +334,18 @@ static void test_shape(const char *shape)
 	    {"decode to ~200 tokens: fused = unfused over the last 16 steps", test_long},
 	    {"profiled step: " FUSED_KERNEL " runs on the fused model only", test_profile},
 	};
-	char name[160];
+	char name[200];
 	P.shape = shape;
+	P.type = type;
+	P.window = window;
+	if (type && window)
+		snprintf(P.name, sizeof(P.name), "%s as %s, window %lld", shape, type, (long long)window);
+	else if (type)
+		snprintf(P.name, sizeof(P.name), "%s as %s", shape, type);
+	else
+		snprintf(P.name, sizeof(P.name), "%s", shape);
 	for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
-		snprintf(name, sizeof(name), "%s: %s", shape, tests[t].what);
+		snprintf(name, sizeof(name), "%s: %s", P.name, tests[t].what);
 		harness_run(name, tests[t].fn);
 	}
 	release();
@@ -339,9 +359,11 @@ int main(void)
 		return 0;
 	}
 	probe->destroy(probe);
-	test_shape("qwen3-0.6b");
-	test_shape("qwen3-8b");
-	test_shape("llama3-8b"); /* no q/k norm */
+	test_shape("qwen3-0.6b", NULL, 0);
+	test_shape("qwen3-8b", NULL, 0);
+	test_shape("llama3-8b", NULL, 0);	     /* no q/k norm */
+	test_shape("qwen3-0.6b", "qwen2", 0);     /* q/k/v biases, no q/k norm */
+	test_shape("qwen3-0.6b", "mistral", 80); /* a window the long run passes */
 	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
 	       "steps\n",
 	       all_worst, TOL, (long long)all_agree, (long long)all_steps);

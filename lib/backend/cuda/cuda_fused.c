@@ -5,8 +5,7 @@
  * fused_prepare decides whether a model fits the kernel (BF16 weights,
  * head size 128, at most 8 query heads per kv head, D, F and H*hd
  * multiples of ATLAS_FD_SLICE, 16-byte aligned weights and norm weights,
- * no more kv heads than SMs; for now no sliding window and no q/k/v
- * biases) and sizes the launch: one block per SM, and as many ring stages
+ * no more kv heads than SMs) and sizes the launch: one block per SM, and as many ring stages
  * as the shared memory holds after the x area (any product's x, the
  * norm's x and weights side by side, or the attention scratch) and the
  * row partial sums (the most rows any block owns in any product, times
@@ -80,11 +79,8 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 		return "hidden, intermediate or q size not a multiple of 1024";
 	if (d->Hkv > c->sms)
 		return "more kv heads than SMs";
-	/* sliding windows and q/k/v biases are in the kernel but have not
-	 * been compared with the plain ops on a GPU yet: op by op until they
-	 * are (tests/gpu/test-fused-decode) */
-	if (d->window != 0)
-		return "sliding-window attention";
+	if (d->window < 0)
+		return "a negative sliding window";
 	if (d->n_layers < 1 || d->n_layers > 1024)
 		return "layer count";
 	for (int64_t l = 0; l < d->n_layers; l++) {
@@ -97,8 +93,6 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 			return "a norm or cache pointer is missing";
 		if (!aligned16(L->ln1) || !aligned16(L->ln2))
 			return "a norm weight is not 16-byte aligned";
-		if (L->bq || L->bk || L->bv)
-			return "q/k/v biases";
 	}
 	if (!aligned16(d->x) || !aligned16(d->att) || !aligned16(d->g) || !aligned16(d->v))
 		return "an activation buffer is not 16-byte aligned";
