@@ -19,7 +19,9 @@
  * to show that atlas_decode_fused ran on the fused model and only there.
  * Shapes: Qwen3-0.6B, Qwen3-8B and Llama3-8B as they are, and the
  * Qwen3-0.6B sizes as a Qwen2 model (random q/k/v biases, no q/k norm)
- * and as a Mistral model with an 80-key sliding window.
+ * and as a Mistral model with an 80-key sliding window, and with 16 kv
+ * heads (one query head each) run to 600 tokens (attention items of
+ * several tiles).
  * Prints TAP; needs a GPU: without one it prints a skip line and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -50,6 +52,8 @@ static struct {
 	const char *shape;	     /* lib/bench shape name */
 	const char *type;	     /* model_type in its place, or NULL */
 	int64_t window;		     /* sliding window in its place (0: the shape's) */
+	int64_t kv_heads;	     /* kv heads in its place (0: the shape's) */
+	int64_t long_len;	     /* the long run's length (0: LONG_LEN) */
 	char name[64];		     /* for the messages */
 	bool ready;		     /* both models loaded */
 	struct atlas_backend *be[2]; /* owned */
@@ -124,7 +128,7 @@ static void test_load(void)
 	struct atlas_config cfg;
 	struct atlas_model_params mp;
 	atlas_model_default_params(&mp);
-	mp.max_context = MAX_CONTEXT;
+	mp.max_context = P.long_len + 8 > MAX_CONTEXT ? P.long_len + 8 : MAX_CONTEXT;
 	mp.max_seqs = 1;
 	mp.max_tokens = PROMPT;
 	CHECK_EQ_INT(atlas_bench_shape(P.shape, &cfg), 0);
@@ -132,6 +136,8 @@ static void test_load(void)
 		snprintf(cfg.model_type, sizeof(cfg.model_type), "%s", P.type);
 	if (P.window)
 		cfg.sliding_window = P.window;
+	if (P.kv_heads)
+		cfg.num_kv_heads = P.kv_heads;
 	P.V = cfg.vocab_size;
 	for (int i = 0; i < 2; i++) {
 		if (!(P.be[i] = open_cuda(i == 1)) ||
@@ -263,7 +269,8 @@ static void test_long(void)
 		return;
 	}
 	int64_t len = atlas_seq_len(P.s[0]), end = atlas_model_max_context(P.m[0]) - 1;
-	end = end < LONG_LEN ? end : LONG_LEN;
+	const int64_t want = P.long_len ? P.long_len : LONG_LEN;
+	end = end < want ? end : want;
 	snprintf(what, sizeof(what), "to %lld tokens", (long long)end);
 	if (!decode(end - len, LONG_JUDGED, &r))
 		judge(what, &r);
@@ -318,9 +325,11 @@ static void test_profile(void)
 }
 
 /* Every test of one shape (as model_type `type` when not NULL, with a
- * sliding window of `window` keys when not 0), named after it; frees it
- * all at the end. */
-static void test_shape(const char *shape, const char *type, int64_t window)
+ * sliding window of `window` keys, `kv_heads` kv heads and a long run to
+ * `long_len` tokens when not 0), named after it; frees it all at the
+ * end. */
+static void test_shape(const char *shape, const char *type, int64_t window, int64_t kv_heads,
+		       int64_t long_len)
 {
 	static const struct {
 		const char *what;
@@ -338,12 +347,17 @@ static void test_shape(const char *shape, const char *type, int64_t window)
 	P.shape = shape;
 	P.type = type;
 	P.window = window;
-	if (type && window)
-		snprintf(P.name, sizeof(P.name), "%s as %s, window %lld", shape, type, (long long)window);
-	else if (type)
-		snprintf(P.name, sizeof(P.name), "%s as %s", shape, type);
-	else
-		snprintf(P.name, sizeof(P.name), "%s", shape);
+	P.kv_heads = kv_heads;
+	P.long_len = long_len;
+	int n = snprintf(P.name, sizeof(P.name), "%s", shape);
+	if (type)
+		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, " as %s", type);
+	if (window)
+		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", window %lld",
+			      (long long)window);
+	if (kv_heads)
+		snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %lld kv heads",
+			 (long long)kv_heads);
 	for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
 		snprintf(name, sizeof(name), "%s: %s", P.name, tests[t].what);
 		harness_run(name, tests[t].fn);
@@ -359,11 +373,14 @@ int main(void)
 		return 0;
 	}
 	probe->destroy(probe);
-	test_shape("qwen3-0.6b", NULL, 0);
-	test_shape("qwen3-8b", NULL, 0);
-	test_shape("llama3-8b", NULL, 0);	     /* no q/k norm */
-	test_shape("qwen3-0.6b", "qwen2", 0);     /* q/k/v biases, no q/k norm */
-	test_shape("qwen3-0.6b", "mistral", 80); /* a window the long run passes */
+	test_shape("qwen3-0.6b", NULL, 0, 0, 0);
+	test_shape("qwen3-8b", NULL, 0, 0, 0);
+	test_shape("llama3-8b", NULL, 0, 0, 0);	     /* no q/k norm */
+	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0);     /* q/k/v biases, no q/k norm */
+	test_shape("qwen3-0.6b", "mistral", 80, 0, 0); /* a window the long run passes */
+	/* one query head a kv head: 16 kv heads leave 8 splits (132 SMs),
+	 * so at 600 keys an attention item walks 3 tiles */
+	test_shape("qwen3-0.6b", NULL, 0, 16, 600);
 	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
 	       "steps\n",
 	       all_worst, TOL, (long long)all_agree, (long long)all_steps);
