@@ -295,6 +295,10 @@ void atlas_backend_mock_reset(struct atlas_backend *be);
  * the description is incomplete). Call before a model loads; the model
  * uses them only with a BF16 act_dtype, which the caller sets too. */
 void atlas_backend_mock_offer_fused(struct atlas_backend *be);
+/* Offer host_alloc/host_free and record them, every upload, download and
+ * sync ("host_alloc bytes=N", "host_free", "upload bytes=N", "download
+ * bytes=N", "sync"). Call before a model loads. */
+void atlas_backend_mock_offer_host(struct atlas_backend *be);
 
 /* --- machine facts (for atlas-doctor, atlas-load and logs) ------------ */
 

@@ -197,9 +197,11 @@ static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int6
 	for (int64_t i = 0, k = 0; i < n; i++) {
 		if (!it[i].logits && !it[i].sample)
 			continue;
-		if (it[i].logits)
+		if (it[i].logits) {
 			TRY(be->download(be, it[i].logits, m->logits + k * V,
 					 (size_t)V * sizeof(float)));
+			m->meta_inflight = false;
+		}
 		if (it[i].sample)
 			*it[i].token = m->h_out[k];
 		k++;

@@ -237,6 +237,70 @@ static void test_batch_matches_alone(void)
  * final add_rmsnorm and the logits), never a longer step or a
  * batch-invariant one, and releases it with the model; with FP32
  * activations it is not asked at all. */
+/* The recorded uploads, downloads and syncs since the last reset, as one
+ * string ("U S U D ..."). */
+static void copies(struct atlas_backend *be, char *out, size_t cap)
+{
+	size_t n = 0;
+	out[0] = 0;
+	for (int64_t i = 0; i < atlas_backend_mock_count(be) && n + 3 < cap; i++) {
+		const char *l = atlas_backend_mock_call(be, i);
+		const char *c = !strncmp(l, "upload", 6)     ? "U"
+				: !strncmp(l, "download", 8) ? "D"
+				: !strcmp(l, "sync")	     ? "S"
+							     : NULL;
+		if (c)
+			n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? " " : "", c);
+	}
+}
+
+/* With page-locked staging (a backend that offers host_alloc), a copy
+ * reads the host buffer when it runs, not when it is queued: a step that
+ * follows one without a download (a chunk of a long prompt) must wait
+ * for the queue before it rewrites the step metadata; a step after a
+ * download need not. */
+static void test_staging_reuse(void)
+{
+	struct atlas_backend *be = atlas_backend_mock_new();
+	atlas_backend_mock_offer_host(be);
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_tokens = 2; /* a 5-token prompt: three steps */
+	struct atlas_model *m = atlas_model_load(golden("qwen3"), be, &p);
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	CHECK_EQ_INT(count(be, "host_alloc "), 2); /* the metadata, the sampled ids */
+	struct atlas_seq *s = atlas_seq_new(m);
+	float *logits = malloc(1088 * sizeof(float));
+	int32_t ids[5] = {5, 6, 7, 8, 9}, tok = -1;
+	char got[128];
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 5, logits, false), 0);
+	copies(be, got, sizeof(got));
+	/* chunks of 2, 2, 1: the second and third wait first; the third
+	 * brings the logits back */
+	CHECK_STR(got, "U S U S U D");
+	atlas_backend_mock_reset(be);
+	const struct atlas_sample_args greedy = {0};
+	CHECK_EQ_INT(atlas_model_forward_sample(m, s, ids, 1, &greedy, &tok), 0);
+	copies(be, got, sizeof(got));
+	CHECK_STR(got, "U D"); /* the last step downloaded: no wait */
+	atlas_backend_mock_reset(be);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 1, NULL, false), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 1, NULL, false), 0);
+	copies(be, got, sizeof(got));
+	CHECK_STR(got, "U S U"); /* no logits, no download: the next one waits */
+	free(logits);
+	atlas_seq_free(s);
+	atlas_backend_mock_reset(be);
+	atlas_model_free(m);
+	CHECK_EQ_INT(count(be, "host_free"), 2);
+	be->destroy(be);
+}
+
 static void test_fused_selection(void)
 {
 	struct atlas_backend *be = atlas_backend_mock_new();
@@ -358,6 +422,7 @@ int main(void)
 	RUN(test_refusals);
 	RUN(test_batch_matches_alone);
 	RUN(test_fused_selection);
+	RUN(test_staging_reuse);
 	RUN(test_pool_exhaustion);
 	RUN(test_weight_bytes);
 	return harness_done();

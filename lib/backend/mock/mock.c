@@ -245,6 +245,52 @@ static void mock_fused_release(struct atlas_backend *be, void *fused)
 	record(be, "fused_release");
 }
 
+/* Page-locked host staging and the copies that use it (optional ops,
+ * atlas_backend_mock_offer_host): recorded, so that tests see when the
+ * model waits for the queue before it rewrites its staging. */
+static void *mock_host_alloc(struct atlas_backend *be, size_t bytes)
+{
+	void *p = calloc(1, bytes ? bytes : 1);
+	if (p && record(be, "host_alloc bytes=%zu", bytes)) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+static void mock_host_free(struct atlas_backend *be, void *p)
+{
+	if (p)
+		record(be, "host_free");
+	free(p);
+}
+
+static int mock_upload_rec(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
+{
+	mock_memcpy(be, dst, src, bytes);
+	return record(be, "upload bytes=%zu", bytes);
+}
+
+static int mock_download_rec(struct atlas_backend *be, void *dst, const void *src, size_t bytes)
+{
+	mock_memcpy(be, dst, src, bytes);
+	return record(be, "download bytes=%zu", bytes);
+}
+
+static int mock_sync_rec(struct atlas_backend *be)
+{
+	return record(be, "sync");
+}
+
+void atlas_backend_mock_offer_host(struct atlas_backend *be)
+{
+	be->host_alloc = mock_host_alloc;
+	be->host_free = mock_host_free;
+	be->upload = mock_upload_rec;
+	be->download = mock_download_rec;
+	be->sync = mock_sync_rec;
+}
+
 void atlas_backend_mock_offer_fused(struct atlas_backend *be)
 {
 	be->fused_prepare = mock_fused_prepare;
