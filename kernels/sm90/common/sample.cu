@@ -39,6 +39,40 @@ static __device__ __forceinline__ bool smp_before(float la, int ia, float lb, in
 	return la > lb || (la == lb && ia < ib);
 }
 
+/* f(logit, index) for every element of lg[b0, b1), each by one thread of
+ * the block: the unaligned head one by one, then 16-byte loads,
+ * SMP_INFLIGHT of them in flight a thread before the first is used (a
+ * row of 152K logits read one float at a time was ~37 dependent round
+ * trips: 38 us of a 4.4 ms Qwen3-8B step), then the tail. */
+template <class F>
+static __device__ __forceinline__ void smp_scan(const float *lg, long long b0, long long b1, F f)
+{
+	long long i0 = b0;
+	while (i0 < b1 && ((unsigned long long)(lg + i0) & 15))
+		i0++;
+	for (long long i = b0 + threadIdx.x; i < i0; i += blockDim.x)
+		f(lg[i], (int)i);
+	const long long n4 = (b1 - i0) / 4;
+	const float4 *l4 = (const float4 *)(lg + i0);
+	for (long long b = threadIdx.x; b < n4; b += SMP_INFLIGHT * blockDim.x) {
+		float4 v[SMP_INFLIGHT];
+#pragma unroll
+		for (int u = 0; u < SMP_INFLIGHT; u++)
+			if (b + u * blockDim.x < n4)
+				v[u] = l4[b + u * blockDim.x];
+#pragma unroll
+		for (int u = 0; u < SMP_INFLIGHT; u++) {
+			const long long j = b + u * blockDim.x;
+			if (j < n4) {
+				const int i = (int)(i0 + 4 * j);
+				f(v[u].x, i), f(v[u].y, i + 1), f(v[u].z, i + 2), f(v[u].w, i + 3);
+			}
+		}
+	}
+	for (long long i = i0 + 4 * n4 + threadIdx.x; i < b1; i += blockDim.x)
+		f(lg[i], (int)i);
+}
+
 /* The first of (l, i) over the block in the order above, to every
  * thread. tl, ti: 32 entries of shared memory each. */
 static __device__ void smp_block_first(float &l, int &i, float *tl, int *ti)
@@ -213,40 +247,10 @@ extern "C" __global__ void __launch_bounds__(1024)
 	if (temp == 0.0f) {
 		float bl = -INFINITY;
 		int bi = INT_MAX;
-		int i0 = 0;
-		if (((unsigned long long)lg & 15) == 0) {
-			/* 16-byte loads, SMP_INFLIGHT of them in flight a thread:
-			 * a row of 152K logits was ~37 dependent round trips
-			 * (38 us of a 4.4 ms Qwen3-8B step), now ~5 */
-			const int n4 = n / 4;
-			const float4 *l4 = (const float4 *)lg;
-			for (int b = threadIdx.x; b < n4; b += SMP_INFLIGHT * blockDim.x) {
-				float4 v[SMP_INFLIGHT];
-#pragma unroll
-				for (int u = 0; u < SMP_INFLIGHT; u++) {
-					const int j = b + u * blockDim.x;
-					if (j < n4)
-						v[u] = l4[j];
-				}
-#pragma unroll
-				for (int u = 0; u < SMP_INFLIGHT; u++) {
-					const int j = b + u * blockDim.x;
-					if (j < n4) {
-						const float f[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-						for (int e = 0; e < 4; e++)
-							if (smp_before(f[e], 4 * j + e, bl, bi))
-								bl = f[e], bi = 4 * j + e;
-					}
-				}
-			}
-			i0 = n4 * 4;
-		}
-		for (int i = i0 + threadIdx.x; i < n; i += blockDim.x) {
-			float l = lg[i];
+		smp_scan(lg, 0, n, [&](float l, int i) {
 			if (smp_before(l, i, bl, bi))
 				bl = l, bi = i;
-		}
+		});
 		smp_block_first(bl, bi, sh.tl, sh.ti);
 		if (threadIdx.x == 0)
 			ids[row] = bi < n ? bi : 0;
@@ -371,16 +375,16 @@ extern "C" __global__ void __launch_bounds__(1024)
 
 /* atlas_argmax: the greedy pick of rows whose every sampler is greedy
  * (the host knows: op_sample), over many blocks instead of one. grid
- * (nb, n rows), block 256: block b of row r takes elements
- * [V b / nb, V (b + 1) / nb), 16-byte loads SMP_INFLIGHT in flight a
- * thread, and folds its best into keys[r] with a 64-bit atomicMax: the
- * logit's bits made order-preserving in the high word, ~index in the low
- * one, so the larger logit and then the lower index wins, as
- * smp_before orders them (NaN never wins; a row of NaN gives id 0, as
- * atlas_sample gives). The last block of a row (done[r]) writes ids[r]
- * and leaves keys[r] and done[r] zero for the next launch. keys and done
- * start zero (cuda_ops.c clears them when it allocates them). A 152K
- * row: ~4 us, where one block of atlas_sample took 13. */
+ * (nb, n rows), block 256: block b of row r reads elements
+ * [V b / nb, V (b + 1) / nb) (smp_scan) and folds its best into keys[r]
+ * with a 64-bit atomicMax: the logit's bits made order-preserving in the
+ * high word, ~index in the low one, so the larger logit and then the
+ * lower index wins, as smp_before orders them (NaN never wins; a row of
+ * NaN gives id 0, as atlas_sample gives). The last block of a row
+ * (done[r]) writes ids[r] and leaves keys[r] and done[r] zero for the
+ * next launch. keys and done start zero (cuda_ops.c clears them when it
+ * allocates them). A 152K row: 6.8 us on the H200, where one block of
+ * atlas_sample took 13. */
 static __device__ __forceinline__ unsigned long long amx_key(float l, int i)
 {
 	unsigned u = __float_as_uint(l + 0.0f); /* -0 as +0: they tie, as in smp_before */
@@ -399,38 +403,11 @@ extern "C" __global__ void __launch_bounds__(256)
 	const float *lg = logits + row * V;
 	const long long b0 = V * blockIdx.x / gridDim.x, b1 = V * (blockIdx.x + 1) / gridDim.x;
 	unsigned long long best = 0; /* below every real key */
-	long long i0 = b0;
-	/* the unaligned head one by one, then 16-byte loads, then the tail */
-	while (i0 < b1 && ((unsigned long long)(lg + i0) & 15))
-		i0++;
-	for (long long i = b0 + threadIdx.x; i < i0; i += blockDim.x)
-		if (!isnan(lg[i]) && amx_key(lg[i], (int)i) > best)
-			best = amx_key(lg[i], (int)i);
-	const long long n4 = (b1 - i0) / 4;
-	const float4 *l4 = (const float4 *)(lg + i0);
-	for (long long b = threadIdx.x; b < n4; b += SMP_INFLIGHT * blockDim.x) {
-		float4 v[SMP_INFLIGHT];
-#pragma unroll
-		for (int u = 0; u < SMP_INFLIGHT; u++)
-			if (b + u * blockDim.x < n4)
-				v[u] = l4[b + u * blockDim.x];
-#pragma unroll
-		for (int u = 0; u < SMP_INFLIGHT; u++) {
-			const long long j = b + u * blockDim.x;
-			if (j < n4) {
-				const float f[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					const unsigned long long k = amx_key(f[e], (int)(i0 + 4 * j + e));
-					if (!isnan(f[e]) && k > best)
-						best = k;
-				}
-			}
-		}
-	}
-	for (long long i = i0 + 4 * n4 + threadIdx.x; i < b1; i += blockDim.x)
-		if (!isnan(lg[i]) && amx_key(lg[i], (int)i) > best)
-			best = amx_key(lg[i], (int)i);
+	smp_scan(lg, b0, b1, [&](float l, int i) {
+		const unsigned long long k = amx_key(l, i);
+		if (!isnan(l) && k > best)
+			best = k;
+	});
 #pragma unroll
 	for (int o = 16; o > 0; o >>= 1) {
 		const unsigned long long x = __shfl_xor_sync(0xffffffffu, best, o);
