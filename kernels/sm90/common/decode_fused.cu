@@ -70,6 +70,10 @@
 #define FD_TILE ATLAS_FD_TILE
 #define FD_NSEG 7 /* weight segments per layer */
 #define FD_PST ATLAS_FD_PSTRIDE /* floats per attention partial: hd, then m and l */
+/* bytes into the attention scratch of the K tile ([TILE][HD] bf16, the V
+ * tile right after it): past the group's queries and scores
+ * (ATLAS_FD_ATT_SCRATCH) */
+#define FD_KT_OFF (ATLAS_FD_MAXG * (FD_HD + FD_TILE) * 4)
 /* attention partials a merge loads at once: as many as the 168 registers
  * a thread of a 9-warp block can have allow without spills (ptxas -v) */
 #define FD_MB 12
@@ -274,15 +278,21 @@ static __device__ __forceinline__ float fd_sum(float v, float *red)
 	return s;
 }
 
-/* xs[0..n) = src (bf16, written earlier in the launch or before it), by
- * cp.async through L2: every 16-byte piece in flight at once, one round
- * trip, no registers (a loop of load-store pairs took a round trip per
- * pair the compiler did not unroll). */
+/* dst[0..n16) = src[0..n16) in 16-byte pieces by cp.async through L2
+ * (never a stale L1 line), spread over the consumers; the caller commits
+ * and waits. Every piece is in flight at once: one round trip, no
+ * registers (a loop of load-store pairs took a round trip per pair the
+ * compiler did not unroll). */
+static __device__ __forceinline__ void fd_cp_issue(void *dst, const void *src, int n16)
+{
+	for (int i = threadIdx.x; i < n16; i += 256)
+		atlas_cp16(atlas_smem_addr((uint4 *)dst + i), (const uint4 *)src + i, 16);
+}
+
+/* xs[0..n) = src (bf16, written earlier in the launch or before it). */
 static __device__ __forceinline__ void fd_load_x(bf16 *xs, const void *src, int n)
 {
-	const uint4 *g = (const uint4 *)src;
-	for (int i = threadIdx.x; i < n / 8; i += 256)
-		atlas_cp16(atlas_smem_addr(xs + (long long)i * 8), g + i, 16);
+	fd_cp_issue(xs, src, n / 8);
 	atlas_cp_commit();
 	atlas_cp_wait<0>();
 	fd_bar();
@@ -295,14 +305,11 @@ static __device__ __forceinline__ void fd_load_x(bf16 *xs, const void *src, int 
 static __device__ void fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt, int D,
 				 float eps, float *red)
 {
-	const uint4 *g = (const uint4 *)h;
 	uint4 *d = (uint4 *)xs;
 	unsigned char *ws = (unsigned char *)(xs + D);
-	const int n8 = D / 8, nw = D * atlas_wsize(wdt) / 16;
-	for (int i = threadIdx.x; i < n8; i += 256)
-		atlas_cp16(atlas_smem_addr(d + i), g + i, 16);
-	for (int i = threadIdx.x; i < nw; i += 256)
-		atlas_cp16(atlas_smem_addr(ws + 16 * i), (const uint4 *)w + i, 16);
+	const int n8 = D / 8;
+	fd_cp_issue(d, h, n8);
+	fd_cp_issue(ws, w, D * atlas_wsize(wdt) / 16);
 	atlas_cp_commit();
 	atlas_cp_wait<0>();
 	float ss = 0.0f;
@@ -378,12 +385,19 @@ static __device__ __forceinline__ void fd_load4(const bf16 *p, float *f)
 	f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
 }
 
-/* This block's attention item of a step at position p: kv head *g, split
- * *s of *S, keys [*j0, *j1) (maybe empty); false when it has none. The
- * partition depends only on p (and the grid), as every block computes it. */
-static __device__ __forceinline__ bool fd_item(const atlas_fd_args &a, long long p, int *g, int *s,
-					       int *S, long long *j0, long long *j1)
+/* This block's attention item of a step at position p: kv head g, split
+ * s of S, keys [j0, j1) (maybe empty); has false when it has none. The
+ * partition depends only on p (and the grid), as every block computes it,
+ * so fd_run finds it once a launch. */
+struct fd_att_item {
+	bool has;
+	int g, s, S;
+	long long j0, j1;
+};
+
+static __device__ __forceinline__ fd_att_item fd_item(const atlas_fd_args &a, long long p)
 {
+	fd_att_item it = {false, 0, 0, 0, 0, 0};
 	const long long lo = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
 	const long long nk = p - lo + 1;
 	long long n = (nk + FD_TILE - 1) / FD_TILE, cap = gridDim.x / a.Hkv;
@@ -391,12 +405,13 @@ static __device__ __forceinline__ bool fd_item(const atlas_fd_args &a, long long
 		cap = ATLAS_FD_MAXSPLIT;
 	n = n > cap ? cap : n < 1 ? 1 : n;
 	if (blockIdx.x >= a.Hkv * n)
-		return false;
-	*g = (int)(blockIdx.x / n), *s = (int)(blockIdx.x % n), *S = (int)n;
+		return it;
+	it.has = true;
+	it.g = (int)(blockIdx.x / n), it.s = (int)(blockIdx.x % n), it.S = (int)n;
 	const long long per = (nk + n - 1) / n;
-	*j0 = lo + *s * per;
-	*j1 = *j0 + per < p + 1 ? *j0 + per : p + 1;
-	return true;
+	it.j0 = lo + it.s * per;
+	it.j1 = it.j0 + per < p + 1 ? it.j0 + per : p + 1;
+	return it;
 }
 
 /* Element offset in the cache of key `key` of kv head g. */
@@ -424,11 +439,11 @@ static __device__ __forceinline__ void fd_offsets(const atlas_fd_args &a, long l
  * first alone asked for, 4.91 ms a step, all of them 4.82; the weights'
  * evict-first policy keeps them in L2 until phase B). */
 static __device__ void fd_att_prefetch(const atlas_fd_args &a, const atlas_fd_layer &L,
-				       long long p, long long seq, long long *offs)
+				       const fd_att_item &it, long long seq, long long *offs)
 {
-	int g, s, S;
-	long long j0, j1;
-	if (a.mode == 1 || !fd_item(a, p, &g, &s, &S, &j0, &j1))
+	const int g = it.g;
+	const long long j0 = it.j0, j1 = it.j1;
+	if (a.mode == 1 || !it.has)
 		return;
 	for (long long t = j0 + threadIdx.x; t < j1; t += 256) {
 		const long long off = fd_key_off(a, seq, g, t);
@@ -472,7 +487,7 @@ static __device__ __forceinline__ void fd_tile_async(const atlas_fd_layer &L, un
 						     const long long *offs, long long t0, int nt,
 						     long long p, bool skip_p)
 {
-	bf16(*kt)[FD_HD] = (bf16(*)[FD_HD])(scratch + ATLAS_FD_MAXG * (FD_HD + FD_TILE) * 4);
+	bf16(*kt)[FD_HD] = (bf16(*)[FD_HD])(scratch + FD_KT_OFF);
 	bf16(*vt)[FD_HD] = kt + FD_TILE;
 #pragma unroll
 	for (int u = 0; u < 2 * FD_TILE * 16 / 256; u++) {
@@ -490,38 +505,37 @@ static __device__ __forceinline__ void fd_tile_async(const atlas_fd_layer &L, un
  * that its round trip overlaps the grid barrier before phase B (the rows
  * do not depend on phase A; the new key's does, and is left out). */
 static __device__ void fd_att_tile0(const atlas_fd_args &a, const atlas_fd_layer &L,
-				    unsigned char *scratch, const long long *offs, long long p,
-				    long long slot)
+				    const fd_att_item &it, unsigned char *scratch,
+				    const long long *offs, long long p, long long slot)
 {
-	int g, s, S;
-	long long j0, j1;
-	if (a.mode == 1 || !fd_item(a, p, &g, &s, &S, &j0, &j1) || j0 >= j1)
+	const long long j0 = it.j0, j1 = it.j1;
+	if (a.mode == 1 || !it.has || j0 >= j1)
 		return;
 	const int nt = j1 - j0 < FD_TILE ? (int)(j1 - j0) : FD_TILE;
 	fd_tile_async(L, scratch, offs, j0, nt, p, j0 <= p && p < j1 && slot >= 0);
 }
 
 /* Phase B for this block's item, if it has one (see the file comment).
- * Each tile's K and V rows are loaded by all threads at once (one round
- * trip) into shared memory; the first tile's loads go out before the
- * queries are read, and its offsets come from fd_att_prefetch. Scores:
+ * Each tile's K and V rows come into shared memory by cp.async, all at
+ * once (one round trip); the first tile's went out at the end of phase A
+ * (fd_att_tile0), with offsets from fd_att_prefetch. Scores:
  * warp w the keys w, w + 8, ... of the tile for every head of the group;
  * then warp h < G (G = H / Hkv) owns query head g * G + h, lane i its
  * dims 4i..4i+3 of the output (online softmax over the tiles). */
 static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer &L,
-				    unsigned char *scratch, long long *offs, long long p,
-				    long long seq, long long slot)
+				    const fd_att_item &it, unsigned char *scratch, long long *offs,
+				    long long p, long long seq, long long slot)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int G = a.H / a.Hkv;
-	int g, s, S;
-	long long j0, j1;
-	if (!fd_item(a, p, &g, &s, &S, &j0, &j1))
+	if (!it.has)
 		return;
+	const int g = it.g, s = it.s, S = it.S;
+	const long long j0 = it.j0, j1 = it.j1;
 	float(*qs)[FD_HD] = (float(*)[FD_HD])scratch;				 /* [MAXG][HD] */
 	float(*sc)[FD_TILE] = (float(*)[FD_TILE])(scratch + ATLAS_FD_MAXG * FD_HD * 4); /* [MAXG][TILE] */
-	bf16(*kt)[FD_HD] = (bf16(*)[FD_HD])(scratch + ATLAS_FD_MAXG * (FD_HD + FD_TILE) * 4);
-	bf16(*vt)[FD_HD] = kt + FD_TILE; /* [TILE][HD] each */
+	bf16(*kt)[FD_HD] = (bf16(*)[FD_HD])(scratch + FD_KT_OFF);
+	bf16(*vt)[FD_HD] = kt + FD_TILE;
 	const long long ld = (long long)a.Hkv * FD_HD;
 	const float fp = (float)p;
 	const bool mine = j0 <= p && p < j1 && slot >= 0;
@@ -529,17 +543,15 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 	float m = -INFINITY, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 	for (long long t0 = j0; t0 < j1; t0 += FD_TILE) {
 		const int nt = j1 - t0 < FD_TILE ? (int)(j1 - t0) : FD_TILE;
+		/* the tile's K and V rows: the first tile's went out before the
+		 * barrier (fd_att_tile0); in it the new key's row comes from k
+		 * and v instead */
 		if (t0 != j0) {
 			fd_bar(); /* the last tile is used up */
 			fd_offsets(a, seq, g, t0, nt, offs);
 			fd_bar();
-		}
-		/* the tile's K and V rows: the first tile's went out before the
-		 * barrier (fd_att_tile0); in it the new key's row comes from k
-		 * and v instead */
-		if (t0 != j0)
 			fd_tile_async(L, scratch, offs, t0, nt, p, false);
-		if (t0 == j0) {
+		} else {
 			/* the group's queries; the new key and value into the cache */
 			if (warp < G) {
 				float x0[2], x1[2];
@@ -701,6 +713,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 			      float *red, long long *offs)
 {
 	const long long p = a.pos[0], seq = a.seq_of[0], slot = a.slot[0];
+	const fd_att_item it = fd_item(a, p);
 	const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
 	unsigned target = 0;
 	long long r0, r1;
@@ -709,12 +722,12 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		const bool lastl = l == a.n_layers - 1;
 
 		/* A: q, k, v */
-		fd_att_prefetch(a, L, p, seq, offs);
+		fd_att_prefetch(a, L, it, seq, offs);
 		fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red);
 		for (int i = 0; i < 3; i++)
 			fd_consume(a, r, fd_get(a, L, i), xs, part);
 		fd_bar();
-		fd_att_tile0(a, L, (unsigned char *)xs, offs, p, slot);
+		fd_att_tile0(a, L, it, (unsigned char *)xs, offs, p, slot);
 		fd_rows(nq + 2 * nkv, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
 			const long long vr = r0 + i;
@@ -737,7 +750,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* B: attention */
 		if (a.mode != 1)
-			fd_attention(a, L, (unsigned char *)xs, offs, p, seq, slot);
+			fd_attention(a, L, it, (unsigned char *)xs, offs, p, seq, slot);
 		fd_grid_sync(a, target);
 
 		/* C: o, residual */
