@@ -110,7 +110,9 @@ struct atlas_backend {
 	 * them, callers use calloc and free. */
 	void *(*host_alloc)(struct atlas_backend *be, size_t bytes);
 	void (*host_free)(struct atlas_backend *be, void *p);
-	/* Host -> backend copy of `bytes`. */
+	/* Host -> backend copy of `bytes`. From host_alloc memory the copy
+	 * may read src after the call returns: rewrite src only after a
+	 * download or sync. */
 	int (*upload)(struct atlas_backend *be, void *dst, const void *src,
 		      size_t bytes);
 	/* Backend -> host copy; waits for pending work. */

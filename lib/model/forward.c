@@ -180,6 +180,28 @@ static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *k
 	return be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps);
 }
 
+/* The step metadata staging (h_meta) may be page-locked (the backend's
+ * host_alloc): a copy of it reads it when the copy runs, not when it is
+ * queued. Before h_meta is rewritten, wait for the queue if an upload of
+ * it may still be pending (m->meta_inflight: set by step(), cleared by
+ * any wait). */
+static int meta_writable(struct atlas_model *m)
+{
+	if (!m->meta_inflight)
+		return 0;
+	TRY(m->be->sync(m->be));
+	m->meta_inflight = false;
+	return 0;
+}
+
+/* Backend -> host copy; it waits for the queue, so h_meta is free too. */
+static int download(struct atlas_model *m, void *dst, const void *src, size_t bytes)
+{
+	TRY(m->be->download(m->be, dst, src, bytes));
+	m->meta_inflight = false;
+	return 0;
+}
+
 /* Sample the rows of m->logits that asked for it ([nsel, V], row k of the
  * k-th item that wants logits or a token) and hand out logits and ids. */
 static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
@@ -191,17 +213,13 @@ static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int6
 		if (!be->sample)
 			return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
 		TRY(be->sample(be, m->d_out, m->logits, nsel, V, m->h_args));
-		TRY(be->download(be, m->h_out, m->d_out, (size_t)nsel * sizeof(int32_t)));
-		m->meta_inflight = false; /* (a download waits for the queue) */
+		TRY(download(m, m->h_out, m->d_out, (size_t)nsel * sizeof(int32_t)));
 	}
 	for (int64_t i = 0, k = 0; i < n; i++) {
 		if (!it[i].logits && !it[i].sample)
 			continue;
-		if (it[i].logits) {
-			TRY(be->download(be, it[i].logits, m->logits + k * V,
-					 (size_t)V * sizeof(float)));
-			m->meta_inflight = false;
-		}
+		if (it[i].logits)
+			TRY(download(m, it[i].logits, m->logits + k * V, (size_t)V * sizeof(float)));
 		if (it[i].sample)
 			*it[i].token = m->h_out[k];
 		k++;
@@ -220,9 +238,7 @@ static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 	TRY(body(m, T, kb));
 	if (all) {
 		TRY(be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, T, V, D));
-		TRY(be->download(be, all, m->logits, (size_t)(T * V) * sizeof(float)));
-		m->meta_inflight = false;
-		return 0;
+		return download(m, all, m->logits, (size_t)(T * V) * sizeof(float));
 	}
 	/* gather the last row of each item that wants logits */
 	int64_t nsel = 0, end = 0;
@@ -342,8 +358,7 @@ int atlas_model_stop_followers(struct atlas_model *m)
 	if (c->rank != 0)
 		return atlas_error(ATLAS_EINVAL, "only rank 0 stops the followers (this is rank %d)",
 				   c->rank);
-	if (m->meta_inflight)
-		TRY(m->be->sync(m->be));
+	TRY(meta_writable(m));
 	fill_header(m, STEP_STOP, 0, 0, 0);
 	TRY(m->be->upload(m->be, m->d_hdr, m->h_hdr, ATLAS_STEP_HDR * sizeof(int32_t)));
 	return c->broadcast(c, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t), 0, m->be);
@@ -359,7 +374,7 @@ int atlas_model_follow(struct atlas_model *m)
 				   "rank 0 drives the model; ranks 1..%d follow it", c->world - 1);
 	for (;;) {
 		TRY(c->broadcast(c, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t), 0, be));
-		TRY(be->download(be, m->h_hdr, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t)));
+		TRY(download(m, m->h_hdr, m->d_hdr, ATLAS_STEP_HDR * sizeof(int32_t)));
 		if (h[0] == STEP_STOP)
 			return 0;
 		int64_t n = h[1], T = h[2];
@@ -470,10 +485,7 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 
 	/* token metadata: ids, positions, owning sequence, cache slot (once
 	 * the last step's copy of them has run) */
-	if (m->meta_inflight) {
-		TRY(be->sync(be));
-		m->meta_inflight = false;
-	}
+	TRY(meta_writable(m));
 	int64_t row = 0, max_keys = 0, B = m->block_size;
 	for (int64_t i = 0; i < n; i++) {
 		const struct atlas_seq *s = it[i].seq;
