@@ -5,14 +5,14 @@
  * fused_prepare decides whether a model fits the kernel (BF16 weights,
  * head size 128, at most 8 query heads per kv head, D, F and H*hd
  * multiples of ATLAS_FD_SLICE, 16-byte aligned weights and norm weights,
- * no more kv heads than SMs) and sizes the launch: one block per SM, and as many ring stages
- * as the shared memory holds after the x area (any product's x, the
- * norm's x and weights side by side, or the attention scratch) and the
- * row partial sums (the most rows any block owns in any product, times
- * the slices of a row). It uploads the per-layer pointer table and allocates the
- * attention partials and the barrier counters (zeroed; the kernel leaves
- * them zero), outside the arena so that a later model on the same
- * backend does not move them. fused_decode is then one launch whose
+ * no more kv heads than SMs) and sizes the launch: one block per SM, and
+ * as many ring stages as the shared memory holds after the x area (any
+ * product's x, the norm's x and weights side by side, or the attention
+ * scratch) and the row partial sums (the most rows any block owns in any
+ * product, times the slices of a row). It uploads the per-layer pointer
+ * table and allocates the attention partials and the barrier counters
+ * (zeroed; the kernel leaves them zero), outside the arena so that a
+ * later model on the same backend does not move them. fused_decode is then one launch whose
  * arguments never change: a decode graph records it once.
  */
 #include "cuda_internal.h"
