@@ -6,8 +6,10 @@
  *   atlas-run tokenize | generate | detokenize      the pipe stages
  *   atlas-run template [-m MODEL] < request.json    render the chat template
  *
- * Flags, usage and calls into libatlas only; the formats live in
- * lib/engine/pipe.c, generation in lib/engine/generate.c. */
+ * Flags, usage and calls into libatlas only: the model opens through
+ * the engine session (lib/engine/session.h), prompts run through the
+ * scheduler, many at once in input order (lib/engine/batch.h), and the
+ * formats live in lib/engine/pipe.c. */
 #include <errno.h>
 #include <getopt.h>
 #include <json-c/json.h>
@@ -22,14 +24,15 @@
 #include <readline/readline.h>
 
 #include "../lib/backend/backend.h"
+#include "../lib/core/clock.h"
 #include "../lib/core/error.h"
 #include "../lib/core/log.h"
 #include "../lib/core/threads.h"
+#include "../lib/core/utf8.h"
+#include "../lib/engine/batch.h"
 #include "../lib/engine/generate.h"
 #include "../lib/engine/pipe.h"
-#include "../lib/io/config.h"
-#include "../lib/model/model.h"
-#include "../lib/model/tp_group.h"
+#include "../lib/engine/session.h"
 #include "../lib/tok/chat.h"
 #include "../lib/tok/tok.h"
 #include "common.h"
@@ -52,6 +55,11 @@ static const char usage_text[] =
 	"  -c, --ctx-size N          context length to allocate (default: the\n"
 	"                            model's, at most 4096)\n"
 	"  -t, --threads N           CPU threads (default: all cores)\n"
+	"      --parallel N          -f, --jsonl, generate: prompts in flight at once\n"
+	"                            (default 64; each prompt's output is what it\n"
+	"                            gives alone, written in input order)\n"
+	"      --no-prefix-cache     recompute every prompt instead of reusing the KV\n"
+	"                            blocks of an earlier prompt's equal prefix\n"
 	"      --tp N                tensor parallelism over N ranks, one thread each\n"
 	"                            (default 1); on the CPU, N thread ranks in this\n"
 	"                            process; on CUDA, one GPU per rank\n"
@@ -98,7 +106,8 @@ static const char usage_text[] =
 
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ,
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
-	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP };
+	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP, OPT_PARALLEL,
+	OPT_NO_PREFIX };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -127,6 +136,8 @@ static const struct option longopts[] = {
 	{"system", required_argument, NULL, OPT_SYSTEM},
 	{"show", no_argument, NULL, OPT_SHOW},
 	{"tp", required_argument, NULL, OPT_TP},
+	{"parallel", required_argument, NULL, OPT_PARALLEL},
+	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
@@ -149,6 +160,8 @@ struct opts {
 	int64_t max_tokens;      /* -n, -1 unset */
 	int64_t ctx;             /* -c, 0 unset */
 	int tp;                  /* --tp: tensor-parallel ranks (1) */
+	int64_t parallel;        /* --parallel: prompts in flight, 0 unset */
+	bool no_prefix_cache;    /* --no-prefix-cache */
 	double temperature, top_p, min_p, rep, pres, freq; /* NAN unset */
 	int64_t top_k;           /* -1 unset */
 	uint64_t seed;           /* --seed */
@@ -162,12 +175,11 @@ struct opts {
 struct ctx {
 	struct opts *o;              /* options */
 	char *dir;                   /* resolved model directory */
-	struct atlas_backend *be;    /* compute backend */
-	struct atlas_model *model;   /* NULL for tokenize/detokenize */
-	struct atlas_tok *tok;       /* tokenizer */
-	struct atlas_seq *seq;       /* the one sequence, reused */
+	struct atlas_session *ses;   /* tokenizer, model, scheduler */
+	struct atlas_tok *tok;       /* the session's tokenizer (NULL when not needed) */
+	struct atlas_sched *sched;   /* the session's scheduler (NULL without a model) */
 	struct atlas_gen_params gp;  /* resolved generation parameters */
-	struct atlas_tp_group *tp;   /* --tp > 1: the ranks; owns be and model */
+	int64_t parallel;            /* prompts in flight */
 };
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -212,6 +224,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_SYSTEM: o->system = optarg; break;
 		case OPT_SHOW: o->show = true; break;
 		case OPT_TP: o->tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;
+		case OPT_PARALLEL: o->parallel = cmd_parse_int("--parallel", optarg, 1, 4096); break;
+		case OPT_NO_PREFIX: o->no_prefix_cache = true; break;
 		case 'q': o->quiet = true; break;
 		case 'v': atlas_log_set_level(ATLAS_LOG_INFO); break;
 		case 'h': fputs(usage_text, stdout); exit(0);
@@ -241,114 +255,76 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		cmd_usage_error("-p and -f cannot be used together");
 }
 
-/* Sampling and stopping: flags first, then generation_config.json, then
- * the defaults of transformers. */
+/* Sampling and stopping: flags first, then the session's defaults
+ * (generation_config.json, then transformers'). */
 static int resolve_gen(struct ctx *x)
 {
 	struct opts *o = x->o;
-	struct atlas_gen_config gc;
 	struct atlas_gen_params *gp = &x->gp;
-	if (atlas_gen_config_load(x->dir, &gc))
-		return cmd_lib_error();
-	const struct atlas_config *c = atlas_model_config(x->model);
-	memset(gp, 0, sizeof(*gp));
-	atlas_sampler_default_params(&gp->sampling);
 	struct atlas_sampler_params *sp = &gp->sampling;
-	sp->temperature = !isnan(o->temperature) ? o->temperature
-			  : (gc.do_sample ? gc.temperature : 0.0);
-	sp->top_k = o->top_k >= 0 ? o->top_k : (gc.do_sample ? gc.top_k : 0);
-	sp->top_p = !isnan(o->top_p) ? o->top_p : (gc.do_sample ? gc.top_p : 1.0);
-	sp->min_p = !isnan(o->min_p) ? o->min_p : (gc.do_sample ? gc.min_p : 0.0);
-	sp->repetition_penalty = !isnan(o->rep) ? o->rep : gc.repetition_penalty;
-	sp->presence_penalty = !isnan(o->pres) ? o->pres : 0.0;
-	sp->frequency_penalty = !isnan(o->freq) ? o->freq : 0.0;
+	atlas_session_gen_defaults(x->ses, gp);
+	if (!isnan(o->temperature)) sp->temperature = o->temperature;
+	if (o->top_k >= 0) sp->top_k = o->top_k;
+	if (!isnan(o->top_p)) sp->top_p = o->top_p;
+	if (!isnan(o->min_p)) sp->min_p = o->min_p;
+	if (!isnan(o->rep)) sp->repetition_penalty = o->rep;
+	if (!isnan(o->pres)) sp->presence_penalty = o->pres;
+	if (!isnan(o->freq)) sp->frequency_penalty = o->freq;
 	sp->seed = o->seed;
 	if (atlas_sampler_check(sp))
 		return cmd_lib_error();
-	gp->max_tokens = o->max_tokens > 0 ? o->max_tokens
-			 : (gc.max_new_tokens > 0 ? gc.max_new_tokens : 256);
+	if (o->max_tokens > 0)
+		gp->max_tokens = o->max_tokens;
 	gp->ignore_eos = o->ignore_eos;
 	gp->stop = o->stop;
 	gp->n_stop = o->n_stop;
-	/* end-of-sequence ids: config, generation config and tokenizer */
-	int32_t cand[2 * ATLAS_MAX_EOS + 1];
-	int nc = 0;
-	for (int i = 0; i < c->n_eos; i++) cand[nc++] = c->eos_ids[i];
-	for (int i = 0; i < gc.n_eos; i++) cand[nc++] = gc.eos_ids[i];
-	if (x->tok && atlas_tok_eos(x->tok) >= 0) cand[nc++] = atlas_tok_eos(x->tok);
-	for (int i = 0; i < nc; i++) {
-		int dup = 0;
-		for (int j = 0; j < gp->n_eos; j++)
-			dup |= gp->eos_ids[j] == cand[i];
-		if (!dup && gp->n_eos < 16)
-			gp->eos_ids[gp->n_eos++] = cand[i];
-	}
 	return 0;
 }
 
-/* --- tensor parallelism (--tp) ---------------------------------------- */
-
-/* Load the ranks for --tp > 1 and start the followers (lib/model/
- * tp_group.h: thread ranks on the CPU; CUDA refused with the message).
- * x->be and x->model are rank 0's, owned by the group. 0 or 1. */
-static int load_tp(struct ctx *x, const struct atlas_model_params *base)
+/* Open the session: the tokenizer when needed, and for generation the
+ * device, model and scheduler. Many prompts (-f, generate) get a step
+ * of `parallel` sequences and a KV pool for them, one prompt the
+ * smallest step. */
+static int load(struct ctx *x, bool need_model, bool need_tok, bool many)
 {
-	if (!(x->tp = atlas_tp_group_new(x->o->device, x->o->tp)) ||
-	    atlas_tp_group_load(x->tp, x->dir, base))
-		return cmd_lib_error();
-	x->be = atlas_tp_group_backend(x->tp, 0);
-	x->model = atlas_tp_group_model(x->tp, 0);
-	return 0;
-}
-
-/* Stop and join the followers, free every rank (rank 0's be and model
- * too, after the sequence that uses them). */
-static void unload_tp(struct ctx *x)
-{
-	if (!x->tp)
-		return;
-	atlas_seq_free(x->seq);
-	x->seq = NULL;
-	atlas_tp_group_free(x->tp); /* a failure to stop is logged there */
-	x->tp = NULL;
-	x->model = NULL;
-	x->be = NULL;
-}
-
-static int load(struct ctx *x, bool need_model, bool need_tok)
-{
-	if (!(x->dir = cmd_resolve_model(x->o->model)))
+	struct opts *o = x->o;
+	if (!(x->dir = cmd_resolve_model(o->model)))
 		return 1;
-	if (need_tok && !(x->tok = atlas_tok_load(x->dir)))
+	struct atlas_session_params sp;
+	atlas_session_default_params(&sp);
+	sp.model_dir = x->dir;
+	sp.device = o->device;
+	sp.tp = o->tp;
+	sp.no_model = !need_model;
+	sp.no_tok = !need_tok;
+	sp.prefix_cache = !o->no_prefix_cache;
+	sp.model.max_context = o->ctx;
+	x->parallel = !many ? 1 : o->parallel > 0 ? o->parallel : 64;
+	if (many) {
+		/* a pool for `parallel` sequences of up to 1,024 tokens (at
+		 * least one whole context); longer ones preempt and recompute */
+		int64_t B = 16, per = o->ctx > 0 && o->ctx < 1024 ? o->ctx : 1024;
+		sp.model.max_seqs = x->parallel;
+		sp.model.max_tokens = x->parallel > 512 ? x->parallel : 512;
+		sp.model.kv_blocks = x->parallel * ((per + B - 1) / B);
+		int64_t whole = ((o->ctx > 0 ? o->ctx : 4096) + B - 1) / B;
+		if (sp.model.kv_blocks < whole)
+			sp.model.kv_blocks = whole;
+	}
+	if (!(x->ses = atlas_session_open(&sp)))
 		return cmd_lib_error();
+	x->tok = atlas_session_tok(x->ses);
+	x->sched = atlas_session_sched(x->ses);
 	if (!need_model)
 		return 0;
-	struct atlas_model_params mp;
-	atlas_model_default_params(&mp);
-	mp.max_context = x->o->ctx;
-	if (x->o->tp > 1) {
-		if (load_tp(x, &mp))
-			return 1;
-	} else {
-		if (!(x->be = atlas_backend_open(x->o->device)))
-			return cmd_lib_error();
-		if (!(x->model = atlas_model_load(x->dir, x->be, &mp)))
-			return cmd_lib_error();
-	}
-	atlas_info("device: %s (%d threads)", x->be->name, atlas_threads_count());
-	if (!(x->seq = atlas_seq_new(x->model)))
-		return cmd_lib_error();
+	atlas_info("device: %s (%d threads)", atlas_session_backend(x->ses)->name,
+		   atlas_threads_count());
 	return resolve_gen(x);
 }
 
 static void unload(struct ctx *x)
 {
-	unload_tp(x);
-	atlas_seq_free(x->seq);
-	atlas_model_free(x->model);
-	if (x->be)
-		x->be->destroy(x->be);
-	atlas_tok_free(x->tok);
+	atlas_session_close(x->ses);
 	free(x->dir);
 }
 
@@ -410,16 +386,6 @@ static void print_stats(const struct ctx *x, const struct atlas_gen_stats *st)
 		atlas_finish_name(st->finish));
 }
 
-/* Generate for one prompt of ids; prints per the sink. On failure the
- * message is left in atlas_errmsg() for the caller, who knows the line. */
-static int run_ids(struct ctx *x, const int32_t *ids, size_t n, struct sink *k,
-		   struct atlas_gen_stats *st)
-{
-	atlas_seq_reset(x->seq);
-	return atlas_generate(x->model, x->seq, x->tok, ids, (int64_t)n, &x->gp, on_token, k, st)
-		       ? 1 : 0;
-}
-
 /* A chat request: the --system message (if any), then `messages`. */
 static json_object *chat_request(const char *system, json_object *messages)
 {
@@ -468,36 +434,6 @@ static int prompt_ids(struct ctx *x, const char *text, size_t len, int32_t **ids
 	return rc;
 }
 
-static int run_prompt(struct ctx *x, const char *text, size_t len)
-{
-	int32_t *ids;
-	size_t n;
-	struct sink k = {.jsonl = x->o->jsonl};
-	struct atlas_gen_stats st;
-	if (prompt_ids(x, text, len, &ids, &n))
-		return cmd_lib_error();
-	int rc = run_ids(x, ids, n, &k, &st);
-	free(ids);
-	if (rc) {
-		free(k.text);
-		return cmd_lib_error();
-	}
-	if (x->o->jsonl) {
-		fputs("{\"prompt\": ", stdout);
-		atlas_json_write_string(stdout, text, len);
-		fputs(", \"text\": ", stdout);
-		atlas_json_write_string(stdout, k.text ? k.text : "", k.len);
-		printf(", \"prompt_tokens\": %lld, \"completion_tokens\": %lld, \"finish_reason\": \"%s\"}\n",
-		       (long long)st.n_prompt, (long long)st.n_gen, atlas_finish_name(st.finish));
-	} else {
-		putchar('\n');
-	}
-	fflush(stdout);
-	free(k.text);
-	print_stats(x, &st);
-	return 0;
-}
-
 /* Read one line (without its newline) into *buf; -1 at EOF. */
 static ssize_t read_line(FILE *f, char **buf, size_t *cap)
 {
@@ -507,39 +443,280 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap)
 	return n;
 }
 
-static int run_file(struct ctx *x)
+/* --- many prompts: -p, -f, --jsonl, generate ------------------------------ */
+
+enum feed_kind { FEED_ARGS, FEED_TEXT, FEED_IDS };
+
+/* What a prompt keeps until its output is written. */
+struct tag {
+	char *prompt;       /* its text (--jsonl output), or NULL */
+	size_t len;         /* bytes of prompt */
+	int32_t *ids;       /* its ids (generate --echo), or NULL */
+	size_t n;           /* entries in ids */
+	char where[64];     /* "FILE:LINE" or "line N" for messages, or "" */
+};
+
+/* The input and output of a batch run. */
+struct feed {
+	struct ctx *x;
+	enum feed_kind kind;
+	int arg;            /* next -p value */
+	FILE *f;            /* -f input, or stdin for generate */
+	const char *name;   /* its name for messages */
+	char *line;         /* line buffer */
+	size_t cap;         /* of line */
+	int64_t lineno;     /* lines read */
+	int64_t cur;        /* input whose output is open, -1 for none */
+	struct sink k;      /* the open output */
+	bool tty;           /* show a progress line on stderr */
+	bool shown;         /* the progress line is on the screen */
+	double last;        /* when it was drawn */
+};
+
+/* Mark input `in` bad with a message. 1 (an input was produced). */
+static int bad_input(struct atlas_batch_input *in, struct tag *t, const char *msg)
 {
-	FILE *f = strcmp(x->o->file, "-") ? fopen(x->o->file, "rb") : stdin;
-	char *line = NULL;
-	size_t cap = 0;
-	ssize_t n;
-	int rc = 0;
-	int64_t lineno = 0;
-	if (!f) {
-		cmd_error("cannot open '%s': %s", x->o->file, strerror(errno));
-		return 1;
+	in->bad = true;
+	snprintf(in->error, sizeof(in->error), "%s%s%s", t->where, *t->where ? ": " : "", msg);
+	return 1;
+}
+
+/* The first byte of a line that is not UTF-8, or -1. */
+static ssize_t bad_utf8(const char *s, size_t len)
+{
+	uint32_t cp;
+	for (size_t i = 0; i < len;) {
+		int k = atlas_utf8_decode((const unsigned char *)s + i, len - i, &cp);
+		if (!k)
+			return (ssize_t)i;
+		i += (size_t)k;
 	}
-	while (!rc && (n = read_line(f, &line, &cap)) >= 0) {
-		lineno++;
-		if (!x->o->jsonl) {
-			rc = run_prompt(x, line, (size_t)n);
-			continue;
+	return -1;
+}
+
+static int feed_next(void *ud, struct atlas_batch_input *in)
+{
+	struct feed *fd = ud;
+	struct ctx *x = fd->x;
+	struct tag *t = calloc(1, sizeof(*t));
+	const char *text;
+	size_t len, n;
+	char msg[200];
+	if (!t)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	in->tag = t;
+	if (fd->kind == FEED_ARGS) {
+		if (fd->arg == x->o->n_prompts) {
+			free(t);
+			in->tag = NULL;
+			return 0;
 		}
-		char *text;
-		size_t len;
-		if (n == 0)
-			continue;
-		if (atlas_jsonl_get_string(line, "prompt", &text, &len)) {
-			cmd_error("%s:%lld: %s", x->o->file, (long long)lineno, atlas_errmsg());
-			rc = 1;
-			break;
+		text = x->o->prompts[fd->arg++];
+		len = strlen(text);
+	} else {
+		ssize_t got = read_line(fd->f, &fd->line, &fd->cap);
+		if (got < 0) {
+			free(t);
+			in->tag = NULL;
+			return 0;
 		}
-		rc = run_prompt(x, text, len);
-		free(text);
+		fd->lineno++;
+		if (fd->kind == FEED_IDS)
+			snprintf(t->where, sizeof(t->where), "line %lld", (long long)fd->lineno);
+		else
+			snprintf(t->where, sizeof(t->where), "%s:%lld", fd->name, (long long)fd->lineno);
+		text = fd->line;
+		len = (size_t)got;
+		if (!len)
+			return bad_input(in, t, "empty line (no prompt)");
+		if (fd->kind == FEED_IDS) {
+			int rc = x->o->jsonl ? atlas_idline_parse_json(fd->line, "ids", &t->ids, &t->n)
+					     : atlas_idline_parse(fd->line, &t->ids, &t->n);
+			if (rc)
+				return bad_input(in, t, atlas_errmsg());
+			if (!t->n)
+				return bad_input(in, t, "no prompt ids");
+			in->ids = malloc(t->n * sizeof(int32_t));
+			if (!in->ids)
+				return atlas_error(ATLAS_ENOMEM, "out of memory");
+			memcpy(in->ids, t->ids, t->n * sizeof(int32_t));
+			in->n = (int64_t)t->n;
+			if (!x->o->echo) {
+				free(t->ids);
+				t->ids = NULL;
+			}
+			return 1;
+		}
+		if (x->o->jsonl) {
+			char *p;
+			if (atlas_jsonl_get_string(fd->line, "prompt", &p, &len))
+				return bad_input(in, t, atlas_errmsg());
+			t->prompt = p;
+			t->len = len;
+			text = p;
+		}
+		ssize_t at = bad_utf8(text, len);
+		if (at >= 0) {
+			snprintf(msg, sizeof(msg), "the prompt is not valid UTF-8 (byte %zd)", at + 1);
+			return bad_input(in, t, msg);
+		}
 	}
-	free(line);
-	if (f != stdin)
-		fclose(f);
+	if (x->o->jsonl && !t->prompt) {
+		if (!(t->prompt = malloc(len + 1)))
+			return atlas_error(ATLAS_ENOMEM, "out of memory");
+		memcpy(t->prompt, text, len);
+		t->len = len;
+	}
+	if (prompt_ids(x, text, len, &in->ids, &n))
+		return bad_input(in, t, atlas_errmsg());
+	in->n = (int64_t)n;
+	return 1;
+}
+
+/* Wipe the progress line before other output on stderr. */
+static void progress_clear(struct feed *fd)
+{
+	if (fd->shown)
+		fputs("\r\033[K", stderr);
+	fd->shown = false;
+}
+
+static void feed_progress(void *ud, int64_t done, int64_t read, bool eof, int64_t tokens)
+{
+	struct feed *fd = ud;
+	double now = atlas_now();
+	if (!fd->tty || now - fd->last < 0.2)
+		return;
+	static double t0;
+	if (!t0)
+		t0 = now;
+	fd->last = now;
+	fprintf(stderr, "\r\033[Katlas-run: %lld/%lld%s prompts done, %lld tokens, %.1f tok/s",
+		(long long)done, (long long)read, eof ? "" : "+", (long long)tokens,
+		now > t0 ? tokens / (now - t0) : 0.0);
+	fd->shown = true;
+}
+
+/* Open input `index`'s output (generate --echo prints its ids first). */
+static void feed_open(struct feed *fd, int64_t index, struct tag *t)
+{
+	if (fd->cur == index)
+		return;
+	fd->cur = index;
+	fd->k = (struct sink){.ids = fd->kind == FEED_IDS, .jsonl = fd->x->o->jsonl};
+	if (t && t->ids && !fd->x->o->jsonl)
+		for (size_t i = 0; i < t->n; i++)
+			printf(fd->k.count++ ? " %d" : "%d", t->ids[i]);
+}
+
+static void feed_token(void *ud, int64_t index, void *tag, int32_t id, const char *text,
+		       size_t len)
+{
+	struct feed *fd = ud;
+	feed_open(fd, index, tag);
+	on_token(&fd->k, id, text, len);
+}
+
+static void print_ids_json(const struct tag *t, const struct sink *k)
+{
+	size_t i = 0;
+	for (size_t j = 0; t && j < t->n && t->ids; j++)
+		printf(i++ ? ", %d" : "%d", t->ids[j]);
+	for (size_t j = 0; j < k->nid; j++)
+		printf(i++ ? ", %d" : "%d", k->idv[j]);
+}
+
+static void feed_done(void *ud, const struct atlas_batch_end *e)
+{
+	struct feed *fd = ud;
+	struct ctx *x = fd->x;
+	struct tag *t = e->tag;
+	bool jsonl = x->o->jsonl;
+	if (fd->cur != e->index)
+		feed_open(fd, e->index, t);
+	progress_clear(fd);
+	if (e->rc) {
+		fflush(stdout);
+		/* a bad input's message carries its place; a failed run gets it */
+		if (t && *t->where && strncmp(e->error, t->where, strlen(t->where)))
+			cmd_error("%s: %s", t->where, e->error);
+		else
+			cmd_error("%s", e->error);
+		if (jsonl) {
+			fputs(fd->kind == FEED_IDS ? "{\"ids\": [], \"error\": " : "{\"error\": ", stdout);
+			atlas_json_write_string(stdout, e->error, strlen(e->error));
+			puts("}");
+		}
+	} else if (fd->kind == FEED_IDS && jsonl) {
+		fputs("{\"ids\": [", stdout);
+		print_ids_json(t, &fd->k);
+		printf("], \"finish_reason\": \"%s\"}\n", atlas_finish_name(e->st.finish));
+	} else if (jsonl) {
+		fputs("{\"prompt\": ", stdout);
+		atlas_json_write_string(stdout, t && t->prompt ? t->prompt : "", t ? t->len : 0);
+		fputs(", \"text\": ", stdout);
+		atlas_json_write_string(stdout, fd->k.text ? fd->k.text : "", fd->k.len);
+		printf(", \"prompt_tokens\": %lld, \"cached_tokens\": %lld, \"completion_tokens\": %lld, "
+		       "\"finish_reason\": \"%s\"}\n",
+		       (long long)e->st.n_prompt, (long long)e->st.n_cached, (long long)e->st.n_gen,
+		       atlas_finish_name(e->st.finish));
+	} else {
+		putchar('\n');
+	}
+	fflush(stdout);
+	if (!e->rc)
+		print_stats(x, &e->st);
+	free(fd->k.text);
+	free(fd->k.idv);
+	fd->k = (struct sink){0};
+	fd->cur = -1;
+	if (t) {
+		free(t->prompt);
+		free(t->ids);
+		free(t);
+	}
+}
+
+/* Run every prompt of the feed through the scheduler, `parallel` at a
+ * time, output in input order. 0, or 1 when any failed. */
+static int run_feed(struct feed *fd)
+{
+	struct ctx *x = fd->x;
+	struct atlas_batch_io io = {.next = feed_next, .token = feed_token, .done = feed_done,
+				    .progress = feed_progress, .ud = fd};
+	struct atlas_batch_totals tot;
+	fd->cur = -1;
+	fd->tty = !x->o->quiet && isatty(STDERR_FILENO);
+	int rc = atlas_batch_generate(x->sched, &x->gp, x->parallel, &io, &tot);
+	progress_clear(fd);
+	free(fd->line);
+	if (rc && rc != ATLAS_EINVAL)
+		cmd_lib_error(); /* the input stopped (a read error) */
+	if (!x->o->quiet && tot.inputs > 1)
+		fprintf(stderr,
+			"atlas-run: %lld prompts (%lld failed) in %.2f s: %lld prompt tokens "
+			"(%lld cached), %lld generated, %.1f tok/s\n",
+			(long long)tot.inputs, (long long)tot.failed, tot.wall_s,
+			(long long)tot.prompt_tokens, (long long)tot.cached_tokens,
+			(long long)tot.gen_tokens, tot.wall_s > 0 ? tot.gen_tokens / tot.wall_s : 0.0);
+	return rc ? 1 : 0;
+}
+
+static int run_prompts(struct ctx *x)
+{
+	struct feed fd = {.x = x, .kind = FEED_ARGS};
+	if (x->o->file) {
+		fd.kind = FEED_TEXT;
+		fd.name = x->o->file;
+		fd.f = strcmp(x->o->file, "-") ? fopen(x->o->file, "rb") : stdin;
+		if (!fd.f) {
+			cmd_error("cannot open '%s': %s", x->o->file, strerror(errno));
+			return 1;
+		}
+	}
+	int rc = run_feed(&fd);
+	if (fd.f && fd.f != stdin)
+		fclose(fd.f);
 	return rc;
 }
 
@@ -637,39 +814,8 @@ static int next_ids(struct ctx *x, char **line, size_t *cap, int64_t *lineno,
 
 static int stage_generate(struct ctx *x)
 {
-	char *line = NULL;
-	size_t cap = 0, n;
-	int32_t *ids;
-	int64_t lineno = 0;
-	int rc = 0, r;
-	while (!rc && (r = next_ids(x, &line, &cap, &lineno, &ids, &n)) == 0) {
-		struct sink k = {.ids = true, .jsonl = x->o->jsonl};
-		struct atlas_gen_stats st;
-		if (x->o->echo && !x->o->jsonl)
-			for (size_t i = 0; i < n; i++)
-				printf(k.count++ ? " %d" : "%d", ids[i]);
-		if (run_ids(x, ids, n, &k, &st)) {
-			cmd_error("line %lld: %s", (long long)lineno, atlas_errmsg());
-			rc = 1;
-		} else if (x->o->jsonl) {
-			fputs("{\"ids\": [", stdout);
-			size_t i = 0;
-			for (size_t j = 0; x->o->echo && j < n; j++)
-				printf(i++ ? ", %d" : "%d", ids[j]);
-			for (size_t j = 0; j < k.nid; j++)
-				printf(i++ ? ", %d" : "%d", k.idv[j]);
-			printf("], \"finish_reason\": \"%s\"}\n", atlas_finish_name(st.finish));
-		} else {
-			putchar('\n');
-		}
-		fflush(stdout);
-		free(k.idv);
-		free(ids);
-		if (!rc)
-			print_stats(x, &st);
-	}
-	free(line);
-	return rc ? rc : (r < 0 ? 1 : 0);
+	struct feed fd = {.x = x, .kind = FEED_IDS, .f = stdin, .name = "-"};
+	return run_feed(&fd);
 }
 
 static int stage_detokenize(struct ctx *x)
@@ -808,12 +954,9 @@ struct reply {
 	int32_t last;      /* the last id generated, -1 for none */
 };
 
-/* A conversation and what the sequence holds of it. */
+/* A conversation. */
 struct chat {
 	json_object *msgs; /* the turns so far */
-	char *held;        /* the text the sequence holds: last render + reply */
-	size_t held_len;   /* bytes in held */
-	int32_t pending;   /* a reply's last id, sampled but not yet fed; -1 */
 };
 
 static int on_reply(void *ud, int32_t id, const char *text, size_t len)
@@ -831,68 +974,39 @@ static int on_reply(void *ud, int32_t id, const char *text, size_t len)
 	return on_token(&r->k, id, text, len);
 }
 
-/* One turn: render the whole conversation; when what the sequence already
- * holds (the last render plus the reply) is a prefix of it, prefill only
- * the new part, else start the sequence over. */
+/* One turn: render the whole conversation and generate from it. The
+ * prefix cache finds the KV blocks of the conversation so far, so only
+ * the new part is computed (what the sequence held in earlier versions,
+ * now with the same code path as the server's). */
 static int chat_turn(struct ctx *x, struct chat *c)
 {
 	json_object *req = chat_request(x->o->system, c->msgs);
 	char *text;
-	size_t len, skip = 0;
+	size_t len;
 	int rc = atlas_chat_render(x->tok, req, &text, &len);
 	json_object_put(req);
 	if (rc)
 		return cmd_lib_error();
-	if (c->held && atlas_seq_len(x->seq) > 0 && c->held_len <= len &&
-	    !memcmp(text, c->held, c->held_len))
-		skip = c->held_len;
-	else
-		atlas_seq_reset(x->seq);
 	int32_t *ids;
 	size_t n;
-	if (atlas_tok_encode(x->tok, text + skip, len - skip, false, &ids, &n)) {
-		free(text);
+	rc = atlas_tok_encode(x->tok, text, len, false, &ids, &n);
+	free(text);
+	if (rc)
 		return cmd_lib_error();
-	}
-	if (skip && c->pending >= 0) { /* the last reply token was never fed */
-		ids = realloc(ids, (n + 1) * sizeof(*ids));
-		memmove(ids + 1, ids, n * sizeof(*ids));
-		ids[0] = c->pending;
-		n++;
-	}
-	c->pending = -1;
-	int64_t before = atlas_seq_len(x->seq);
-	atlas_info("chat turn: %zu new prompt tokens after %lld kept", n,
-		   (long long)atlas_seq_len(x->seq));
 	struct reply r = {.last = -1};
 	struct atlas_gen_stats st;
-	rc = n ? atlas_generate(x->model, x->seq, x->tok, ids, (int64_t)n, &x->gp, on_reply, &r, &st)
-	       : 0;
+	rc = n ? atlas_generate(x->sched, ids, (int64_t)n, &x->gp, on_reply, &r, &st) : 0;
 	free(ids);
 	putchar('\n');
 	fflush(stdout);
-	free(c->held);
-	c->held = NULL;
 	if (rc || !n) {
-		free(text);
 		free(r.text);
-		atlas_seq_reset(x->seq);
 		return n ? cmd_lib_error() : 0;
 	}
+	atlas_info("chat turn: %zu prompt tokens, %lld of them from the prefix cache", n,
+		   (long long)st.n_cached);
 	print_stats(x, &st);
 	json_object_array_add(c->msgs, message("assistant", r.text ? r.text : "", r.len));
-	/* The sequence holds the prompt and the reply's ids but the last one
-	 * (fed next turn); after a stop string the text is shorter than the
-	 * ids, so the next turn starts over. */
-	if (st.finish == ATLAS_FINISH_EOS || st.finish == ATLAS_FINISH_LENGTH) {
-		if (atlas_seq_len(x->seq) == before + (int64_t)n + st.n_gen - 1)
-			c->pending = r.last;
-		c->held = realloc(text, len + r.len + 1);
-		memcpy(c->held + len, r.text ? r.text : "", r.len);
-		c->held_len = len + r.len;
-	} else {
-		free(text);
-	}
 	free(r.text);
 	return 0;
 }
@@ -900,7 +1014,7 @@ static int chat_turn(struct ctx *x, struct chat *c)
 static int run_chat(struct ctx *x)
 {
 	bool tty = isatty(STDIN_FILENO);
-	struct chat c = {.msgs = json_object_new_array(), .pending = -1};
+	struct chat c = {.msgs = json_object_new_array()};
 	char *turn;
 	int rc = 0;
 	while (!rc && (turn = read_turn(tty)) != NULL) {
@@ -918,7 +1032,6 @@ static int run_chat(struct ctx *x)
 	}
 	if (tty && !rc)
 		putchar('\n');
-	free(c.held);
 	json_object_put(c.msgs);
 	return rc;
 }
@@ -935,7 +1048,8 @@ int main(int argc, char **argv)
 	bool gen_stage = o.mode && !strcmp(o.mode, "generate");
 	bool tmpl = o.mode && !strcmp(o.mode, "template");
 	/* generate needs the tokenizer only to find stop strings */
-	rc = load(&x, !tokenize && !detok && !tmpl, !gen_stage || o.n_stop > 0);
+	bool many = gen_stage || o.file || o.n_prompts > 1;
+	rc = load(&x, !tokenize && !detok && !tmpl, !gen_stage || o.n_stop > 0, many);
 	if (!rc && (o.chat_template || o.chat))
 		rc = need_template(&x);
 	if (!rc) {
@@ -949,11 +1063,8 @@ int main(int argc, char **argv)
 			rc = stage_detokenize(&x);
 		else if (gen_stage)
 			rc = stage_generate(&x);
-		else if (o.file)
-			rc = run_file(&x);
 		else
-			for (int i = 0; !rc && i < o.n_prompts; i++)
-				rc = run_prompt(&x, o.prompts[i], strlen(o.prompts[i]));
+			rc = run_prompts(&x);
 	}
 	unload(&x);
 	free(o.prompts);

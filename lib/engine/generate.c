@@ -1,18 +1,14 @@
-/* generate.c - the single-sequence generation loop (see generate.h).
- *
- * Text and stop strings go through the stopper (stopper.h), the same
- * piece the server's scheduler uses: the streaming decoder's output is
- * held back while it could still grow into a stop string. */
+/* generate.c - one prompt to completion, synchronously, through the
+ * scheduler's step (see generate.h): the same loop, sampling and stop
+ * rules as every other request. */
 #include "generate.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../backend/backend.h"
-#include "../core/error.h"
-#include "stopper.h"
 #include "../core/clock.h"
+#include "../core/error.h"
+#include "scheduler.h"
 
 const char *atlas_finish_name(enum atlas_finish f)
 {
@@ -25,118 +21,77 @@ const char *atlas_finish_name(enum atlas_finish f)
 	return "?";
 }
 
-static int is_eos(const struct atlas_gen_params *p, int32_t id)
+void atlas_gen_stats_from(struct atlas_gen_stats *st, const struct atlas_sreq_result *res,
+			  int64_t n_decode)
 {
-	for (int i = 0; i < p->n_eos; i++)
-		if (p->eos_ids[i] == id)
-			return 1;
-	return 0;
+	memset(st, 0, sizeof(*st));
+	st->n_prompt = res->n_prompt;
+	st->n_cached = res->n_cached;
+	st->n_gen = res->n_gen;
+	st->n_decode = n_decode;
+	st->ttft_s = res->ttft_s;
+	st->prompt_s = res->ttft_s;
+	st->gen_s = res->total_s > res->ttft_s ? res->total_s - res->ttft_s : 0;
+	st->finish = res->finish;
 }
 
-int atlas_generate(struct atlas_model *m, struct atlas_seq *s,
-		   const struct atlas_tok *tok, const int32_t *prompt, int64_t n,
+int atlas_generate(struct atlas_sched *s, const int32_t *prompt, int64_t n,
 		   const struct atlas_gen_params *p, atlas_token_cb cb, void *ud,
 		   struct atlas_gen_stats *stats)
 {
-	const struct atlas_config *c = atlas_model_config(m);
-	int64_t V = c->vocab_size, ctx = atlas_model_max_context(m);
-	int64_t start = atlas_seq_len(s);
-	struct atlas_gen_stats st = {.n_prompt = n};
-	struct atlas_stopper stopper;
-	const char *text;
-	size_t len;
-	int rc = 0;
-
-	if (n <= 0)
-		return atlas_error(ATLAS_EINVAL, "the prompt is empty (no tokens)");
-	if (start + n > ctx)
-		return atlas_error(ATLAS_ERANGE,
-				   "the prompt has %lld tokens, more than the context of %lld",
-				   (long long)n, (long long)(ctx - start));
-	if (p->max_tokens <= 0)
-		return atlas_error(ATLAS_EINVAL, "max_tokens must be > 0");
-	if ((rc = atlas_stopper_init(&stopper, tok, p->stop, p->n_stop))) {
-		atlas_stopper_release(&stopper);
-		return rc;
-	}
-	float *logits = malloc((size_t)V * sizeof(float));
-	int32_t *hist = malloc((size_t)(n + p->max_tokens) * sizeof(int32_t));
-	struct atlas_sampler *smp = atlas_sampler_new(&p->sampling, V);
-	if (!logits || !hist || !smp) {
-		rc = smp ? atlas_error(ATLAS_ENOMEM, "out of memory") : ATLAS_EINVAL;
-		goto out;
-	}
-	memcpy(hist, prompt, (size_t)n * sizeof(int32_t));
-
-	/* sample on the backend (only ids cross) unless penalties need the
-	 * token history on the host; both paths draw the same uniforms */
-	bool dev = atlas_model_can_sample(m) && !atlas_sampler_uses_history(&p->sampling);
-	struct atlas_sample_args args;
-	int32_t id = -1;
-	double t0 = atlas_now();
-	if (dev) {
-		atlas_sampler_args(smp, &args);
-		rc = atlas_model_forward_sample(m, s, prompt, n, &args, &id);
-	} else {
-		rc = atlas_model_forward(m, s, prompt, n, logits, false);
-	}
+	struct atlas_sreq_params rp = {.prompt = prompt, .n_prompt = n, .gen = *p,
+				       .top_logprobs = -1};
+	struct atlas_sreq *r;
+	struct atlas_sreq_result res;
+	int rc = atlas_sched_submit(s, &rp, &r);
 	if (rc)
-		goto out;
-	double t1 = atlas_now();
-	st.prompt_s = t1 - t0;
-	st.finish = ATLAS_FINISH_LENGTH;
-	int64_t ng = 0;
-	for (;;) {
-		if (!dev)
-			id = atlas_sampler_sample(smp, logits, hist, n + ng, ng);
-		if (ng == 0)
-			st.ttft_s = atlas_now() - t0;
-		if (!p->ignore_eos && is_eos(p, id)) {
-			st.finish = ATLAS_FINISH_EOS;
-			break;
+		return rc;
+	bool done = false, stopped = false, first = false;
+	int64_t n_decode = 0, n_gen = 0;
+	double t0 = atlas_now(), t_first = 0;
+	while (!done) {
+		rc = atlas_sched_step(s);
+		if (rc < 0)
+			break; /* the request finished with the error: taken below */
+		if (first)
+			n_decode++;
+		struct atlas_sched_chunk c;
+		atlas_sreq_take(r, 0, &c);
+		for (size_t i = 0; i < c.n && !stopped; i++) {
+			if (!first)
+				t_first = atlas_now();
+			first = true;
+			n_gen += c.tok[i].id >= 0;
+			if (cb && cb(ud, c.tok[i].id, c.text + c.tok[i].text_off, c.tok[i].text_len))
+				stopped = true;
 		}
-		hist[n + ng++] = id;
-		st.n_gen = ng;
-		bool stopped;
-		if ((rc = atlas_stopper_push(&stopper, id, &text, &len, &stopped)))
-			goto out;
-		if (cb && cb(ud, id, text, len)) {
-			st.finish = ATLAS_FINISH_CANCELLED;
-			break;
+		done = c.done || stopped;
+		atlas_sched_chunk_free(&c);
+		if (!rc && !done) {
+			atlas_sreq_release(r);
+			return atlas_error(ATLAS_EIO, "the scheduler stalled with a request queued");
 		}
-		if (stopped) {
-			st.finish = ATLAS_FINISH_STOP;
-			break;
-		}
-		if (ng >= p->max_tokens || atlas_seq_len(s) >= ctx)
-			break;
-		if (dev) {
-			int32_t next;
-			atlas_sampler_args(smp, &args);
-			rc = atlas_model_forward_sample(m, s, &id, 1, &args, &next);
-			id = next;
-		} else {
-			rc = atlas_model_forward(m, s, &id, 1, logits, false);
-		}
-		if (rc)
-			goto out;
-		st.n_decode++;
 	}
-	/* release what was held for a stop string that never came, and any
-	 * incomplete character at the very end */
-	if (st.finish != ATLAS_FINISH_STOP && st.finish != ATLAS_FINISH_CANCELLED) {
-		if ((rc = atlas_stopper_finish(&stopper, &text, &len)))
-			goto out;
-		if (len && cb)
-			cb(ud, -1, text, len);
+	if (rc < 0) {
+		/* drain the outcome the failed step left */
+		struct atlas_sched_chunk c;
+		atlas_sreq_take(r, 0, &c);
+		atlas_sched_chunk_free(&c);
 	}
-	st.gen_s = atlas_now() - t0 - st.ttft_s;
-out:
+	atlas_sreq_result(r, &res);
+	atlas_sreq_release(r);
+	if (stopped && !res.rc) {
+		/* the callback asked to stop: the request is not done yet, so
+		 * its numbers are the driver's; a step reaps it (frees blocks) */
+		atlas_sched_step(s);
+		res.finish = ATLAS_FINISH_CANCELLED;
+		res.n_gen = n_gen;
+		res.ttft_s = t_first > 0 ? t_first - t0 : 0;
+		res.total_s = atlas_now() - t0;
+	}
+	if (res.rc)
+		return atlas_error(res.rc, "%s", res.error);
 	if (stats)
-		*stats = st;
-	atlas_stopper_release(&stopper);
-	free(logits);
-	free(hist);
-	atlas_sampler_free(smp);
-	return rc;
+		atlas_gen_stats_from(stats, &res, n_decode);
+	return 0;
 }

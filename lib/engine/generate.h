@@ -1,9 +1,13 @@
-/* generate.h - run one prompt to completion on one sequence.
+/* generate.h - run one prompt to completion, synchronously.
  *
- * Prefill the prompt, then sample token by token until an end-of-sequence
- * id, a stop string, max_tokens or the context limit. Each token reaches
- * the caller through a callback, with the text it completes (UTF-8 safe,
- * held back while it could still turn into a stop string). */
+ * atlas_generate is a thin driver over the scheduler (scheduler.h): it
+ * submits the prompt and runs the scheduler's steps on the caller's
+ * thread until the request ends, an end-of-sequence id, a stop string,
+ * max_tokens or the context limit. Each token reaches the caller through
+ * a callback, with the text it completes (UTF-8 safe, held back while it
+ * could still turn into a stop string). There is no other generation
+ * loop: atlas-run, the server and the benchmarks all go through the
+ * scheduler's step. */
 #ifndef ATLAS_ENGINE_GENERATE_H
 #define ATLAS_ENGINE_GENERATE_H
 
@@ -36,6 +40,7 @@ struct atlas_gen_params {
 
 struct atlas_gen_stats {
 	int64_t n_prompt;          /* prompt tokens */
+	int64_t n_cached;          /* of those, found in the prefix cache */
 	int64_t n_gen;             /* tokens generated (EOS not counted) */
 	int64_t n_decode;          /* single-token forward passes run */
 	double prompt_s;           /* prefill time, seconds */
@@ -47,17 +52,26 @@ struct atlas_gen_stats {
 /* Called once per generated token (EOS excluded) with its id and the text
  * it releases (len may be 0; text is not NUL-terminated). Return non-zero
  * to stop. After the last token, text still held back (a partial stop
- * string that never completed) comes in one more call with id -1. `tok` may be NULL in atlas_generate, then text is always empty
- * and stop strings are ignored. */
+ * string that never completed) comes in one more call with id -1. With a
+ * scheduler made without a tokenizer, text is always empty and stop
+ * strings are ignored. */
 typedef int (*atlas_token_cb)(void *ud, int32_t id, const char *text, size_t len);
 
-/* Generate from `prompt` (n tokens, n >= 1) on an empty or continuing
- * sequence `s`. Returns 0 (see stats->finish) or a negative ATLAS_E*:
+struct atlas_sched;
+struct atlas_sreq_result;
+
+/* Generate from `prompt` (n tokens, n >= 1) on the scheduler `s`, whose
+ * engine thread the caller is for the duration (no atlas_sched_run may be
+ * running). Returns 0 (see stats->finish) or a negative ATLAS_E*:
  * ATLAS_EINVAL for an empty prompt, ATLAS_ERANGE for a prompt that does
- * not fit the context or holds an id outside the vocabulary. */
-int atlas_generate(struct atlas_model *m, struct atlas_seq *s,
-		   const struct atlas_tok *tok, const int32_t *prompt, int64_t n,
+ * not fit the context or the KV pool or holds an id outside the
+ * vocabulary, or the error of a failed step. */
+int atlas_generate(struct atlas_sched *s, const int32_t *prompt, int64_t n,
 		   const struct atlas_gen_params *p, atlas_token_cb cb, void *ud,
 		   struct atlas_gen_stats *stats);
+
+/* Stats of a finished request; n_decode: one-token steps after the first token. */
+void atlas_gen_stats_from(struct atlas_gen_stats *st, const struct atlas_sreq_result *res,
+			  int64_t n_decode);
 
 #endif

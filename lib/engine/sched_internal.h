@@ -27,6 +27,9 @@ struct atlas_sreq {
 	int64_t n_gen;                 /* generated ids in hist */
 	struct atlas_seq *seq;         /* KV sequence while admitted, else NULL */
 	struct atlas_sampler *smp;     /* per-request sampler (its own seed) */
+	bool dev;                      /* sampled on the backend: only ids cross */
+	struct atlas_sample_args args; /* the device draw of the current step */
+	int32_t next;                  /* the id the backend sampled */
 	struct atlas_stopper stopper;  /* stop strings and held text */
 	int64_t preemptions;           /* times preempted */
 	double t_first;                /* time of the first token, 0 before */
@@ -65,9 +68,9 @@ struct atlas_sched {
 	float *raw;                    /* [V] logits before the sampler, for logprobs */
 };
 
-/* sched_req.c: after a step, sample the next token of `r` from `logits`
- * and publish it (under s->mu, held by the caller); finishes r when it is
- * complete. */
+/* sched_req.c: after a step, take the next token of `r` (sampled on the
+ * backend into r->next, or here from `logits`) and publish it (under
+ * s->mu, held by the caller); finishes r when it is complete. */
 void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logits);
 /* Finish `r` (under s->mu): release its sequence, sampler and stopper,
  * publish the outcome, drop the engine's reference. rc/msg for errors. */

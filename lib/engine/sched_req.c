@@ -61,6 +61,11 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 	if (r->gen.max_tokens > s->ctx - p->n_prompt + 1)
 		r->gen.max_tokens = s->ctx - p->n_prompt + 1;
 	r->top = p->top_logprobs;
+	/* sample on the backend unless the host needs the logits: penalties
+	 * (the token history) or log-probabilities; both paths draw the same
+	 * uniforms, so the choice never changes a token */
+	r->dev = atlas_model_can_sample(s->m) && p->top_logprobs < 0 &&
+		 !atlas_sampler_uses_history(&p->gen.sampling);
 	r->res.stop_index = -1;
 	r->res.n_prompt = p->n_prompt;
 	r->hist = malloc((size_t)(p->n_prompt + r->gen.max_tokens) * sizeof(int32_t));
@@ -220,7 +225,8 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 		memcpy(s->raw, logits, (size_t)s->V * sizeof(float));
 		lse = top_logprobs(s->raw, s->V, r->top, &t);
 	}
-	int32_t id = atlas_sampler_sample(r->smp, logits, r->hist, r->n_hist, r->n_gen);
+	int32_t id = r->dev ? r->next
+			    : atlas_sampler_sample(r->smp, logits, r->hist, r->n_hist, r->n_gen);
 	if (r->t_first == 0)
 		r->t_first = atlas_now();
 	s->st.tokens_generated++;

@@ -132,10 +132,15 @@ static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, in
 {
 	int64_t len = atlas_seq_len(r->seq);
 	bool last = len + k == r->n_hist;
-	s->items[*n] = (struct atlas_batch_item){
-		.seq = r->seq, .ids = r->hist + len, .n = k,
-		.logits = last ? s->logits + *n * s->V : NULL,
-	};
+	s->items[*n] = (struct atlas_batch_item){.seq = r->seq, .ids = r->hist + len, .n = k};
+	if (last && r->dev) {
+		/* the backend samples: one id comes back instead of a logits row */
+		atlas_sampler_args(r->smp, &r->args);
+		s->items[*n].sample = &r->args;
+		s->items[*n].token = &r->next;
+	} else if (last) {
+		s->items[*n].logits = s->logits + *n * s->V;
+	}
 	s->item_req[*n] = r;
 	(*n)++;
 }
@@ -258,7 +263,7 @@ int atlas_sched_step(struct atlas_sched *s)
 	} else {
 		for (int64_t i = 0; i < n; i++) {
 			struct atlas_sreq *r = s->item_req[i];
-			if (!s->items[i].logits)
+			if (!s->items[i].logits && !s->items[i].sample)
 				continue;
 			atlas_sreq_advance(s, r, s->items[i].logits);
 		}

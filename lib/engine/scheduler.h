@@ -34,6 +34,8 @@
 struct atlas_sched_params {
 	int64_t max_seqs;         /* sequences in one step; 0 = the model's */
 	int64_t max_batch_tokens; /* tokens in one step; 0 = the model's */
+	bool prefix_cache;        /* share KV blocks of equal prompt prefixes
+				   * (atlas_model_set_prefix_cache) */
 };
 
 struct atlas_sched; /* opaque */
@@ -76,6 +78,8 @@ struct atlas_sreq_result {
 	int stop_index;           /* stop string that matched, or -1 */
 	int64_t n_prompt;         /* prompt tokens */
 	int64_t n_gen;            /* generated tokens (EOS not counted) */
+	int64_t n_cached;         /* prompt tokens found in the prefix cache
+				   * (not computed) at first admission */
 	int64_t preemptions;      /* times it was preempted and recomputed */
 	double ttft_s;            /* submission to first token, seconds */
 	double total_s;           /* submission to finish, seconds */
@@ -91,6 +95,9 @@ struct atlas_sched_stats {
 	int64_t preemptions;      /* requests preempted so far */
 	int64_t tokens_generated; /* tokens sampled so far */
 	int64_t prompt_tokens;    /* prompt tokens of admitted requests */
+	int64_t prefix_hit_tokens;  /* of those, found in the prefix cache */
+	int64_t prefix_miss_tokens; /* of those, computed */
+	int64_t kv_blocks_cached; /* free blocks that still hold cached prefixes */
 };
 
 /* A scheduler over `m` and `tok` (tok may be NULL: no text, no stop

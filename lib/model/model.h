@@ -150,4 +150,43 @@ int64_t atlas_seq_blocks_needed(const struct atlas_seq *s, int64_t n);
 /* Blocks `s` holds now. */
 int64_t atlas_seq_blocks(const struct atlas_seq *s);
 
+/* --- prefix caching (lib/model/prefix.c) ----------------------------------
+ *
+ * Blocks of computed KV rows are kept after their sequences let go and
+ * found again by their token content: a block is keyed by its B tokens
+ * and its parent (the block before it in the sequence, keyed the same
+ * way back to position 0), so a match is exact, never a hash guess.
+ * Blocks are reference-counted: a block in several sequences' tables
+ * is shared; one no sequence holds but the cache still knows is
+ * "cached" and counts as free (atlas_model_kv_blocks_free), and it is
+ * evicted, least recently used first, only when a sequence needs a
+ * block and no plain free one is left. A sequence never writes into a
+ * block another sequence or the cache still uses: before it appends to
+ * a shared, partly used block, that block is copied (copy on write).
+ * Off by default; with tensor parallelism (world > 1) the copy on write
+ * is not available, so a match stops at the last whole block. */
+
+/* Turn prefix caching on or off (off drops every cached block). */
+void atlas_model_set_prefix_cache(struct atlas_model *m, bool on);
+bool atlas_model_prefix_cache(const struct atlas_model *m);
+
+/* On an empty sequence: share the longest cached prefix of ids[0..n),
+ * at most n - 1 tokens (one token is always left to compute, for its
+ * logits). The sequence's length becomes the number returned (0: no
+ * match, caching off, or s not empty). It takes no free block (a shared
+ * partial block is copied later, when s appends to it: counted by
+ * atlas_seq_blocks_needed). */
+int64_t atlas_seq_attach_prefix(struct atlas_seq *s, const int32_t *ids, int64_t n);
+
+/* Make the whole blocks of s that hold ids[0..atlas_seq_len(s)) findable
+ * by later atlas_seq_attach_prefix calls. `ids` are the tokens of s
+ * from position 0 (at least atlas_seq_len(s) of them). Call after a
+ * step has computed them; cheap when nothing new filled up. A no-op
+ * when caching is off. */
+void atlas_seq_publish_prefix(struct atlas_seq *s, const int32_t *ids);
+
+/* Blocks that hold cached content no sequence uses (a part of
+ * atlas_model_kv_blocks_free). */
+int64_t atlas_model_kv_blocks_cached(const struct atlas_model *m);
+
 #endif

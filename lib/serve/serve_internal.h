@@ -11,6 +11,7 @@
 
 #include "../backend/backend.h"
 #include "../engine/scheduler.h"
+#include "../engine/session.h"
 #include "../io/config.h"
 #include "../model/model.h"
 #include "../tok/tok.h"
@@ -50,9 +51,9 @@ struct atlas_server {
 	char load_err[512];           /* its message */
 
 	/* set by the engine thread before state becomes 1, then read-only */
+	struct atlas_session *ses;    /* owns everything below up to eos */
 	struct atlas_backend *be;     /* compute backend */
 	struct atlas_model *model;    /* the model (rank 0's with tp) */
-	struct atlas_tp_group *tp;    /* p.tp > 1: every rank; owns be and model */
 	struct atlas_tok *tok;        /* its tokenizer */
 	struct atlas_sched *sched;    /* the scheduler */
 	struct atlas_gen_config gc;   /* generation_config.json defaults */
@@ -121,9 +122,26 @@ int serve_err_set(struct serve_err *e, unsigned status, const char *param, const
 enum MHD_Result serve_reply_err(struct conn *c, const struct serve_err *e);
 
 /* A generation request, parsed. */
+#define SERVE_MAX_N 16        /* most choices per prompt ('n') */
+#define SERVE_MAX_CHOICES 256 /* most choices per request (prompts times n) */
+
+/* One prompt of a completions request's list. */
+struct serve_prompt {
+	int32_t *ids;                 /* its ids (owned) */
+	int64_t n;                    /* how many */
+	char *echo;                   /* its text for 'echo' (owned), or NULL */
+	size_t echo_len;              /* bytes of echo */
+};
+
 struct serve_gen {
-	struct atlas_sreq_params sp;  /* prompt (ids owned: prompt_ids), limits, sampling */
+	struct atlas_sreq_params sp;  /* the prompt being set (ids owned: prompt_ids),
+				       * limits, sampling; sp.gen.sampling.seed is
+				       * choice 0's seed, choice j of a prompt gets seed + j */
 	int32_t *prompt_ids;          /* owned prompt ids */
+	struct serve_prompt *prompts; /* completions: the prompts (owned); none: the
+				       * one prompt in sp */
+	int n_prompts;                /* entries in prompts */
+	int n;                        /* choices per prompt, 1..SERVE_MAX_N */
 	const char *stop[SERVE_MAX_STOP]; /* stop strings (borrowed from the body) */
 	int n_stop;                   /* entries in stop */
 	bool stream;                  /* SSE */
@@ -134,14 +152,19 @@ struct serve_gen {
 };
 /* Sampling and limits common to all generation routes; `kind` (enum
  * job_kind) picks the route's names: Anthropic's stop_sequences and
- * required max_tokens, chat's logprobs/top_logprobs, completions'
- * logprobs count and echo. */
+ * required max_tokens (and no n), chat's logprobs/top_logprobs,
+ * completions' logprobs count and echo. */
 int serve_parse_gen(struct atlas_server *s, json_object *body, int kind,
 		    struct serve_gen *g, struct serve_err *e);
 /* Encode text into g->prompt_ids and check the length. */
 int serve_set_prompt_text(struct atlas_server *s, struct serve_gen *g, const char *text,
 			  size_t len, bool add_special, struct serve_err *e);
 int serve_check_prompt(struct atlas_server *s, struct serve_gen *g, struct serve_err *e);
+/* Move the prompt in g->prompt_ids to the end of g->prompts, with a copy
+ * of echo[0..echo_len) when echo is not NULL. 0, or -1 with e set (out
+ * of memory). */
+int serve_gen_push_prompt(struct serve_gen *g, const char *echo, size_t echo_len,
+			  struct serve_err *e);
 /* Render chat messages (OpenAI shape) through the chat template into
  * g's prompt. */
 int serve_chat_prompt(struct atlas_server *s, json_object *req, struct serve_gen *g,
@@ -151,9 +174,11 @@ json_object *serve_parse_body(struct conn *c, struct serve_err *e);
 void serve_gen_free(struct serve_gen *g);
 
 /* --- job.c: running a generation and writing its responses ------------- */
-/* Submit g and answer: a JSON body, or an SSE stream. Takes g. */
-enum MHD_Result serve_run_job(struct conn *c, enum job_kind kind, struct serve_gen *g,
-			      const char *echo_text, size_t echo_len);
+/* Submit g's choices (g->n for each prompt; a prompt needing more KV
+ * blocks than the pool is a 400 and releases the choices already
+ * submitted) and answer: a JSON body with every choice, or one SSE
+ * stream interleaving them. Takes g. */
+enum MHD_Result serve_run_job(struct conn *c, enum job_kind kind, struct serve_gen *g);
 
 /* --- routes ------------------------------------------------------------- */
 enum MHD_Result serve_chat_completions(struct conn *c);

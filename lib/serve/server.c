@@ -10,79 +10,52 @@
 
 #include "../core/error.h"
 #include "../core/log.h"
-#include "../model/tp_group.h"
+#include "../engine/session.h"
 #include "serve_internal.h"
 
 int atlas_serve_http_start(struct atlas_server *s, const struct sockaddr *addr, bool v6);
 
-/* End-of-sequence ids: config, generation config, tokenizer (as atlas-run). */
-static void collect_eos(struct atlas_server *s)
-{
-	const struct atlas_config *c = atlas_model_config(s->model);
-	int32_t cand[2 * ATLAS_MAX_EOS + 1];
-	int nc = 0;
-	for (int i = 0; i < c->n_eos; i++)
-		cand[nc++] = c->eos_ids[i];
-	for (int i = 0; i < s->gc.n_eos; i++)
-		cand[nc++] = s->gc.eos_ids[i];
-	if (atlas_tok_eos(s->tok) >= 0)
-		cand[nc++] = atlas_tok_eos(s->tok);
-	for (int i = 0; i < nc; i++) {
-		bool dup = false;
-		for (int j = 0; j < s->n_eos; j++)
-			dup |= s->eos_ids[j] == cand[i];
-		if (!dup && s->n_eos < 16)
-			s->eos_ids[s->n_eos++] = cand[i];
-	}
-}
-
+/* Open the model through the engine session (tokenizer, defaults, EOS
+ * set, backend or thread ranks, model, scheduler); the server keeps
+ * shortcuts to its parts. A request's tokens must not depend on what it
+ * was batched with, so the backend runs batch-invariant. */
 static int load(struct atlas_server *s)
 {
-	if (!(s->tok = atlas_tok_load(s->model_dir)))
+	struct atlas_session_params sp;
+	atlas_session_default_params(&sp);
+	sp.model_dir = s->model_dir;
+	sp.device = s->p.device ? s->p.device : "auto";
+	sp.tp = s->p.tp;
+	sp.model.max_context = s->p.ctx;
+	sp.model.max_seqs = s->p.max_seqs;
+	sp.model.max_tokens = s->p.max_batch_tokens;
+	sp.model.kv_blocks = s->p.kv_blocks;
+	sp.sched_max_seqs = s->p.max_seqs;
+	sp.sched_max_tokens = s->p.max_batch_tokens;
+	sp.batch_invariant = true;
+	sp.prefix_cache = !s->p.no_prefix_cache;
+	if (!(s->ses = atlas_session_open(&sp)))
 		return ATLAS_EINVAL;
-	if (atlas_gen_config_load(s->model_dir, &s->gc))
-		return ATLAS_EINVAL;
-	struct atlas_model_params mp;
-	atlas_model_default_params(&mp);
-	mp.max_context = s->p.ctx;
-	mp.max_seqs = s->p.max_seqs;
-	mp.max_tokens = s->p.max_batch_tokens;
-	mp.kv_blocks = s->p.kv_blocks;
-	if (s->p.tp > 1) {
-		/* thread ranks: the scheduler drives rank 0 exactly as one
-		 * rank; the followers replay its steps on their slices */
-		int rc;
-		if (!(s->tp = atlas_tp_group_new(s->p.device, s->p.tp)))
-			return ATLAS_EINVAL;
-		for (int r = 0; r < s->p.tp; r++)
-			atlas_tp_group_backend(s->tp, r)->batch_invariant = true;
-		if ((rc = atlas_tp_group_load(s->tp, s->model_dir, &mp)))
-			return rc;
-		s->be = atlas_tp_group_backend(s->tp, 0);
-		s->model = atlas_tp_group_model(s->tp, 0);
-	} else {
-		if (!(s->be = atlas_backend_open(s->p.device ? s->p.device : "auto")))
-			return ATLAS_EINVAL;
-		/* a request's tokens must not depend on what it was batched with */
-		s->be->batch_invariant = true;
-		if (!(s->model = atlas_model_load(s->model_dir, s->be, &mp)))
-			return ATLAS_EINVAL;
-	}
+	s->be = atlas_session_backend(s->ses);
+	s->model = atlas_session_model(s->ses);
+	s->tok = atlas_session_tok(s->ses);
+	s->gc = *atlas_session_gen_config(s->ses);
+	struct atlas_gen_params gp;
+	atlas_session_gen_defaults(s->ses, &gp);
+	memcpy(s->eos_ids, gp.eos_ids, sizeof(s->eos_ids));
+	s->n_eos = gp.n_eos;
 	s->ctx = atlas_model_max_context(s->model);
-	collect_eos(s);
 	char tp_note[48] = "";
-	if (s->tp)
+	if (s->p.tp > 1)
 		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
-	struct atlas_sched_params sp = {.max_seqs = s->p.max_seqs,
-					.max_batch_tokens = s->p.max_batch_tokens};
-	if (!(s->sched = atlas_sched_new(s->model, s->tok, &sp)))
-		return ATLAS_EINVAL;
 	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens, "
-		  "%lld sequences and %lld tokens per step",
-		  s->served_name, s->be->name, s->tp ? tp_note : "", (long long)s->ctx,
+		  "%lld sequences and %lld tokens per step, prefix cache %s",
+		  s->served_name, s->be->name, tp_note, (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
 		  (long long)atlas_model_block_size(s->model), (long long)s->p.max_seqs,
-		  (long long)s->p.max_batch_tokens);
+		  (long long)s->p.max_batch_tokens, s->p.no_prefix_cache ? "off" : "on");
+	/* published last: stop() reads it once the state says ready */
+	s->sched = atlas_session_sched(s->ses);
 	return 0;
 }
 
@@ -227,18 +200,9 @@ void atlas_server_stop(struct atlas_server *s)
 	}
 	if (s->mhd)
 		MHD_stop_daemon(s->mhd);
-	atlas_sched_free(s->sched);
-	if (s->tp) {
-		/* the engine thread has ended: rank 0 is idle, so its
-		 * followers can be stopped from here */
-		atlas_tp_group_free(s->tp);
-		s->model = NULL;
-		s->be = NULL;
-	}
-	atlas_model_free(s->model);
-	if (s->be)
-		s->be->destroy(s->be);
-	atlas_tok_free(s->tok);
+	/* the engine thread has ended: rank 0 of a group is idle, so its
+	 * followers can be stopped from here */
+	atlas_session_close(s->ses);
 	serve_metrics_release(&s->metrics);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);

@@ -23,6 +23,7 @@ struct atlas_server_params {
 	int64_t kv_blocks;            /* KV pool blocks; 0 = enough for max_seqs full sequences */
 	const char *api_key;          /* required key, or NULL for none */
 	size_t max_body;              /* largest request body; 0 = 32 MiB */
+	bool no_prefix_cache;         /* --no-prefix-cache: recompute every prompt */
 	int tp;                       /* tensor-parallel ranks; 0 or 1 = one. More:
 				       * thread ranks on the CPU (lib/model/tp_group.h),
 				       * rank 0 runs the scheduler, the others follow */

@@ -228,7 +228,9 @@ load test_helper
 	printf '{"prompt": "hi"}\nnot json\n' >"$BATS_TEST_TMPDIR/in.jsonl"
 	run -1 --separate-stderr atlas-run --jsonl -f "$BATS_TEST_TMPDIR/in.jsonl" -n 2 -q
 	expect_contains "$stderr" "$BATS_TEST_TMPDIR/in.jsonl:2:" "stderr"
-	expect_eq "${#lines[@]}" 1 "objects before the bad line"
+	expect_eq "${#lines[@]}" 2 "one object per line"
+	expect_match "${lines[0]}" '"text": ' "the good line"
+	expect_match "${lines[1]}" '^\{"error": ".*in.jsonl:2: ' "the bad line's error object"
 }
 
 @test "--jsonl -f: a line without \"prompt\" names the field" {

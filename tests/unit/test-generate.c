@@ -8,6 +8,7 @@
 #include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/engine/generate.h"
+#include "../../lib/engine/scheduler.h"
 #include "harness.h"
 
 static struct atlas_backend *be;
@@ -46,13 +47,15 @@ static struct atlas_gen_params greedy(int64_t n)
 
 static int run(struct atlas_gen_params *p, struct seen *s, struct atlas_gen_stats *st)
 {
-	struct atlas_seq *q = atlas_seq_new(model);
+	struct atlas_sched *q = atlas_sched_new(model, tok, NULL);
 	memset(s->ids, 0, sizeof(s->ids));
 	s->n = 0;
 	s->len = 0;
 	s->text[0] = '\0';
-	int rc = atlas_generate(model, q, tok, prompt, 4, p, on_tok, s, st);
-	atlas_seq_free(q);
+	int rc = atlas_generate(q, prompt, 4, p, on_tok, s, st);
+	/* every block is back in the pool (a cancelled request too) */
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(model), atlas_model_kv_blocks_total(model));
+	atlas_sched_free(q);
 	return rc;
 }
 
@@ -141,17 +144,17 @@ static void test_cancel_and_bad_prompts(void)
 	CHECK_EQ_INT(st.finish, ATLAS_FINISH_CANCELLED);
 	CHECK_EQ_INT(st.n_gen, 3);
 
-	struct atlas_seq *q = atlas_seq_new(model);
-	CHECK_EQ_INT(atlas_generate(model, q, tok, prompt, 0, &p, NULL, NULL, &st), ATLAS_EINVAL);
+	struct atlas_sched *q = atlas_sched_new(model, tok, NULL);
+	CHECK_EQ_INT(atlas_generate(q, prompt, 0, &p, NULL, NULL, &st), ATLAS_EINVAL);
 	CHECK_CONTAINS(atlas_errmsg(), "empty");
 	int32_t *longp = calloc(600, sizeof(int32_t));
-	CHECK_EQ_INT(atlas_generate(model, q, tok, longp, 600, &p, NULL, NULL, &st), ATLAS_ERANGE);
+	CHECK_EQ_INT(atlas_generate(q, longp, 600, &p, NULL, NULL, &st), ATLAS_ERANGE);
 	CHECK_CONTAINS(atlas_errmsg(), "context");
 	int32_t bad[2] = {5, 5000};
-	CHECK_EQ_INT(atlas_generate(model, q, tok, bad, 2, &p, NULL, NULL, &st), ATLAS_ERANGE);
+	CHECK_EQ_INT(atlas_generate(q, bad, 2, &p, NULL, NULL, &st), ATLAS_ERANGE);
 	CHECK_CONTAINS(atlas_errmsg(), "5000");
 	free(longp);
-	atlas_seq_free(q);
+	atlas_sched_free(q);
 }
 
 int main(void)

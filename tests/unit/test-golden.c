@@ -21,6 +21,7 @@
 #include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/engine/generate.h"
+#include "../../lib/engine/scheduler.h"
 #include "../../lib/model/model.h"
 #include "harness.h"
 
@@ -156,7 +157,9 @@ static void check_greedy(struct atlas_model *m, json_object *g)
 	struct atlas_gen_stats st;
 	struct collect col = {.n = 0};
 	int32_t *got = col.v;
-	CHECK_EQ_INT(atlas_generate(m, s, NULL, prompt, (int64_t)np, &gp, collect_cb, &col, &st), 0);
+	struct atlas_sched *sc = atlas_sched_new(m, NULL, NULL);
+	CHECK_EQ_INT(atlas_generate(sc, prompt, (int64_t)np, &gp, collect_cb, &col, &st), 0);
+	atlas_sched_free(sc);
 	size_t ngot = col.n;
 	CHECK_EQ_INT(ngot, nt);
 	size_t must = bf16 && nt > GREEDY_BF16 ? GREEDY_BF16 : nt, agree = 0;

@@ -202,12 +202,12 @@ static void alone(struct atlas_model *m, int32_t prompts[NREQ][12], const int64_
 		  double temp, int32_t want[NREQ][MAXGEN])
 {
 	for (int i = 0; i < NREQ; i++) {
-		struct atlas_seq *q = atlas_seq_new(m);
+		struct atlas_sched *q = atlas_sched_new(m, NULL, NULL);
 		struct atlas_sreq_params rp = req(prompts[i], lens[i], MAXGEN, temp, 7 + (uint64_t)i);
 		struct collect c = {want[i], 0};
-		CHECK_EQ_INT(atlas_generate(m, q, NULL, prompts[i], lens[i], &rp.gen, on_id, &c, NULL), 0);
+		CHECK_EQ_INT(atlas_generate(q, prompts[i], lens[i], &rp.gen, on_id, &c, NULL), 0);
 		CHECK_EQ_INT(c.n, MAXGEN);
-		atlas_seq_free(q);
+		atlas_sched_free(q);
 	}
 }
 

@@ -26,6 +26,7 @@
 #include "../../lib/core/error.h"
 #include "../../lib/core/threads.h"
 #include "../../lib/engine/generate.h"
+#include "../../lib/engine/scheduler.h"
 #include "../../lib/model/model.h"
 #include "harness.h"
 
@@ -230,7 +231,12 @@ static int run_rank0(struct group *g, const int32_t *ids, size_t n, const int32_
 	struct collect col = {res->tok, 0};
 	struct atlas_gen_stats st;
 	if (!rc)
-		rc = atlas_generate(m, s, NULL, prompt, (int64_t)np, &gp, collect_cb, &col, &st);
+	{
+		struct atlas_sched *sc = atlas_sched_new(m, NULL, NULL);
+		rc = sc ? atlas_generate(sc, prompt, (int64_t)np, &gp, collect_cb, &col, &st)
+			: ATLAS_ENOMEM;
+		atlas_sched_free(sc);
+	}
 	res->ntok = col.n;
 	res->steps += 1 + st.n_decode;
 	if (rc)

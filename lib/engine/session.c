@@ -1,0 +1,216 @@
+/* session.c - open a model for generation: device, tokenizer, defaults,
+ * model and scheduler in one place (see session.h). */
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend/backend.h"
+#include "../core/error.h"
+#include "../core/log.h"
+
+struct atlas_session {
+	struct atlas_session_params p; /* as given */
+	struct atlas_backend *be;      /* world 1: the backend (owned) */
+	struct atlas_tp_group *tp;     /* world > 1: every rank (owns their backends and models) */
+	struct atlas_model *model;     /* rank 0's model (owned unless tp) */
+	struct atlas_tok *tok;         /* tokenizer, or NULL with no_tok */
+	struct atlas_sched *sched;     /* the scheduler over model */
+	struct atlas_gen_config gc;    /* generation_config.json, or transformers' defaults */
+	bool loaded;                   /* atlas_session_load ran */
+};
+
+void atlas_session_default_params(struct atlas_session_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->device = "auto";
+	p->tp = 1;
+	p->prefix_cache = true;
+	atlas_model_default_params(&p->model);
+}
+
+struct atlas_session *atlas_session_new(const struct atlas_session_params *p)
+{
+	struct atlas_session *s = calloc(1, sizeof(*s));
+	if (!s) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		return NULL;
+	}
+	s->p = *p;
+	if (!s->p.device)
+		s->p.device = "auto";
+	atlas_gen_config_defaults(&s->gc);
+	if (p->no_model)
+		return s;
+	if (s->p.tp > 1) {
+		if (!(s->tp = atlas_tp_group_new(s->p.device, s->p.tp)))
+			goto fail;
+		for (int r = 0; r < s->p.tp; r++)
+			atlas_tp_group_backend(s->tp, r)->batch_invariant = p->batch_invariant;
+	} else {
+		if (!(s->be = atlas_backend_open(s->p.device)))
+			goto fail;
+		s->be->batch_invariant = p->batch_invariant;
+	}
+	return s;
+fail:
+	atlas_session_close(s);
+	return NULL;
+}
+
+/* How the ranks of a group are built when the caller gave no builder. */
+static struct atlas_model *load_rank(int rank, struct atlas_backend *be,
+				     struct atlas_comm *comm, void *arg)
+{
+	(void)rank;
+	struct atlas_session *s = arg;
+	struct atlas_model_params mp = s->p.model;
+	mp.comm = comm;
+	return atlas_model_load(s->p.model_dir, be, &mp);
+}
+
+static int load_model(struct atlas_session *s)
+{
+	atlas_tp_load_fn fn = s->p.build ? s->p.build : load_rank;
+	void *arg = s->p.build ? s->p.build_arg : s;
+	if (s->tp) {
+		int rc = atlas_tp_group_load_with(s->tp, fn, arg);
+		if (rc)
+			return rc;
+		s->model = atlas_tp_group_model(s->tp, 0);
+	} else if (!(s->model = fn(0, s->be, NULL, arg))) {
+		return ATLAS_EINVAL;
+	}
+	if (s->p.no_graphs)
+		atlas_model_set_graphs(s->model, false);
+	return 0;
+}
+
+int atlas_session_load(struct atlas_session *s, const struct atlas_model_params *mp)
+{
+	int rc;
+	if (s->loaded)
+		return atlas_error(ATLAS_EINVAL, "the session is loaded already");
+	s->loaded = true;
+	if (mp)
+		s->p.model = *mp;
+	if (s->p.model_dir) {
+		if (!s->p.no_tok && !(s->tok = atlas_tok_load(s->p.model_dir)))
+			return ATLAS_EINVAL;
+		if ((rc = atlas_gen_config_load(s->p.model_dir, &s->gc)))
+			return rc;
+	}
+	if (s->p.no_model)
+		return 0;
+	if ((rc = load_model(s)))
+		return rc;
+	struct atlas_sched_params sp = {.max_seqs = s->p.sched_max_seqs,
+					.max_batch_tokens = s->p.sched_max_tokens,
+					.prefix_cache = s->p.prefix_cache};
+	if (!(s->sched = atlas_sched_new(s->model, s->tok, &sp)))
+		return ATLAS_EINVAL;
+	atlas_info("device: %s; model %s: %lld-token context, %lld KV blocks of %lld tokens, "
+		   "%lld sequences and %lld tokens per step, prefix cache %s",
+		   s->be ? s->be->name : atlas_tp_group_backend(s->tp, 0)->name,
+		   atlas_model_family(s->model), (long long)atlas_model_max_context(s->model),
+		   (long long)atlas_model_kv_blocks_total(s->model),
+		   (long long)atlas_model_block_size(s->model),
+		   (long long)atlas_model_max_seqs(s->model),
+		   (long long)atlas_model_max_tokens(s->model), s->p.prefix_cache ? "on" : "off");
+	return 0;
+}
+
+struct atlas_session *atlas_session_open(const struct atlas_session_params *p)
+{
+	struct atlas_session *s = atlas_session_new(p);
+	if (s && atlas_session_load(s, NULL)) {
+		atlas_session_close(s);
+		return NULL;
+	}
+	return s;
+}
+
+void atlas_session_close(struct atlas_session *s)
+{
+	if (!s)
+		return;
+	atlas_sched_free(s->sched);
+	if (s->tp) {
+		atlas_tp_group_free(s->tp); /* a failure to stop is logged there */
+	} else {
+		atlas_model_free(s->model);
+		if (s->be)
+			s->be->destroy(s->be);
+	}
+	atlas_tok_free(s->tok);
+	free(s);
+}
+
+struct atlas_backend *atlas_session_backend(struct atlas_session *s)
+{
+	return s->tp ? atlas_tp_group_backend(s->tp, 0) : s->be;
+}
+
+struct atlas_model *atlas_session_model(struct atlas_session *s)
+{
+	return s->model;
+}
+
+struct atlas_tok *atlas_session_tok(struct atlas_session *s)
+{
+	return s->tok;
+}
+
+struct atlas_sched *atlas_session_sched(struct atlas_session *s)
+{
+	return s->sched;
+}
+
+const struct atlas_gen_config *atlas_session_gen_config(const struct atlas_session *s)
+{
+	return &s->gc;
+}
+
+const char *atlas_session_dir(const struct atlas_session *s)
+{
+	return s->p.model_dir;
+}
+
+int atlas_session_world(const struct atlas_session *s)
+{
+	return s->tp ? atlas_tp_group_world(s->tp) : 1;
+}
+
+void atlas_session_gen_defaults(const struct atlas_session *s, struct atlas_gen_params *out)
+{
+	const struct atlas_gen_config *gc = &s->gc;
+	struct atlas_sampler_params *sp = &out->sampling;
+	memset(out, 0, sizeof(*out));
+	atlas_sampler_default_params(sp);
+	sp->temperature = gc->do_sample ? gc->temperature : 0.0;
+	sp->top_k = gc->do_sample ? gc->top_k : 0;
+	sp->top_p = gc->do_sample ? gc->top_p : 1.0;
+	sp->min_p = gc->do_sample ? gc->min_p : 0.0;
+	sp->repetition_penalty = gc->repetition_penalty;
+	out->max_tokens = gc->max_new_tokens > 0 ? gc->max_new_tokens : 256;
+	/* end-of-sequence ids: config, generation config and tokenizer */
+	int32_t cand[2 * ATLAS_MAX_EOS + 1];
+	int nc = 0;
+	if (s->model) {
+		const struct atlas_config *c = atlas_model_config(s->model);
+		for (int i = 0; i < c->n_eos; i++)
+			cand[nc++] = c->eos_ids[i];
+	}
+	for (int i = 0; i < gc->n_eos; i++)
+		cand[nc++] = gc->eos_ids[i];
+	if (s->tok && atlas_tok_eos(s->tok) >= 0)
+		cand[nc++] = atlas_tok_eos(s->tok);
+	int cap = (int)(sizeof(out->eos_ids) / sizeof(out->eos_ids[0]));
+	for (int i = 0; i < nc; i++) {
+		bool dup = false;
+		for (int j = 0; j < out->n_eos; j++)
+			dup |= out->eos_ids[j] == cand[i];
+		if (!dup && out->n_eos < cap)
+			out->eos_ids[out->n_eos++] = cand[i];
+	}
+}
