@@ -19,6 +19,7 @@
 #include "../lib/bench/runs.h"
 #include "../lib/core/error.h"
 #include "../lib/core/threads.h"
+#include "../lib/engine/session.h"
 #include "../lib/model/tp_group.h"
 #include "../lib/bench/selfserve.h"
 #include "common.h"
@@ -524,13 +525,16 @@ static struct atlas_model *build_model(int rank, struct atlas_backend *be,
 	return m;
 }
 
-/* decode, prefill, generate: rows into `res`. With --tp, `tp` holds the
- * ranks (be is rank 0's); the models are loaded into it and freed with it. */
-static int run_model(const struct opts *o, struct atlas_backend *be, struct atlas_tp_group *tp,
+/* decode, prefill, generate: rows into `res`. The session's device is
+ * open (be is its backend, rank 0's with --tp); the model is loaded into
+ * it here, after the ceilings are measured, by `src`'s builder. */
+static int run_model(const struct opts *o, struct atlas_session *ses, struct model_src *srcp,
 		     const char *dir, json_object *doc, json_object *res, FILE *tf)
 {
 	bool pre = !strcmp(o->cmd, "prefill"), gen = !strcmp(o->cmd, "generate");
 	struct atlas_bench_ceilings ceil;
+	struct atlas_backend *be = atlas_session_backend(ses);
+	bool tp = atlas_session_world(ses) > 1;
 	struct model_src src = {.o = o, .dir = dir};
 	struct atlas_model_params *mp = &src.mp;
 	int64_t maxb = 1, maxp = 1, maxg = 0;
@@ -548,14 +552,10 @@ static int run_model(const struct opts *o, struct atlas_backend *be, struct atla
 	mp->max_seqs = maxb;
 	mp->max_tokens = maxp > maxb ? maxp : maxb;
 	mp->max_context = maxp + (pre ? 0 : maxg + o->warmup) + 4;
-	struct atlas_model *m;
-	if (tp) {
-		if ((rc = atlas_tp_group_load_with(tp, build_model, &src)))
-			return rc;
-		m = atlas_tp_group_model(tp, 0);
-	} else if (!(m = build_model(0, be, NULL, &src))) {
-		return ATLAS_EINVAL;
-	}
+	*srcp = src;
+	if ((rc = atlas_session_load(ses, mp)))
+		return rc;
+	struct atlas_model *m = atlas_session_model(ses);
 	json_object_object_add(doc, "model",
 			       atlas_bench_model_json(atlas_model_config(m),
 						      o->synthetic ? o->synthetic : dir,
@@ -638,8 +638,6 @@ static int run_model(const struct opts *o, struct atlas_backend *be, struct atla
 		json_object_object_add(doc, "profile_batches", prof_b);
 	if (prof_pre)
 		json_object_object_add(doc, "profile_prefill", prof_pre);
-	if (!tp)
-		atlas_model_free(m);
 	if (!rc && tf) {
 		static const char *const dcols[] = {"batch", "prompt", "gen", "ttft_ms", "ms_per_step",
 						    "tok_s", "floor_ms", "roofline", NULL};
@@ -799,7 +797,8 @@ int main(int argc, char **argv)
 	struct atlas_bench_gate gates[MAX_GATES];
 	struct atlas_bench_machine mach;
 	struct atlas_backend *be = NULL;
-	struct atlas_tp_group *tp = NULL;
+	struct atlas_session *ses = NULL;
+	struct model_src src = {.o = &o};
 	char *dir = NULL;
 	int ng = 0, rc = 0;
 	cmd_name = "atlas-bench";
@@ -818,19 +817,25 @@ int main(int argc, char **argv)
 		return 1;
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	bool serve = !strcmp(o.cmd, "serve");
-	if (!serve && o.tp > 1) {
-		/* thread ranks, each with its own CPU backend; be is rank 0's */
-		if (!(tp = atlas_tp_group_new(o.device, (int)o.tp))) {
+	if (serve && o.tp > 1 && atlas_tp_check_device(o.device, (int)o.tp)) {
+		free(dir);
+		return cmd_lib_error();
+	} else if (!serve) {
+		/* the device now (its ceilings are measured before the weights
+		 * take memory); the model in run_model, through src's builder */
+		struct atlas_session_params sp;
+		atlas_session_default_params(&sp);
+		sp.model_dir = dir;
+		sp.device = o.device;
+		sp.tp = (int)o.tp;
+		sp.no_tok = true;
+		sp.build = build_model;
+		sp.build_arg = &src;
+		if (!(ses = atlas_session_new(&sp))) {
 			free(dir);
 			return cmd_lib_error();
 		}
-		be = atlas_tp_group_backend(tp, 0);
-	} else if (serve && o.tp > 1 && atlas_tp_check_device(o.device, (int)o.tp)) {
-		free(dir);
-		return cmd_lib_error();
-	} else if (!serve && !(be = atlas_backend_open(o.device))) {
-		free(dir);
-		return cmd_lib_error();
+		be = atlas_session_backend(ses);
 	}
 	resolve(&o, be && strcmp(be->name, "cpu"));
 	atlas_bench_machine(be, &mach);
@@ -843,7 +848,7 @@ int main(int argc, char **argv)
 	else if (serve)
 		rc = run_serve(&o, dir, doc, res, tf);
 	else
-		rc = run_model(&o, be, tp, dir, doc, res, tf);
+		rc = run_model(&o, ses, &src, dir, doc, res, tf);
 	json_object_object_add(doc, "results", res);
 	int missed = 0;
 	if (!rc) {
@@ -871,10 +876,7 @@ int main(int argc, char **argv)
 		cmd_lib_error();
 	}
 	json_object_put(doc);
-	if (tp)
-		atlas_tp_group_free(tp); /* rank 0's be with the others */
-	else if (be)
-		be->destroy(be);
+	atlas_session_close(ses); /* the backend (every rank's with --tp) and model */
 	free(dir);
 	curl_global_cleanup();
 	return rc ? 1 : missed ? 2 : 0;

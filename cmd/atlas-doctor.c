@@ -28,6 +28,7 @@
 #include "../lib/core/error.h"
 #include "../lib/io/file.h"
 #include "../lib/io/hfcache.h"
+#include "../lib/engine/session.h"
 #include "../lib/model/model.h"
 #include "../lib/model/tensors.h"
 #include "common.h"
@@ -421,19 +422,21 @@ static void check_model(struct report *r, const char *model)
 		free(dir);
 		return;
 	}
-	struct atlas_backend *be = atlas_backend_cpu_new();
-	struct atlas_model_params mp;
-	atlas_model_default_params(&mp);
-	mp.max_context = 16;
-	struct atlas_model *m = be ? atlas_model_load(dir, be, &mp) : NULL;
+	/* opened as every program opens it (tokenizer, generation defaults,
+	 * model, scheduler), on the CPU with a small context */
+	struct atlas_session_params sp;
+	atlas_session_default_params(&sp);
+	sp.model_dir = dir;
+	sp.device = "cpu";
+	sp.model.max_context = 16;
+	struct atlas_session *ses = atlas_session_open(&sp);
+	struct atlas_model *m = ses ? atlas_session_model(ses) : NULL;
 	if (!m)
 		add(r, PROBLEM, "model", "run atlas-load validate for details", "%s", atlas_errmsg());
 	else
 		add(r, OK, "model", NULL, "'%s' validates and loads (%s, %lld layers)", dir,
 		    atlas_model_family(m), (long long)atlas_model_config(m)->num_layers);
-	atlas_model_free(m);
-	if (be)
-		be->destroy(be);
+	atlas_session_close(ses);
 	free(dir);
 }
 
