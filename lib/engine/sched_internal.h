@@ -51,6 +51,7 @@ struct atlas_sched {
 	int64_t ctx;                   /* context per sequence */
 	int64_t max_seqs;              /* sequences per step */
 	int64_t budget;                /* tokens per step */
+	bool prefix;                   /* prefix caching on (scheduler.h) */
 
 	pthread_mutex_t mu;            /* guards queues, request shared state, stats */
 	pthread_cond_t work;           /* signalled on submit, cancel, stop */

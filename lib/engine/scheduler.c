@@ -47,6 +47,8 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 		atlas_sched_free(s);
 		goto nomem;
 	}
+	s->prefix = p && p->prefix_cache;
+	atlas_model_set_prefix_cache(m, s->prefix);
 	s->st.kv_blocks_total = atlas_model_kv_blocks_total(m);
 	s->st.kv_blocks_free = atlas_model_kv_blocks_free(m);
 	return s;
@@ -121,11 +123,36 @@ static int64_t pending(const struct atlas_sreq *r)
 	return r->n_hist - (r->seq ? atlas_seq_len(r->seq) : 0);
 }
 
-/* Tokens r's sequence can take with `free` more blocks from the pool. */
-static int64_t fits(const struct atlas_sched *s, const struct atlas_sreq *r, int64_t free)
+/* The most of `k` tokens r's sequence can take with `free` more blocks
+ * from the pool (a shared last block it must copy counts as one). */
+static int64_t fits(const struct atlas_sched *s, const struct atlas_sreq *r, int64_t k,
+		    int64_t free)
 {
 	int64_t B = atlas_model_block_size(s->m);
-	return (atlas_seq_blocks(r->seq) + free) * B - atlas_seq_len(r->seq);
+	int64_t f = (atlas_seq_blocks(r->seq) + free) * B - atlas_seq_len(r->seq);
+	if (k > f)
+		k = f;
+	while (k > 0 && atlas_seq_blocks_needed(r->seq, k) > free)
+		k -= k > B ? B : 1;
+	return k > 0 ? k : 0;
+}
+
+/* Is a running request still computing the first block of r's prompt?
+ * Then r waits for it to be published instead of computing it again
+ * (n choices of one prompt, a burst of requests with one system
+ * prompt): each step publishes what it computed. */
+static bool sibling_prefilling(const struct atlas_sched *s, const struct atlas_sreq *r)
+{
+	int64_t B = atlas_model_block_size(s->m);
+	if (!s->prefix || r->n_hist <= B)
+		return false;
+	for (int64_t i = 0; i < s->n_running; i++) {
+		const struct atlas_sreq *o = s->running[i];
+		if (pending(o) > 1 && o->n_hist > B &&
+		    !memcmp(o->hist, r->hist, (size_t)B * sizeof(int32_t)))
+			return true;
+	}
+	return false;
 }
 
 static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, int64_t k)
@@ -158,9 +185,10 @@ static int64_t build_step(struct atlas_sched *s)
 			continue;
 		int64_t need = atlas_seq_blocks_needed(r->seq, 1);
 		while (need > free && s->n_running > 1) {
-			int64_t v = s->n_running - 1;
-			free += atlas_seq_blocks(s->running[v]->seq);
+			int64_t v = s->n_running - 1, before = atlas_model_kv_blocks_free(s->m);
 			preempt(s, v);
+			/* blocks it shares with others stay taken */
+			free += atlas_model_kv_blocks_free(s->m) - before;
 			if (v == i)
 				break;
 		}
@@ -184,9 +212,7 @@ static int64_t build_step(struct atlas_sched *s)
 		int64_t p = pending(r);
 		if (p <= 1)
 			continue;
-		int64_t k = p < budget ? p : budget, f = fits(s, r, free);
-		if (k > f)
-			k = f;
+		int64_t k = fits(s, r, p < budget ? p : budget, free);
 		if (k > 0) {
 			free -= atlas_seq_blocks_needed(r->seq, k);
 			budget -= k;
@@ -207,22 +233,42 @@ static int64_t build_step(struct atlas_sched *s)
 			atlas_sreq_finish(s, r, ATLAS_FINISH_LENGTH, 0, NULL);
 			continue;
 		}
-		if (need > free - reserved)
+		if (sibling_prefilling(s, r))
 			break;
 		if (!r->seq && !(r->seq = atlas_seq_new(s->m))) {
 			list_remove(s->waiting, &s->n_waiting, 0);
 			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, ATLAS_ENOMEM, atlas_errmsg());
 			continue;
 		}
+		/* share the cached blocks of the longest equal prefix; what it
+		 * took from the cached-but-free blocks is no longer free */
+		int64_t hit = 0, before = atlas_model_kv_blocks_free(s->m);
+		if (s->prefix)
+			hit = atlas_seq_attach_prefix(r->seq, r->hist, p);
+		free -= before - atlas_model_kv_blocks_free(s->m);
+		need = atlas_seq_blocks_needed(r->seq, p - hit);
+		if (need > free - reserved) {
+			before = atlas_model_kv_blocks_free(s->m);
+			atlas_seq_reset(r->seq);
+			free += atlas_model_kv_blocks_free(s->m) - before;
+			break;
+		}
 		list_remove(s->waiting, &s->n_waiting, 0);
 		s->running[s->n_running++] = r;
-		if (!r->preemptions)
+		if (!r->preemptions) {
+			int64_t h = hit < r->n_prompt ? hit : r->n_prompt;
 			s->st.prompt_tokens += r->n_prompt;
-		int64_t k = p < budget ? p : budget;
+			s->st.prefix_hit_tokens += h;
+			s->st.prefix_miss_tokens += r->n_prompt - h;
+			r->res.n_cached = h;
+		}
+		p -= hit;
+		int64_t k = fits(s, r, p < budget ? p : budget, free - reserved);
 		free -= atlas_seq_blocks_needed(r->seq, k);
 		reserved += need - atlas_seq_blocks_needed(r->seq, k);
 		budget -= k;
-		add_item(s, &n, r, k);
+		if (k > 0)
+			add_item(s, &n, r, k);
 	}
 	return n;
 }
@@ -232,6 +278,7 @@ static void update_gauges(struct atlas_sched *s)
 	s->st.running = s->n_running;
 	s->st.waiting = s->n_waiting;
 	s->st.kv_blocks_free = atlas_model_kv_blocks_free(s->m);
+	s->st.kv_blocks_cached = atlas_model_kv_blocks_cached(s->m);
 }
 
 int atlas_sched_step(struct atlas_sched *s)
@@ -261,6 +308,10 @@ int atlas_sched_step(struct atlas_sched *s)
 			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, msg);
 		}
 	} else {
+		/* what the step computed can be found by later prompts (before a
+		 * request that ends frees its sequence) */
+		for (int64_t i = 0; s->prefix && i < n; i++)
+			atlas_seq_publish_prefix(s->items[i].seq, s->item_req[i]->hist);
 		for (int64_t i = 0; i < n; i++) {
 			struct atlas_sreq *r = s->item_req[i];
 			if (!s->items[i].logits && !s->items[i].sample)

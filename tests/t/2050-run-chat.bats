@@ -151,19 +151,32 @@ with_template() {
 	expect_eq "$output" "$want" "reply"
 }
 
-@test "--chat: later turns prefill only the new text; a trailing backslash continues the line" {
+@test "--chat: later turns take the conversation so far from the prefix cache; a trailing backslash continues the line" {
 	run -0 --separate-stderr sh -c 'printf "first \\\\\nline\nsecond\n" | atlas-run --chat -n 3 --temperature 0 --ignore-eos -v'
 	expect_eq "${#lines[@]}" 2 "reply lines"
 	local turns
 	turns=$(printf '%s\n' "$stderr" | grep 'chat turn:')
 	expect_eq "$(printf '%s\n' "$turns" | wc -l)" 2 "turns"
 	# turn 1: the whole render of "first \nline" (the backslash joins with a newline)
-	local want
+	local want n
 	want=$(printf '{"messages": [{"role": "user", "content": "first \\nline"}]}' |
 		atlas-run template | atlas-run tokenize --whole --no-special)
-	expect_match "$(printf '%s\n' "$turns" | sed -n 1p)" "chat turn: $(count_words "$want") new prompt tokens after 0 kept" "turn 1"
-	# turn 2 keeps turn 1's prompt and its reply but the last token
-	expect_match "$(printf '%s\n' "$turns" | sed -n 2p)" "after $(($(count_words "$want") + 2)) kept" "turn 2"
+	n=$(count_words "$want")
+	expect_match "$(printf '%s\n' "$turns" | sed -n 1p)" "chat turn: $n prompt tokens, 0 of them from the prefix cache" "turn 1"
+	# turn 2 finds at least turn 1's whole KV blocks (16 tokens each) in the cache
+	local cached
+	cached=$(printf '%s\n' "$turns" | sed -n 2p | sed -E 's/.*tokens, ([0-9]+) of them.*/\1/')
+	expect_match "$cached" '^[0-9]+$' "turn 2's cached count"
+	[ "$cached" -ge $((n / 16 * 16)) ] && [ "$cached" -gt 0 ] ||
+		{ echo "turn 2 took $cached tokens from the cache, turn 1 had $n" >&2; false; }
+}
+
+@test "--chat: replies are the same with and without the prefix cache" {
+	local in='printf "hello there\nand again\nonce more\n"'
+	run -0 --separate-stderr sh -c "$in | atlas-run --chat -n 8 --temperature 0 -q"
+	local want=$output
+	run -0 --separate-stderr sh -c "$in | atlas-run --chat -n 8 --temperature 0 -q --no-prefix-cache"
+	expect_eq "$output" "$want" "replies"
 }
 
 @test "--chat: end of input at once ends cleanly with no output" {
