@@ -127,7 +127,7 @@ enum MHD_Result serve_messages(struct conn *c)
 		json_object_put(b);
 		return serve_reply_err(c, &e);
 	}
-	enum MHD_Result mr = serve_run_job(c, JOB_MESSAGES, &g, NULL, 0);
+	enum MHD_Result mr = serve_run_job(c, JOB_MESSAGES, &g);
 	json_object_put(b);
 	return mr;
 }

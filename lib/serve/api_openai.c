@@ -1,6 +1,7 @@
 /* api_openai.c - POST /v1/chat/completions and POST /v1/completions:
- * the request's prompt (chat template, text or token ids) and options,
- * then the shared generation job (job.c). */
+ * the request's prompt (chat template; text, token ids or a list of
+ * either) and options, then the shared generation job (job.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ enum MHD_Result serve_chat_completions(struct conn *c)
 		json_object_put(b);
 		return serve_reply_err(c, &e);
 	}
-	enum MHD_Result rc = serve_run_job(c, JOB_CHAT, &g, NULL, 0);
+	enum MHD_Result rc = serve_run_job(c, JOB_CHAT, &g);
 	json_object_put(b);
 	return rc;
 }
@@ -31,6 +32,7 @@ static int prompt_ids(struct atlas_server *s, json_object *a, struct serve_gen *
 		      struct serve_err *e)
 {
 	size_t n = json_object_array_length(a);
+	free(g->prompt_ids);
 	g->prompt_ids = malloc((n ? n : 1) * sizeof(int32_t));
 	if (!g->prompt_ids)
 		return serve_err_set(e, 500, NULL, NULL, "out of memory");
@@ -41,7 +43,7 @@ static int prompt_ids(struct atlas_server *s, json_object *a, struct serve_gen *
 		json_object *v = json_object_array_get_idx(a, i);
 		if (!json_object_is_type(v, json_type_int))
 			return serve_err_set(e, 400, "prompt", "invalid_type",
-					     "'prompt' must be a string or a list of token ids");
+					     "a token-id list in 'prompt' must hold only integers");
 		int64_t id = json_object_get_int64(v);
 		if (id < 0 || id >= V)
 			return serve_err_set(e, 400, "prompt", "invalid_value",
@@ -54,6 +56,74 @@ static int prompt_ids(struct atlas_server *s, json_object *a, struct serve_gen *
 	return serve_check_prompt(s, g, e);
 }
 
+/* One prompt (a string or a token-id list) onto g's list; its text is
+ * kept for echo. */
+static int add_prompt(struct atlas_server *s, json_object *p, struct serve_gen *g,
+		      struct serve_err *e)
+{
+	if (json_object_is_type(p, json_type_string)) {
+		const char *text = json_object_get_string(p);
+		size_t len = (size_t)json_object_get_string_len(p);
+		if (serve_set_prompt_text(s, g, text, len, true, e))
+			return -1;
+		return serve_gen_push_prompt(g, g->echo ? text : NULL, len, e);
+	}
+	if (prompt_ids(s, p, g, e))
+		return -1;
+	char *text = NULL;
+	size_t len = 0;
+	if (g->echo &&
+	    atlas_tok_decode(s->tok, g->prompt_ids, (size_t)g->sp.n_prompt, &text, &len))
+		return serve_err_set(e, 400, "prompt", "invalid_value",
+				     "cannot decode the prompt for 'echo'");
+	int rc = serve_gen_push_prompt(g, text, len, e);
+	free(text);
+	return rc;
+}
+
+/* 'prompt': a string, a token-id list, a list of strings or a list of
+ * token-id lists, into g's prompt list. */
+static int parse_prompts(struct atlas_server *s, json_object *b, struct serve_gen *g,
+			 struct serve_err *e)
+{
+	json_object *p;
+	if (!json_object_object_get_ex(b, "prompt", &p) || !p)
+		return serve_err_set(e, 400, "prompt", "missing_field", "'prompt' is required");
+	if (json_object_is_type(p, json_type_string))
+		return add_prompt(s, p, g, e);
+	if (!json_object_is_type(p, json_type_array))
+		return serve_err_set(e, 400, "prompt", "invalid_type",
+				     "'prompt' must be a string, a list of token ids, "
+				     "a list of strings or a list of token-id lists");
+	size_t n = json_object_array_length(p);
+	if (!n)
+		return serve_err_set(e, 400, "prompt", "invalid_value",
+				     "'prompt' is an empty list");
+	json_object *first = json_object_array_get_idx(p, 0);
+	if (!json_object_is_type(first, json_type_string) &&
+	    !json_object_is_type(first, json_type_array))
+		return add_prompt(s, p, g, e); /* one list of ids */
+	if (n * (size_t)g->n > SERVE_MAX_CHOICES)
+		return serve_err_set(e, 400, "prompt", "invalid_value",
+				     "%zu prompts with n = %d make %zu choices, more than %d", n,
+				     g->n, n * (size_t)g->n, SERVE_MAX_CHOICES);
+	for (size_t i = 0; i < n; i++) {
+		json_object *v = json_object_array_get_idx(p, i);
+		if (!json_object_is_type(v, json_type_string) &&
+		    !json_object_is_type(v, json_type_array))
+			return serve_err_set(e, 400, "prompt", "invalid_type",
+					     "'prompt[%zu]' must be a string or a list of token ids "
+					     "(as 'prompt[0]' is)", i);
+		if (add_prompt(s, v, g, e)) {
+			char msg[sizeof(e->msg)];
+			snprintf(msg, sizeof(msg), "%s", e->msg);
+			snprintf(e->msg, sizeof(e->msg), "'prompt[%zu]': %s", i, msg);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 enum MHD_Result serve_completions(struct conn *c)
 {
 	struct atlas_server *s = c->srv;
@@ -64,52 +134,13 @@ enum MHD_Result serve_completions(struct conn *c)
 	json_object *b = serve_parse_body(c, &e);
 	if (!b)
 		return serve_reply_err(c, &e);
-	const char *echo = NULL;
-	size_t echo_len = 0;
-	char *echo_owned = NULL;
-	json_object *p;
-	int rc = serve_parse_gen(s, b, JOB_COMPLETION, &g, &e);
-	if (!rc && (!json_object_object_get_ex(b, "prompt", &p) || !p))
-		rc = serve_err_set(&e, 400, "prompt", "missing_field", "'prompt' is required");
-	/* a list holding one prompt is that prompt */
-	if (!rc && json_object_is_type(p, json_type_array) && json_object_array_length(p) == 1) {
-		json_object *only = json_object_array_get_idx(p, 0);
-		if (json_object_is_type(only, json_type_string) ||
-		    json_object_is_type(only, json_type_array))
-			p = only;
-	}
-	if (!rc && json_object_is_type(p, json_type_string)) {
-		echo = json_object_get_string(p);
-		echo_len = (size_t)json_object_get_string_len(p);
-		rc = serve_set_prompt_text(s, &g, echo, echo_len, true, &e);
-	} else if (!rc && json_object_is_type(p, json_type_array)) {
-		size_t n = json_object_array_length(p);
-		json_object *first = n ? json_object_array_get_idx(p, 0) : NULL;
-		if (first && (json_object_is_type(first, json_type_string) ||
-			      json_object_is_type(first, json_type_array)))
-			rc = serve_err_set(&e, 400, "prompt", "unsupported_value",
-					   "only one prompt per request is supported, not %zu", n);
-		else
-			rc = prompt_ids(s, p, &g, &e);
-		if (!rc && g.echo) {
-			size_t len;
-			if (!atlas_tok_decode(s->tok, g.prompt_ids, (size_t)g.sp.n_prompt, &echo_owned, &len)) {
-				echo = echo_owned;
-				echo_len = len;
-			}
-		}
-	} else if (!rc) {
-		rc = serve_err_set(&e, 400, "prompt", "invalid_type",
-				   "'prompt' must be a string or a list of token ids");
-	}
-	if (rc) {
+	if (serve_parse_gen(s, b, JOB_COMPLETION, &g, &e) ||
+	    parse_prompts(s, b, &g, &e)) {
 		serve_gen_free(&g);
 		json_object_put(b);
 		return serve_reply_err(c, &e);
 	}
-	enum MHD_Result mr = serve_run_job(c, JOB_COMPLETION, &g, g.echo ? echo : NULL,
-					   g.echo ? echo_len : 0);
-	free(echo_owned);
+	enum MHD_Result mr = serve_run_job(c, JOB_COMPLETION, &g);
 	json_object_put(b);
 	return mr;
 }

@@ -237,11 +237,14 @@ int serve_parse_gen(struct atlas_server *s, json_object *b, int kind, struct ser
 		return -1;
 	if (r)
 		sp->seed = (uint64_t)iv;
-	if ((r = get_int(b, "n", &iv, e)) < 0)
+	g->n = 1;
+	if (!anthropic && (r = get_int(b, "n", &iv, e)) < 0)
 		return -1;
-	if (r && iv != 1)
-		return serve_err_set(e, 400, "n", "unsupported_value",
-				     "only n = 1 is supported (one choice per request), not %lld", (long long)iv);
+	if (!anthropic && r && (iv < 1 || iv > SERVE_MAX_N))
+		return serve_err_set(e, 400, "n", "invalid_value",
+				     "'n' must be in [1, %d], not %lld", SERVE_MAX_N, (long long)iv);
+	if (!anthropic && r)
+		g->n = (int)iv;
 	if (parse_stop(b, anthropic ? "stop_sequences" : "stop", g, e))
 		return -1;
 	if (get_bool(b, "stream", &g->stream, e) < 0)
@@ -345,8 +348,40 @@ int serve_chat_prompt(struct atlas_server *s, json_object *req, struct serve_gen
 	return rc;
 }
 
+int serve_gen_push_prompt(struct serve_gen *g, const char *echo, size_t echo_len,
+			  struct serve_err *e)
+{
+	struct serve_prompt *ps = realloc(g->prompts, (size_t)(g->n_prompts + 1) * sizeof(*ps));
+	if (!ps)
+		return serve_err_set(e, 500, NULL, NULL, "out of memory");
+	g->prompts = ps;
+	struct serve_prompt *p = &ps[g->n_prompts];
+	memset(p, 0, sizeof(*p));
+	if (echo && !(p->echo = malloc(echo_len + 1)))
+		return serve_err_set(e, 500, NULL, NULL, "out of memory");
+	if (echo) {
+		memcpy(p->echo, echo, echo_len);
+		p->echo[echo_len] = '\0';
+		p->echo_len = echo_len;
+	}
+	p->ids = g->prompt_ids;
+	p->n = g->sp.n_prompt;
+	g->n_prompts++;
+	g->prompt_ids = NULL;
+	g->sp.prompt = NULL;
+	g->sp.n_prompt = 0;
+	return 0;
+}
+
 void serve_gen_free(struct serve_gen *g)
 {
 	free(g->prompt_ids);
 	g->prompt_ids = NULL;
+	for (int i = 0; i < g->n_prompts; i++) {
+		free(g->prompts[i].ids);
+		free(g->prompts[i].echo);
+	}
+	free(g->prompts);
+	g->prompts = NULL;
+	g->n_prompts = 0;
 }

@@ -86,12 +86,41 @@ test('openai models.list', async () => {
 
 test('openai errors surface as APIError with status', async () => {
 	try {
-		await openai.chat.completions.create({ ...chatReq, n: 2 });
+		await openai.chat.completions.create({ ...chatReq, n: 17 });
 		throw new Error('no error');
 	} catch (e) {
 		check(e.status === 400, 'status ' + e.status);
-		check(/n = 1/.test(e.message), 'message ' + e.message);
+		check(/'n' must be/.test(e.message), 'message ' + e.message);
 	}
+});
+
+test('openai n = 3: three choices, the stream gives each its text', async () => {
+	const req = { ...chatReq, n: 3, temperature: 1, seed: 9 };
+	const whole = await openai.chat.completions.create(req);
+	check(whole.choices.length === 3, 'three choices');
+	check(whole.choices.every((c, i) => c.index === i), 'indexes');
+	check(whole.usage.completion_tokens === 24, 'completion_tokens');
+	check(whole.usage.prompt_tokens_details.cached_tokens >= 0, 'cached_tokens');
+	const stream = await openai.chat.completions.create({ ...req, stream: true });
+	const text = ['', '', ''], finish = [null, null, null];
+	for await (const c of stream) {
+		for (const ch of c.choices) {
+			if (ch.delta.content) text[ch.index] += ch.delta.content;
+			if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+		}
+	}
+	for (let i = 0; i < 3; i++) {
+		check(text[i] === whole.choices[i].message.content, 'streamed text of ' + i);
+		check(finish[i] === 'length', 'finish of ' + i);
+	}
+});
+
+test('openai completions.create with a list of prompts', async () => {
+	const r = await openai.completions.create({ model: 'tiny', prompt: ['Once upon a time', 'The sea'],
+		n: 2, max_tokens: 4, temperature: 0, ignore_eos: true });
+	check(r.choices.length === 4, 'four choices');
+	check(r.choices[1].text === r.choices[0].text, 'greedy choices of a prompt agree');
+	check(r.choices[3].index === 3, 'index');
 });
 
 const msgReq = {
@@ -105,6 +134,8 @@ test('anthropic messages.create', async () => {
 	check(r.content.length === 1 && r.content[0].type === 'text', 'content');
 	check(['max_tokens', 'end_turn'].includes(r.stop_reason), 'stop_reason ' + r.stop_reason);
 	check(r.usage.input_tokens > 0 && r.usage.output_tokens > 0, 'usage');
+	check(r.usage.cache_creation_input_tokens === 0, 'cache_creation_input_tokens');
+	check(r.usage.cache_read_input_tokens >= 0, 'cache_read_input_tokens');
 });
 
 test('anthropic messages.stream equals messages.create', async () => {
@@ -121,6 +152,8 @@ test('anthropic messages.stream equals messages.create', async () => {
 	check(text === whole.content[0].text, 'streamed text equals the whole text');
 	check(fin.stop_reason === whole.stop_reason, 'stop_reason');
 	check(fin.usage.output_tokens === whole.usage.output_tokens, 'usage');
+	check(fin.usage.input_tokens + fin.usage.cache_read_input_tokens ===
+		whole.usage.input_tokens + whole.usage.cache_read_input_tokens, 'input tokens');
 });
 
 test('anthropic messages.create with stream: true', async () => {

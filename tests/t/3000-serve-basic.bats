@@ -19,7 +19,7 @@ teardown_file() {
 	expect_match "${lines[0]}" '^usage: atlas-serve ' "first line"
 	for f in --model --served-model-name --device --ctx-size --threads --host --port \
 		--api-key --api-key-file --max-body --max-seqs --max-batch-tokens --kv-blocks \
-		--verbose --help --version; do
+		--no-prefix-cache --verbose --help --version; do
 		expect_contains "$output" "$f" "usage"
 	done
 	run -0 atlas-serve --version
@@ -84,7 +84,8 @@ teardown_file() {
 	expect_match "$body" '"token_logprobs":\[-?[0-9]' "token_logprobs"
 	expect_contains "$body" '"text_offset":[16,'
 	http POST "$S_URL/v1/completions" '{"prompt":["two","prompts"],"max_tokens":4}'
-	expect_error 400 prompt "one prompt per request"
+	expect_eq "$status_code" 200
+	expect_contains "$body" '"index":1,"text":'
 }
 
 @test "POST /v1/chat/completions: message, usage, logprobs" {
@@ -140,7 +141,8 @@ teardown_file() {
 	events=$(printf '%s\n' "$out" | sed -n 's/^event: //p' | awk '!(last == $0 && $0 == "content_block_delta") { print } { last = $0 }' | tr '\n' ' ')
 	expect_eq "$events" "message_start content_block_start ping content_block_delta content_block_stop message_delta message_stop " "events"
 	expect_contains "$out" '"delta":{"type":"text_delta","text":'
-	expect_contains "$out" '"delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":3}'
+	expect_contains "$out" '"delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":'
+	expect_contains "$out" '"output_tokens":3}}'
 	expect_contains "$out" 'data: {"type":"message_stop"}'
 }
 
@@ -181,7 +183,7 @@ teardown_file() {
 	done
 	expect_contains "$out" '# TYPE atlas_time_to_first_token_seconds histogram'
 	expect_eq "$(metric "$S_URL" atlas_requests_running)" 0
-	expect_match "$(cat "$S_LOG")" '^atlas-serve: (chatcmpl-|cmpl-|msg_)[0-9a-f]+: prompt [0-9]+ tokens, generated [0-9]+ tokens, ttft [0-9.]+ ms, total [0-9.]+ ms, finish (length|stop|eos)$' "log line"
+	expect_match "$(cat "$S_LOG")" '^atlas-serve: (chatcmpl-|cmpl-|msg_)[0-9a-f]+: prompt [0-9]+ tokens \([0-9]+ cached\), generated [0-9]+ tokens, ttft [0-9.]+ ms, total [0-9.]+ ms, finish (length|stop|eos)$' "log line"
 }
 
 @test "/health is 503 while the model loads" {

@@ -2,7 +2,7 @@
 # 3010-serve-errors.bats - every error atlas-serve answers, in OpenAI's
 # shape {"error": {"message", "type", "param", "code"}} (Anthropic's
 # {"type": "error", "error": {...}} on /v1/messages): malformed JSON,
-# wrong types naming the field, n != 1, prompt over the context, unknown
+# wrong types naming the field, n outside 1..16, prompt over the context, unknown
 # route, wrong method, body over --max-body, API keys.
 
 load 3000-serve-helper
@@ -62,11 +62,11 @@ AUTH=(-H 'Authorization: Bearer sekrit-key')
 	expect_error 400 prompt "'prompt' must be"
 }
 
-@test "400 values out of range, missing fields, n != 1" {
-	http POST "$E_URL/v1/completions" '{"prompt":"x","n":2}' "${AUTH[@]}"
-	expect_error 400 n "only n = 1"
-	http POST "$E_URL/v1/chat/completions" '{"messages":[{"role":"user","content":"x"}],"n":3}' "${AUTH[@]}"
-	expect_error 400 n "only n = 1"
+@test "400 values out of range, missing fields, n outside 1..16" {
+	http POST "$E_URL/v1/completions" '{"prompt":"x","n":17}' "${AUTH[@]}"
+	expect_error 400 n "'n' must be in [1, 16]"
+	http POST "$E_URL/v1/chat/completions" '{"messages":[{"role":"user","content":"x"}],"n":0}' "${AUTH[@]}"
+	expect_error 400 n "'n' must be in [1, 16]"
 	http POST "$E_URL/v1/completions" '{"prompt":"x","temperature":-1}' "${AUTH[@]}"
 	expect_error 400 temperature "'temperature' must be in"
 	http POST "$E_URL/v1/completions" '{"prompt":"x","max_tokens":0}' "${AUTH[@]}"
@@ -90,7 +90,7 @@ AUTH=(-H 'Authorization: Bearer sekrit-key')
 	http POST "$E_URL/v1/completions" '{"prompt":"word word","max_tokens":500,"temperature":0,"ignore_eos":true}' "${AUTH[@]}"
 	expect_eq "$status_code" 200
 	expect_contains "$body" '"finish_reason":"length"'
-	expect_contains "$body" '"total_tokens":65}'
+	expect_contains "$body" '"total_tokens":65,'
 }
 
 @test "Anthropic errors: its shape, max_tokens required, text blocks only" {

@@ -1,0 +1,84 @@
+/* job.h - one generation job as job.c (its life cycle: submission,
+ * output, waiting, cancellation), job_body.c (JSON pieces and the whole
+ * non-streaming body) and job_stream.c (the SSE stream) share it. A job
+ * is one HTTP request: n choices for each of its prompts, each choice
+ * its own scheduler request. Private to lib/serve. */
+#ifndef ATLAS_SERVE_JOB_H
+#define ATLAS_SERVE_JOB_H
+
+#include "serve_internal.h"
+
+/* One choice: one scheduler request and what it produced. */
+struct job_choice {
+	struct atlas_sreq *r;	      /* its request; NULL before submission and after release */
+	int index;		      /* "index" in the response: prompt * n + j */
+	int prompt;		      /* its prompt, in job.prompts */
+	bool first;		      /* j = 0: usage counts its prompt (and cached tokens) */
+	int64_t n_gen;		      /* tokens seen so far */
+	bool done;		      /* the request finished; res valid */
+	bool logged;		      /* its log line was written */
+	struct atlas_sreq_result res; /* outcome */
+	struct sbuf text;	      /* non-stream: all its text */
+	json_object *lp; /* non-stream logprobs: chat content list or completion object */
+	size_t lp_off;	 /* completions logprobs: text offset of the next token */
+};
+
+struct job {
+	struct atlas_server *srv;     /* the server */
+	struct MHD_Connection *mc;    /* the client */
+	enum job_kind kind;	      /* chat, completion, messages */
+	char id[64];		      /* response id */
+	bool stream;		      /* SSE */
+	bool include_usage;	      /* usage chunk at the end (OpenAI stream) */
+	int logprobs;		      /* -1, or alternatives per token */
+	char *stops[SERVE_MAX_STOP];  /* stop strings (copies, for stop_sequence) */
+	int n_stop;		      /* entries in stops */
+	struct serve_prompt *prompts; /* the prompts (owned; echo text with them) */
+	int n_prompts;		      /* entries in prompts */
+	struct job_choice *ch;	      /* the choices, by index */
+	int n_ch;		      /* entries in ch: n_prompts * n */
+	int n_done;		      /* choices finished */
+	int failed;		      /* a choice whose engine failed (res.rc), or -1 */
+	int wait_on;		      /* the choice to wait on while none has output */
+	int phase;		      /* stream: 0 nothing sent, 1 sending, 2 last bytes queued */
+	struct sbuf out;	      /* stream bytes not yet handed to MHD */
+	size_t out_pos;		      /* bytes of out already handed over */
+};
+
+/* --- job_body.c --------------------------------------------------------- */
+/* Text as a JSON string of valid UTF-8 (invalid bytes become U+FFFD). */
+json_object *job_utf8(const char *p, size_t n);
+/* OpenAI chat logprobs entry of one token. */
+json_object *job_chat_lp(struct job *j, const struct atlas_sched_token *t);
+/* Completions logprobs: a new object with its four empty lists, and the
+ * tokens of a chunk appended to them (*offset advances over their text). */
+json_object *job_completion_lp_new(void);
+void job_completion_lp_add(struct job *j, json_object *lp, const struct atlas_sched_chunk *c,
+			   size_t *offset);
+const char *job_openai_finish(const struct atlas_sreq_result *r);
+const char *job_anthropic_stop(const struct atlas_sreq_result *r);
+/* Anthropic's stop_sequence: the stop string that ended ch, or null. */
+json_object *job_stop_sequence(struct job *j, const struct job_choice *ch);
+/* OpenAI usage over all choices: prompt tokens once per prompt,
+ * completion tokens of every choice, cached prompt tokens of each
+ * prompt's first choice. */
+json_object *job_usage_openai(struct job *j);
+/* Anthropic usage of the one choice; `start`: message_start's, before
+ * the cache is known (every prompt token counted as input). */
+json_object *job_usage_anthropic(struct job *j, bool start);
+/* The head shared by OpenAI objects: id, object, created, model. */
+json_object *job_openai_head(struct job *j, const char *object);
+/* The complete JSON body of a finished non-streaming job. */
+json_object *job_final_body(struct job *j);
+
+/* --- job_stream.c ------------------------------------------------------- */
+/* Append to j->out: the opening events (a role or echo chunk per
+ * choice; Anthropic's message_start...); a chunk of ch's tokens; ch's
+ * finish chunk; the closing events (usage, [DONE]; or the error of
+ * j->failed). */
+void job_stream_start(struct job *j);
+void job_stream_tokens(struct job *j, struct job_choice *ch, const struct atlas_sched_chunk *c);
+void job_stream_choice_end(struct job *j, struct job_choice *ch);
+void job_stream_end(struct job *j);
+
+#endif

@@ -1,0 +1,201 @@
+/* job_stream.c - the SSE stream of a generation: OpenAI chunks (one
+ * choice each, the choices interleaved as their tokens arrive, each
+ * with its own finish chunk; then the usage chunk and [DONE] once) or
+ * Anthropic's event sequence. Only appends to j->out; job.c hands the
+ * bytes to libmicrohttpd. */
+#include <string.h>
+
+#include "job.h"
+
+static void sse(struct job *j, const char *event, json_object *o)
+{
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+							      JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (event)
+		sbuf_printf(&j->out, "event: %s\n", event);
+	sbuf_add(&j->out, "data: ", 6);
+	sbuf_add(&j->out, s, strlen(s));
+	sbuf_add(&j->out, "\n\n", 2);
+	json_object_put(o);
+}
+
+/* An OpenAI stream chunk with one choice (NULL: no choices, usage). */
+static json_object *chunk_obj(struct job *j, json_object *choice)
+{
+	json_object *o =
+	    job_openai_head(j, j->kind == JOB_CHAT ? "chat.completion.chunk" : "text_completion");
+	json_object *ch = json_object_new_array();
+	if (choice)
+		json_object_array_add(ch, choice);
+	json_object_object_add(o, "choices", ch);
+	if (j->include_usage)
+		json_object_object_add(o, "usage", choice ? NULL : job_usage_openai(j));
+	return o;
+}
+
+static json_object *choice_obj(struct job *j, struct job_choice *ch, json_object *delta_or_text,
+			       json_object *logprobs, const char *finish)
+{
+	json_object *c = json_object_new_object();
+	json_object_object_add(c, "index", json_object_new_int(ch->index));
+	if (j->kind == JOB_CHAT)
+		json_object_object_add(c, "delta", delta_or_text);
+	else
+		json_object_object_add(c, "text", delta_or_text);
+	json_object_object_add(c, "logprobs", logprobs);
+	json_object_object_add(c, "finish_reason", finish ? json_object_new_string(finish) : NULL);
+	return c;
+}
+
+static void anthropic_start(struct job *j)
+{
+	json_object *m = json_object_new_object();
+	json_object_object_add(m, "id", json_object_new_string(j->id));
+	json_object_object_add(m, "type", json_object_new_string("message"));
+	json_object_object_add(m, "role", json_object_new_string("assistant"));
+	json_object_object_add(m, "content", json_object_new_array());
+	json_object_object_add(m, "model", json_object_new_string(j->srv->served_name));
+	json_object_object_add(m, "stop_reason", NULL);
+	json_object_object_add(m, "stop_sequence", NULL);
+	json_object_object_add(m, "usage", job_usage_anthropic(j, true));
+	json_object *e = json_object_new_object();
+	json_object_object_add(e, "type", json_object_new_string("message_start"));
+	json_object_object_add(e, "message", m);
+	sse(j, "message_start", e);
+	e = json_object_new_object();
+	json_object *cb = json_object_new_object();
+	json_object_object_add(cb, "type", json_object_new_string("text"));
+	json_object_object_add(cb, "text", json_object_new_string(""));
+	json_object_object_add(e, "type", json_object_new_string("content_block_start"));
+	json_object_object_add(e, "index", json_object_new_int(0));
+	json_object_object_add(e, "content_block", cb);
+	sse(j, "content_block_start", e);
+	e = json_object_new_object();
+	json_object_object_add(e, "type", json_object_new_string("ping"));
+	sse(j, "ping", e);
+}
+
+void job_stream_start(struct job *j)
+{
+	if (j->kind == JOB_MESSAGES) {
+		anthropic_start(j);
+	} else {
+		for (int i = 0; i < j->n_ch; i++) {
+			struct job_choice *ch = &j->ch[i];
+			const struct serve_prompt *p = &j->prompts[ch->prompt];
+			if (j->kind == JOB_CHAT) {
+				json_object *d = json_object_new_object();
+				json_object_object_add(d, "role",
+						       json_object_new_string("assistant"));
+				json_object_object_add(d, "content", json_object_new_string(""));
+				sse(j, NULL, chunk_obj(j, choice_obj(j, ch, d, NULL, NULL)));
+			} else if (p->echo_len) {
+				json_object *t = job_utf8(p->echo, p->echo_len);
+				sse(j, NULL, chunk_obj(j, choice_obj(j, ch, t, NULL, NULL)));
+			}
+		}
+	}
+	j->phase = 1;
+}
+
+void job_stream_tokens(struct job *j, struct job_choice *ch, const struct atlas_sched_chunk *c)
+{
+	bool any_lp = false;
+	for (size_t i = 0; i < c->n; i++)
+		any_lp |= c->tok[i].id >= 0;
+	any_lp &= j->logprobs >= 0;
+	if (!c->text_len && !any_lp)
+		return;
+	if (j->kind == JOB_MESSAGES) {
+		json_object *d = json_object_new_object();
+		json_object_object_add(d, "type", json_object_new_string("text_delta"));
+		json_object_object_add(d, "text", job_utf8(c->text, c->text_len));
+		json_object *e = json_object_new_object();
+		json_object_object_add(e, "type", json_object_new_string("content_block_delta"));
+		json_object_object_add(e, "index", json_object_new_int(0));
+		json_object_object_add(e, "delta", d);
+		sse(j, "content_block_delta", e);
+		return;
+	}
+	json_object *lp = NULL;
+	if (any_lp && j->kind == JOB_CHAT) {
+		json_object *content = json_object_new_array();
+		for (size_t i = 0; i < c->n; i++)
+			if (c->tok[i].id >= 0)
+				json_object_array_add(content, job_chat_lp(j, &c->tok[i]));
+		lp = json_object_new_object();
+		json_object_object_add(lp, "content", content);
+	} else if (any_lp) {
+		lp = job_completion_lp_new();
+		job_completion_lp_add(j, lp, c, &ch->lp_off);
+	}
+	json_object *body = job_utf8(c->text, c->text_len);
+	if (j->kind == JOB_CHAT) {
+		json_object *d = json_object_new_object();
+		json_object_object_add(d, "content", body);
+		body = d;
+	}
+	sse(j, NULL, chunk_obj(j, choice_obj(j, ch, body, lp, NULL)));
+}
+
+void job_stream_choice_end(struct job *j, struct job_choice *ch)
+{
+	if (j->kind == JOB_MESSAGES || ch->res.rc)
+		return;
+	json_object *body =
+	    j->kind == JOB_CHAT ? json_object_new_object() : json_object_new_string("");
+	sse(j, NULL, chunk_obj(j, choice_obj(j, ch, body, NULL, job_openai_finish(&ch->res))));
+}
+
+static void stream_error(struct job *j, const char *msg)
+{
+	json_object *err = json_object_new_object();
+	json_object_object_add(err, "message", json_object_new_string(msg));
+	json_object_object_add(
+	    err, "type",
+	    json_object_new_string(j->kind == JOB_MESSAGES ? "api_error" : "server_error"));
+	json_object_object_add(err, "param", NULL);
+	json_object_object_add(err, "code", NULL);
+	json_object *o = json_object_new_object();
+	if (j->kind == JOB_MESSAGES)
+		json_object_object_add(o, "type", json_object_new_string("error"));
+	json_object_object_add(o, "error", err);
+	sse(j, j->kind == JOB_MESSAGES ? "error" : NULL, o);
+	if (j->kind != JOB_MESSAGES)
+		sbuf_add(&j->out, "data: [DONE]\n\n", 14);
+}
+
+static void anthropic_end(struct job *j)
+{
+	struct job_choice *ch = &j->ch[0];
+	json_object *e = json_object_new_object();
+	json_object_object_add(e, "type", json_object_new_string("content_block_stop"));
+	json_object_object_add(e, "index", json_object_new_int(0));
+	sse(j, "content_block_stop", e);
+	json_object *d = json_object_new_object();
+	json_object_object_add(d, "stop_reason",
+			       json_object_new_string(job_anthropic_stop(&ch->res)));
+	json_object_object_add(d, "stop_sequence", job_stop_sequence(j, ch));
+	e = json_object_new_object();
+	json_object_object_add(e, "type", json_object_new_string("message_delta"));
+	json_object_object_add(e, "delta", d);
+	json_object_object_add(e, "usage", job_usage_anthropic(j, false));
+	sse(j, "message_delta", e);
+	e = json_object_new_object();
+	json_object_object_add(e, "type", json_object_new_string("message_stop"));
+	sse(j, "message_stop", e);
+}
+
+void job_stream_end(struct job *j)
+{
+	if (j->failed >= 0) {
+		stream_error(j, j->ch[j->failed].res.error);
+	} else if (j->kind == JOB_MESSAGES) {
+		anthropic_end(j);
+	} else {
+		if (j->include_usage)
+			sse(j, NULL, chunk_obj(j, NULL));
+		sbuf_add(&j->out, "data: [DONE]\n\n", 14);
+	}
+	j->phase = 2;
+}
