@@ -1,7 +1,7 @@
 /* metrics.c - counters and histograms of atlas-serve, rendered as
  * Prometheus text for GET /metrics: requests by status, tokens, time to
- * first token, time per output token, running/waiting requests and the
- * KV pool. */
+ * first token, time per output token, running/waiting requests, the
+ * KV pool and the prefix cache. */
 #include <string.h>
 
 #include "serve_internal.h"
@@ -136,6 +136,18 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 	if (!rc)
 		rc = metric(b, "atlas_kv_blocks_used", "gauge", "KV cache blocks in use.",
 			    st.kv_blocks_total - st.kv_blocks_free);
+	if (!rc)
+		rc = metric(b, "atlas_kv_blocks_cached", "gauge",
+			    "Free KV cache blocks that still hold cached prefixes.",
+			    st.kv_blocks_cached);
+	if (!rc)
+		rc = metric(b, "atlas_prefix_cache_hit_tokens_total", "counter",
+			    "Prompt tokens of admitted requests found in the prefix cache.",
+			    st.prefix_hit_tokens);
+	if (!rc)
+		rc = metric(b, "atlas_prefix_cache_miss_tokens_total", "counter",
+			    "Prompt tokens of admitted requests computed (not in the prefix cache).",
+			    st.prefix_miss_tokens);
 	if (!rc)
 		rc = metric(b, "atlas_preemptions_total", "counter",
 			    "Requests preempted to free KV blocks.", st.preemptions);
