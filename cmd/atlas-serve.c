@@ -52,6 +52,8 @@ static const char usage_text[] =
 	"                             chunks (default 512)\n"
 	"      --kv-blocks N          KV cache blocks of 16 tokens (default: enough\n"
 	"                             for --max-seqs full contexts)\n"
+	"      --no-prefix-cache      recompute every prompt (default: reuse the KV\n"
+	"                             blocks of prompt prefixes seen before)\n"
 	"\n"
 	"Other:\n"
 	"  -v, --verbose              log model loading and device choice\n"
@@ -59,7 +61,7 @@ static const char usage_text[] =
 	"  -V, --version              show the version\n";
 
 enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, OPT_API_KEY,
-	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP };
+	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -71,6 +73,7 @@ static const struct option longopts[] = {
 	{"max-seqs", required_argument, NULL, OPT_MAX_SEQS},
 	{"max-batch-tokens", required_argument, NULL, OPT_MAX_BATCH},
 	{"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
+	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
 	{"api-key", required_argument, NULL, OPT_API_KEY},
 	{"api-key-file", required_argument, NULL, OPT_API_KEY_FILE},
 	{"max-body", required_argument, NULL, OPT_MAX_BODY},
@@ -123,6 +126,7 @@ int main(int argc, char **argv)
 			p.max_batch_tokens = cmd_parse_int("--max-batch-tokens", optarg, 1, 1 << 20);
 			break;
 		case OPT_KV_BLOCKS: p.kv_blocks = cmd_parse_int("--kv-blocks", optarg, 1, 1 << 28); break;
+		case OPT_NO_PREFIX_CACHE: p.no_prefix_cache = true; break;
 		case OPT_API_KEY:
 			free(key);
 			key = strdup(optarg);
