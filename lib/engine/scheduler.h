@@ -14,6 +14,24 @@
  * the model gives each sequence the logits it would get alone, so a
  * response does not depend on what else is in the batch.
  *
+ * Chunked prefill: a step is built decodes first (every running request
+ * that is decoding gets its one token), then chunks of prompts still
+ * being prefilled in the order they were admitted, then new requests,
+ * all within the token budget (max_batch_tokens). A long prompt thus
+ * advances by at most a budget's worth of tokens a step and never holds
+ * a decode back: a decoding request's time per token is at most one
+ * step of max_batch_tokens tokens, whatever arrives. Lower the budget
+ * to bound that step (and the time per token under prefill load); raise
+ * it for faster first tokens of long prompts.
+ *
+ * Prefix caching (prefix_cache): at admission a request takes the KV
+ * blocks of the longest cached prefix of its tokens (model.h) and only
+ * the rest is computed; after every step the blocks a step filled are
+ * published for later requests. A request whose first block a running
+ * request is still computing waits for it (n choices of one prompt).
+ * Output never depends on the cache: the cached rows are the rows the
+ * request would have computed.
+ *
  * A request is shared by its submitter and the engine: the submitter
  * takes output with atlas_sreq_take and ends its interest with
  * atlas_sreq_release, which also cancels the request if it is still
