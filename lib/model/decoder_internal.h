@@ -34,6 +34,36 @@ struct layer {
 /* the most bytes of step metadata forward.c moves in one copy, gaps and all */
 #define ATLAS_META_ONE_COPY 32768
 
+/* One cached block of the prefix cache (prefix.c); node b is block b.
+ * Its key is (parent, its block_size tokens), so the path from the root
+ * spells the tokens from position 0. */
+struct atlas_pnode {
+	int32_t parent;           /* block before it, -1: the first block */
+	int32_t child;            /* first child, -1: none */
+	int32_t prev, next;       /* siblings under the same parent, -1: none */
+	int32_t hnext;            /* next node in its hash bucket, -1: none */
+	int32_t lru_prev, lru_next; /* the idle list (cached, no sequence holds
+				     * it), oldest first; -1 at the ends */
+	uint32_t hash;            /* of the key */
+	uint32_t gen;             /* bumped each time it leaves the cache, so a
+				   * sequence can tell a node it remembers is gone */
+	bool cached;              /* in the tree (else the other fields are stale) */
+};
+
+/* The prefix cache: a tree of nodes keyed by (parent, tokens), found
+ * through one hash table; host memory only. */
+struct atlas_prefix {
+	bool on;                  /* atlas_model_set_prefix_cache */
+	struct atlas_pnode *nodes; /* [n_blocks], indexed by block id */
+	int32_t *tokens;          /* [n_blocks * block_size]: each node's tokens */
+	int32_t *buckets;         /* [n_buckets] first node of each chain, -1: none */
+	uint32_t mask;            /* n_buckets - 1 (a power of two >= n_blocks) */
+	int32_t root;             /* first node whose parent is -1, -1: none */
+	int32_t lru_head, lru_tail; /* the idle list's ends, -1: empty */
+	int64_t n_idle;           /* nodes on the idle list (counted free) */
+	int32_t *stack;           /* [n_blocks] scratch for walking a subtree */
+};
+
 struct atlas_model {
 	struct atlas_config cfg;          /* parsed config.json */
 	/* tensor parallelism: this rank's share of the heads and MLP rows
@@ -62,8 +92,14 @@ struct atlas_model {
 	int64_t block_size;               /* tokens per block */
 	int64_t n_blocks;                 /* blocks in the pool */
 	int64_t max_blocks;               /* blocks per sequence at most */
-	int32_t *free_list;               /* host stack of free block ids */
-	int64_t n_free;                   /* entries on free_list */
+	int32_t *free_list;               /* host stack of plain free block ids
+					   * (holding nothing anyone will read) */
+	int64_t n_free;                   /* entries on free_list (the blocks a
+					   * step can take are these plus
+					   * prefix.n_idle: atlas_model_kv_blocks_free) */
+	int32_t *refs;                    /* host [n_blocks]: sequences whose table
+					   * holds each block */
+	struct atlas_prefix prefix;       /* the prefix cache (prefix.c) */
 	/* per-step token metadata: host staging and backend copies, each one
 	 * block laid out [hdr ATLAS_STEP_HDR | ids | pos | seq | slot (each
 	 * meta_stride) | tables (max_seqs * max_blocks)], so that the header
@@ -96,6 +132,12 @@ struct atlas_seq {
 	int32_t *blocks;       /* block table [m->max_blocks] */
 	int64_t n_blocks;      /* entries in use */
 	int64_t len;           /* tokens in the cache */
+	/* publishing (prefix.c): blocks [0, n_pub) are in the tree or known
+	 * to be there under another block id; pub_node is the tree node of
+	 * block n_pub - 1, valid while its gen is still pub_gen */
+	int64_t n_pub;         /* leading blocks already published */
+	int32_t pub_node;      /* node of block n_pub - 1, -1: none */
+	uint32_t pub_gen;      /* pub_node's gen when it was recorded */
 };
 
 /* forward.c: release the recorded decode steps and the fused stack. */
@@ -118,8 +160,32 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m);
 /* kvpool.c: allocate the pool and staging buffers / release them. */
 int atlas_kvpool_init(struct atlas_model *m);
 void atlas_kvpool_release(struct atlas_model *m);
-/* Take blocks so that s can hold `len` tokens; 0 or ATLAS_ENOMEM (and
- * then nothing is taken). */
+/* Take blocks so that s can hold `len` tokens, copying a shared, partly
+ * used last block first when s appends to it (copy on write); 0, or
+ * ATLAS_ENOMEM / ATLAS_ERANGE and then nothing is taken, or the copy's
+ * error. */
 int atlas_kvpool_reserve(struct atlas_seq *s, int64_t len);
+/* Give back the blocks of s past its first n_blocks (a failed step's). */
+void atlas_kvpool_shrink(struct atlas_seq *s, int64_t n_blocks);
+/* Check the pool's bookkeeping: every block exactly once on the free
+ * list, on the idle list or held (refs > 0), the counts, and the tree's
+ * links and hash chains. 0, or ATLAS_EINVAL naming the first breach
+ * (for tests). */
+int atlas_kvpool_check(const struct atlas_model *m);
+
+/* prefix.c, for kvpool.c: allocate / free the cache's arrays. */
+int atlas_prefix_init(struct atlas_model *m);
+void atlas_prefix_release(struct atlas_model *m);
+/* Block b is a node of the tree. */
+bool atlas_prefix_has(const struct atlas_model *m, int32_t b);
+/* Block b, a node, lost its last holder: it becomes idle (counted free,
+ * most recently used). */
+void atlas_prefix_idle(struct atlas_model *m, int32_t b);
+/* Evict the least recently used idle node with its whole subtree: its
+ * idle nodes go on the free list, held ones just leave the tree. False
+ * when nothing is idle. */
+bool atlas_prefix_evict(struct atlas_model *m);
+/* The tree's part of atlas_kvpool_check. */
+int atlas_prefix_check(const struct atlas_model *m);
 
 #endif

@@ -145,10 +145,11 @@ static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int
 	if (T > m->max_tokens)
 		return atlas_error(ATLAS_EINVAL, "a step takes at most %lld tokens, not %lld",
 				   (long long)m->max_tokens, (long long)T);
-	if (need > m->n_free)
+	if (need > atlas_model_kv_blocks_free(m))
 		return atlas_error(ATLAS_ENOMEM,
 				   "out of KV cache blocks: %lld more needed, %lld of %lld free",
-				   (long long)need, (long long)m->n_free, (long long)m->n_blocks);
+				   (long long)need, (long long)atlas_model_kv_blocks_free(m),
+				   (long long)m->n_blocks);
 	for (int64_t i = 0; i < n; i++)
 		TRY(atlas_kvpool_reserve(it[i].seq, it[i].seq->len + it[i].n));
 	*T_out = T;
@@ -562,11 +563,11 @@ static int run(struct atlas_model *m, struct atlas_seq *s, const int32_t *ids, i
 					   "token id %d is outside the vocabulary (0..%lld)", ids[t],
 					   (long long)c->vocab_size - 1);
 	int64_t start = s->len, held = s->n_blocks;
-	if (atlas_seq_blocks_needed(s, T) > m->n_free)
+	if (atlas_seq_blocks_needed(s, T) > atlas_model_kv_blocks_free(m))
 		return atlas_error(ATLAS_ENOMEM,
 				   "out of KV cache blocks: %lld more needed, %lld of %lld free",
-				   (long long)atlas_seq_blocks_needed(s, T), (long long)m->n_free,
-				   (long long)m->n_blocks);
+				   (long long)atlas_seq_blocks_needed(s, T),
+				   (long long)atlas_model_kv_blocks_free(m), (long long)m->n_blocks);
 	for (int64_t done = 0; done < T; done += m->max_tokens) {
 		int64_t k = T - done < m->max_tokens ? T - done : m->max_tokens;
 		bool last = done + k == T;
@@ -578,10 +579,11 @@ static int run(struct atlas_model *m, struct atlas_seq *s, const int32_t *ids, i
 		};
 		int rc = step(m, &it, 1, all_logits ? logits + done * c->vocab_size : NULL);
 		if (rc) {
-			/* nothing appended on failure: drop what this call took */
+			/* nothing appended on failure: drop the blocks this call
+			 * added (a block a copy on write replaced stays: it holds
+			 * the rows before start) */
 			s->len = start;
-			while (s->n_blocks > held)
-				m->free_list[m->n_free++] = s->blocks[--s->n_blocks];
+			atlas_kvpool_shrink(s, held);
 			return rc;
 		}
 	}

@@ -6,7 +6,13 @@
  * of a sequence lives in cache row blocks[p / B] * B + p % B of every
  * layer's K and V pool. Blocks are taken when a step needs them and given
  * back when the sequence is reset or freed, so finished or preempted
- * requests free their memory at once. */
+ * requests free their memory at once.
+ *
+ * With the prefix cache (prefix.c) a block may sit in several tables:
+ * m->refs counts its holders. A block nobody holds is either plain free
+ * (on free_list) or idle in the cache (still holding rows someone may
+ * attach); both count as free, and a step takes plain free blocks first,
+ * then evicts idle ones, least recently used first. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,13 +60,17 @@ int atlas_kvpool_init(struct atlas_model *m)
 				   "cannot allocate the KV cache: %lld blocks of %lld tokens need %zu MiB",
 				   (long long)m->n_blocks, (long long)m->block_size, bytes >> 20);
 	m->free_list = malloc((size_t)m->n_blocks * sizeof(int32_t));
+	m->refs = calloc((size_t)m->n_blocks, sizeof(int32_t));
 	/* the staging that crosses every step: page-locked where the backend
 	 * has it (one DMA a copy, no staging copy by the driver) */
 	m->h_meta = host_alloc(m, nmeta);
 	m->h_out = host_alloc(m, (size_t)m->max_seqs * sizeof(int32_t));
 	m->h_args = calloc((size_t)m->max_seqs, sizeof(*m->h_args));
-	if (!m->free_list || !m->h_meta || !m->h_out || !m->h_args)
+	if (!m->free_list || !m->refs || !m->h_meta || !m->h_out || !m->h_args)
 		goto nomem;
+	int rc = atlas_prefix_init(m);
+	if (rc)
+		return rc;
 	ALLOC(m->d_meta, nmeta);
 	ALLOC(m->d_out, (size_t)m->max_seqs * sizeof(int32_t));
 	/* one layout on both sides (decoder_internal.h) */
@@ -93,6 +103,8 @@ void atlas_kvpool_release(struct atlas_model *m)
 		if (dev[i])
 			m->be->free(m->be, dev[i]);
 	free(m->free_list);
+	free(m->refs);
+	atlas_prefix_release(m);
 	host_free(m, m->h_meta);
 	host_free(m, m->h_out);
 	free(m->h_args);
@@ -105,7 +117,7 @@ int64_t atlas_model_kv_blocks_total(const struct atlas_model *m)
 
 int64_t atlas_model_kv_blocks_free(const struct atlas_model *m)
 {
-	return m->n_free;
+	return m->n_free + m->prefix.n_idle;
 }
 
 int64_t atlas_model_block_size(const struct atlas_model *m)
@@ -124,15 +136,48 @@ struct atlas_seq *atlas_seq_new(struct atlas_model *m)
 		return NULL;
 	}
 	s->m = m;
+	s->pub_node = -1;
 	return s;
+}
+
+/* A block for a sequence to write into, held once: a plain free one,
+ * else the least recently used idle one (evicted with its subtree). The
+ * caller has checked that one is free. */
+static int32_t take(struct atlas_model *m)
+{
+	if (m->n_free == 0)
+		atlas_prefix_evict(m);
+	int32_t b = m->free_list[--m->n_free];
+	m->refs[b] = 1;
+	return b;
+}
+
+/* Drop one hold on block b: at the last, a cached block goes idle and
+ * any other back on the free list. */
+static void put(struct atlas_model *m, int32_t b)
+{
+	if (--m->refs[b] > 0)
+		return;
+	if (atlas_prefix_has(m, b))
+		atlas_prefix_idle(m, b);
+	else
+		m->free_list[m->n_free++] = b;
+}
+
+void atlas_kvpool_shrink(struct atlas_seq *s, int64_t n_blocks)
+{
+	/* the last block first, so that a sequence's deeper blocks go idle
+	 * before (are evicted before) the ones they hang from */
+	while (s->n_blocks > n_blocks)
+		put(s->m, s->blocks[--s->n_blocks]);
 }
 
 void atlas_seq_reset(struct atlas_seq *s)
 {
-	struct atlas_model *m = s->m;
-	while (s->n_blocks > 0)
-		m->free_list[m->n_free++] = s->blocks[--s->n_blocks];
+	atlas_kvpool_shrink(s, 0);
 	s->len = 0;
+	s->n_pub = 0;
+	s->pub_node = -1;
 }
 
 void atlas_seq_free(struct atlas_seq *s)
@@ -154,10 +199,53 @@ int64_t atlas_seq_blocks(const struct atlas_seq *s)
 	return s->n_blocks;
 }
 
+/* The next token of s lands in a partly used block that another
+ * sequence or the cache still uses (one atlas_seq_attach_prefix shared):
+ * s must copy it before it writes. */
+static bool must_copy(const struct atlas_seq *s)
+{
+	const struct atlas_model *m = s->m;
+	int64_t i = s->len / m->block_size;
+	if (s->len % m->block_size == 0 || i >= s->n_blocks)
+		return false;
+	return m->refs[s->blocks[i]] > 1 || atlas_prefix_has(m, s->blocks[i]);
+}
+
 int64_t atlas_seq_blocks_needed(const struct atlas_seq *s, int64_t n)
 {
 	int64_t want = (s->len + n + s->m->block_size - 1) / s->m->block_size;
-	return want > s->n_blocks ? want - s->n_blocks : 0;
+	int64_t more = want > s->n_blocks ? want - s->n_blocks : 0;
+	return more + (n > 0 && must_copy(s));
+}
+
+/* Copy on write: the partly used block s appends to next becomes a
+ * fresh copy of its used rows (every layer's K and V), and s lets go of
+ * the original, which the other holders or the cache keep unchanged.
+ * The caller has checked that a block is free. */
+static int copy_last(struct atlas_seq *s)
+{
+	struct atlas_model *m = s->m;
+	int64_t B = m->block_size, i = s->len / B, used = s->len % B;
+	if (m->comm->world > 1)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "a shared partial KV block cannot be copied with tensor parallelism");
+	/* one layer's K (or V) pool: n_blocks * B rows of `row` bytes, a
+	 * block's rows contiguous; K then V, layer by layer */
+	size_t row = (size_t)(m->Hkv_loc * m->cfg.head_dim) * m->act;
+	size_t pool = (size_t)(m->n_blocks * B) * row;
+	int32_t from = s->blocks[i], to = take(m);
+	for (int64_t p = 0; p < 2 * m->cfg.num_layers; p++) {
+		char *base = (char *)m->kv + (size_t)p * pool;
+		int rc = m->be->copy(m->be, base + (size_t)to * (size_t)B * row,
+				     base + (size_t)from * (size_t)B * row, (size_t)used * row);
+		if (rc) {
+			put(m, to);
+			return rc;
+		}
+	}
+	s->blocks[i] = to;
+	put(m, from);
+	return 0;
 }
 
 int atlas_kvpool_reserve(struct atlas_seq *s, int64_t len)
@@ -167,12 +255,50 @@ int atlas_kvpool_reserve(struct atlas_seq *s, int64_t len)
 	if (want > m->max_blocks)
 		return atlas_error(ATLAS_ERANGE, "%lld tokens do not fit in the context of %lld",
 				   (long long)len, (long long)m->max_ctx);
-	if (want - s->n_blocks > m->n_free)
+	bool copy = len > s->len && must_copy(s);
+	int64_t more = (want > s->n_blocks ? want - s->n_blocks : 0) + copy;
+	if (more > atlas_model_kv_blocks_free(m))
 		return atlas_error(ATLAS_ENOMEM,
 				   "out of KV cache blocks: %lld more needed, %lld of %lld free",
-				   (long long)(want - s->n_blocks), (long long)m->n_free,
+				   (long long)more, (long long)atlas_model_kv_blocks_free(m),
 				   (long long)m->n_blocks);
+	if (copy) {
+		int rc = copy_last(s);
+		if (rc)
+			return rc;
+	}
 	while (s->n_blocks < want)
-		s->blocks[s->n_blocks++] = m->free_list[--m->n_free];
+		s->blocks[s->n_blocks++] = take(m);
 	return 0;
+}
+
+int atlas_kvpool_check(const struct atlas_model *m)
+{
+	char *seen = calloc((size_t)m->n_blocks, 1);
+	int rc = 0;
+	if (!seen)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	int64_t held = 0;
+	for (int64_t i = 0; i < m->n_free && !rc; i++) {
+		int32_t b = m->free_list[i];
+		if (b < 0 || b >= m->n_blocks || seen[b]++ || m->refs[b] != 0 ||
+		    atlas_prefix_has(m, b))
+			rc = atlas_error(ATLAS_EINVAL, "free block %d: twice, held or cached", b);
+	}
+	for (int32_t b = 0; b < (int32_t)m->n_blocks && !rc; b++) {
+		if (m->refs[b] < 0)
+			rc = atlas_error(ATLAS_EINVAL, "block %d has %d holders", b, m->refs[b]);
+		else if (m->refs[b] > 0)
+			held += !seen[b]++;
+		else if (!seen[b] && atlas_prefix_has(m, b))
+			seen[b]++; /* idle: atlas_prefix_check walks the list */
+		if (!rc && !seen[b])
+			rc = atlas_error(ATLAS_EINVAL, "block %d is lost (not free, idle or held)", b);
+	}
+	if (!rc && m->n_free + m->prefix.n_idle + held != m->n_blocks)
+		rc = atlas_error(ATLAS_EINVAL, "%lld free + %lld idle + %lld held != %lld blocks",
+				 (long long)m->n_free, (long long)m->prefix.n_idle, (long long)held,
+				 (long long)m->n_blocks);
+	free(seen);
+	return rc ? rc : atlas_prefix_check(m);
 }

@@ -159,30 +159,49 @@ int64_t atlas_seq_blocks(const struct atlas_seq *s);
  * Blocks are reference-counted: a block in several sequences' tables
  * is shared; one no sequence holds but the cache still knows is
  * "cached" and counts as free (atlas_model_kv_blocks_free), and it is
- * evicted, least recently used first, only when a sequence needs a
- * block and no plain free one is left. A sequence never writes into a
- * block another sequence or the cache still uses: before it appends to
- * a shared, partly used block, that block is copied (copy on write).
- * Off by default; with tensor parallelism (world > 1) the copy on write
- * is not available, so a match stops at the last whole block. */
+ * evicted, least recently let go first, only when a sequence needs a
+ * block and no plain free one is left; evicting a block also forgets
+ * the blocks cached after it (never a block a sequence holds: those
+ * just stop being findable). A sequence never writes into a block
+ * another sequence or the cache still uses: before it appends to a
+ * shared, partly used block (one atlas_seq_attach_prefix shared), that
+ * block is copied (copy on write), one block more for the step that
+ * appends, counted by atlas_seq_blocks_needed. Off by default; with
+ * tensor parallelism (world > 1) there is no copy on write, so a match
+ * stops at the last whole block. All of it is host bookkeeping on the
+ * driving rank (rank 0), whose block tables the other ranks follow.
+ *
+ * Use: on admission, attach the prompt to the empty sequence, then ask
+ * atlas_seq_blocks_needed(s, n - attached) and compute ids[attached..n);
+ * after each step that appended, publish. A request that is not run
+ * after all gives its shared blocks back with atlas_seq_reset. */
 
-/* Turn prefix caching on or off (off drops every cached block). */
+/* Turn prefix caching on or off. Off forgets every cached block (the
+ * unused ones become plain free; sequences keep what they hold); on
+ * again starts empty, and a running sequence's next publish puts its
+ * whole blocks back. */
 void atlas_model_set_prefix_cache(struct atlas_model *m, bool on);
 bool atlas_model_prefix_cache(const struct atlas_model *m);
 
 /* On an empty sequence: share the longest cached prefix of ids[0..n),
  * at most n - 1 tokens (one token is always left to compute, for its
- * logits). The sequence's length becomes the number returned (0: no
- * match, caching off, or s not empty). It takes no free block (a shared
- * partial block is copied later, when s appends to it: counted by
- * atlas_seq_blocks_needed). */
+ * logits): whole blocks, then (one rank only) the leading tokens of the
+ * cached block that matches most of what is left. The sequence's length
+ * becomes the number returned (0: no match, caching off, n < 2, or s
+ * not empty). It takes no plain free block, but cached blocks it shares
+ * that no one held stop counting as free, so read
+ * atlas_model_kv_blocks_free after it. A shared partial block is copied
+ * when s first appends to it (counted by atlas_seq_blocks_needed). */
 int64_t atlas_seq_attach_prefix(struct atlas_seq *s, const int32_t *ids, int64_t n);
 
 /* Make the whole blocks of s that hold ids[0..atlas_seq_len(s)) findable
  * by later atlas_seq_attach_prefix calls. `ids` are the tokens of s
  * from position 0 (at least atlas_seq_len(s) of them). Call after a
- * step has computed them; cheap when nothing new filled up. A no-op
- * when caching is off. */
+ * step has computed them (the device work may still be queued: later
+ * steps run after it); cheap when no block filled up since the last
+ * call. A block whose content the cache already has (another sequence
+ * computed it in parallel) is not published twice: s keeps its own copy
+ * until it lets go. A no-op when caching is off. */
 void atlas_seq_publish_prefix(struct atlas_seq *s, const int32_t *ids);
 
 /* Blocks that hold cached content no sequence uses (a part of
