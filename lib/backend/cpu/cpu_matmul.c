@@ -8,6 +8,9 @@
  *  - prefill (T larger): tiles of 16 weight rows x 512 columns are
  *    converted to f32 once into an L1-sized buffer and reused by every
  *    row of x, so each weight byte leaves memory once per matmul.
+ * With be->batch_invariant, every step runs through the GEMV in groups of
+ * at most ATLAS_CPU_GEMV_MAX_T rows, so a row's bits never depend on the
+ * step's length (chunked prefill, prefix-cache hits, batch-mates).
  * Work is split over output features N with atlas_parallel_for. The
  * AVX2 versions of both kernels are in cpu_matmul_avx2.c.
  */
@@ -117,6 +120,19 @@ int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x, const v
 		for (int64_t t = 0; t < T; t++)
 			for (int64_t n = 0; n < N; n++)
 				j.m.out[t * N + n] = bias ? atlas_cpu_wload(bias, wdt, n) : 0.0f;
+		return 0;
+	}
+	if (be->batch_invariant && T > ATLAS_CPU_GEMV_MAX_T) {
+		/* a row's bits must not depend on the step's length: the GEMV
+		 * gives every row the same summation order for any T up to its
+		 * limit, so longer steps run as groups of that many rows */
+		for (int64_t t = 0; t < T; t += ATLAS_CPU_GEMV_MAX_T) {
+			int64_t n = T - t < ATLAS_CPU_GEMV_MAX_T ? T - t : ATLAS_CPU_GEMV_MAX_T;
+			rc = atlas_cpu_matmul(be, (float *)out + t * N, (const float *)x + t * K, w,
+					      bias, wdt, n, N, K);
+			if (rc)
+				return rc;
+		}
 		return 0;
 	}
 	int avx2 = atlas_cpu_isa_get() == ATLAS_CPU_ISA_AVX2;
