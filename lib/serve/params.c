@@ -163,17 +163,13 @@ int serve_parse_gen(struct atlas_server *s, json_object *b, int kind, struct ser
 		    struct serve_err *e)
 {
 	bool anthropic = kind == JOB_MESSAGES;
-	const struct atlas_gen_config *gc = &s->gc;
 	struct atlas_sampler_params *sp = &g->sp.gen.sampling;
 	memset(g, 0, sizeof(*g));
 	g->logprobs = -1;
 	g->sp.top_logprobs = -1;
-	atlas_sampler_default_params(sp);
-	sp->temperature = gc->do_sample ? gc->temperature : 0.0;
-	sp->top_k = gc->do_sample ? gc->top_k : 0;
-	sp->top_p = gc->do_sample ? gc->top_p : 1.0;
-	sp->min_p = gc->do_sample ? gc->min_p : 0.0;
-	sp->repetition_penalty = gc->repetition_penalty;
+	/* the model's defaults, as every program gets them (session.h):
+	 * sampling, max_tokens and the EOS set; the request overrides */
+	g->sp.gen = s->gen_defaults;
 	sp->seed = (uint64_t)time(NULL) ^ ((uint64_t)__atomic_add_fetch(&s->next_id, 1, __ATOMIC_RELAXED) << 32);
 
 	int64_t iv;
@@ -191,8 +187,6 @@ int serve_parse_gen(struct atlas_server *s, json_object *b, int kind, struct ser
 		g->max_tokens_given = true;
 	} else if (anthropic) {
 		return serve_err_set(e, 400, "max_tokens", "missing_field", "'max_tokens' is required");
-	} else {
-		g->sp.gen.max_tokens = gc->max_new_tokens > 0 ? gc->max_new_tokens : 256;
 	}
 	if ((r = get_num(b, "temperature", &dv, e)) < 0)
 		return -1;
@@ -264,8 +258,6 @@ int serve_parse_gen(struct atlas_server *s, json_object *b, int kind, struct ser
 	}
 	if (parse_logprobs(b, kind, g, e))
 		return -1;
-	memcpy(g->sp.gen.eos_ids, s->eos_ids, sizeof(s->eos_ids));
-	g->sp.gen.n_eos = s->n_eos;
 	g->sp.gen.stop = g->stop;
 	g->sp.gen.n_stop = g->n_stop;
 	if (atlas_sampler_check(sp))

@@ -51,14 +51,12 @@ struct atlas_server {
 	char load_err[512];           /* its message */
 
 	/* set by the engine thread before state becomes 1, then read-only */
-	struct atlas_session *ses;    /* owns everything below up to eos */
+	struct atlas_session *ses;    /* owns everything below up to gen_defaults */
 	struct atlas_backend *be;     /* compute backend */
 	struct atlas_model *model;    /* the model (rank 0's with tp) */
 	struct atlas_tok *tok;        /* its tokenizer */
 	struct atlas_sched *sched;    /* the scheduler */
-	struct atlas_gen_config gc;   /* generation_config.json defaults */
-	int32_t eos_ids[16];          /* end-of-sequence ids */
-	int n_eos;                    /* entries in eos_ids */
+	struct atlas_gen_params gen_defaults; /* the session's: sampling, max_tokens, EOS set */
 	int64_t ctx;                  /* context per sequence */
 	int64_t created;              /* start time, for "created" fields */
 

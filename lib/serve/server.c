@@ -39,11 +39,7 @@ static int load(struct atlas_server *s)
 	s->be = atlas_session_backend(s->ses);
 	s->model = atlas_session_model(s->ses);
 	s->tok = atlas_session_tok(s->ses);
-	s->gc = *atlas_session_gen_config(s->ses);
-	struct atlas_gen_params gp;
-	atlas_session_gen_defaults(s->ses, &gp);
-	memcpy(s->eos_ids, gp.eos_ids, sizeof(s->eos_ids));
-	s->n_eos = gp.n_eos;
+	atlas_session_gen_defaults(s->ses, &s->gen_defaults);
 	s->ctx = atlas_model_max_context(s->model);
 	char tp_note[48] = "";
 	if (s->p.tp > 1)
