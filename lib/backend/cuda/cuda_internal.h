@@ -102,6 +102,9 @@ struct cuda_ctx {
 				       * mode */
 	int no_split_k;               /* ATLAS_CUDA_SPLITK=0: the wgmma GEMM never
 				       * splits K */
+	int flash_min_t;              /* ATLAS_CUDA_FLASH_MIN_T: fewest tokens T for
+				       * the flash prefill attention (default
+				       * ATLAS_CUDA_FLASH_MIN_T; A/B runs) */
 	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for
 				       * the wgmma GEMM (default ATLAS_CUDA_TC_MIN_T;
 				       * fewer take the GEMVs) */

@@ -373,7 +373,7 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	 * one sequence's tokens (16+ per sequence on average): a decode batch
 	 * of 64 sequences would cost it 64 passes per tile, and split-K does
 	 * such a batch in one launch */
-	if (!be->batch_invariant && T >= ATLAS_CUDA_FLASH_MIN_T && T >= 16 * b->n_seq &&
+	if (!be->batch_invariant && T >= c->flash_min_t && T >= 16 * b->n_seq &&
 	    c->kern[ATLAS_CK_ATT_PREFILL]) {
 		int rc = atlas_cuda_attention_prefill(c, out, q, kc, vc, b, T, H, Hkv, hd, window,
 						      scale);
