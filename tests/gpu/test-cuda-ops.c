@@ -434,6 +434,13 @@ static void test_attention(void)
 	check_attention(130, 5, 8, 2, 64, 0, 2, 7);
 	check_attention(96, 0, 8, 1, 128, 0, 1, 16);
 	check_attention(70, 20, 8, 4, 64, 30, 3, 5);
+	/* and the short chunks it takes since the threshold is 16 tokens:
+	 * the 24-token tail of a prompt whose first 2,000 tokens came from
+	 * the prefix cache, 16 tokens from position 0, and two sequences of
+	 * 20 tokens at hd 64 */
+	check_attention(24, 2000, 32, 8, 128, 0, 1, 16);
+	check_attention(16, 0, 32, 8, 128, 0, 1, 16);
+	check_attention(20, 100, 8, 2, 64, 0, 2, 16);
 }
 
 /* Device sampling picks what the host reference picks for the same

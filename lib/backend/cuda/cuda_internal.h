@@ -148,8 +148,14 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
  * 10 floats per query head), so it never shrinks a group. */
 #define ATLAS_CUDA_ATT_COUNTERS ((size_t)256 << 10)
 
-/* Fewest tokens for which attention takes the flash prefill kernel. */
-#define ATLAS_CUDA_FLASH_MIN_T 64
+/* Fewest tokens for which attention takes the flash prefill kernel (with
+ * at least 16 tokens per sequence in the step, op_attention). A prompt
+ * whose first 2,000 tokens come from the prefix cache runs its last 24 as
+ * one step: on the H200 (Qwen3-8B shape) that step took 15.5 ms with the
+ * split-K decode kernel, which reads every key once per query token, and
+ * 10.4 ms with the flash kernel (threshold 16 or 1 alike; 64 before):
+ * bench/h200-2026-12-03-session/c3. */
+#define ATLAS_CUDA_FLASH_MIN_T 16
 /* Fewest rows T for which a matmul goes to the tensor-core GEMM (fewer:
  * the GEMVs); ATLAS_CUDA_TC_MIN_T overrides it for A/B runs. On the H200
  * at Qwen3-8B shapes the wgmma GEMM beat the tensor-core GEMV from T = 32
