@@ -471,6 +471,7 @@ struct feed {
 	bool tty;           /* show a progress line on stderr */
 	bool shown;         /* the progress line is on the screen */
 	double last;        /* when it was drawn */
+	double t0;          /* the first step's time, for tok/s */
 };
 
 /* Mark input `in` bad with a message. 1 (an input was produced). */
@@ -585,11 +586,11 @@ static void feed_progress(void *ud, int64_t done, int64_t read, bool eof, int64_
 {
 	struct feed *fd = ud;
 	double now = atlas_now();
+	if (!fd->t0)
+		fd->t0 = now;
 	if (!fd->tty || now - fd->last < 0.2)
 		return;
-	static double t0;
-	if (!t0)
-		t0 = now;
+	double t0 = fd->t0;
 	fd->last = now;
 	fprintf(stderr, "\r\033[Katlas-run: %lld/%lld%s prompts done, %lld tokens, %.1f tok/s",
 		(long long)done, (long long)read, eof ? "" : "+", (long long)tokens,
