@@ -12,18 +12,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "../../core/error.h"
 
 /* -1 until first asked: then the best set the CPU supports. */
 static atomic_int isa_now = -1;
 
+/* F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports
+ * does not know "f16c". AVX2 and FMA being usable already says the OS
+ * saves the YMM state, which is all F16C needs besides its own bit. */
+#if defined(__x86_64__)
+static int has_f16c(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 int atlas_cpu_has_avx2(void)
 {
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
 #else
 	return 0;
 #endif
