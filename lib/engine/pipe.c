@@ -1,36 +1,55 @@
 /* pipe.c - parse and write the pipe-stage line formats (see pipe.h). */
 #include "pipe.h"
 
-#include <errno.h>
 #include <json-c/json.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/error.h"
 #include "../core/utf8.h"
 
-int atlas_idline_parse(const char *line, int32_t **ids, size_t *n)
+static bool is_space(char c)
 {
-	size_t cap = 0, cnt = 0;
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* ATLAS_EFORMAT if the `len` bytes at `line` hold a NUL byte. */
+static int check_nul(const char *line, size_t len)
+{
+	const char *z = memchr(line, '\0', len);
+	if (z)
+		return atlas_error(ATLAS_EFORMAT,
+				   "the line has a NUL byte at byte %zu (of %zu)",
+				   (size_t)(z - line) + 1, len);
+	return 0;
+}
+
+int atlas_idline_parse_n(const char *line, size_t len, int32_t **ids, size_t *n)
+{
+	size_t cap = 0, cnt = 0, i = 0;
 	int32_t *v = NULL;
-	const char *p = line;
+	int rc;
 	*ids = NULL;
 	*n = 0;
+	if ((rc = check_nul(line, len)))
+		return rc;
 	for (;;) {
-		while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-			p++;
-		if (!*p)
+		while (i < len && is_space(line[i]))
+			i++;
+		if (i == len)
 			break;
-		char *end;
-		errno = 0;
-		long long x = strtoll(p, &end, 10);
-		if (end == p || errno || x < 0 || x > INT32_MAX ||
-		    (*end && *end != ' ' && *end != '\t' && *end != '\r' && *end != '\n')) {
-			int wl = 0;
-			while (p[wl] && p[wl] != ' ' && p[wl] != '\t' && p[wl] != '\n' && wl < 40)
+		size_t w = i;
+		int64_t x = 0;
+		while (i < len && line[i] >= '0' && line[i] <= '9' && x <= INT32_MAX)
+			x = x * 10 + (line[i++] - '0');
+		if (i == w || x > INT32_MAX || (i < len && !is_space(line[i]))) {
+			size_t wl = 0;
+			while (w + wl < len && !is_space(line[w + wl]) && wl < 40)
 				wl++;
 			free(v);
-			return atlas_error(ATLAS_EFORMAT, "'%.*s' is not a token id", wl, p);
+			return atlas_error(ATLAS_EFORMAT, "'%.*s' is not a token id", (int)wl,
+					   line + w);
 		}
 		if (cnt == cap) {
 			cap = cap ? cap * 2 : 64;
@@ -42,33 +61,62 @@ int atlas_idline_parse(const char *line, int32_t **ids, size_t *n)
 			v = nv;
 		}
 		v[cnt++] = (int32_t)x;
-		p = end;
 	}
 	*ids = v;
 	*n = cnt;
 	return 0;
 }
 
-static int parse_obj(const char *line, const char *key, json_object **root,
+int atlas_idline_parse(const char *line, int32_t **ids, size_t *n)
+{
+	return atlas_idline_parse_n(line, strlen(line), ids, n);
+}
+
+/* Parse `len` bytes as one JSON object followed by nothing but
+ * whitespace, and find its field `key`. *root is the caller's. */
+static int parse_obj(const char *line, size_t len, const char *key, json_object **root,
 		     json_object **val)
 {
-	*root = json_tokener_parse(line);
+	struct json_tokener *tok;
+	size_t end = 0;
+	int rc;
+
+	*root = NULL;
+	if ((rc = check_nul(line, len)))
+		return rc;
+	if (len > INT32_MAX)
+		return atlas_error(ATLAS_EFORMAT, "the line is too long (%zu bytes)", len);
+	if (!(tok = json_tokener_new()))
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	*root = json_tokener_parse_ex(tok, line, (int)len);
+	if (*root)
+		end = json_tokener_get_parse_end(tok);
+	json_tokener_free(tok);
 	if (!*root || !json_object_is_type(*root, json_type_object)) {
 		json_object_put(*root);
+		*root = NULL;
 		return atlas_error(ATLAS_EFORMAT, "not a JSON object");
+	}
+	while (end < len && is_space(line[end]))
+		end++;
+	if (end < len) {
+		json_object_put(*root);
+		*root = NULL;
+		return atlas_error(ATLAS_EFORMAT, "text after the JSON object (byte %zu)", end + 1);
 	}
 	if (!json_object_object_get_ex(*root, key, val)) {
 		json_object_put(*root);
+		*root = NULL;
 		return atlas_error(ATLAS_EFORMAT, "missing field '%s'", key);
 	}
 	return 0;
 }
 
-int atlas_idline_parse_json(const char *line, const char *key, int32_t **ids,
-			    size_t *n)
+int atlas_idline_parse_json_n(const char *line, size_t len, const char *key, int32_t **ids,
+			      size_t *n)
 {
 	json_object *root, *arr;
-	int rc = parse_obj(line, key, &root, &arr);
+	int rc = parse_obj(line, len, key, &root, &arr);
 	*ids = NULL;
 	*n = 0;
 	if (rc)
@@ -100,26 +148,37 @@ int atlas_idline_parse_json(const char *line, const char *key, int32_t **ids,
 	return 0;
 }
 
-int atlas_jsonl_get_string(const char *line, const char *key, char **out, size_t *len)
+int atlas_idline_parse_json(const char *line, const char *key, int32_t **ids, size_t *n)
+{
+	return atlas_idline_parse_json_n(line, strlen(line), key, ids, n);
+}
+
+int atlas_jsonl_get_string_n(const char *line, size_t len, const char *key, char **out,
+			     size_t *olen)
 {
 	json_object *root, *s;
-	int rc = parse_obj(line, key, &root, &s);
+	int rc = parse_obj(line, len, key, &root, &s);
 	if (rc)
 		return rc;
 	if (!json_object_is_type(s, json_type_string)) {
 		json_object_put(root);
 		return atlas_error(ATLAS_EFORMAT, "field '%s' must be a string", key);
 	}
-	*len = (size_t)json_object_get_string_len(s);
-	*out = malloc(*len + 1);
+	*olen = (size_t)json_object_get_string_len(s);
+	*out = malloc(*olen + 1);
 	if (!*out) {
 		json_object_put(root);
 		return atlas_error(ATLAS_ENOMEM, "out of memory");
 	}
-	memcpy(*out, json_object_get_string(s), *len);
-	(*out)[*len] = '\0';
+	memcpy(*out, json_object_get_string(s), *olen);
+	(*out)[*olen] = '\0';
 	json_object_put(root);
 	return 0;
+}
+
+int atlas_jsonl_get_string(const char *line, const char *key, char **out, size_t *len)
+{
+	return atlas_jsonl_get_string_n(line, strlen(line), key, out, len);
 }
 
 void atlas_json_write_string(FILE *f, const char *s, size_t len)

@@ -30,8 +30,9 @@ static int load_fixture(const char *name, struct atlas_config *c)
 /* A model directory under the tmpdir holding `file` with `text`. */
 static char *model_dir(const char *name, const char *file, const char *text)
 {
-	char *d = malloc(strlen(harness_tmpdir()) + strlen(name) + 2);
-	sprintf(d, "%s/%s", harness_tmpdir(), name);
+	size_t n = strlen(harness_tmpdir()) + strlen(name) + 2;
+	char *d = malloc(n);
+	snprintf(d, n, "%s/%s", harness_tmpdir(), name);
 	mkdir(d, 0755);
 	if (file)
 		free(harness_write(d, file, text, strlen(text)));
