@@ -531,8 +531,9 @@ static int feed_next(void *ud, struct atlas_batch_input *in)
 		if (!len)
 			return bad_input(in, t, "empty line (no prompt)");
 		if (fd->kind == FEED_IDS) {
-			int rc = x->o->jsonl ? atlas_idline_parse_json(fd->line, "ids", &t->ids, &t->n)
-					     : atlas_idline_parse(fd->line, &t->ids, &t->n);
+			int rc = x->o->jsonl
+					 ? atlas_idline_parse_json_n(fd->line, len, "ids", &t->ids, &t->n)
+					 : atlas_idline_parse_n(fd->line, len, &t->ids, &t->n);
 			if (rc)
 				return bad_input(in, t, atlas_errmsg());
 			if (!t->n)
@@ -550,7 +551,7 @@ static int feed_next(void *ud, struct atlas_batch_input *in)
 		}
 		if (x->o->jsonl) {
 			char *p;
-			if (atlas_jsonl_get_string(fd->line, "prompt", &p, &len))
+			if (atlas_jsonl_get_string_n(fd->line, len, "prompt", &p, &len))
 				return bad_input(in, t, atlas_errmsg());
 			t->prompt = p;
 			t->len = len;
@@ -788,7 +789,7 @@ static int stage_tokenize(struct ctx *x)
 		}
 		char *text;
 		size_t len;
-		if (atlas_jsonl_get_string(line, "text", &text, &len))
+		if (atlas_jsonl_get_string_n(line, (size_t)n, "text", &text, &len))
 			return free(line), cmd_lib_error();
 		rc = tokenize_one(x, text, len);
 		free(text);
@@ -801,11 +802,12 @@ static int stage_tokenize(struct ctx *x)
 static int next_ids(struct ctx *x, char **line, size_t *cap, int64_t *lineno,
 		    int32_t **ids, size_t *n)
 {
-	if (read_line(stdin, line, cap) < 0)
+	ssize_t got = read_line(stdin, line, cap);
+	if (got < 0)
 		return 1;
 	(*lineno)++;
-	int rc = x->o->jsonl ? atlas_idline_parse_json(*line, "ids", ids, n)
-			     : atlas_idline_parse(*line, ids, n);
+	int rc = x->o->jsonl ? atlas_idline_parse_json_n(*line, (size_t)got, "ids", ids, n)
+			     : atlas_idline_parse_n(*line, (size_t)got, ids, n);
 	if (rc) {
 		cmd_error("line %lld: %s", (long long)*lineno, atlas_errmsg());
 		return -1;

@@ -113,3 +113,11 @@ setup() {
 	run -2 --separate-stderr atlas-run -f "$P/prompts" --parallel 0
 	expect_contains "$stderr" "--parallel" "stderr"
 }
+
+@test "generate: a NUL byte in an id line is reported by line number, not read as a shorter line" {
+	printf '1 2\0003\n4 5 6\n' | {
+		run -1 --separate-stderr atlas-run generate -n 2 --temperature 0 -q
+		expect_contains "$stderr" "line 1: the line has a NUL byte" "stderr"
+		expect_eq "${#lines[@]}" 1 "outputs"
+	}
+}
