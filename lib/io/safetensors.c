@@ -249,6 +249,117 @@ static int check_overlap(const struct st_file *f, const struct atlas_tensor_info
 	return rc;
 }
 
+/* A top-level key of a header, as written: the bytes between its quotes. */
+struct raw_key {
+	const char *p; /* first byte after the opening quote */
+	int len;       /* bytes up to the closing quote */
+};
+
+/* The key `k` decoded as json-c decodes it; a new object or NULL. */
+static struct json_object *decode_key(const struct raw_key *k)
+{
+	struct json_tokener *tok = json_tokener_new();
+	struct json_object *o = NULL;
+	if (tok) {
+		o = json_tokener_parse_ex(tok, k->p - 1, k->len + 2);
+		json_tokener_free(tok);
+	}
+	if (o && !json_object_is_type(o, json_type_string)) {
+		json_object_put(o);
+		o = NULL;
+	}
+	return o;
+}
+
+/* Name the first key that repeats an earlier one (only called when the
+ * parsed object has fewer keys than the text). */
+static int report_duplicate(const struct st_file *f, const struct raw_key *k, int n)
+{
+	struct json_object **d = calloc((size_t)n, sizeof(*d));
+	int rc = 0;
+	if (!d)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	for (int i = 0; i < n && !rc; i++) {
+		if (!(d[i] = decode_key(&k[i])))
+			continue;
+		for (int j = 0; j < i && !rc; j++)
+			if (d[j] && !strcmp(json_object_get_string(d[i]), json_object_get_string(d[j])))
+				rc = atlas_error(ATLAS_EFORMAT,
+						 "'%s': tensor name '%s' appears more than once in "
+						 "the header",
+						 f->path, json_object_get_string(d[i]));
+	}
+	if (!rc)
+		rc = atlas_error(ATLAS_EFORMAT, "'%s': the header repeats a tensor name", f->path);
+	for (int i = 0; i < n; i++)
+		json_object_put(d[i]);
+	free(d);
+	return rc;
+}
+
+/* Check the tensor names as the header text writes them, which the
+ * parsed object cannot show: json-c keeps only the last of equal keys
+ * and cuts a key at a \u0000 escape. `text` (len bytes) is a header
+ * json-c accepted as the object `root`, so only its lenient extras
+ * (single quotes, comments) need care here besides plain JSON. A name
+ * with a NUL byte or a name seen twice is ATLAS_EFORMAT naming the file. */
+static int check_names(const struct st_file *f, const char *text, size_t len,
+		       struct json_object *root)
+{
+	struct raw_key *k = NULL;
+	int depth = 0, nk = 0, cap = 0, rc = 0;
+	bool want_key = false;
+
+	for (size_t i = 0; i < len && !rc; i++) {
+		char c = text[i];
+		if (c == '"' || c == '\'') {
+			size_t b = ++i;
+			bool nul = false;
+			for (; i < len && text[i] != c; i++)
+				if (text[i] == '\\' && i + 1 < len) {
+					nul |= i + 5 < len && !memcmp(text + i + 1, "u0000", 5);
+					i++;
+				}
+			if (depth != 1 || !want_key)
+				continue;
+			want_key = false;
+			if (nul) {
+				rc = atlas_error(ATLAS_EFORMAT,
+						 "'%s': tensor name '%.*s' has a NUL byte", f->path,
+						 (int)(i - b < 200 ? i - b : 200), text + b);
+				break;
+			}
+			if (nk == cap) {
+				cap = cap ? 2 * cap : 64;
+				struct raw_key *nkp = realloc(k, sizeof(*k) * (size_t)cap);
+				if (!nkp) {
+					rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+					break;
+				}
+				k = nkp;
+			}
+			k[nk++] = (struct raw_key){text + b, (int)(i - b)}; /* < ST_MAX_HEADER */
+		} else if (c == '/' && i + 1 < len && text[i + 1] == '*') {
+			const char *e = memmem(text + i + 2, len - i - 2, "*/", 2);
+			i = e ? (size_t)(e - text) + 1 : len;
+		} else if (c == '/' && i + 1 < len && text[i + 1] == '/') {
+			const char *e = memchr(text + i, '\n', len - i);
+			i = e ? (size_t)(e - text) : len;
+		} else if (c == '{' || c == '[') {
+			want_key = ++depth == 1;
+		} else if (c == '}' || c == ']') {
+			if (--depth == 0)
+				break;
+		} else if (c == ',') {
+			want_key = depth == 1;
+		}
+	}
+	if (!rc && nk != json_object_object_length(root))
+		rc = report_duplicate(f, k, nk);
+	free(k);
+	return rc;
+}
+
 /* Parse the header of the file just mapped and append its tensors. */
 static int parse_header(struct atlas_st *st, struct st_file *f)
 {
@@ -284,9 +395,13 @@ static int parse_header(struct atlas_st *st, struct st_file *f)
 	text[n] = '\0';
 	snprintf(where, sizeof(where), "header of '%s'", f->path);
 	root = atlas_json_parse_object(text, n, where);
+	if (root && (rc = check_names(f, text, n, root))) {
+		json_object_put(root);
+		root = NULL;
+	}
 	free(text);
 	if (!root)
-		return ATLAS_EFORMAT;
+		return rc ? rc : ATLAS_EFORMAT;
 
 	want = st->count + json_object_object_length(root);
 	if (want > st->cap) {

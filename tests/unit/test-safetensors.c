@@ -331,6 +331,38 @@ static void test_entry_errors(void)
 		   "overlap");
 }
 
+/* json-c keeps only the last of two equal keys and cuts a key at
+ * \u0000, so these would load as something other than what the file
+ * says: both are refused, naming the file. */
+static void test_name_errors(void)
+{
+#define T(name, off) "\"" name "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":" off "}"
+	bad_header("{" T("a\\u0000b", "[0,4]") "}", "tensor name 'a\\u0000b' has a NUL byte");
+	bad_header("{" T("a\\u0000b", "[0,4]") "," T("a\\u0000c", "[4,8]") "}", "has a NUL byte");
+	bad_header("{" T("w", "[0,4]") "," T("w", "[4,8]") "}",
+		   "tensor name 'w' appears more than once in the header");
+	bad_header("{" T("w", "[0,4]") "," T("\\u0077", "[4,8]") "}",
+		   "tensor name 'w' appears more than once");
+	bad_header("{\"__metadata__\":{},\"__metadata__\":{}}", "'__metadata__' appears more than once");
+
+	/* not names: an escaped backslash before u0000, keys of entries and
+	 * of __metadata__, quotes and commas inside strings */
+	static const unsigned char zeros[64];
+	const char *h = "{\"__metadata__\":{\"format\":\"pt\",\"n\":\"x\\\",\\\"a\\\":\"},"
+			T("a\\\\u0000", "[0,4]") "," T("b", "[4,8]") "," T("shape", "[8,12]") "}";
+	char *p = write_st(harness_tmpdir(), "names.safetensors", h, zeros, 12);
+	struct atlas_st *st = atlas_st_open(p);
+	CHECK(st != NULL);
+	if (!st)
+		printf("# %s\n", atlas_errmsg());
+	CHECK_EQ_INT(atlas_st_count(st), 3);
+	CHECK(atlas_st_find(st, "a\\u0000") != NULL);
+	CHECK_STR(atlas_st_metadata(st, "n"), "x\",\"a\":");
+	atlas_st_close(st);
+	free(p);
+#undef T
+}
+
 static void test_unsupported_dtype(void)
 {
 	static const unsigned char z[8];
@@ -488,6 +520,7 @@ int main(void)
 	RUN(test_file_level_errors);
 	RUN(test_json_errors);
 	RUN(test_entry_errors);
+	RUN(test_name_errors);
 	RUN(test_unsupported_dtype);
 	RUN(test_truncated);
 	RUN(test_sharded);
