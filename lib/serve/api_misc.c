@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../tok/chat.h"
+#include "job.h"
 #include "serve_internal.h"
 
 static json_object *model_obj(struct atlas_server *s)
@@ -89,15 +90,51 @@ enum MHD_Result serve_tokenize(struct conn *c)
 	return serve_reply_json(c, 200, o);
 }
 
+/* `n` bytes in standard base64 with padding, as a new JSON string. */
+static json_object *base64_string(const char *p, size_t n)
+{
+	static const char abc[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const unsigned char *u = (const unsigned char *)p;
+	struct sbuf b = {0};
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)u[i] << 16;
+		size_t k = n - i < 3 ? n - i : 3;
+		if (k > 1)
+			v |= (uint32_t)u[i + 1] << 8;
+		if (k > 2)
+			v |= u[i + 2];
+		char q[4] = {abc[v >> 18], abc[(v >> 12) & 63], k > 1 ? abc[(v >> 6) & 63] : '=',
+			     k > 2 ? abc[v & 63] : '='};
+		sbuf_add(&b, q, 4);
+	}
+	json_object *o = json_object_new_string_len(b.p ? b.p : "", (int)b.len);
+	sbuf_free(&b);
+	return o;
+}
+
+/* {"tokens": [...]} to {"prompt": TEXT}: TEXT is valid UTF-8 whatever
+ * the ids decode to (a byte that is not UTF-8, such as half of a
+ * character split across tokens, becomes U+FFFD, as in completions);
+ * with "bytes_base64": true the exact bytes come too, base64-encoded. */
 enum MHD_Result serve_detokenize(struct conn *c)
 {
 	struct atlas_server *s = c->srv;
 	struct serve_err e;
 	if (!serve_ready(c))
 		return MHD_YES;
-	json_object *b = serve_parse_body(c, &e), *t;
+	json_object *b = serve_parse_body(c, &e), *t, *f;
 	if (!b)
 		return serve_reply_err(c, &e);
+	bool want_bytes = false;
+	if (json_object_object_get_ex(b, "bytes_base64", &f) && f) {
+		if (!json_object_is_type(f, json_type_boolean)) {
+			json_object_put(b);
+			return serve_reply_error(c, 400, "bytes_base64", "invalid_type",
+						 "'bytes_base64' must be a boolean");
+		}
+		want_bytes = json_object_get_boolean(f);
+	}
 	if (!json_object_object_get_ex(b, "tokens", &t) || !t) {
 		json_object_put(b);
 		return serve_reply_error(c, 400, "tokens", "missing_field", "'tokens' is required");
@@ -134,7 +171,9 @@ enum MHD_Result serve_detokenize(struct conn *c)
 	}
 	free(ids);
 	json_object *o = json_object_new_object();
-	json_object_object_add(o, "prompt", json_object_new_string_len(text, (int)len));
+	json_object_object_add(o, "prompt", job_utf8(text, len));
+	if (want_bytes)
+		json_object_object_add(o, "bytes_base64", base64_string(text, len));
 	free(text);
 	return serve_reply_json(c, 200, o);
 }
