@@ -235,13 +235,14 @@ static int copy_small_files(const char *src, const char *out)
 	return rc;
 }
 
+/* `out` must not exist or be an empty directory. */
 static int check_out_dir(const char *out)
 {
 	DIR *d = opendir(out);
 	struct dirent *e;
 	if (!d) {
 		if (errno == ENOENT)
-			return atlas_mkdirs(out);
+			return 0;
 		return atlas_error(ATLAS_EIO, "cannot use '%s' as the output: %s", out, strerror(errno));
 	}
 	while ((e = readdir(d)))
@@ -250,6 +251,80 @@ static int check_out_dir(const char *out)
 			return atlas_error(ATLAS_EINVAL, "output directory '%s' is not empty", out);
 		}
 	closedir(d);
+	return 0;
+}
+
+/* Make the directory the files are written into: "OUT.partial-XXXXXX"
+ * beside `out` (`out` without trailing slashes; its parents are created),
+ * so that the last step renames a complete directory into place and an
+ * interrupted convert never leaves something that looks finished at
+ * `out`. *work gets the malloc'd path; 0 or a negative code. */
+static int make_work_dir(const char *out, char **work)
+{
+	char *tmpl = NULL, *parent = strdup(out), *slash;
+	int rc = 0;
+
+	*work = NULL;
+	if (!parent)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	if ((slash = strrchr(parent, '/')) && slash != parent) {
+		*slash = '\0';
+		rc = atlas_mkdirs(parent);
+	}
+	free(parent);
+	if (rc)
+		return rc;
+	if (asprintf(&tmpl, "%s.partial-XXXXXX", out) < 0)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	if (!mkdtemp(tmpl) || chmod(tmpl, 0755)) {
+		rc = atlas_error(ATLAS_EIO, "cannot create directory '%s': %s", tmpl, strerror(errno));
+		rmdir(tmpl);
+		free(tmpl);
+		return rc;
+	}
+	*work = tmpl;
+	return 0;
+}
+
+/* Remove the work directory and the files in it (it has no subdirectories). */
+static void remove_work_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char *p;
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if ((p = atlas_path_join(dir, e->d_name)))
+			unlink(p);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+/* Rename the finished work directory to `out` (replacing it if it is an
+ * empty directory) and sync the parent so the rename survives a crash. */
+static int publish_dir(const char *work, const char *out)
+{
+	char *parent, *slash;
+	int fd;
+
+	if (rename(work, out))
+		return atlas_error(ATLAS_EIO, "cannot rename '%s' to '%s': %s", work, out,
+				   strerror(errno));
+	if (!(parent = strdup(out)))
+		return 0; /* renamed; only the sync is skipped */
+	slash = strrchr(parent, '/');
+	if (slash)
+		slash[slash == parent] = '\0'; /* "/x" keeps "/" */
+	fd = open(slash ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	free(parent);
 	return 0;
 }
 
@@ -286,6 +361,7 @@ int atlas_convert(const char *src, const char *out, enum atlas_dtype dt,
 {
 	struct atlas_st *st;
 	struct out_tensor *ts = NULL;
+	char *dst = NULL, *work = NULL;
 	int rc, shards = 0;
 	int64_t total = 0, in_shard = 0;
 	char name[64];
@@ -295,7 +371,15 @@ int atlas_convert(const char *src, const char *out, enum atlas_dtype dt,
 				   atlas_dtype_name(dt));
 	if (!(st = atlas_st_open(src)))
 		return ATLAS_EFORMAT;
-	if ((rc = check_out_dir(out)))
+	if (!(dst = strdup(out))) {
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t l = strlen(dst); l > 1 && dst[l - 1] == '/'; l--)
+		dst[l - 1] = '\0';
+	if ((rc = check_out_dir(dst)))
+		goto out;
+	if ((rc = make_work_dir(dst, &work)))
 		goto out;
 	int64_t n = atlas_st_count(st);
 	if (!(ts = calloc((size_t)n + 1, sizeof(*ts)))) {
@@ -324,20 +408,26 @@ int atlas_convert(const char *src, const char *out, enum atlas_dtype dt,
 			snprintf(name, sizeof(name), "model.safetensors");
 		else
 			snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, shards);
-		char *path = atlas_path_join(out, name);
+		char *path = atlas_path_join(work, name);
 		rc = path ? write_shard(path, ts, lo, hi) : ATLAS_ENOMEM;
 		free(path);
 		lo = (int)hi;
 	}
 	if (!rc && shards > 1)
-		rc = write_index(out, ts, n, shards, total);
+		rc = write_index(work, ts, n, shards, total);
 	if (!rc)
-		rc = write_config(src, out, dt);
+		rc = write_config(src, work, dt);
 	if (!rc)
-		rc = copy_small_files(src, out);
+		rc = copy_small_files(src, work);
+	if (!rc)
+		rc = publish_dir(work, dst);
 	if (!rc && n_shards)
 		*n_shards = shards;
 out:
+	if (rc && work)
+		remove_work_dir(work);
+	free(work);
+	free(dst);
 	free(ts);
 	atlas_st_close(st);
 	return rc;
