@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "../lib/core/error.h"
 #include "../lib/core/log.h"
@@ -42,9 +44,33 @@ static const char usage_text[] =
 	"      --host ADDR            address to bind (default 127.0.0.1)\n"
 	"  -p, --port N               TCP port (default 8888; 0 = any free port)\n"
 	"      --api-key KEY          require KEY (Authorization: Bearer KEY or\n"
-	"                             x-api-key: KEY)\n"
-	"      --api-key-file FILE    read the key from the first line of FILE\n"
+	"                             x-api-key: KEY); may be repeated\n"
+	"      --api-key-file FILE    read keys from FILE, one a line ('#' comments)\n"
 	"      --max-body BYTES       largest request body (default 33554432)\n"
+	"      --max-connections N    open connections (default 8192)\n"
+	"      --max-connections-per-ip N\n"
+	"                             open connections per client address\n"
+	"                             (default 256; 0 = no limit)\n"
+	"      --timeout SECONDS      close a connection that sends nothing for\n"
+	"                             this long (default 30; 0 = never); answers\n"
+	"                             in progress are not cut\n"
+	"      --shutdown-timeout SECONDS\n"
+	"                             on SIGTERM/SIGINT, let requests in flight\n"
+	"                             finish for this long (default 30), then end\n"
+	"                             them with an error; a second signal ends\n"
+	"                             them at once\n"
+	"      --allowed-origins LIST comma-separated origins browsers may call\n"
+	"                             from (CORS), e.g. http://localhost:3000, or\n"
+	"                             '*'; default none: requests that carry an\n"
+	"                             Origin are refused\n"
+	"\n"
+	"Limits (429 with Retry-After when exceeded; default: none):\n"
+	"      --max-concurrent-requests N\n"
+	"                             POST requests handled at once\n"
+	"      --rate-limit-rpm N     requests per minute per API key (per client\n"
+	"                             address without keys)\n"
+	"      --rate-limit-tpm N     prompt plus generated tokens per minute per\n"
+	"                             API key (or client address)\n"
 	"\n"
 	"Batching:\n"
 	"      --max-seqs N           requests in one step (default 16)\n"
@@ -61,7 +87,9 @@ static const char usage_text[] =
 	"  -V, --version              show the version\n";
 
 enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, OPT_API_KEY,
-	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE };
+	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE,
+	OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_TIMEOUT, OPT_SHUTDOWN_TIMEOUT, OPT_ORIGINS,
+	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -77,6 +105,14 @@ static const struct option longopts[] = {
 	{"api-key", required_argument, NULL, OPT_API_KEY},
 	{"api-key-file", required_argument, NULL, OPT_API_KEY_FILE},
 	{"max-body", required_argument, NULL, OPT_MAX_BODY},
+	{"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+	{"max-connections-per-ip", required_argument, NULL, OPT_MAX_CONNS_IP},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN_TIMEOUT},
+	{"allowed-origins", required_argument, NULL, OPT_ORIGINS},
+	{"max-concurrent-requests", required_argument, NULL, OPT_MAX_CONCURRENT},
+	{"rate-limit-rpm", required_argument, NULL, OPT_RPM},
+	{"rate-limit-tpm", required_argument, NULL, OPT_TPM},
 	{"served-model-name", required_argument, NULL, OPT_SERVED_NAME},
 	{"tp", required_argument, NULL, OPT_TP},
 	{"verbose", no_argument, NULL, 'v'},
@@ -85,33 +121,124 @@ static const struct option longopts[] = {
 	{NULL, 0, NULL, 0},
 };
 
-/* The first line of `path`, without its newline; exits 1 on failure. */
-static char *read_key_file(const char *path)
+/* The keys so far (each owned). */
+struct keys {
+	char **v;                     /* the keys */
+	int n;                        /* how many */
+};
+
+/* Append a copy of key; exits 2 on an empty key, 1 when out of memory. */
+static void add_key(struct keys *k, const char *key, const char *where)
+{
+	if (!*key)
+		cmd_usage_error("%s: the key is empty", where);
+	char **v = realloc(k->v, (size_t)(k->n + 1) * sizeof(char *));
+	if (!v || !(v[k->n] = strdup(key))) {
+		cmd_error("out of memory");
+		exit(1);
+	}
+	k->v = v;
+	k->n++;
+}
+
+/* The keys of `path`, one a line (blank lines and '#' comments skipped);
+ * exits 1 on failure. */
+static void read_key_file(struct keys *k, const char *path)
 {
 	FILE *f = fopen(path, "r");
 	char *line = NULL;
 	size_t cap = 0;
+	ssize_t n;
+	int before = k->n;
 	if (!f) {
 		cmd_error("cannot open '%s': %s", path, strerror(errno));
 		exit(1);
 	}
-	ssize_t n = getline(&line, &cap, f);
+	while ((n = getline(&line, &cap, f)) >= 0) {
+		while (n > 0 && strchr("\r\n \t", line[n - 1]))
+			line[--n] = '\0';
+		char *p = line + strspn(line, " \t");
+		if (*p && *p != '#')
+			add_key(k, p, "--api-key-file");
+	}
+	free(line);
 	fclose(f);
-	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-		line[--n] = '\0';
-	if (n <= 0) {
+	if (k->n == before) {
 		cmd_error("the key file '%s' is empty", path);
 		exit(1);
 	}
-	return line;
+}
+
+/* Let the process open what --max-connections asks for: raise the soft
+ * file-descriptor limit up to the hard one, and lower the connection
+ * limit (with a warning) when even that is too low. */
+static void fit_fd_limit(struct atlas_server_params *p)
+{
+	struct rlimit rl;
+	const rlim_t spare = 128; /* model files, logs, the listening socket */
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	rlim_t want = (rlim_t)p->max_connections + spare;
+	if (rl.rlim_cur < want) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < want) {
+		int fit = rl.rlim_cur > 2 * spare ? (int)(rl.rlim_cur - spare) : (int)(rl.rlim_cur / 2);
+		fprintf(stderr, "atlas-serve: warning: %llu file descriptors allowed (ulimit -n); "
+			"--max-connections lowered from %d to %d\n",
+			(unsigned long long)rl.rlim_cur, p->max_connections, fit);
+		p->max_connections = fit;
+	}
+}
+
+static void free_keys(struct keys *k)
+{
+	for (int i = 0; i < k->n; i++)
+		free(k->v[i]);
+	free(k->v);
+}
+
+/* After the first signal: stop accepting and wait up to timeout_s for the
+ * requests in flight (a second signal stops waiting); atlas_server_stop
+ * then ends the rest with errors. */
+static void drain(struct atlas_server *srv, int sig, int timeout_s, const sigset_t *sigs)
+{
+	struct timespec t0, now, slice = {0, 50 * 1000000L};
+	atlas_server_quiesce(srv);
+	int64_t n = atlas_server_in_flight(srv);
+	fprintf(stderr, "atlas-serve: %s, stopping: %lld requests in flight, waiting up to %d s\n",
+		sig == SIGINT ? "interrupted" : "terminated", (long long)n, timeout_s);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		double waited = (double)(now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) * 1e-9;
+		if (!(n = atlas_server_in_flight(srv))) {
+			fprintf(stderr, "atlas-serve: drained in %.2f s\n", waited);
+			return;
+		}
+		if (waited >= timeout_s) {
+			fprintf(stderr, "atlas-serve: %lld requests still in flight after %d s\n",
+				(long long)n, timeout_s);
+			return;
+		}
+		if (sigtimedwait(sigs, NULL, &slice) > 0) {
+			fprintf(stderr, "atlas-serve: second signal: %lld requests still in flight\n",
+				(long long)n);
+			return;
+		}
+	}
 }
 
 int main(int argc, char **argv)
 {
-	struct atlas_server_params p = {.port = 8888, .device = "auto"};
+	struct atlas_server_params p;
+	struct keys keys = {0};
 	const char *model = NULL;
-	char *key = NULL;
+	int shutdown_s = 30;
 	int c;
+	atlas_server_default_params(&p);
 	cmd_name = "atlas-serve";
 	while ((c = getopt_long(argc, argv, "m:c:t:p:vhV", longopts, NULL)) != -1) {
 		switch (c) {
@@ -127,16 +254,31 @@ int main(int argc, char **argv)
 			break;
 		case OPT_KV_BLOCKS: p.kv_blocks = cmd_parse_int("--kv-blocks", optarg, 1, 1 << 28); break;
 		case OPT_NO_PREFIX_CACHE: p.no_prefix_cache = true; break;
-		case OPT_API_KEY:
-			free(key);
-			key = strdup(optarg);
-			break;
-		case OPT_API_KEY_FILE:
-			free(key);
-			key = read_key_file(optarg);
-			break;
+		case OPT_API_KEY: add_key(&keys, optarg, "--api-key"); break;
+		case OPT_API_KEY_FILE: read_key_file(&keys, optarg); break;
 		case OPT_MAX_BODY:
 			p.max_body = (size_t)cmd_parse_int("--max-body", optarg, 1, (int64_t)1 << 40);
+			break;
+		case OPT_MAX_CONNS:
+			p.max_connections = (int)cmd_parse_int("--max-connections", optarg, 1, 1 << 20);
+			break;
+		case OPT_MAX_CONNS_IP:
+			p.max_connections_per_ip =
+			    (int)cmd_parse_int("--max-connections-per-ip", optarg, 0, 1 << 20);
+			break;
+		case OPT_TIMEOUT: p.timeout_s = (int)cmd_parse_int("--timeout", optarg, 0, 86400); break;
+		case OPT_SHUTDOWN_TIMEOUT:
+			shutdown_s = (int)cmd_parse_int("--shutdown-timeout", optarg, 0, 86400);
+			break;
+		case OPT_ORIGINS: p.allowed_origins = optarg; break;
+		case OPT_MAX_CONCURRENT:
+			p.max_concurrent = (int)cmd_parse_int("--max-concurrent-requests", optarg, 0, 1 << 20);
+			break;
+		case OPT_RPM:
+			p.rate_limit_rpm = (double)cmd_parse_int("--rate-limit-rpm", optarg, 0, 1 << 30);
+			break;
+		case OPT_TPM:
+			p.rate_limit_tpm = (double)cmd_parse_int("--rate-limit-tpm", optarg, 0, (int64_t)1 << 40);
 			break;
 		case OPT_SERVED_NAME: p.served_name = optarg; break;
 		case OPT_TP: p.tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;
@@ -148,23 +290,25 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cmd_usage_error("unexpected argument '%s'", argv[optind]);
-	if (key && !*key)
-		cmd_usage_error("--api-key: the key is empty");
 	int64_t seqs = p.max_seqs ? p.max_seqs : 16, toks = p.max_batch_tokens ? p.max_batch_tokens : 512;
 	if (toks < seqs)
 		cmd_usage_error("--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",
 				(long long)toks, (long long)seqs);
-	p.api_key = key;
+	p.api_keys = (const char *const *)keys.v;
+	p.n_api_keys = keys.n;
 	/* a device that cannot run the ranks fails before the port is bound */
 	if (p.tp > 1 && atlas_tp_check_device(p.device, p.tp)) {
-		free(key);
+		free_keys(&keys);
 		return cmd_lib_error();
 	}
 
 	char *dir = cmd_resolve_model(model);
-	if (!dir)
+	if (!dir) {
+		free_keys(&keys);
 		return 1;
+	}
 	p.model_dir = dir;
+	fit_fd_limit(&p);
 
 	/* SIGINT/SIGTERM end the server; they are taken by sigwait below */
 	sigset_t sigs;
@@ -177,7 +321,7 @@ int main(int argc, char **argv)
 	struct atlas_server *srv = atlas_server_start(&p);
 	if (!srv) {
 		free(dir);
-		free(key);
+		free_keys(&keys);
 		return cmd_lib_error();
 	}
 	fprintf(stderr, "atlas-serve: listening on http://%s:%d (loading the model)\n",
@@ -189,10 +333,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "atlas-serve: ready\n");
 		int sig;
 		sigwait(&sigs, &sig);
-		fprintf(stderr, "atlas-serve: %s, stopping\n", sig == SIGINT ? "interrupted" : "terminated");
+		drain(srv, sig, shutdown_s, &sigs);
 	}
 	atlas_server_stop(srv);
 	free(dir);
-	free(key);
+	free_keys(&keys);
 	return rc;
 }

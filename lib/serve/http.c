@@ -1,8 +1,13 @@
-/* http.c - the HTTP side of atlas-serve: the libmicrohttpd daemon (one
- * thread per connection, so a handler may wait for its generation), the
- * request body with its size limit, API keys, routing with 404/405, and
- * JSON replies. The engine thread (model load, scheduler) is in
- * server.c. */
+/* http.c - the HTTP side of atlas-serve: the libmicrohttpd daemon (epoll
+ * in a small pool of threads, so thousands of idle connections cost only
+ * their sockets), the checks on a request head (origin, API key,
+ * framing, size, rate limits), the body with its size limit, routing
+ * with 404/405/415, CORS, and JSON replies. POST routes run in a worker
+ * thread each while their connection is suspended, so a long generation
+ * never holds a pool thread. The engine thread (model load, scheduler)
+ * is in server.c. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "../core/error.h"
 #include "serve_internal.h"
@@ -77,14 +83,54 @@ void serve_new_id(struct atlas_server *s, const char *prefix, char *out, size_t 
 		 (unsigned long long)n);
 }
 
-static enum MHD_Result queue(struct conn *c, unsigned status, struct MHD_Response *r)
+double serve_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The headers every reply gets: CORS for an allowed origin, Retry-After,
+ * Connection: close on a framing error or while stopping. */
+static void common_headers(struct conn *c, struct MHD_Response *r)
+{
+	struct atlas_server *s = c->srv;
+	if (c->origin) {
+		MHD_add_response_header(r, "Access-Control-Allow-Origin", c->origin);
+		MHD_add_response_header(r, "Vary", "Origin");
+	}
+	if (c->retry_after) {
+		char ra[16];
+		snprintf(ra, sizeof(ra), "%u", c->retry_after);
+		MHD_add_response_header(r, "Retry-After", ra);
+	}
+	if (c->close || __atomic_load_n(&s->quiesced, __ATOMIC_ACQUIRE))
+		MHD_add_response_header(r, "Connection", "close");
+}
+
+enum MHD_Result serve_queue(struct conn *c, unsigned status, struct MHD_Response *r)
 {
 	if (!r)
 		return MHD_NO;
+	common_headers(c, r);
+	c->answered = true;
+	c->status = status;
+	serve_metrics_status(&c->srv->metrics, status);
+	if (c->worker) {
+		/* a worker thread: the pool thread queues it after the handoff */
+		if (c->pending)
+			MHD_destroy_response(c->pending);
+		c->pending = r;
+		c->pending_status = status;
+		return MHD_YES;
+	}
+	if (!c->mc) {
+		/* parse-only (fuzzing): nobody to send it to */
+		MHD_destroy_response(r);
+		return MHD_YES;
+	}
 	enum MHD_Result rc = MHD_queue_response(c->mc, status, r);
 	MHD_destroy_response(r);
-	c->answered = true;
-	serve_metrics_status(&c->srv->metrics, status);
 	return rc;
 }
 
@@ -95,7 +141,7 @@ enum MHD_Result serve_reply_text(struct conn *c, unsigned status, const char *ct
 								 MHD_RESPMEM_MUST_COPY);
 	if (r)
 		MHD_add_response_header(r, "Content-Type", ctype);
-	return queue(c, status, r);
+	return serve_queue(c, status, r);
 }
 
 enum MHD_Result serve_reply_json(struct conn *c, unsigned status, json_object *obj)
@@ -113,9 +159,13 @@ static const char *error_type(enum serve_api api, unsigned status)
 	switch (status) {
 	case 400: return "invalid_request_error";
 	case 401: return "authentication_error";
+	case 403: return "permission_error";
 	case 404: return "not_found_error";
 	case 405: return "invalid_request_error";
 	case 413: return "request_too_large";
+	case 415: return "invalid_request_error";
+	case 429: return "rate_limit_error";
+	case 501: return "invalid_request_error";
 	case 503: return api == API_ANTHROPIC ? "overloaded_error" : "service_unavailable";
 	default: return api == API_ANTHROPIC ? "api_error" : "server_error";
 	}
@@ -167,6 +217,8 @@ int serve_ready(struct conn *c)
 
 bool serve_client_gone(struct MHD_Connection *mc)
 {
+	if (!mc)
+		return false;
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (!ci)
@@ -177,7 +229,14 @@ bool serve_client_gone(struct MHD_Connection *mc)
 	return (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-/* Constant-time comparison of the offered key with the server's. */
+static const char *header(struct conn *c, const char *name)
+{
+	return c->mc ? MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name) : NULL;
+}
+
+/* --- who may call: keys, origins ---------------------------------------- */
+
+/* Constant-time comparison of the offered key with one of the server's. */
 static bool key_matches(const char *want, const char *got)
 {
 	size_t wl = strlen(want), gl = strlen(got);
@@ -187,22 +246,87 @@ static bool key_matches(const char *want, const char *got)
 	return diff == 0;
 }
 
-static bool authorized(struct conn *c)
+/* The index of the key the request offers, -1 for none or a wrong one.
+ * Every key is compared, so the time does not say which one matched. */
+static int key_index(struct conn *c)
 {
-	const char *key = c->srv->api_key;
-	if (!key)
-		return true;
-	const char *auth = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "Authorization");
-	const char *xkey = MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, "x-api-key");
-	bool ok = false;
-	if (auth && !strncasecmp(auth, "Bearer ", 7))
-		ok |= key_matches(key, auth + 7);
-	if (xkey)
-		ok |= key_matches(key, xkey);
-	return ok;
+	struct atlas_server *s = c->srv;
+	const char *auth = header(c, "Authorization");
+	const char *xkey = header(c, "x-api-key");
+	int found = -1;
+	for (int i = 0; i < s->n_api_keys; i++) {
+		bool ok = false;
+		if (auth && !strncasecmp(auth, "Bearer ", 7))
+			ok |= key_matches(s->api_keys[i], auth + 7);
+		if (xkey)
+			ok |= key_matches(s->api_keys[i], xkey);
+		if (ok && found < 0)
+			found = i;
+	}
+	return found;
 }
 
-/* The routes: path, method, handler (POST handlers read c->body). */
+/* Who the rate limits count this request against: its key, or without
+ * keys its address. */
+static void set_client(struct conn *c, int key)
+{
+	if (key >= 0) {
+		snprintf(c->client, sizeof(c->client), "key %d", key);
+		return;
+	}
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	char host[INET6_ADDRSTRLEN] = "?";
+	if (ci && ci->client_addr) {
+		const struct sockaddr *sa = ci->client_addr;
+		if (sa->sa_family == AF_INET)
+			inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, host,
+				  sizeof(host));
+		else if (sa->sa_family == AF_INET6)
+			inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, host,
+				  sizeof(host));
+	}
+	snprintf(c->client, sizeof(c->client), "addr %s", host);
+}
+
+/* The origin as --allowed-origins lists it, or NULL. */
+static const char *allowed_origin(struct atlas_server *s, const char *origin)
+{
+	for (int i = 0; i < s->n_origins; i++) {
+		if (!strcmp(s->origins[i], "*"))
+			return "*";
+		if (!strcasecmp(s->origins[i], origin))
+			return s->origins[i];
+	}
+	return NULL;
+}
+
+/* Is the body declared JSON? application/json (parameters allowed).
+ * curl -d's default, application/x-www-form-urlencoded, passes from a
+ * client that sends no Origin (not a browser): a web page cannot send
+ * JSON to us without a preflight, and browsers send Origin. */
+static bool json_body(struct conn *c, const char **ct_out)
+{
+	const char *ct = header(c, "Content-Type");
+	*ct_out = ct ? ct : "";
+	if (!ct)
+		return false;
+	while (*ct == ' ' || *ct == '\t')
+		ct++;
+	static const char *const ok[] = {"application/json", "application/x-www-form-urlencoded"};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		size_t n = strlen(ok[i]);
+		if (strncasecmp(ct, ok[i], n) || (ct[n] && !strchr("; \t", ct[n])))
+			continue;
+		return i == 0 || !header(c, "Origin");
+	}
+	return false;
+}
+
+/* --- routes ------------------------------------------------------------- */
+
+/* The routes: path, method, handler (POST handlers read c->body and run
+ * in a worker thread). */
 struct route {
 	const char *path;             /* exact path */
 	const char *method;           /* "GET" or "POST" */
@@ -225,20 +349,127 @@ static const struct route routes[] = {
 	{"/health", "GET", serve_health, API_OPENAI},
 	{"/metrics", "GET", serve_metrics_route, API_OPENAI},
 };
+#define N_ROUTES (sizeof(routes) / sizeof(routes[0]))
+
+static const struct route *find_route(const char *url)
+{
+	for (size_t i = 0; i < N_ROUTES; i++)
+		if (!strcmp(url, routes[i].path))
+			return &routes[i];
+	return NULL;
+}
+
+static bool known_path(const char *url)
+{
+	return find_route(url) || !strncmp(url, "/v1/models/", 11);
+}
+
+static bool is_post_route(const char *url)
+{
+	const struct route *r = find_route(url);
+	return r && !strcmp(r->method, "POST");
+}
+
+/* A worker thread runs one POST route while its connection is suspended. */
+struct serve_worker {
+	struct conn *c;               /* the request, until handed back */
+	enum MHD_Result (*fn)(struct conn *c); /* its route */
+	bool handed;                  /* c went back to MHD (serve_handoff) */
+};
+
+static void worker_exit(struct atlas_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->n_workers--;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void serve_handoff(struct conn *c)
+{
+	struct serve_worker *w = c->worker;
+	struct MHD_Connection *mc = c->mc;
+	c->worker = NULL;
+	w->handed = true;
+	/* the pool thread now calls on_request, which queues c->pending (or
+	 * closes the connection when there is none) */
+	MHD_resume_connection(mc);
+}
+
+static void *worker_main(void *arg)
+{
+	struct serve_worker *w = arg;
+	struct atlas_server *s = w->c->srv;
+	w->fn(w->c);
+	if (!w->handed)
+		serve_handoff(w->c);
+	free(w);
+	worker_exit(s);
+	return NULL;
+}
+
+/* Run fn in a worker thread: libmicrohttpd's pool threads serve every
+ * other connection meanwhile. Refused with 429 over --max-concurrent-requests. */
+static enum MHD_Result start_worker(struct conn *c, enum MHD_Result (*fn)(struct conn *c))
+{
+	struct atlas_server *s = c->srv;
+	pthread_mutex_lock(&s->mu);
+	bool busy = s->p.max_concurrent > 0 && s->n_workers >= s->p.max_concurrent;
+	if (!busy)
+		s->n_workers++;
+	pthread_mutex_unlock(&s->mu);
+	if (busy) {
+		c->retry_after = 1;
+		return serve_reply_error(c, 429, NULL, "too_many_requests",
+					 "the server is handling %d requests, its limit "
+					 "(--max-concurrent-requests); retry later", s->p.max_concurrent);
+	}
+	struct serve_worker *w = calloc(1, sizeof(*w));
+	pthread_attr_t at;
+	pthread_t t;
+	int rc = -1;
+	if (w) {
+		w->c = c;
+		w->fn = fn;
+		c->worker = w;
+		c->deferred = true;
+		MHD_suspend_connection(c->mc);
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		rc = pthread_create(&t, &at, worker_main, w);
+		pthread_attr_destroy(&at);
+		if (rc) {
+			c->worker = NULL;
+			c->deferred = false;
+			MHD_resume_connection(c->mc);
+		}
+	}
+	if (rc) {
+		free(w);
+		worker_exit(s);
+		return serve_reply_error(c, 503, NULL, NULL, "cannot start a handler thread");
+	}
+	return MHD_YES;
+}
 
 static enum MHD_Result dispatch(struct conn *c, const char *url, const char *method)
 {
 	bool is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-		if (strcmp(url, routes[i].path))
-			continue;
-		c->api = routes[i].api;
-		if (strcmp(method, routes[i].method) && !(is_get && !strcmp(routes[i].method, "GET"))) {
+	const struct route *r = find_route(url);
+	if (r) {
+		c->api = r->api;
+		if (strcmp(method, r->method) && !(is_get && !strcmp(r->method, "GET")))
 			return serve_reply_error(c, 405, NULL, "method_not_allowed",
 						 "method %s is not allowed on '%s' (use %s)",
-						 method, url, routes[i].method);
-		}
-		return routes[i].fn(c);
+						 method, url, r->method);
+		if (strcmp(r->method, "POST"))
+			return r->fn(c);
+		const char *ct;
+		if (c->body.len && !json_body(c, &ct))
+			return serve_reply_error(c, 415, NULL, "unsupported_media_type",
+						 "the request body must be JSON, sent with "
+						 "'Content-Type: application/json' (not '%.100s')", ct);
+		return start_worker(c, r->fn);
 	}
 	if (!strncmp(url, "/v1/models/", 11)) {
 		if (!is_get)
@@ -249,12 +480,92 @@ static enum MHD_Result dispatch(struct conn *c, const char *url, const char *met
 	return serve_reply_error(c, 404, NULL, "not_found", "no route for %s '%s'", method, url);
 }
 
-static bool known_path(const char *url)
+/* OPTIONS: a CORS preflight from an allowed origin gets 204 with what it
+ * may send; without CORS it is a method like any other. */
+static enum MHD_Result preflight(struct conn *c, const char *url)
 {
-	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-		if (!strcmp(url, routes[i].path))
-			return true;
-	return !strncmp(url, "/v1/models/", 11);
+	if (!known_path(url))
+		return dispatch(c, url, "OPTIONS");
+	const char *want = header(c, "Access-Control-Request-Method");
+	if (!c->origin || !want)
+		return serve_reply_error(c, 405, NULL, "method_not_allowed",
+					 "method OPTIONS is not allowed on '%s' (a CORS preflight "
+					 "needs an Origin that --allowed-origins names)", url);
+	struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	const char *hdrs = header(c, "Access-Control-Request-Headers");
+	MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+	MHD_add_response_header(r, "Access-Control-Allow-Headers",
+				hdrs ? hdrs : "Authorization, Content-Type, X-Api-Key, Anthropic-Version");
+	MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+	return serve_queue(c, 204, r);
+}
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+				    const char *value)
+{
+	if (!strcasecmp(key, "Content-Length"))
+		(*(int *)cls)++;
+	return MHD_YES;
+}
+
+/* The checks made once the request head is in, before any body: who
+ * calls (origin, key), framing, size, rate limits. MHD_YES to go on. */
+static enum MHD_Result check_head(struct conn *c, const char *url, const char *method)
+{
+	struct atlas_server *s = c->srv;
+	const char *origin = header(c, "Origin");
+	if (origin) {
+		if (!(c->origin = allowed_origin(s, origin)))
+			return serve_reply_error(c, 403, NULL, "origin_not_allowed",
+						 "origin '%.200s' is not allowed (see "
+						 "--allowed-origins)", origin);
+		if (strcmp(c->origin, "*"))
+			c->origin = origin; /* echo it as the browser sent it */
+	}
+	if (!strcmp(method, "OPTIONS"))
+		return preflight(c, url);
+	if (!known_path(url))
+		return dispatch(c, url, method);
+	int key = s->n_api_keys ? key_index(c) : -1;
+	if (s->n_api_keys && key < 0 && strcmp(url, "/health"))
+		return serve_reply_error(c, 401, NULL, "invalid_api_key",
+					 "a valid API key is required (Authorization: Bearer KEY or x-api-key)");
+	set_client(c, key);
+	/* framing libmicrohttpd lets through: a body must have one length */
+	int n_cl = 0;
+	MHD_get_connection_values(c->mc, MHD_HEADER_KIND, count_header, &n_cl);
+	const char *te = header(c, "Transfer-Encoding");
+	const char *cl = header(c, "Content-Length");
+	if (n_cl > 1 || (te && cl)) {
+		c->close = true;
+		return serve_reply_error(c, 400, NULL, "invalid_request",
+					 "the request has %s (one body length only)",
+					 n_cl > 1 ? "several Content-Length headers"
+						  : "both Transfer-Encoding and Content-Length");
+	}
+	if (te && strcasecmp(te, "chunked")) {
+		c->close = true;
+		return serve_reply_error(c, 501, NULL, "unsupported_transfer_encoding",
+					 "Transfer-Encoding '%.100s' is not supported (only chunked)", te);
+	}
+	if (cl && strtoull(cl, NULL, 10) > s->p.max_body)
+		return serve_reply_error(c, 413, NULL, "request_too_large",
+					 "the request body of %.40s bytes is over the limit of %zu",
+					 cl, s->p.max_body);
+	if (is_post_route(url) && !strcmp(method, "POST")) {
+		unsigned wait = serve_limits_admit(&s->limits, c->client);
+		if (wait) {
+			c->retry_after = wait;
+			return serve_reply_error(c, 429, NULL, "rate_limit_exceeded",
+						 "rate limit reached (--rate-limit-rpm %g, "
+						 "--rate-limit-tpm %g per %s); retry in %u s",
+						 s->p.rate_limit_rpm, s->p.rate_limit_tpm,
+						 key >= 0 ? "key" : "client address", wait);
+		}
+	}
+	return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
@@ -270,18 +581,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		c->mc = mc;
 		c->api = !strcmp(url, "/v1/messages") ? API_ANTHROPIC : API_OPENAI;
 		*con_cls = c;
-		/* refuse early what needs no body: unknown routes, keys, size */
-		if (!known_path(url))
-			return dispatch(c, url, method);
-		if (strcmp(url, "/health") && !authorized(c))
-			return serve_reply_error(c, 401, NULL, "invalid_api_key",
-						 "a valid API key is required (Authorization: Bearer KEY or x-api-key)");
-		const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
-		if (cl && strtoull(cl, NULL, 10) > s->p.max_body)
-			return serve_reply_error(c, 413, NULL, "request_too_large",
-						 "the request body of %s bytes is over the limit of %zu",
-						 cl, s->p.max_body);
-		return MHD_YES;
+		pthread_mutex_lock(&s->mu);
+		s->n_inflight++;
+		c->counted = true;
+		bool stopping = s->quiesced;
+		pthread_mutex_unlock(&s->mu);
+		if (stopping) {
+			c->close = true;
+			return serve_reply_error(c, 503, NULL, "server_shutting_down",
+						 "the server is shutting down");
+		}
+		return check_head(c, url, method);
+	}
+	if (c->deferred) {
+		/* back from the worker: its reply, or none (close) */
+		struct MHD_Response *r = c->pending;
+		c->deferred = false;
+		c->pending = NULL;
+		if (!r)
+			return MHD_NO;
+		enum MHD_Result rc = MHD_queue_response(mc, c->pending_status, r);
+		MHD_destroy_response(r);
+		return rc;
 	}
 	if (c->answered) {
 		*upload_size = 0; /* a reply went out early; ignore the rest */
@@ -307,31 +628,78 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 	struct conn *c = *con_cls;
 	if (!c)
 		return;
+	struct atlas_server *s = c->srv;
+	if (c->pending)
+		MHD_destroy_response(c->pending);
+	if (c->counted) {
+		pthread_mutex_lock(&s->mu);
+		s->n_inflight--;
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
+	}
 	sbuf_free(&c->body);
 	free(c);
 	*con_cls = NULL;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct atlas_server *s = cls;
+	__atomic_add_fetch(&s->n_conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1,
+			   __ATOMIC_RELAXED);
+}
+
+/* libmicrohttpd's messages; a message repeated within a second (a flood
+ * of refused connections) is counted, not printed. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static char last[512];
+	static double last_t;
+	static long repeats;
 	char msg[512];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	size_t n = strlen(msg);
 	while (n && msg[n - 1] == '\n')
 		msg[--n] = '\0';
+	double now = serve_now();
+	pthread_mutex_lock(&mu);
+	if (!strcmp(msg, last) && now - last_t < 1.0) {
+		repeats++;
+		pthread_mutex_unlock(&mu);
+		return;
+	}
+	long rep = repeats;
+	repeats = 0;
+	snprintf(last, sizeof(last), "%s", msg);
+	last_t = now;
+	pthread_mutex_unlock(&mu);
+	if (rep)
+		serve_log("http: (the last message %ld more times)", rep);
 	serve_log("http: %s", msg);
 }
 
+/* Pool threads: they only parse, route and copy bytes; anything slow runs
+ * in a worker thread. */
+#define HTTP_THREADS 4
+
 int atlas_serve_http_start(struct atlas_server *s, const struct sockaddr *addr, bool v6)
 {
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-			 MHD_USE_POLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+			 MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
 				  MHD_OPTION_SOCK_ADDR, addr,
+				  MHD_OPTION_THREAD_POOL_SIZE,
+				  (unsigned)(s->p.max_connections < HTTP_THREADS ? s->p.max_connections
+										 : HTTP_THREADS),
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
+				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->p.max_connections_per_ip,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s,
 				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
-				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+				  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
 				  MHD_OPTION_END);
 	if (!s->mhd)
 		return atlas_error(ATLAS_EIO, "cannot listen on '%s' port %d (in use, or not an address here?)",
@@ -339,4 +707,19 @@ int atlas_serve_http_start(struct atlas_server *s, const struct sockaddr *addr, 
 	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = di ? di->port : s->p.port;
 	return 0;
+}
+
+/* The fuzzing entry point: one POST as a request would make it. */
+unsigned serve_parse_only_request(struct atlas_server *s, const char *path, const char *body,
+				  size_t len)
+{
+	const struct route *r = find_route(path);
+	if (!r || strcmp(r->method, "POST"))
+		return 404;
+	struct conn c = {.srv = s, .api = r->api};
+	if (sbuf_add(&c.body, body, len))
+		return 500;
+	r->fn(&c);
+	sbuf_free(&c.body);
+	return c.status;
 }

@@ -1,10 +1,16 @@
 /* job.c - one generation request from submission to its last byte:
  * each choice (n for each prompt) is its own scheduler request; their
  * output is taken as it comes and becomes the JSON body of a
- * non-streaming response (job_body.c) or the SSE stream
- * (job_stream.c). The handler thread waits for output in short slices
- * and checks whether the client has gone, so a disconnect cancels every
- * choice (and frees their KV blocks) at once. */
+ * non-streaming response (job_body.c) or the SSE stream (job_stream.c).
+ *
+ * A job runs in its request's worker thread (http.c), never in one of
+ * libmicrohttpd's pool threads, which serve every other connection. The
+ * worker waits for output in short slices; between them it checks
+ * whether the client has gone (a disconnect cancels every choice and
+ * frees their KV blocks at once) and whether shutdown has cut the job.
+ * Stream bytes reach libmicrohttpd through j->wire: its reader suspends
+ * the connection while the wire is empty and the worker resumes it when
+ * it adds bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,23 +29,30 @@ static void log_done(struct job *j, struct job_choice *ch)
 		return;
 	ch->logged = true;
 	if (!ch->done) {
-		/* the client left first, or another choice failed: what we know so far */
+		/* the client left, shutdown cut it, or another choice failed:
+		 * what we know so far, with the times as they were */
 		ch->res.finish = ATLAS_FINISH_CANCELLED;
 		ch->res.n_prompt = j->prompts[ch->prompt].n;
 		ch->res.n_gen = ch->n_gen;
+		ch->res.ttft_s = ch->t_first > 0 ? ch->t_first - j->t0 : 0;
+		ch->res.total_s = serve_now() - j->t0;
 	}
 	serve_metrics_done(&j->srv->metrics, &ch->res);
+	serve_limits_charge(&j->srv->limits, j->client, ch->res.n_gen);
 	char id[96];
 	if (j->n_ch > 1)
 		snprintf(id, sizeof(id), "%s[%d]", j->id, ch->index);
 	else
 		snprintf(id, sizeof(id), "%s", j->id);
 	const struct atlas_sreq_result *r = &ch->res;
+	char why[48] = "";
+	if (!ch->done && j->why)
+		snprintf(why, sizeof(why), " (%s)", j->why);
 	serve_log("%s: prompt %lld tokens (%lld cached), generated %lld tokens, ttft %.1f ms, "
-		  "total %.1f ms, finish %s%s%s",
+		  "total %.1f ms, finish %s%s%s%s",
 		  id, (long long)r->n_prompt, (long long)r->n_cached, (long long)r->n_gen,
 		  r->ttft_s * 1e3, r->total_s * 1e3,
-		  r->finish == ATLAS_FINISH_EOS ? "eos" : atlas_finish_name(r->finish),
+		  r->finish == ATLAS_FINISH_EOS ? "eos" : atlas_finish_name(r->finish), why,
 		  r->rc ? ", error: " : "", r->rc ? r->error : "");
 }
 
@@ -59,6 +72,8 @@ static int take(struct job *j, struct job_choice *ch, int timeout_ms)
 		return 0;
 	for (size_t i = 0; i < c.n; i++)
 		ch->n_gen += c.tok[i].id >= 0;
+	if (c.n && ch->t_first == 0)
+		ch->t_first = serve_now();
 	if (j->stream) {
 		job_stream_tokens(j, ch, &c);
 	} else {
@@ -73,6 +88,12 @@ static int take(struct job *j, struct job_choice *ch, int timeout_ms)
 	}
 	if (c.done) {
 		atlas_sreq_result(ch->r, &ch->res);
+		if (!ch->res.rc && ch->res.finish == ATLAS_FINISH_CANCELLED) {
+			/* the engine dropped it (stopping): an error, never a finish */
+			ch->res.rc = ATLAS_EIO;
+			snprintf(ch->res.error, sizeof(ch->res.error),
+				 "the request was cancelled by the server");
+		}
 		ch->n_gen = ch->res.n_gen;
 		ch->done = true;
 		j->n_done++;
@@ -111,17 +132,28 @@ static int pump(struct job *j, int timeout_ms)
 	return got;
 }
 
-static void job_free(struct job *j)
+/* Log and release (cancel) every choice still held, with j->why. */
+static void end_choices(struct job *j, const char *why)
 {
-	if (!j)
-		return;
+	if (why && !j->why)
+		j->why = why;
 	for (int i = 0; i < j->n_ch; i++) {
 		struct job_choice *ch = &j->ch[i];
 		if (ch->r && !ch->done)
 			log_done(j, ch);
 		atlas_sreq_release(ch->r); /* cancels it if still running */
-		sbuf_free(&ch->text);
-		json_object_put(ch->lp);
+		ch->r = NULL;
+	}
+}
+
+static void job_free(struct job *j)
+{
+	if (!j)
+		return;
+	end_choices(j, NULL);
+	for (int i = 0; i < j->n_ch; i++) {
+		sbuf_free(&j->ch[i].text);
+		json_object_put(j->ch[i].lp);
 	}
 	free(j->ch);
 	for (int i = 0; i < j->n_stop; i++)
@@ -132,35 +164,131 @@ static void job_free(struct job *j)
 	}
 	free(j->prompts);
 	sbuf_free(&j->out);
+	sbuf_free(&j->wire);
+	pthread_mutex_destroy(&j->mu);
 	free(j);
 }
 
+/* Drop one holder's reference; the last frees the job. */
+static void job_unref(struct job *j)
+{
+	pthread_mutex_lock(&j->mu);
+	bool last = --j->refs == 0;
+	pthread_mutex_unlock(&j->mu);
+	if (last)
+		job_free(j);
+}
+
+static bool is_cut(struct job *j)
+{
+	return __atomic_load_n(&j->srv->cut, __ATOMIC_ACQUIRE);
+}
+
+/* --- streams ------------------------------------------------------------ */
+
+/* Move the worker's new bytes to the wire (`last`: no more will come) and
+ * wake the reader if it waits. */
+static void flush(struct job *j, bool last)
+{
+	struct MHD_Connection *wake = NULL;
+	pthread_mutex_lock(&j->mu);
+	if (j->out.len && !j->closed)
+		sbuf_add(&j->wire, j->out.p, j->out.len);
+	j->out.len = 0;
+	if (last)
+		j->eof = true;
+	if (j->waiting && (j->wire_pos < j->wire.len || j->eof || j->abort)) {
+		j->waiting = false;
+		wake = j->mc;
+	}
+	pthread_mutex_unlock(&j->mu);
+	/* only this thread resumes a waiting reader, so the connection stays
+	 * suspended (and alive) until this call */
+	if (wake)
+		MHD_resume_connection(wake);
+}
+
+/* Has the client gone? MHD saw it (the response was freed), or the
+ * connection, suspended while the reader waits, has hung up; then the
+ * reader is woken to end the response with an error. */
+static bool stream_gone(struct job *j, bool poll_socket)
+{
+	pthread_mutex_lock(&j->mu);
+	bool gone = j->closed;
+	struct MHD_Connection *mc = j->waiting ? j->mc : NULL; /* suspended: ours to look at */
+	pthread_mutex_unlock(&j->mu);
+	if (!gone && poll_socket && mc && serve_client_gone(mc)) {
+		pthread_mutex_lock(&j->mu);
+		j->abort = true;
+		pthread_mutex_unlock(&j->mu);
+		gone = true;
+	}
+	return gone;
+}
+
+/* MHD's reader (a pool thread): hand over wire bytes, or suspend the
+ * connection until the worker adds some; never blocks. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct job *j = cls;
-	while (j->out_pos == j->out.len) {
-		j->out.len = j->out_pos = 0;
-		if (j->phase == 0) {
-			job_stream_start(j);
-			continue;
-		}
-		if (j->phase == 2)
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		if (!pump(j, WAIT_MS) && serve_client_gone(j->mc))
-			return MHD_CONTENT_READER_END_WITH_ERROR; /* job_free cancels */
+	ssize_t n = 0;
+	pthread_mutex_lock(&j->mu);
+	if (j->abort) {
+		n = MHD_CONTENT_READER_END_WITH_ERROR;
+	} else if (j->wire_pos < j->wire.len) {
+		size_t k = j->wire.len - j->wire_pos;
+		if (k > max)
+			k = max;
+		memcpy(buf, j->wire.p + j->wire_pos, k);
+		j->wire_pos += k;
+		if (j->wire_pos == j->wire.len)
+			j->wire.len = j->wire_pos = 0;
+		n = (ssize_t)k;
+	} else if (j->eof) {
+		n = MHD_CONTENT_READER_END_OF_STREAM;
+	} else {
+		j->waiting = true;
+		MHD_suspend_connection(j->mc);
 	}
-	size_t n = j->out.len - j->out_pos;
-	if (n > max)
-		n = max;
-	memcpy(buf, j->out.p + j->out_pos, n);
-	j->out_pos += n;
-	return (ssize_t)n;
+	pthread_mutex_unlock(&j->mu);
+	return n;
 }
 
 static void stream_free(void *cls)
 {
-	job_free(cls);
+	struct job *j = cls;
+	pthread_mutex_lock(&j->mu);
+	j->closed = true;
+	j->waiting = false;
+	j->mc = NULL;
+	pthread_mutex_unlock(&j->mu);
+	job_unref(j);
 }
+
+/* The worker's part of a stream once the connection is handed back: pump
+ * tokens to the wire until the stream ends, the client goes or shutdown
+ * cuts it (an error event). */
+static void stream_run(struct job *j)
+{
+	while (j->phase != 2) {
+		if (is_cut(j)) {
+			job_stream_cut(j, "the server is shutting down; the response is incomplete");
+			end_choices(j, "server shutdown");
+			break;
+		}
+		int got = pump(j, WAIT_MS);
+		if (j->out.len)
+			flush(j, false);
+		if (stream_gone(j, !got)) {
+			end_choices(j, NULL); /* logged as plain "cancelled" */
+			break;
+		}
+	}
+	end_choices(j, NULL);
+	flush(j, true);
+}
+
+/* --- jobs --------------------------------------------------------------- */
 
 /* A job for g's prompts (taken from g) with g->n choices each, nothing
  * submitted yet. NULL when out of memory. */
@@ -169,6 +297,8 @@ static struct job *job_new(struct atlas_server *s, enum job_kind kind, struct se
 	struct job *j = calloc(1, sizeof(*j));
 	if (!j)
 		return NULL;
+	pthread_mutex_init(&j->mu, NULL);
+	j->refs = 1;
 	j->srv = s;
 	j->kind = kind;
 	j->failed = -1;
@@ -214,6 +344,7 @@ static int job_submit(struct job *j, struct serve_gen *g, struct serve_err *e)
 	uint64_t seed = g->sp.gen.sampling.seed;
 	int n = j->n_ch / j->n_prompts;
 	g->sp.top_logprobs = j->logprobs;
+	j->t0 = serve_now();
 	for (int i = 0; i < j->n_ch; i++) {
 		struct job_choice *ch = &j->ch[i];
 		g->sp.prompt = j->prompts[ch->prompt].ids;
@@ -241,7 +372,62 @@ static int job_submit(struct job *j, struct serve_gen *g, struct serve_err *e)
 		}
 		return -1;
 	}
+	int64_t prompt = 0;
+	for (int i = 0; i < j->n_prompts; i++)
+		prompt += j->prompts[i].n;
+	serve_limits_charge(&j->srv->limits, j->client, prompt);
 	return 0;
+}
+
+/* Answer a stream: the response goes to MHD with the opening events on
+ * the wire, then this worker pumps the rest. Takes j. */
+static enum MHD_Result run_stream(struct conn *c, struct job *j)
+{
+	j->refs = 2; /* this worker and MHD's response */
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024,
+								   stream_read, j, stream_free);
+	if (!r) {
+		j->refs = 1;
+		job_unref(j);
+		return serve_reply_error(c, 500, NULL, NULL, "out of memory");
+	}
+	MHD_add_response_header(r, "Content-Type", "text/event-stream");
+	MHD_add_response_header(r, "Cache-Control", "no-cache");
+	MHD_add_response_header(r, "X-Accel-Buffering", "no");
+	job_stream_start(j);
+	flush(j, false);
+	enum MHD_Result mr = serve_queue(c, 200, r);
+	serve_handoff(c); /* c is MHD's again */
+	stream_run(j);
+	job_unref(j);
+	return mr;
+}
+
+/* Answer with one JSON body once every choice has finished. Takes j. */
+static enum MHD_Result run_whole(struct conn *c, struct job *j)
+{
+	enum MHD_Result mr;
+	while (!finished(j)) {
+		if (is_cut(j)) {
+			end_choices(j, "server shutdown");
+			job_unref(j);
+			return serve_reply_error(c, 503, NULL, "server_shutting_down",
+						 "the server is shutting down; the request was cancelled");
+		}
+		/* the connection is suspended while this worker runs: ours to poll */
+		if (!pump(j, WAIT_MS) && serve_client_gone(c->mc)) {
+			end_choices(j, NULL); /* logged as plain "cancelled" */
+			job_unref(j);
+			return MHD_NO; /* nobody to answer */
+		}
+	}
+	if (j->failed >= 0)
+		mr = serve_reply_error(c, 500, NULL, NULL, "generation failed: %s",
+				       j->ch[j->failed].res.error);
+	else
+		mr = serve_reply_json(c, 200, job_final_body(j));
+	job_unref(j);
+	return mr;
 }
 
 enum MHD_Result serve_run_job(struct conn *c, enum job_kind kind, struct serve_gen *g)
@@ -257,41 +443,19 @@ enum MHD_Result serve_run_job(struct conn *c, enum job_kind kind, struct serve_g
 		serve_gen_free(g);
 		return serve_reply_error(c, 500, NULL, NULL, "out of memory");
 	}
+	if (s->parse_only) {
+		/* the fuzzing entry point: everything up to submission */
+		serve_gen_free(g);
+		job_unref(j);
+		return serve_reply_json(c, 200, json_object_new_object());
+	}
 	j->mc = c->mc;
+	snprintf(j->client, sizeof(j->client), "%s", c->client);
 	int rc = job_submit(j, g, &e);
 	serve_gen_free(g);
 	if (rc) {
-		job_free(j);
+		job_unref(j);
 		return serve_reply_err(c, &e);
 	}
-	if (j->stream) {
-		struct MHD_Response *r = MHD_create_response_from_callback(
-		    MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j, stream_free);
-		if (!r) {
-			job_free(j);
-			return MHD_NO;
-		}
-		MHD_add_response_header(r, "Content-Type", "text/event-stream");
-		MHD_add_response_header(r, "Cache-Control", "no-cache");
-		MHD_add_response_header(r, "X-Accel-Buffering", "no");
-		enum MHD_Result mr = MHD_queue_response(c->mc, 200, r);
-		MHD_destroy_response(r);
-		c->answered = true;
-		serve_metrics_status(&s->metrics, 200);
-		return mr;
-	}
-	while (!finished(j)) {
-		if (!pump(j, WAIT_MS) && serve_client_gone(c->mc)) {
-			job_free(j); /* cancels; nobody to answer */
-			return MHD_NO;
-		}
-	}
-	enum MHD_Result mr;
-	if (j->failed >= 0)
-		mr = serve_reply_error(c, 500, NULL, NULL, "generation failed: %s",
-				       j->ch[j->failed].res.error);
-	else
-		mr = serve_reply_json(c, 200, job_final_body(j));
-	job_free(j);
-	return mr;
+	return j->stream ? run_stream(c, j) : run_whole(c, j);
 }

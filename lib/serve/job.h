@@ -15,6 +15,7 @@ struct job_choice {
 	int prompt;		      /* its prompt, in job.prompts */
 	bool first;		      /* j = 0: usage counts its prompt (and cached tokens) */
 	int64_t n_gen;		      /* tokens seen so far */
+	double t_first;		      /* when its first token came (serve_now), or 0 */
 	bool done;		      /* the request finished; res valid */
 	bool logged;		      /* its log line was written */
 	struct atlas_sreq_result res; /* outcome */
@@ -23,9 +24,15 @@ struct job_choice {
 	size_t lp_off;	 /* completions logprobs: text offset of the next token */
 };
 
+/* A job runs in the worker thread of its request (http.c). A streaming
+ * job outlives the handoff of its connection: the worker keeps pumping
+ * tokens into `wire`, which libmicrohttpd's reader (a pool thread)
+ * drains, suspending the connection while `wire` is empty; both hold a
+ * reference and the last one frees the job. */
 struct job {
 	struct atlas_server *srv;     /* the server */
-	struct MHD_Connection *mc;    /* the client */
+	struct MHD_Connection *mc;    /* the client; stream: NULL once MHD freed the
+				       * response (under mu) */
 	enum job_kind kind;	      /* chat, completion, messages */
 	char id[64];		      /* response id */
 	bool stream;		      /* SSE */
@@ -41,8 +48,20 @@ struct job {
 	int failed;		      /* a choice whose engine failed (res.rc), or -1 */
 	int wait_on;		      /* the choice to wait on while none has output */
 	int phase;		      /* stream: 0 nothing sent, 1 sending, 2 last bytes queued */
-	struct sbuf out;	      /* stream bytes not yet handed to MHD */
-	size_t out_pos;		      /* bytes of out already handed over */
+	struct sbuf out;	      /* stream bytes made by the worker, not yet in wire */
+	double t0;		      /* submission time (serve_now) */
+	const char *why;	      /* why unfinished choices ended, for the log:
+				       * "server shutdown", or NULL (client gone) */
+	char client[64];	      /* rate-limit identity, charged with the tokens */
+
+	pthread_mutex_t mu;	      /* guards the fields below (stream) */
+	struct sbuf wire;	      /* stream bytes for MHD's reader */
+	size_t wire_pos;	      /* bytes of wire already read */
+	bool eof;		      /* the worker has added its last bytes to wire */
+	bool abort;		      /* end the response with an error (client gone) */
+	bool waiting;		      /* the reader suspended the connection for bytes */
+	bool closed;		      /* MHD freed the response (the exchange is over) */
+	int refs;		      /* holders: the worker, and MHD's response */
 };
 
 /* --- job_body.c --------------------------------------------------------- */
@@ -75,10 +94,13 @@ json_object *job_final_body(struct job *j);
 /* Append to j->out: the opening events (a role or echo chunk per
  * choice; Anthropic's message_start...); a chunk of ch's tokens; ch's
  * finish chunk; the closing events (usage, [DONE]; or the error of
- * j->failed). */
+ * j->failed, with no [DONE]); or, for a stream cut short (shutdown), an
+ * error event with `msg` in the API's shape (OpenAI: a data line with
+ * {"error": {...}}; Anthropic: event: error), never a normal finish. */
 void job_stream_start(struct job *j);
 void job_stream_tokens(struct job *j, struct job_choice *ch, const struct atlas_sched_chunk *c);
 void job_stream_choice_end(struct job *j, struct job_choice *ch);
 void job_stream_end(struct job *j);
+void job_stream_cut(struct job *j, const char *msg);
 
 #endif

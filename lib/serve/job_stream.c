@@ -1,8 +1,9 @@
 /* job_stream.c - the SSE stream of a generation: OpenAI chunks (one
  * choice each, the choices interleaved as their tokens arrive, each
  * with its own finish chunk; then the usage chunk and [DONE] once) or
- * Anthropic's event sequence. Only appends to j->out; job.c hands the
- * bytes to libmicrohttpd. */
+ * Anthropic's event sequence; a failed or cut stream ends with an error
+ * event instead. Only appends to j->out; job.c hands the bytes to
+ * libmicrohttpd. */
 #include <string.h>
 
 #include "job.h"
@@ -147,13 +148,13 @@ void job_stream_choice_end(struct job *j, struct job_choice *ch)
 	sse(j, NULL, chunk_obj(j, choice_obj(j, ch, body, NULL, job_openai_finish(&ch->res))));
 }
 
-static void stream_error(struct job *j, const char *msg)
+/* An error event; the stream ends with it (no [DONE]: a client must not
+ * take a cut stream for a finished one). */
+static void stream_error(struct job *j, const char *msg, const char *type)
 {
 	json_object *err = json_object_new_object();
 	json_object_object_add(err, "message", json_object_new_string(msg));
-	json_object_object_add(
-	    err, "type",
-	    json_object_new_string(j->kind == JOB_MESSAGES ? "api_error" : "server_error"));
+	json_object_object_add(err, "type", json_object_new_string(type));
 	json_object_object_add(err, "param", NULL);
 	json_object_object_add(err, "code", NULL);
 	json_object *o = json_object_new_object();
@@ -161,8 +162,6 @@ static void stream_error(struct job *j, const char *msg)
 		json_object_object_add(o, "type", json_object_new_string("error"));
 	json_object_object_add(o, "error", err);
 	sse(j, j->kind == JOB_MESSAGES ? "error" : NULL, o);
-	if (j->kind != JOB_MESSAGES)
-		sbuf_add(&j->out, "data: [DONE]\n\n", 14);
 }
 
 static void anthropic_end(struct job *j)
@@ -189,7 +188,8 @@ static void anthropic_end(struct job *j)
 void job_stream_end(struct job *j)
 {
 	if (j->failed >= 0) {
-		stream_error(j, j->ch[j->failed].res.error);
+		stream_error(j, j->ch[j->failed].res.error,
+			     j->kind == JOB_MESSAGES ? "api_error" : "server_error");
 	} else if (j->kind == JOB_MESSAGES) {
 		anthropic_end(j);
 	} else {
@@ -197,5 +197,13 @@ void job_stream_end(struct job *j)
 			sse(j, NULL, chunk_obj(j, NULL));
 		sbuf_add(&j->out, "data: [DONE]\n\n", 14);
 	}
+	j->phase = 2;
+}
+
+void job_stream_cut(struct job *j, const char *msg)
+{
+	if (j->phase == 0)
+		job_stream_start(j);
+	stream_error(j, msg, j->kind == JOB_MESSAGES ? "overloaded_error" : "service_unavailable");
 	j->phase = 2;
 }

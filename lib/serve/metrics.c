@@ -1,7 +1,11 @@
 /* metrics.c - counters and histograms of atlas-serve, rendered as
  * Prometheus text for GET /metrics: requests by status, tokens, time to
- * first token, time per output token, running/waiting requests, the
- * KV pool and the prefix cache. */
+ * first token, time per output token, connections and requests in
+ * flight, running/waiting requests, the KV pool and the prefix cache.
+ * Also the per-client token buckets of the rate limits, which count the
+ * same requests and tokens. */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "serve_internal.h"
@@ -121,6 +125,19 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 			       "Mean time between generated tokens, per request.", m->tpot, tpot_le,
 			       NTPOT, m->tpot_sum, m->tpot_n);
 	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_lock(&s->mu);
+	int64_t inflight = s->n_inflight, workers = s->n_workers;
+	pthread_mutex_unlock(&s->mu);
+	if (!rc)
+		rc = metric(b, "atlas_http_connections", "gauge", "Open HTTP connections.",
+			    (long long)__atomic_load_n(&s->n_conns, __ATOMIC_RELAXED));
+	if (!rc)
+		rc = metric(b, "atlas_http_requests_in_flight", "gauge",
+			    "HTTP requests being received or answered.", inflight);
+	if (!rc)
+		rc = metric(b, "atlas_http_handlers_running", "gauge",
+			    "POST requests being handled (the count --max-concurrent-requests limits).",
+			    workers);
 	if (!rc)
 		rc = metric(b, "atlas_requests_running", "gauge",
 			    "Requests admitted to the batch.", st.running);
@@ -154,4 +171,72 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 	if (!rc)
 		rc = metric(b, "atlas_engine_steps_total", "counter", "Forward steps run.", st.steps);
 	return rc;
+}
+
+/* --- rate limits --------------------------------------------------------- */
+
+void serve_limits_init(struct serve_limits *l, double rpm, double tpm)
+{
+	memset(l, 0, sizeof(*l));
+	pthread_mutex_init(&l->mu, NULL);
+	l->rpm = rpm > 0 ? rpm : 0;
+	l->tpm = tpm > 0 ? tpm : 0;
+}
+
+void serve_limits_release(struct serve_limits *l)
+{
+	pthread_mutex_destroy(&l->mu);
+}
+
+/* client's bucket, refilled up to now; a new one starts full, in the
+ * slot refilled longest ago when the table is full. Under l->mu. */
+static struct serve_bucket *bucket(struct serve_limits *l, const char *client)
+{
+	double now = serve_now();
+	struct serve_bucket *b = NULL, *oldest = &l->b[0];
+	for (size_t i = 0; i < SERVE_BUCKETS && !b; i++) {
+		struct serve_bucket *x = &l->b[i];
+		if (!strcmp(x->id, client))
+			b = x;
+		else if (!x->id[0] ? oldest->id[0] : x->t < oldest->t)
+			oldest = x;
+	}
+	if (!b) {
+		b = oldest;
+		snprintf(b->id, sizeof(b->id), "%s", client);
+		b->reqs = l->rpm;
+		b->toks = l->tpm;
+		b->t = now;
+	}
+	double dt = now - b->t;
+	b->t = now;
+	b->reqs = fmin(l->rpm, b->reqs + dt * l->rpm / 60.0);
+	b->toks = fmin(l->tpm, b->toks + dt * l->tpm / 60.0);
+	return b;
+}
+
+unsigned serve_limits_admit(struct serve_limits *l, const char *client)
+{
+	if ((!l->rpm && !l->tpm) || !client[0])
+		return 0;
+	pthread_mutex_lock(&l->mu);
+	struct serve_bucket *b = bucket(l, client);
+	double wait = 0;
+	if (l->rpm && b->reqs < 1)
+		wait = (1 - b->reqs) * 60.0 / l->rpm;
+	if (l->tpm && b->toks < 1)
+		wait = fmax(wait, (1 - b->toks) * 60.0 / l->tpm);
+	if (wait == 0 && l->rpm)
+		b->reqs -= 1;
+	pthread_mutex_unlock(&l->mu);
+	return wait > 0 ? (unsigned)ceil(wait) : 0;
+}
+
+void serve_limits_charge(struct serve_limits *l, const char *client, int64_t tokens)
+{
+	if (!l->tpm || !client[0] || tokens <= 0)
+		return;
+	pthread_mutex_lock(&l->mu);
+	bucket(l, client)->toks -= (double)tokens;
+	pthread_mutex_unlock(&l->mu);
 }

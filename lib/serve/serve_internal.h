@@ -34,12 +34,33 @@ struct serve_metrics {
 	int64_t tpot_n;               /* observations */
 };
 
+/* Per-client token buckets for --rate-limit-rpm and --rate-limit-tpm
+ * (metrics.c). A client is an API key (by its index in the key list) or,
+ * without keys, a client address. The table is fixed; when full, the
+ * bucket refilled longest ago is reused. */
+#define SERVE_BUCKETS 1024
+struct serve_bucket {
+	char id[64];                  /* "key N" or "addr ADDRESS"; "" = free slot */
+	double reqs;                  /* requests left, at most rpm */
+	double toks;                  /* tokens left, at most tpm; negative = in debt */
+	double t;                     /* last refill, monotonic seconds */
+};
+struct serve_limits {
+	pthread_mutex_t mu;           /* guards b */
+	double rpm;                   /* requests per minute per client; 0 = off */
+	double tpm;                   /* tokens (prompt + generated) per minute; 0 = off */
+	struct serve_bucket b[SERVE_BUCKETS]; /* the buckets */
+};
+
 struct atlas_server {
 	struct atlas_server_params p; /* as given (strings owned below) */
 	char *model_dir;              /* copy of p.model_dir */
 	char *served_name;            /* name in responses */
-	char *api_key;                /* copy of the key, or NULL */
-	struct MHD_Daemon *mhd;       /* the HTTP daemon */
+	char **api_keys;              /* copies of the accepted keys (none: no check) */
+	int n_api_keys;               /* entries in api_keys */
+	char **origins;               /* --allowed-origins, copied ("*" = any) */
+	int n_origins;                /* entries in origins */
+	struct MHD_Daemon *mhd;       /* the HTTP daemon (epoll, a pool of threads) */
 	int port;                     /* bound port */
 	pthread_t engine;             /* loads the model, runs the scheduler */
 	bool engine_started;          /* engine was created */
@@ -61,7 +82,18 @@ struct atlas_server {
 	int64_t created;              /* start time, for "created" fields */
 
 	struct serve_metrics metrics; /* /metrics */
+	struct serve_limits limits;   /* rate limits */
 	uint64_t next_id;             /* request id counter (atomic) */
+
+	/* connections and requests in flight (guarded by mu, signalled on cv) */
+	int64_t n_conns;              /* open TCP connections (atomic, no lock) */
+	int64_t n_inflight;           /* requests from their first header line to their
+				       * last byte sent (or the connection's end) */
+	int64_t n_workers;            /* handler threads running (POST routes) */
+	bool quiesced;                /* no longer accepting; new requests get 503 */
+	bool cut;                     /* shutdown: jobs end now (streams with an error
+				       * event, others with 503); atomic reads */
+	bool parse_only;              /* fuzzing entry point: no daemon, no scheduler */
 };
 
 /* A growable byte buffer. */
@@ -73,14 +105,30 @@ struct sbuf {
 enum serve_api { API_OPENAI = 0, API_ANTHROPIC };
 enum job_kind { JOB_CHAT = 0, JOB_COMPLETION, JOB_MESSAGES };
 
-/* One HTTP exchange, from first header to response. */
+struct serve_worker;
+
+/* One HTTP exchange, from first header to response. POST routes run in
+ * a worker thread (http.c) while the connection is suspended: their
+ * replies wait in `pending` until the pool thread queues them, and the
+ * worker does not touch the conn after handing it back. */
 struct conn {
 	struct atlas_server *srv;     /* the server */
-	struct MHD_Connection *mc;    /* libmicrohttpd's connection */
+	struct MHD_Connection *mc;    /* libmicrohttpd's connection (NULL: parse-only) */
 	struct sbuf body;             /* request body so far */
 	bool too_large;               /* body passed max_body */
 	bool answered;                /* a response was queued */
 	enum serve_api api;           /* error shape */
+	const char *origin;           /* the request's Origin when allowed (MHD's copy), or NULL */
+	char client[64];              /* rate-limit identity ("key N", "addr A") */
+	unsigned retry_after;         /* Retry-After seconds on the reply; 0 = none */
+	bool close;                   /* reply with Connection: close */
+	bool counted;                 /* counted in srv->n_inflight */
+	struct serve_worker *worker;  /* the worker thread running the route, until it
+				       * hands the connection back (worker's field) */
+	bool deferred;                /* suspended for a worker; the pool thread's field */
+	struct MHD_Response *pending; /* worker's reply, for the pool thread to queue */
+	unsigned pending_status;      /* its status */
+	unsigned status;              /* status of the reply (the last one queued) */
 };
 
 int sbuf_add(struct sbuf *b, const char *s, size_t n);
@@ -88,6 +136,13 @@ int sbuf_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(prin
 void sbuf_free(struct sbuf *b);
 
 /* --- http.c ----------------------------------------------------------- */
+/* Queue response `r` (consumed) with `status` and the headers every reply
+ * gets (CORS, Retry-After, Connection: close while stopping); in a worker
+ * it is kept for the pool thread. MHD_NO when r is NULL. */
+enum MHD_Result serve_queue(struct conn *c, unsigned status, struct MHD_Response *r);
+/* From a worker: hand the connection back to libmicrohttpd (it queues the
+ * reply kept by serve_queue). c must not be used afterwards. */
+void serve_handoff(struct conn *c);
 /* Queue `obj` (consumed) as a JSON response with `status`. */
 enum MHD_Result serve_reply_json(struct conn *c, unsigned status, json_object *obj);
 /* Queue an error in the OpenAI shape ({"error": {message, type, param,
@@ -100,8 +155,11 @@ enum MHD_Result serve_reply_text(struct conn *c, unsigned status, const char *ct
 				 const char *text, size_t len);
 /* Server state: 1 ready; replies 503 and returns 0 otherwise. */
 int serve_ready(struct conn *c);
-/* Has the client gone away? */
+/* Has the client gone away? Only for a connection that is suspended
+ * (libmicrohttpd is not using it); false for NULL. */
 bool serve_client_gone(struct MHD_Connection *mc);
+/* Seconds on a monotonic clock. */
+double serve_now(void);
 /* A fresh response id with `prefix`. */
 void serve_new_id(struct atlas_server *s, const char *prefix, char *out, size_t cap);
 /* Log one line to stderr. */
@@ -188,6 +246,17 @@ enum MHD_Result serve_detokenize(struct conn *c);
 enum MHD_Result serve_health(struct conn *c);
 enum MHD_Result serve_metrics_route(struct conn *c);
 
+/* --- server.c ----------------------------------------------------------- */
+/* Internal entry point for the request fuzzer (tests/fuzz): a server
+ * without a daemon or scheduler over the tokenizer and config of
+ * model_dir (CPU), whose generation routes parse and answer 200 without
+ * generating. NULL with a message. Free with atlas_server_stop. */
+struct atlas_server *serve_parse_only_open(const char *model_dir);
+/* Run the route for `path` (POST) on `body` as a request would; returns
+ * the HTTP status it answered, or 0 when it closed the connection. */
+unsigned serve_parse_only_request(struct atlas_server *s, const char *path, const char *body,
+				  size_t len);
+
 /* --- metrics.c ---------------------------------------------------------- */
 void serve_metrics_init(struct serve_metrics *m);
 void serve_metrics_release(struct serve_metrics *m);
@@ -195,5 +264,13 @@ void serve_metrics_status(struct serve_metrics *m, unsigned status);
 void serve_metrics_done(struct serve_metrics *m, const struct atlas_sreq_result *r);
 /* Render the Prometheus text into b. */
 int serve_metrics_render(struct atlas_server *s, struct sbuf *b);
+/* Rate limits: rpm and tpm per minute, 0 = off. */
+void serve_limits_init(struct serve_limits *l, double rpm, double tpm);
+void serve_limits_release(struct serve_limits *l);
+/* Admit one request of `client`: 0, or the seconds to wait (at least 1)
+ * when its request or token bucket is empty (nothing is taken then). */
+unsigned serve_limits_admit(struct serve_limits *l, const char *client);
+/* Charge `tokens` to client's token bucket (it may go into debt). */
+void serve_limits_charge(struct serve_limits *l, const char *client, int64_t tokens);
 
 #endif

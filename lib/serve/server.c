@@ -1,12 +1,16 @@
 /* server.c - atlas-serve's life cycle: bind and answer at once, load the
  * model in the engine thread (which then owns it and runs the
- * scheduler), stop and unload. See server.h. */
+ * scheduler); shut down gracefully (stop accepting, let requests in
+ * flight finish, then end the rest with errors, never with a normal
+ * finish), stop and unload. See server.h. Also the parse-only server of
+ * the request fuzzer. */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../core/error.h"
 #include "../core/log.h"
@@ -113,7 +117,77 @@ static char *base_name(const char *dir)
 	return out;
 }
 
-struct atlas_server *atlas_server_start(const struct atlas_server_params *p)
+void atlas_server_default_params(struct atlas_server_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->port = 8888;
+	p->device = "auto";
+	p->max_connections = 8192;
+	p->max_connections_per_ip = 256;
+	p->timeout_s = 30;
+}
+
+/* Copies of n strings into *out; 0 or ATLAS_ENOMEM. */
+static int copy_strings(const char *const *in, int n, char ***out)
+{
+	if (n <= 0)
+		return 0;
+	if (!(*out = calloc((size_t)n, sizeof(char *))))
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	for (int i = 0; i < n; i++)
+		if (!((*out)[i] = strdup(in[i])))
+			return atlas_error(ATLAS_ENOMEM, "out of memory");
+	return 0;
+}
+
+static void free_strings(char **v, int n)
+{
+	for (int i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* --allowed-origins: "scheme://host[:port]" entries (a trailing '/' is
+ * dropped, as browsers send none) or "*", separated by commas. */
+static int parse_origins(struct atlas_server *s, const char *list)
+{
+	if (!list)
+		return 0;
+	size_t len = strlen(list);
+	for (size_t i = 0; i < len;) {
+		size_t e = i;
+		while (e < len && list[e] != ',')
+			e++;
+		size_t a = i, b = e;
+		while (a < b && (list[a] == ' ' || list[a] == '\t'))
+			a++;
+		while (b > a && (list[b - 1] == ' ' || list[b - 1] == '\t' || list[b - 1] == '/'))
+			b--;
+		if (b > a) {
+			char *o = strndup(list + a, b - a);
+			char **v = realloc(s->origins, (size_t)(s->n_origins + 1) * sizeof(char *));
+			if (!o || !v) {
+				free(o);
+				if (v)
+					s->origins = v;
+				return atlas_error(ATLAS_ENOMEM, "out of memory");
+			}
+			s->origins = v;
+			s->origins[s->n_origins++] = o;
+			if (strcmp(o, "*") && (!strstr(o, "://") || strpbrk(o, " \t\r\n")))
+				return atlas_error(ATLAS_EINVAL,
+						   "--allowed-origins: '%s' is not an origin "
+						   "(scheme://host[:port], or *)", o);
+		}
+		i = e + 1;
+	}
+	if (!s->n_origins)
+		return atlas_error(ATLAS_EINVAL, "--allowed-origins: no origin in '%s'", list);
+	return 0;
+}
+
+/* The parts of a server every variant has; NULL when out of memory. */
+static struct atlas_server *server_new(const struct atlas_server_params *p)
 {
 	struct atlas_server *s = calloc(1, sizeof(*s));
 	if (!s) {
@@ -121,6 +195,19 @@ struct atlas_server *atlas_server_start(const struct atlas_server_params *p)
 		return NULL;
 	}
 	s->p = *p;
+	s->created = (int64_t)time(NULL);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	serve_metrics_init(&s->metrics);
+	serve_limits_init(&s->limits, p->rate_limit_rpm, p->rate_limit_tpm);
+	return s;
+}
+
+struct atlas_server *atlas_server_start(const struct atlas_server_params *p)
+{
+	struct atlas_server *s = server_new(p);
+	if (!s)
+		return NULL;
 	if (!s->p.host)
 		s->p.host = "127.0.0.1";
 	if (!s->p.max_body)
@@ -129,17 +216,22 @@ struct atlas_server *atlas_server_start(const struct atlas_server_params *p)
 		s->p.max_seqs = 16;
 	if (!s->p.max_batch_tokens)
 		s->p.max_batch_tokens = 512;
+	if (s->p.max_connections <= 0)
+		s->p.max_connections = 8192;
 	s->model_dir = strdup(p->model_dir);
 	s->served_name = p->served_name ? strdup(p->served_name) : base_name(p->model_dir);
-	s->api_key = p->api_key ? strdup(p->api_key) : NULL;
-	s->created = (int64_t)time(NULL);
-	pthread_mutex_init(&s->mu, NULL);
-	pthread_cond_init(&s->cv, NULL);
-	serve_metrics_init(&s->metrics);
-	if (!s->model_dir || !s->served_name || (p->api_key && !s->api_key)) {
+	if (!s->model_dir || !s->served_name) {
 		atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto fail;
 	}
+	s->n_api_keys = p->n_api_keys > 0 ? p->n_api_keys : 0;
+	if (copy_strings(p->api_keys, s->n_api_keys, &s->api_keys)) {
+		if (!s->api_keys)
+			s->n_api_keys = 0;
+		goto fail;
+	}
+	if (parse_origins(s, p->allowed_origins))
+		goto fail;
 	if (s->p.max_batch_tokens < s->p.max_seqs) {
 		atlas_error(ATLAS_EINVAL, "--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",
 			    (long long)s->p.max_batch_tokens, (long long)s->p.max_seqs);
@@ -155,6 +247,43 @@ struct atlas_server *atlas_server_start(const struct atlas_server_params *p)
 		goto fail;
 	}
 	s->engine_started = true;
+	return s;
+fail:
+	atlas_server_stop(s);
+	return NULL;
+}
+
+struct atlas_server *serve_parse_only_open(const char *model_dir)
+{
+	struct atlas_server_params p;
+	atlas_server_default_params(&p);
+	p.max_body = (size_t)32 << 20;
+	struct atlas_server *s = server_new(&p);
+	if (!s)
+		return NULL;
+	s->parse_only = true;
+	s->model_dir = strdup(model_dir);
+	s->served_name = strdup("parse-only");
+	if (!s->model_dir || !s->served_name) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto fail;
+	}
+	struct atlas_session_params sp;
+	atlas_session_default_params(&sp);
+	sp.model_dir = s->model_dir;
+	sp.device = "cpu";
+	sp.model.max_seqs = 1;
+	sp.model.max_tokens = 16;
+	sp.sched_max_seqs = 1;
+	sp.sched_max_tokens = 16;
+	if (!(s->ses = atlas_session_open(&sp)))
+		goto fail;
+	s->be = atlas_session_backend(s->ses);
+	s->model = atlas_session_model(s->ses);
+	s->tok = atlas_session_tok(s->ses);
+	atlas_session_gen_defaults(s->ses, &s->gen_defaults);
+	s->ctx = atlas_model_max_context(s->model);
+	s->state = 1; /* s->sched stays NULL: nothing is ever submitted */
 	return s;
 fail:
 	atlas_server_stop(s);
@@ -178,16 +307,68 @@ int atlas_server_wait_ready(struct atlas_server *s)
 	return rc;
 }
 
+void atlas_server_quiesce(struct atlas_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool first = !s->quiesced;
+	__atomic_store_n(&s->quiesced, true, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&s->mu);
+	if (first && s->mhd) {
+		/* the pool threads stop polling the listening socket; closing it
+		 * makes new connections fail at once */
+		MHD_socket fd = MHD_quiesce_daemon(s->mhd);
+		if (fd != MHD_INVALID_SOCKET)
+			close(fd);
+	}
+}
+
+int64_t atlas_server_in_flight(struct atlas_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int64_t n = s->n_inflight;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+/* How long stop waits for the replies of cut requests to go out. */
+#define FLUSH_WAIT_S 2.0
+
+/* Cut the jobs still running and wait for their workers (they see the cut
+ * within one wait slice); then give their replies a moment to be sent. */
+static void cut_requests(struct atlas_server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int64_t workers = s->n_workers, inflight = s->n_inflight;
+	__atomic_store_n(&s->cut, true, __ATOMIC_RELEASE);
+	if (workers)
+		serve_log("stopping: ending %lld running requests", (long long)workers);
+	while (s->n_workers > 0)
+		pthread_cond_wait(&s->cv, &s->mu);
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)FLUSH_WAIT_S;
+	while (s->n_inflight > 0 && pthread_cond_timedwait(&s->cv, &s->mu, &until) == 0)
+		;
+	if (s->n_inflight > 0 && inflight)
+		serve_log("stopping: closing %lld connections with replies unsent",
+			  (long long)s->n_inflight);
+	pthread_mutex_unlock(&s->mu);
+}
+
 void atlas_server_stop(struct atlas_server *s)
 {
 	if (!s)
 		return;
+	if (s->mhd) {
+		atlas_server_quiesce(s);
+		cut_requests(s);
+	}
 	pthread_mutex_lock(&s->mu);
 	bool ready = s->state == 1;
 	if (s->state == 0 || s->state == 1)
 		s->state = 2;
 	pthread_mutex_unlock(&s->mu);
-	/* stop the engine first: waiting handlers see their requests end */
+	/* no request holds the engine any more */
 	if (ready && s->sched)
 		atlas_sched_stop(s->sched);
 	if (s->engine_started) {
@@ -200,10 +381,12 @@ void atlas_server_stop(struct atlas_server *s)
 	 * followers can be stopped from here */
 	atlas_session_close(s->ses);
 	serve_metrics_release(&s->metrics);
+	serve_limits_release(&s->limits);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s->model_dir);
 	free(s->served_name);
-	free(s->api_key);
+	free_strings(s->api_keys, s->n_api_keys);
+	free_strings(s->origins, s->n_origins);
 	free(s);
 }

@@ -8,6 +8,7 @@
 #ifndef ATLAS_SERVE_SERVER_H
 #define ATLAS_SERVE_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,8 +22,28 @@ struct atlas_server_params {
 	int64_t max_seqs;             /* sequences per step; 0 = 16 */
 	int64_t max_batch_tokens;     /* tokens per step; 0 = 512 */
 	int64_t kv_blocks;            /* KV pool blocks; 0 = enough for max_seqs full sequences */
-	const char *api_key;          /* required key, or NULL for none */
+	const char *const *api_keys;  /* accepted keys (a request needs one of them) */
+	int n_api_keys;               /* entries in api_keys; 0 = no key needed */
 	size_t max_body;              /* largest request body; 0 = 32 MiB */
+	/* HTTP limits: the daemon polls every connection with epoll from a few
+	 * threads, so idle connections cost a file descriptor and a little
+	 * memory; generation requests run in their own threads. */
+	int max_connections;          /* open connections; 0 = 8192 (at most the
+				       * process's file-descriptor limit allows) */
+	int max_connections_per_ip;   /* per client address; 0 = no limit */
+	int timeout_s;                /* a connection that sends nothing for this long
+				       * (idle, or a request head or body stalled) is
+				       * closed; 0 = never. Requests being answered
+				       * are not cut: streams wait for tokens */
+	int max_concurrent;           /* requests handled at once (POST routes); more
+				       * get 429 with Retry-After; 0 = no limit */
+	double rate_limit_rpm;        /* requests per minute per API key (or client
+				       * address without keys); 0 = no limit */
+	double rate_limit_tpm;        /* prompt plus generated tokens per minute per
+				       * key or address; 0 = no limit */
+	const char *allowed_origins;  /* comma-separated origins ("https://a.example",
+				       * or "*") a browser may call from (CORS); NULL =
+				       * none: requests with an Origin are refused */
 	bool no_prefix_cache;         /* --no-prefix-cache: recompute every prompt */
 	int tp;                       /* tensor-parallel ranks; 0 or 1 = one. More:
 				       * thread ranks on the CPU (lib/model/tp_group.h),
@@ -30,6 +51,10 @@ struct atlas_server_params {
 };
 
 struct atlas_server; /* opaque */
+
+/* Defaults: 127.0.0.1:8888, device auto, 8192 connections, 256 per
+ * address, 30 s timeout, no rate limits; the rest 0 (see each field). */
+void atlas_server_default_params(struct atlas_server_params *p);
 
 /* Start listening and loading. Returns the server (owned by the caller,
  * atlas_server_stop frees it) or NULL with a message (cannot bind...). */
@@ -39,7 +64,17 @@ int atlas_server_port(const struct atlas_server *s);
 /* Wait until the model is loaded: 0 when ready, or the negative ATLAS_E*
  * code of the load failure with its message. */
 int atlas_server_wait_ready(struct atlas_server *s);
-/* Stop answering, cancel what is running, unload, free. */
+/* Begin a graceful shutdown: close the listening socket and answer new
+ * requests on open connections with 503 (Connection: close); requests in
+ * flight go on. Any thread; idempotent. */
+void atlas_server_quiesce(struct atlas_server *s);
+/* Requests in flight: from their first header line to their last byte
+ * (streams included). Idle keep-alive connections are not counted. */
+int64_t atlas_server_in_flight(struct atlas_server *s);
+/* Stop: quiesce, end the requests still running (a stream gets an error
+ * event, never a normal finish; a non-streaming request a 503 error),
+ * wait briefly for those replies to go out, then stop the engine, close
+ * every connection, unload and free. NULL is a no-op. */
 void atlas_server_stop(struct atlas_server *s);
 
 #endif
