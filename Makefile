@@ -9,16 +9,51 @@
 #   ATLAS_TARGETS narrow the CUDA kernel targets, e.g. "sm90/common"
 #                 (default: every target in kernels/; see scripts/build-kernels.sh)
 #   NVCC          the CUDA compiler (default: nvcc on PATH; empty = CPU-only build)
+#   SAN=1         a CPU-only gcc build with AddressSanitizer and UBSan in build-san/
+#                 (`make test SAN=1` runs the tests with its programs)
+#   TESTS         what `make test` runs (default: everything); parts of
+#                 tests/run-all: unit, tokverify, clients, bats files
+#   FUZZ_S        seconds per harness for `make fuzz` (default 30)
 
 CC      ?= gcc
 PREFIX  ?= /usr/local
+
+# Sanitizer builds live in their own build folders and never use nvcc:
+# SAN=1 is gcc with ASan + UBSan (the tests' programs), FUZZ=1 is clang
+# with libFuzzer's instrumentation (the library under tests/fuzz/; `make
+# fuzz` sets it). Any UB report is fatal, so a test sees it as a failure.
+# A SAN build folder keeps a .san stamp, so that a later `make
+# BUILD=build-san ...` without SAN=1 (tests/t/2040 runs make install so)
+# builds it the same way.
+ifeq ($(SAN),1)
+BUILD   ?= build-san
+endif
+ifeq ($(FUZZ),1)
+BUILD   ?= build-fuzz
+endif
 BUILD   ?= build
+ifneq ($(wildcard $(BUILD)/.san),)
+SAN     := 1
+endif
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ifeq ($(SAN),1)
+NVCC    :=
+CFLAGS  ?= -O1 -g
+SAN_CFLAGS := $(SAN_FLAGS)
+$(shell mkdir -p $(BUILD) && touch $(BUILD)/.san)
+endif
+ifeq ($(FUZZ),1)
+CC      := $(or $(shell command -v clang-14 2>/dev/null),clang)
+NVCC    :=
+CFLAGS  ?= -O1 -g
+SAN_CFLAGS := $(SAN_FLAGS) -fsanitize=fuzzer-no-link -Wno-unknown-warning-option
+endif
 VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 GIT_REV := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wno-format-truncation
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -pthread -fPIC \
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) $(SAN_CFLAGS) -pthread -fPIC \
 	-DATLAS_VERSION='"$(VERSION)"' -DATLAS_GIT_REV='"$(GIT_REV)"' \
 	$(shell pkg-config --cflags json-c libpcre2-8 libcurl libmicrohttpd 2>/dev/null)
 
@@ -54,7 +89,7 @@ UNIT_SRC := $(sort $(wildcard tests/unit/test-*.c))
 UNITS   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 HARNESS := $(BUILD)/obj/tests/unit/harness.o
 
-.PHONY: all lib progs tests test install uninstall clean lint fuzz gpu-tests gpu-test
+.PHONY: all lib progs tests test install uninstall clean lint fuzz fuzz-build fuzz-run gpu-tests gpu-test
 # keep objects of pattern-built programs (make would delete them, and print so)
 .SECONDARY:
 all: lib progs
@@ -121,8 +156,14 @@ gpu-test: gpu-tests
 
 # The one test command (README and .ci/run use it): unit tests, golden
 # tests, bats tests of every program; ends with "N passed, N failed".
+# Under SAN=1 the tests see ATLAS_SAN=1 (tests that time or measure
+# memory skip themselves) and every sanitizer report fails the program.
+ifeq ($(SAN),1)
+TEST_ENV := ATLAS_SAN=1 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+endif
 test: tests
-	@tests/run-all $(BUILD)
+	@$(TEST_ENV) tests/run-all $(BUILD) $(TESTS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
@@ -146,16 +187,45 @@ lint:
 	cppcheck --quiet --enable=warning,portability --std=c11 --error-exitcode=1 \
 		--suppress=missingIncludeSystem lib cmd
 
-# libFuzzer targets (needs clang); see tests/fuzz/README. FUZZ_TIME seconds.
-FUZZ_TIME ?= 60
+# libFuzzer harnesses: every tests/fuzz/fuzz-NAME.c is linked against a
+# clang-built CPU-only libatlas in build-fuzz/ into build-fuzz/fuzz-NAME,
+# then run for FUZZ_S seconds each, one after another, on a copy of its
+# seeds tests/fuzz/corpus/NAME/ (the repository's corpus is not written);
+# tests/fuzz/NAME.dict is used as its dictionary when present. Fails if
+# any harness finds a crash, leak, timeout or sanitizer report; the
+# reproducer is left in build-fuzz/artifacts/NAME/. See tests/fuzz/README.
+FUZZ_S  ?= 30
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz-*.c))
+FUZZ_BINS := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
+
+ifeq ($(FUZZ),1)
+$(BUILD)/fuzz-%: tests/fuzz/fuzz-%.c $(BUILD)/libatlas.a
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz-run: fuzz-build
+	@failed=""; \
+	for h in $(FUZZ_BINS); do \
+		name=$${h##*/fuzz-}; work=$(BUILD)/corpus/$$name; art=$(BUILD)/artifacts/$$name; \
+		rm -rf "$$work"; mkdir -p "$$work" "$$art"; \
+		[ -d tests/fuzz/corpus/$$name ] && cp -R tests/fuzz/corpus/$$name/. "$$work"/; \
+		dict=""; [ -f tests/fuzz/$$name.dict ] && dict=-dict=tests/fuzz/$$name.dict; \
+		echo "fuzz: $$name for $(FUZZ_S) s"; \
+		if $$h -max_total_time=$(FUZZ_S) -timeout=10 -rss_limit_mb=2048 \
+			-print_final_stats=1 -artifact_prefix=$$art/ $$dict "$$work" \
+			>$(BUILD)/fuzz-$$name.log 2>&1; then \
+			grep -E 'DONE' $(BUILD)/fuzz-$$name.log | tail -2; \
+		else \
+			tail -40 $(BUILD)/fuzz-$$name.log; failed="$$failed $$name"; \
+		fi; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: crashes in:$$failed (see $(BUILD)/artifacts/)"; exit 1; fi; \
+	echo "fuzz: $(words $(FUZZ_BINS)) harnesses, no findings"
+endif
+
 fuzz:
-	@mkdir -p $(BUILD)/fuzz/corpus-st
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-		$$(pkg-config --cflags json-c) -o $(BUILD)/fuzz/fuzz-safetensors \
-		tests/fuzz/fuzz-safetensors.c lib/core/*.c lib/io/safetensors.c \
-		lib/io/json_util.c lib/io/file.c $$(pkg-config --libs json-c) -lm -pthread
-	cp tests/fixtures/golden/qwen3/model.safetensors $(BUILD)/fuzz/corpus-st/seed-qwen3
-	$(BUILD)/fuzz/fuzz-safetensors -max_len=4096 -max_total_time=$(FUZZ_TIME) $(BUILD)/fuzz/corpus-st
+	@$(MAKE) --no-print-directory FUZZ=1 fuzz-run
 
 clean:
 	rm -rf $(BUILD)
