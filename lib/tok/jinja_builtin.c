@@ -52,14 +52,18 @@ static struct jval *strip(struct jrender *r, const struct jval *s, const struct 
 {
 	const char *p = s->s.s;
 	size_t b = 0, e = s->s.len;
-	const char *set = chars && chars->t == JV_STR ? chars->s.s : NULL;
-	size_t setn = set ? chars->s.len : 0;
-#define STRIPS(c) (set ? memchr(set, (c), setn) != NULL : is_space((unsigned char)(c)))
-	while (left && b < e && STRIPS(p[b]))
+	bool set[256]; /* the bytes to strip */
+	bool use_chars = chars && chars->t == JV_STR;
+	for (int c = 0; c < 256; c++)
+		set[c] = !use_chars && is_space((unsigned char)c);
+	for (size_t i = 0; use_chars && i < chars->s.len; i++)
+		set[(unsigned char)chars->s.s[i]] = true;
+	if (jbudget_scan(r->bud, s->s.len + (use_chars ? chars->s.len : 0)))
+		return NULL;
+	while (left && b < e && set[(unsigned char)p[b]])
 		b++;
-	while (right && e > b && STRIPS(p[e - 1]))
+	while (right && e > b && set[(unsigned char)p[e - 1]])
 		e--;
-#undef STRIPS
 	return jv_str(r->a, p + b, e - b);
 }
 
@@ -92,9 +96,9 @@ static struct jval *replace(struct jrender *r, const struct jnode *at, const str
 	if (!old->s.len)
 		return atlas_jinja_fail(at, "replace with an empty string is not supported");
 	int64_t max = count && count->t == JV_INT ? count->i : -1;
-	struct jbuf b = {0};
+	struct jbuf b = JBUF(r->bud);
 	size_t i = 0;
-	int rc = 0;
+	int rc = jbudget_scan(r->bud, s->s.len);
 	while (!rc && i <= s->s.len) {
 		const char *hit = max != 0 ? memmem(s->s.s + i, s->s.len - i, old->s.s, old->s.len) : NULL;
 		if (!hit) {
@@ -108,7 +112,7 @@ static struct jval *replace(struct jrender *r, const struct jnode *at, const str
 		max--;
 	}
 	struct jval *v = rc ? NULL : jv_str(r->a, b.p ? b.p : "", b.n);
-	free(b.p);
+	jbuf_release(&b);
 	return v;
 }
 
@@ -120,33 +124,36 @@ static struct jval *split(struct jrender *r, const struct jnode *at, const struc
 	int64_t max = maxsplit && maxsplit->t == JV_INT ? maxsplit->i : -1;
 	const char *p = s->s.s;
 	size_t n = s->s.len;
-	if (!l)
+	if (!l || jbudget_scan(r->bud, n))
 		return NULL;
 	if (sep && sep->t != JV_NONE) {
 		if (!need_str(at, sep, "split"))
 			return NULL;
 		if (!sep->s.len)
 			return atlas_jinja_fail(at, "empty separator");
-		/* collect all split points, then honour maxsplit from the chosen side */
-		size_t cuts[256], nc = 0;
-		for (size_t i = 0; i + sep->s.len <= n && nc < 256;) {
+		/* rsplit with maxsplit keeps the first cuts inside the first piece:
+		 * count the cuts first and skip that many */
+		size_t nc = 0, skip = 0;
+		for (size_t i = 0; from_right && max >= 0 && i + sep->s.len <= n; nc++) {
 			const char *h = memmem(p + i, n - i, sep->s.s, sep->s.len);
 			if (!h)
 				break;
-			cuts[nc++] = (size_t)(h - p);
 			i = (size_t)(h - p) + sep->s.len;
 		}
-		size_t first = 0, use = nc;
-		if (max >= 0 && (size_t)max < nc) {
-			use = (size_t)max;
-			if (from_right)
-				first = nc - use;
-		}
-		size_t start = 0; /* skipped cuts (rsplit) stay inside the first piece */
-		for (size_t k = first; k < first + use; k++) {
-			if (jv_list_push(r->a, l, jv_str(r->a, p + start, cuts[k] - start)))
+		if (from_right && max >= 0 && (uint64_t)max < nc)
+			skip = nc - (size_t)max;
+		size_t start = 0, i = 0;
+		for (size_t k = 0; i + sep->s.len <= n && (max < 0 || k < skip + (uint64_t)max);
+		     k++) {
+			const char *h = memmem(p + i, n - i, sep->s.s, sep->s.len);
+			if (!h)
+				break;
+			i = (size_t)(h - p) + sep->s.len;
+			if (k < skip)
+				continue;
+			if (jv_list_push(r->a, l, jv_str(r->a, p + start, (size_t)(h - p) - start)))
 				return NULL;
-			start = cuts[k] + sep->s.len;
+			start = i;
 		}
 		if (jv_list_push(r->a, l, jv_str(r->a, p + start, n - start)))
 			return NULL;
@@ -177,11 +184,14 @@ static struct jval *split(struct jrender *r, const struct jnode *at, const struc
 	return l;
 }
 
-static int affix(const struct jnode *at, const struct jval *s, const struct jval *x, bool end)
+static int affix(struct jrender *r, const struct jnode *at, const struct jval *s,
+		 const struct jval *x, bool end)
 {
+	if (jbudget_steps(r->bud, 1))
+		return -1;
 	if (x->t == JV_LIST) {
 		for (size_t i = 0; i < x->l.n; i++) {
-			int m = affix(at, s, x->l.v[i], end);
+			int m = affix(r, at, s, x->l.v[i], end);
 			if (m)
 				return m;
 		}
@@ -194,6 +204,8 @@ static int affix(const struct jnode *at, const struct jval *s, const struct jval
 	}
 	if (x->s.len > s->s.len)
 		return 0;
+	if (jbudget_scan(r->bud, x->s.len))
+		return -1;
 	return !memcmp(s->s.s + (end ? s->s.len - x->s.len : 0), x->s.s, x->s.len);
 }
 
@@ -201,7 +213,10 @@ static struct jval *length(struct jrender *r, const struct jnode *at, const stru
 {
 	switch (v->t) {
 	case JV_UNDEF: return jv_int(r->a, 0);
-	case JV_STR: return jv_int(r->a, (int64_t)jv_utf8_count(v->s.s, v->s.len));
+	case JV_STR:
+		if (jbudget_scan(r->bud, v->s.len))
+			return NULL;
+		return jv_int(r->a, (int64_t)jv_utf8_count(v->s.s, v->s.len));
 	case JV_LIST: return jv_int(r->a, (int64_t)v->l.n);
 	case JV_DICT:
 	case JV_NS: return jv_int(r->a, (int64_t)v->d.n);
@@ -229,9 +244,8 @@ static struct jval *as_list(struct jrender *r, const struct jnode *at, const str
 				return NULL;
 		return l;
 	case JV_STR:
-		for (size_t i = 0, n = jv_utf8_count(v->s.s, v->s.len); i < n; i++) {
-			size_t o = jv_utf8_offset(v->s.s, v->s.len, i);
-			size_t e = jv_utf8_offset(v->s.s, v->s.len, i + 1);
+		for (size_t o = jv_utf8_offset(v->s.s, v->s.len, 0), e; o < v->s.len; o = e) {
+			e = jv_utf8_forward(v->s.s, v->s.len, o, 1);
 			if (jv_list_push(r->a, l, jv_str(r->a, v->s.s + o, e - o)))
 				return NULL;
 		}
@@ -300,6 +314,8 @@ static struct jval *select_items(struct jrender *r, const struct jnode *at, stru
 	if (test && !atlas_jinja_has_test(test->s.s))
 		return atlas_jinja_fail(at, "unknown test '%s'", test->s.s);
 	for (size_t i = 0; i < items->l.n; i++) {
+		if (jbudget_steps(r->bud, 1))
+			return NULL;
 		struct jval *x = by_attr ? attr_path(r, items->l.v[i], attr) : items->l.v[i];
 		int ok;
 		if (!x)
@@ -326,6 +342,8 @@ static struct jval *map_items(struct jrender *r, const struct jnode *at, struct 
 		return NULL;
 	for (size_t i = 0; i < items->l.n; i++) {
 		struct jval *x;
+		if (jbudget_steps(r->bud, 1))
+			return NULL;
 		if (attr) {
 			if (attr->t != JV_STR)
 				return atlas_jinja_fail(at, "map attribute must be a string");
@@ -337,7 +355,14 @@ static struct jval *map_items(struct jrender *r, const struct jnode *at, struct 
 			if (!fname || fname->t != JV_STR || !atlas_jinja_has_filter(fname->s.s))
 				return atlas_jinja_fail(at, "map needs a filter name or attribute=");
 			struct jargs rest = {a->v + 1, a->n - 1, a->kw, a->kv, a->nkw};
+			/* map('map', 'map', ...) recurses once per argument */
+			if (r->depth >= ATLAS_JINJA_MAX_EVAL_DEPTH) {
+				jbudget_fail(r->bud, JOVER_EVAL_DEPTH);
+				return NULL;
+			}
+			r->depth++;
 			x = apply_filter(r, at, fname->s.s, items->l.v[i], &rest);
+			r->depth--;
 		}
 		if (!x || jv_list_push(r->a, out, x))
 			return NULL;
@@ -346,8 +371,9 @@ static struct jval *map_items(struct jrender *r, const struct jnode *at, struct 
 }
 
 /* <0 / 0 / >0 ordering for sort; strings case-folded unless case_sensitive. */
-static int sort_cmp(const struct jval *x, const struct jval *y, bool cs)
+static int sort_cmp(struct jbudget *bud, const struct jval *x, const struct jval *y, bool cs)
 {
+	jbudget_steps(bud, 1); /* the sort loops check the budget */
 	if (x->t == JV_STR && y->t == JV_STR) {
 		size_t n = x->s.len < y->s.len ? x->s.len : y->s.len;
 		for (size_t i = 0; i < n; i++) {
@@ -356,14 +382,45 @@ static int sort_cmp(const struct jval *x, const struct jval *y, bool cs)
 				a = tolower(a);
 				b = tolower(b);
 			}
-			if (a != b)
+			if (a != b) {
+				jbudget_scan(bud, i);
 				return a - b;
+			}
 		}
+		jbudget_scan(bud, n);
 		return (x->s.len > y->s.len) - (x->s.len < y->s.len);
 	}
 	double a = x->t == JV_FLOAT ? x->f : x->t == JV_INT ? (double)x->i : x->t == JV_BOOL ? x->b : 0;
 	double b = y->t == JV_FLOAT ? y->f : y->t == JV_INT ? (double)y->i : y->t == JV_BOOL ? y->b : 0;
 	return (a > b) - (a < b);
+}
+
+/* One item of a sort and its key. */
+struct sort_item {
+	struct jval *v;	  /* the item */
+	struct jval *key; /* what is compared: the item or its attribute */
+};
+
+/* Stable merge sort of it[0..n) (tmp: n more), O(n log n) comparisons. */
+static void merge_sort(struct jbudget *bud, struct sort_item *it, struct sort_item *tmp, size_t n,
+		       bool desc, bool cs)
+{
+	if (n < 2 || bud->over)
+		return;
+	size_t h = n / 2;
+	merge_sort(bud, it, tmp, h, desc, cs);
+	merge_sort(bud, it + h, tmp, n - h, desc, cs);
+	size_t i = 0, j = h, k = 0;
+	while (i < h && j < n) {
+		int c = sort_cmp(bud, it[i].key, it[j].key, cs);
+		/* the right item goes first only when strictly before: stable */
+		tmp[k++] = (desc ? c < 0 : c > 0) ? it[j++] : it[i++];
+	}
+	while (i < h)
+		tmp[k++] = it[i++];
+	while (j < n)
+		tmp[k++] = it[j++];
+	memcpy(it, tmp, n * sizeof(*it));
 }
 
 static struct jval *sort_items(struct jrender *r, const struct jnode *at, struct jval *v,
@@ -374,24 +431,23 @@ static struct jval *sort_items(struct jrender *r, const struct jnode *at, struct
 	struct jval *attr = arg(a, 2, "attribute");
 	if (!l)
 		return NULL;
+	if (attr && attr->t != JV_STR)
+		return atlas_jinja_fail(at, "sort attribute must be a string");
 	bool desc = rev && jv_truthy(rev), sens = cs && jv_truthy(cs);
-	for (size_t i = 1; i < l->l.n; i++) { /* insertion sort: stable, lists are short */
-		struct jval *x = l->l.v[i];
-		size_t j = i;
-		while (j > 0) {
-			struct jval *p = l->l.v[j - 1];
-			struct jval *kx = attr ? attr_path(r, x, attr) : x;
-			struct jval *kp = attr ? attr_path(r, p, attr) : p;
-			if (!kx || !kp)
-				return NULL;
-			int c = sort_cmp(kp, kx, sens);
-			if (desc ? c >= 0 : c <= 0)
-				break;
-			l->l.v[j] = p;
-			j--;
-		}
-		l->l.v[j] = x;
+	size_t n = l->l.n;
+	struct sort_item *it = jarena_alloc(r->a, (2 * n + 1) * sizeof(*it));
+	if (!it)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		it[i].v = l->l.v[i];
+		if (!(it[i].key = attr ? attr_path(r, it[i].v, attr) : it[i].v))
+			return NULL;
 	}
+	merge_sort(r->bud, it, it + n, n, desc, sens);
+	if (r->bud->over)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		l->l.v[i] = it[i].v;
 	return l;
 }
 
@@ -399,14 +455,14 @@ static struct jval *join(struct jrender *r, const struct jnode *at, struct jval 
 {
 	struct jval *items = as_list(r, at, v);
 	struct jval *sep = arg(a, 0, "d"), *attr = arg(a, 1, "attribute");
-	struct jbuf b = {0};
+	struct jbuf b = JBUF(r->bud);
 	int rc = 0;
 	if (!items)
 		return NULL;
 	for (size_t i = 0; !rc && i < items->l.n; i++) {
 		struct jval *x = attr ? attr_path(r, items->l.v[i], attr) : items->l.v[i];
-		if (!x) {
-			free(b.p);
+		if (!x || jbudget_steps(r->bud, 1)) {
+			jbuf_release(&b);
 			return NULL;
 		}
 		if (i && sep)
@@ -415,7 +471,7 @@ static struct jval *join(struct jrender *r, const struct jnode *at, struct jval 
 			rc = jv_write_str(&b, x);
 	}
 	struct jval *s = rc ? NULL : jv_str(r->a, b.p ? b.p : "", b.n);
-	free(b.p);
+	jbuf_release(&b);
 	return s;
 }
 
@@ -423,16 +479,19 @@ static struct jval *tojson(struct jrender *r, const struct jnode *at, struct jva
 			   struct jargs *a)
 {
 	struct jval *ind = arg(a, 1, "indent");
-	struct jbuf b = {0};
+	struct jbuf b = JBUF(r->bud);
 	if (!ind && a->n == 1 && a->v[0]->t == JV_INT)
 		ind = a->v[0]; /* tojson(2) */
-	int indent = ind && ind->t == JV_INT ? (int)ind->i : -1;
+	/* an indent past the output limit fails on writing anyway */
+	int indent = ind && ind->t == JV_INT ? (ind->i > 1 << 20 ? 1 << 20 : (int)ind->i) : -1;
+	if (ind && ind->t == JV_INT && ind->i < 0)
+		indent = -1;
 	if (jv_write_json(&b, v, indent, 0)) {
-		free(b.p);
-		return atlas_jinja_fail(at, "tojson: %s", atlas_errmsg());
+		jbuf_release(&b);
+		return r->bud->over ? NULL : atlas_jinja_fail(at, "tojson: %s", atlas_errmsg());
 	}
 	struct jval *s = jv_str(r->a, b.p ? b.p : "", b.n);
-	free(b.p);
+	jbuf_release(&b);
 	return s;
 }
 
@@ -440,15 +499,15 @@ static struct jval *indent(struct jrender *r, struct jval *v, struct jargs *a)
 {
 	struct jval *w = arg(a, 0, "width"), *first = arg(a, 1, "first"), *blank = arg(a, 2, "blank");
 	struct jval *s = jv_to_str(r->a, v);
-	struct jbuf pad = {0}, b = {0};
+	struct jbuf pad = JBUF(r->bud), b = JBUF(r->bud);
 	int rc = 0;
 	if (!s)
 		return NULL;
 	if (w && w->t == JV_STR)
 		rc = jbuf_put(&pad, w->s.s, w->s.len);
-	else
-		for (int64_t i = 0; !rc && i < (w && w->t == JV_INT ? w->i : 4); i++)
-			rc = jbuf_put(&pad, " ", 1);
+	else /* a width that is no int is 4, as before */
+		rc = jbuf_repeat(&pad, " ", 1,
+				 w && w->t == JV_INT ? (w->i > 0 ? (size_t)w->i : 0) : 4);
 	size_t i = 0;
 	bool firstline = true;
 	while (!rc && i <= s->s.len) {
@@ -465,26 +524,42 @@ static struct jval *indent(struct jrender *r, struct jval *v, struct jargs *a)
 		i = e + 1;
 	}
 	struct jval *out = rc ? NULL : jv_str(r->a, b.p ? b.p : "", b.n);
-	free(pad.p);
-	free(b.p);
+	jbuf_release(&pad);
+	jbuf_release(&b);
 	return out;
 }
 
-static struct jval *to_int(struct jrender *r, struct jval *v, struct jargs *a, bool flt)
+/* int(x) of a float: NaN is no number (the default); past int64_t, an
+ * error where Python would make a big integer. */
+static struct jval *float_to_int(struct jrender *r, const struct jnode *at, double x,
+				 struct jval *d)
+{
+	if (isnan(x))
+		return d ? d : jv_int(r->a, 0);
+	if (!(x >= -9223372036854775808.0 && x < 9223372036854775808.0)) /* [-2^63, 2^63) */
+		return atlas_jinja_fail(at, "integer overflow in 'int'");
+	return jv_int(r->a, (int64_t)x);
+}
+
+static struct jval *to_int(struct jrender *r, const struct jnode *at, struct jval *v,
+			   struct jargs *a, bool flt)
 {
 	struct jval *d = arg(a, 0, "default");
 	switch (v->t) {
 	case JV_INT: return flt ? jv_float(r->a, (double)v->i) : v;
 	case JV_BOOL: return flt ? jv_float(r->a, v->b) : jv_int(r->a, v->b);
-	case JV_FLOAT: return flt ? v : jv_int(r->a, (int64_t)v->f);
+	case JV_FLOAT:
+		return flt ? v : float_to_int(r, at, v->f, d);
 	case JV_STR: {
 		char *end;
+		if (jbudget_scan(r->bud, v->s.len))
+			return NULL;
 		double x = strtod(v->s.s, &end);
 		if (end != v->s.s) {
 			while (is_space((unsigned char)*end))
 				end++;
 			if (!*end)
-				return flt ? jv_float(r->a, x) : jv_int(r->a, (int64_t)x);
+				return flt ? jv_float(r->a, x) : float_to_int(r, at, x, d);
 		}
 		break;
 	}
@@ -551,10 +626,12 @@ static struct jval *apply_filter(struct jrender *r, const struct jnode *at, cons
 	if (!strcmp(name, "string"))
 		return jv_to_str(r->a, v);
 	if (!strcmp(name, "int") || !strcmp(name, "float"))
-		return to_int(r, v, a, name[0] == 'f');
+		return to_int(r, at, v, a, name[0] == 'f');
 	if (!strcmp(name, "safe"))
 		return v;
 	if (!strcmp(name, "abs")) {
+		if (v->t == JV_INT && v->i == INT64_MIN)
+			return atlas_jinja_fail(at, "integer overflow in 'abs'");
 		if (v->t == JV_INT)
 			return jv_int(r->a, v->i < 0 ? -v->i : v->i);
 		if (v->t == JV_FLOAT)
@@ -569,9 +646,9 @@ static struct jval *apply_filter(struct jrender *r, const struct jnode *at, cons
 			bool seen = false;
 			for (size_t j = 0; j < out->l.n && !seen; j++)
 				seen = l->l.v[i]->t == JV_STR && out->l.v[j]->t == JV_STR
-					       ? sort_cmp(l->l.v[i], out->l.v[j], false) == 0
-					       : jv_equal(l->l.v[i], out->l.v[j]);
-			if (!seen && jv_list_push(r->a, out, l->l.v[i]))
+					   ? sort_cmp(r->bud, l->l.v[i], out->l.v[j], false) == 0
+					   : jv_equal(r->bud, l->l.v[i], out->l.v[j]);
+			if (r->bud->over || (!seen && jv_list_push(r->a, out, l->l.v[i])))
 				return NULL;
 		}
 		return out;
@@ -610,13 +687,14 @@ static struct jval *apply_filter(struct jrender *r, const struct jnode *at, cons
 			i = acc->i;
 		for (size_t k = 0; l && k < l->l.n; k++) {
 			struct jval *x = attr ? attr_path(r, l->l.v[k], attr) : l->l.v[k];
-			if (!x)
+			if (!x || jbudget_steps(r->bud, 1))
 				return NULL;
 			if (x->t == JV_FLOAT) {
 				flt = true;
 				f += x->f;
 			} else if (x->t == JV_INT || x->t == JV_BOOL) {
-				i += x->t == JV_INT ? x->i : x->b;
+				if (__builtin_add_overflow(i, x->t == JV_INT ? x->i : x->b, &i))
+					return atlas_jinja_fail(at, "integer overflow in 'sum'");
 			} else {
 				return atlas_jinja_fail(at, "sum of non-numbers");
 			}
@@ -707,6 +785,8 @@ int atlas_jinja_test(struct jrender *r, const struct jnode *at, const char *name
 	if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
 		if (t != JV_STR)
 			return 0;
+		if (jbudget_scan(r->bud, v->s.len))
+			return ATLAS_EINVAL;
 		bool any = false;
 		for (size_t i = 0; i < v->s.len; i++) {
 			unsigned char c = (unsigned char)v->s.s[i];
@@ -721,31 +801,40 @@ int atlas_jinja_test(struct jrender *r, const struct jnode *at, const char *name
 			atlas_jinja_fail(at, "test '%s' needs integers", name);
 			return ATLAS_EINVAL;
 		}
-		if (name[0] == 'd')
-			return v->i % x->i == 0;
+		if (name[0] == 'd') /* x == -1 first: INT64_MIN % -1 traps in C */
+			return x->i == -1 || v->i % x->i == 0;
 		return (v->i % 2 != 0) == (name[0] == 'o');
 	}
 	if (!x) {
 		atlas_jinja_fail(at, "test '%s' needs an argument", name);
 		return ATLAS_EINVAL;
 	}
-	if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "=="))
-		return jv_equal(v, x);
-	if (!strcmp(name, "ne") || !strcmp(name, "!="))
-		return !jv_equal(v, x);
+	if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==") ||
+	    !strcmp(name, "ne") || !strcmp(name, "!=")) {
+		bool eq = jv_equal(r->bud, v, x);
+		if (r->bud->over)
+			return ATLAS_EINVAL;
+		return eq == (name[0] == 'e' || name[0] == '=');
+	}
 	if (!strcmp(name, "sameas"))
 		return v == x || (t == x->t && (t == JV_NONE || (t == JV_BOOL && v->b == x->b)));
 	if (!strcmp(name, "in")) {
 		if (x->t == JV_LIST) {
 			for (size_t i = 0; i < x->l.n; i++)
-				if (jv_equal(v, x->l.v[i]))
+				if (jv_equal(r->bud, v, x->l.v[i]))
 					return 1;
-			return 0;
+			return r->bud->over ? ATLAS_EINVAL : 0;
 		}
-		if (x->t == JV_STR && t == JV_STR)
+		if (x->t == JV_STR && t == JV_STR) {
+			if (jbudget_scan(r->bud, x->s.len))
+				return ATLAS_EINVAL;
 			return memmem(x->s.s, x->s.len, v->s.s, v->s.len) != NULL || !v->s.len;
-		if (x->t == JV_DICT && t == JV_STR)
+		}
+		if (x->t == JV_DICT && t == JV_STR) {
+			if (jbudget_steps(r->bud, 1 + (int64_t)(x->d.n / 16)))
+				return ATLAS_EINVAL;
 			return jv_dict_get(x, v->s.s, v->s.len) != NULL;
+		}
 		return 0;
 	}
 	/* lt / gt: numbers and strings */
@@ -755,6 +844,8 @@ int atlas_jinja_test(struct jrender *r, const struct jnode *at, const char *name
 		return lt ? p < q : p > q;
 	}
 	if (t == JV_STR && x->t == JV_STR) {
+		if (jbudget_scan(r->bud, v->s.len < x->s.len ? v->s.len : x->s.len))
+			return ATLAS_EINVAL;
 		int c = strcmp(v->s.s, x->s.s);
 		return lt ? c < 0 : c > 0;
 	}
@@ -798,6 +889,8 @@ struct jval *atlas_jinja_getattr(struct jrender *r, struct jval *v, const char *
 		return b;
 	}
 	if (v->t == JV_DICT || v->t == JV_NS) {
+		if (jbudget_steps(r->bud, 1 + (int64_t)(v->d.n / 16)))
+			return NULL;
 		struct jval *x = jv_dict_get(v, name, len);
 		if (x)
 			return x;
@@ -818,7 +911,7 @@ static struct jval *str_method(struct jrender *r, const struct jnode *at, struct
 	if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
 		if (!x)
 			return atlas_jinja_fail(at, "%s() takes at least 1 argument", name);
-		int m = affix(at, s, x, name[0] == 'e');
+		int m = affix(r, at, s, x, name[0] == 'e');
 		return m < 0 ? NULL : m ? &jv_true : &jv_false;
 	}
 	if (!strcmp(name, "split") || !strcmp(name, "rsplit"))
@@ -840,6 +933,8 @@ static struct jval *str_method(struct jrender *r, const struct jnode *at, struct
 	if (!strcmp(name, "find") || !strcmp(name, "count")) {
 		if (!x || !need_str(at, x, name))
 			return x ? NULL : atlas_jinja_fail(at, "%s() takes 1 argument", name);
+		if (jbudget_scan(r->bud, s->s.len))
+			return NULL;
 		if (name[0] == 'f') {
 			const char *h = memmem(s->s.s, s->s.len, x->s.s, x->s.len);
 			return jv_int(r->a, h ? (int64_t)jv_utf8_count(s->s.s, (size_t)(h - s->s.s)) : -1);
@@ -866,6 +961,8 @@ static struct jval *str_method(struct jrender *r, const struct jnode *at, struct
 		return l;
 	}
 	bool all = s->s.len > 0;
+	if (jbudget_scan(r->bud, s->s.len))
+		return NULL;
 	for (size_t i = 0; i < s->s.len; i++) {
 		unsigned char c = (unsigned char)s->s.s[i];
 		all &= name[2] == 'd' ? isdigit(c) != 0 : name[2] == 'a' ? isalpha(c) != 0
@@ -886,6 +983,8 @@ struct jval *atlas_jinja_method(struct jrender *r, const struct jnode *at, struc
 			struct jval *k = arg(&a, 0, NULL), *d = arg(&a, 1, NULL);
 			if (!k)
 				return atlas_jinja_fail(at, "get expected at least 1 argument");
+			if (jbudget_steps(r->bud, 1 + (int64_t)(self->d.n / 16)))
+				return NULL;
 			struct jval *v = k->t == JV_STR ? jv_dict_get(self, k->s.s, k->s.len) : NULL;
 			return v ? v : d ? d : &jv_none;
 		}
@@ -905,11 +1004,13 @@ struct jval *atlas_jinja_method(struct jrender *r, const struct jnode *at, struc
 		if (!x)
 			return atlas_jinja_fail(at, "%s() takes exactly one argument", name);
 		for (size_t i = 0; i < self->l.n; i++)
-			if (jv_equal(self->l.v[i], x)) {
+			if (jv_equal(r->bud, self->l.v[i], x)) {
 				if (name[0] == 'i')
 					return jv_int(r->a, (int64_t)i);
 				c++;
 			}
+		if (r->bud->over)
+			return NULL;
 		if (name[0] == 'i')
 			return atlas_jinja_fail(at, "value is not in list");
 		return jv_int(r->a, c);

@@ -52,7 +52,8 @@ static struct jval *undef_error(const struct jnode *at, const struct jval *v)
 static struct jframe *frame_new(struct jrender *r, struct jframe *parent)
 {
 	struct jframe *f = jarena_alloc(r->a, sizeof(*f));
-	if (!f || !(f->vars = jv_dict(r->a, JV_DICT))) {
+	/* a namespace-like dict: a scope is not a value, so no nesting depth */
+	if (!f || !(f->vars = jv_dict(r->a, JV_NS))) {
 		atlas_error(ATLAS_ENOMEM, "out of memory rendering the chat template");
 		return NULL;
 	}
@@ -63,6 +64,8 @@ static struct jframe *frame_new(struct jrender *r, struct jframe *parent)
 static struct jval *lookup(struct jrender *r, struct jframe *f, const char *name, size_t len)
 {
 	for (; f; f = f->parent) {
+		if (jbudget_steps(r->bud, 1 + (int64_t)(f->vars->d.n / 16)))
+			return NULL;
 		struct jval *v = jv_dict_get(f->vars, name, len);
 		if (v)
 			return v;
@@ -77,11 +80,25 @@ static int set_var(struct jrender *r, struct jframe *f, const char *name, struct
 
 /* --- items and slices ----------------------------------------------------- */
 
-static struct jval *char_at(struct jrender *r, const struct jval *s, size_t i)
+/* The code point at byte offset `off`, as a string. */
+static struct jval *char_at(struct jrender *r, const struct jval *s, size_t off)
 {
-	size_t off = jv_utf8_offset(s->s.s, s->s.len, i);
-	size_t end = jv_utf8_offset(s->s.s, s->s.len, i + 1);
+	size_t end = jv_utf8_forward(s->s.s, s->s.len, off, 1);
 	return jv_str(r->a, s->s.s + off, end - off);
+}
+
+/* Code points in a string, the count charged to the budget. */
+static int64_t str_count(struct jrender *r, const struct jval *s)
+{
+	jbudget_scan(r->bud, s->s.len);
+	return (int64_t)jv_utf8_count(s->s.s, s->s.len);
+}
+
+static struct jval *dict_get(struct jrender *r, const struct jval *d, const char *k, size_t klen)
+{
+	if (jbudget_steps(r->bud, 1 + (int64_t)(d->d.n / 16)))
+		return NULL;
+	return jv_dict_get(d, k, klen);
 }
 
 static struct jval *getitem(struct jrender *r, const struct jnode *at, struct jval *obj,
@@ -90,19 +107,20 @@ static struct jval *getitem(struct jrender *r, const struct jnode *at, struct jv
 	if (obj->t == JV_UNDEF)
 		return undef_error(at, obj);
 	if ((obj->t == JV_LIST || obj->t == JV_STR) && (key->t == JV_INT || key->t == JV_BOOL)) {
-		int64_t n = obj->t == JV_LIST ? (int64_t)obj->l.n
-					      : (int64_t)jv_utf8_count(obj->s.s, obj->s.len);
+		int64_t n = obj->t == JV_LIST ? (int64_t)obj->l.n : str_count(r, obj);
 		int64_t i = key->t == JV_INT ? key->i : key->b;
 		if (i < 0)
 			i += n;
 		if (i < 0 || i >= n)
 			return undef(r, "%.*s", "list index out of range", 24);
-		return obj->t == JV_LIST ? obj->l.v[i] : char_at(r, obj, (size_t)i);
+		if (obj->t == JV_LIST)
+			return obj->l.v[i];
+		return char_at(r, obj, jv_utf8_offset(obj->s.s, obj->s.len, (size_t)i));
 	}
 	if (key->t == JV_STR) {
 		if (obj->t == JV_DICT || obj->t == JV_NS) {
-			struct jval *v = jv_dict_get(obj, key->s.s, key->s.len);
-			if (v)
+			struct jval *v = dict_get(r, obj, key->s.s, key->s.len);
+			if (v || r->bud->over)
 				return v;
 		}
 		return atlas_jinja_getattr(r, obj, key->s.s, key->s.len);
@@ -123,7 +141,9 @@ static bool to_index(const struct jval *v, int64_t *i)
 	return false;
 }
 
-/* Python slice semantics over n items: the indices it selects. */
+/* Python slice semantics over n items: the indices it selects. Strings
+ * are walked code point by code point from one index to the next, so a
+ * slice costs time linear in the string. */
 static struct jval *slice(struct jrender *r, const struct jnode *at, struct jval *obj,
 			  struct jval *lo, struct jval *hi, struct jval *st)
 {
@@ -132,7 +152,7 @@ static struct jval *slice(struct jrender *r, const struct jnode *at, struct jval
 		return undef_error(at, obj);
 	if (obj->t != JV_LIST && obj->t != JV_STR)
 		return atlas_jinja_fail(at, "'%s' object is not subscriptable", jv_type_name(obj));
-	int64_t n = obj->t == JV_LIST ? (int64_t)obj->l.n : (int64_t)jv_utf8_count(obj->s.s, obj->s.len);
+	int64_t n = obj->t == JV_LIST ? (int64_t)obj->l.n : str_count(r, obj);
 	if (st && st->t != JV_NONE && !to_index(st, &step))
 		return atlas_jinja_fail(at, "slice indices must be integers or None");
 	if (step == 0)
@@ -153,23 +173,35 @@ static struct jval *slice(struct jrender *r, const struct jnode *at, struct jval
 	else if (stop >= n)
 		stop = step > 0 ? n : n - 1;
 	struct jval *out = obj->t == JV_LIST ? jv_list(r->a) : NULL;
-	struct jbuf b = {0};
-	for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+	struct jbuf b = JBUF(r->bud);
+	const char *s = obj->s.s;
+	size_t len = obj->s.len, off = 0;
+	/* |step| as unsigned: -INT64_MIN does not fit an int64_t */
+	uint64_t ustep = step > 0 ? (uint64_t)step : -(uint64_t)step;
+	if (!out && start >= 0 && start < n)
+		off = jv_utf8_offset(s, len, (size_t)start);
+	for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
 		if (out) {
 			if (jv_list_push(r->a, out, obj->l.v[i]))
 				return NULL;
 		} else {
-			size_t off = jv_utf8_offset(obj->s.s, obj->s.len, (size_t)i);
-			size_t end = jv_utf8_offset(obj->s.s, obj->s.len, (size_t)i + 1);
-			if (jbuf_put(&b, obj->s.s + off, end - off)) {
-				free(b.p);
+			size_t end = jv_utf8_forward(s, len, off, 1);
+			if (jbuf_put(&b, s + off, end - off)) {
+				jbuf_release(&b);
 				return NULL;
 			}
 		}
+		/* the next index, or the end when it would pass the bounds */
+		if (step > 0 ? (uint64_t)(stop - i) <= ustep : (uint64_t)(i - stop) <= ustep)
+			break;
+		i += step;
+		if (!out)
+			off = step > 0 ? jv_utf8_forward(s, len, off, ustep)
+				       : jv_utf8_back(s, off, ustep);
 	}
 	if (!out) {
 		out = jv_str(r->a, b.p ? b.p : "", b.n);
-		free(b.p);
+		jbuf_release(&b);
 	}
 	return out;
 }
@@ -186,24 +218,108 @@ static double num(const struct jval *v)
 	return v->t == JV_FLOAT ? v->f : v->t == JV_INT ? (double)v->i : v->b;
 }
 
+/* The integer of an int or bool (0 for a float: only read for ints). */
 static int64_t inum(const struct jval *v)
 {
-	return v->t == JV_INT ? v->i : v->b;
+	return v->t == JV_INT ? v->i : v->t == JV_BOOL ? v->b : 0;
 }
 
 static struct jval *concat(struct jrender *r, struct jval *a, struct jval *b)
 {
-	struct jbuf buf = {0};
+	struct jbuf buf = JBUF(r->bud);
 	if (jv_write_str(&buf, a) || jv_write_str(&buf, b)) {
-		free(buf.p);
+		jbuf_release(&buf);
 		return NULL;
 	}
 	struct jval *v = jv_str(r->a, buf.p ? buf.p : "", buf.n);
-	free(buf.p);
+	jbuf_release(&buf);
 	return v;
 }
 
 static const char *const op_sym[] = {"+", "-", "*", "/", "//", "%", "**", "~"};
+
+/* Python's int operators on int64_t: a result Python would make a big
+ * integer is an error here, never a wrapped value. */
+static struct jval *int_op(struct jrender *r, const struct jnode *at, int op, int64_t i, int64_t j)
+{
+	int64_t v = 0;
+	bool ovf = false;
+	switch (op) {
+	case JOP_ADD:
+		ovf = __builtin_add_overflow(i, j, &v);
+		break;
+	case JOP_SUB:
+		ovf = __builtin_sub_overflow(i, j, &v);
+		break;
+	case JOP_MUL:
+		ovf = __builtin_mul_overflow(i, j, &v);
+		break;
+	case JOP_FLOORDIV:
+	case JOP_MOD:
+		if (j == 0)
+			return atlas_jinja_fail(at, "integer division or modulo by zero");
+		if (j == -1) { /* INT64_MIN / -1 traps in C */
+			if (op == JOP_MOD)
+				v = 0;
+			else
+				ovf = __builtin_sub_overflow((int64_t)0, i, &v);
+			break;
+		}
+		int64_t q = i / j, m = i % j;
+		if (m != 0 && ((m < 0) != (j < 0))) { /* Python rounds toward -inf */
+			q--;
+			m += j;
+		}
+		v = op == JOP_MOD ? m : q;
+		break;
+	case JOP_POW: { /* j >= 0: by squaring, so 1 ** (10 ** 18) is quick */
+		int64_t base = i;
+		v = 1;
+		for (int64_t e = j; e > 0 && !ovf; e >>= 1) {
+			if (e & 1)
+				ovf = __builtin_mul_overflow(v, base, &v);
+			if (e > 1 && !ovf)
+				ovf = __builtin_mul_overflow(base, base, &base);
+		}
+		break;
+	}
+	}
+	if (ovf)
+		return atlas_jinja_fail(at, "integer overflow in '%s'", op_sym[op]);
+	return jv_int(r->a, v);
+}
+
+/* s * n (or n * s): one buffer of the final size, refused by the budget
+ * before it is allocated when too long. */
+static struct jval *repeat_str(struct jrender *r, const struct jval *s, int64_t n)
+{
+	struct jbuf b = JBUF(r->bud);
+	if (jbuf_repeat(&b, s->s.s, s->s.len, n > 0 ? (size_t)n : 0)) {
+		jbuf_release(&b);
+		return NULL;
+	}
+	struct jval *v = jv_str(r->a, b.p, b.n);
+	jbuf_release(&b);
+	return v;
+}
+
+/* l * n: the item count is charged before anything is built. */
+static struct jval *repeat_list(struct jrender *r, const struct jval *l, int64_t n)
+{
+	struct jval *out = jv_list(r->a);
+	if (!out || n <= 0 || !l->l.n)
+		return out;
+	if ((uint64_t)n > (uint64_t)INT64_MAX / l->l.n ||
+	    jbudget_steps(r->bud, n * (int64_t)l->l.n)) {
+		jbudget_fail(r->bud, JOVER_STEPS);
+		return NULL;
+	}
+	for (int64_t k = 0; k < n; k++)
+		for (size_t i = 0; i < l->l.n; i++)
+			if (jv_list_push(r->a, out, l->l.v[i]))
+				return NULL;
+	return out;
+}
 
 static struct jval *binop(struct jrender *r, const struct jnode *at, int op, struct jval *a,
 			  struct jval *b)
@@ -219,37 +335,34 @@ static struct jval *binop(struct jrender *r, const struct jnode *at, int op, str
 		double x = num(a), y = num(b);
 		int64_t i = inum(a), j = inum(b);
 		switch (op) {
-		case JOP_ADD: return flt ? jv_float(r->a, x + y) : jv_int(r->a, i + j);
-		case JOP_SUB: return flt ? jv_float(r->a, x - y) : jv_int(r->a, i - j);
-		case JOP_MUL: return flt ? jv_float(r->a, x * y) : jv_int(r->a, i * j);
+		case JOP_ADD:
+			return flt ? jv_float(r->a, x + y) : int_op(r, at, op, i, j);
+		case JOP_SUB:
+			return flt ? jv_float(r->a, x - y) : int_op(r, at, op, i, j);
+		case JOP_MUL:
+			return flt ? jv_float(r->a, x * y) : int_op(r, at, op, i, j);
 		case JOP_DIV:
 			if (y == 0)
 				return atlas_jinja_fail(at, "division by zero");
 			return jv_float(r->a, x / y);
 		case JOP_FLOORDIV:
 		case JOP_MOD:
+			if (!flt)
+				return int_op(r, at, op, i, j);
 			if (y == 0)
-				return atlas_jinja_fail(at, "integer division or modulo by zero");
-			if (!flt) {
-				int64_t q = i / j, m = i % j;
-				if (m != 0 && ((m < 0) != (j < 0))) {
-					q--;
-					m += j;
-				}
-				return jv_int(r->a, op == JOP_MOD ? m : q);
-			} else {
-				double m = fmod(x, y);
-				if (m != 0 && ((m < 0) != (y < 0)))
-					m += y;
-				return jv_float(r->a, op == JOP_MOD ? m : floor(x / y));
-			}
+				return atlas_jinja_fail(at, "float %s by zero",
+							op == JOP_MOD ? "modulo"
+								      : "floor division");
+			double m = fmod(x, y);
+			if (m != 0 && ((m < 0) != (y < 0)))
+				m += y;
+			return jv_float(r->a, op == JOP_MOD ? m : floor(x / y));
 		case JOP_POW:
-			if (!flt && j >= 0) {
-				int64_t p = 1;
-				for (int64_t k = 0; k < j; k++)
-					p *= i;
-				return jv_int(r->a, p);
-			}
+			if (!flt && j >= 0)
+				return int_op(r, at, op, i, j);
+			if (x == 0 && y < 0)
+				return atlas_jinja_fail(at,
+							"0.0 cannot be raised to a negative power");
 			return jv_float(r->a, pow(x, y));
 		}
 	}
@@ -262,12 +375,15 @@ static struct jval *binop(struct jrender *r, const struct jnode *at, int op, str
 				return NULL;
 		return l;
 	}
-	if (op == JOP_MUL && (a->t == JV_STR || a->t == JV_LIST) && (b->t == JV_INT || b->t == JV_BOOL)) {
-		struct jval *acc = a->t == JV_STR ? jv_str(r->a, "", 0) : jv_list(r->a);
-		for (int64_t k = 0; acc && k < inum(b); k++)
-			acc = binop(r, at, JOP_ADD, acc, a);
-		return acc;
+	if (op == JOP_MUL && (b->t == JV_STR || b->t == JV_LIST) &&
+	    (a->t == JV_INT || a->t == JV_BOOL)) {
+		struct jval *t = a; /* n * seq is seq * n */
+		a = b;
+		b = t;
 	}
+	if (op == JOP_MUL && (a->t == JV_STR || a->t == JV_LIST) &&
+	    (b->t == JV_INT || b->t == JV_BOOL))
+		return a->t == JV_STR ? repeat_str(r, a, inum(b)) : repeat_list(r, a, inum(b));
 	if (op == JOP_ADD && a->t == JV_STR)
 		return atlas_jinja_fail(at, "can only concatenate str (not \"%s\") to str",
 					jv_type_name(b));
@@ -279,7 +395,8 @@ static struct jval *binop(struct jrender *r, const struct jnode *at, int op, str
 }
 
 /* <, <=, >, >=: -1, 0, 1 in *c, or an error. */
-static int order(const struct jnode *at, const struct jval *a, const struct jval *b, int op, int *c)
+static int order(struct jrender *r, const struct jnode *at, const struct jval *a,
+		 const struct jval *b, int op, int *c)
 {
 	static const char *const sym[] = {"==", "!=", "<", "<=", ">", ">="};
 	if (is_num(a) && is_num(b)) {
@@ -289,15 +406,19 @@ static int order(const struct jnode *at, const struct jval *a, const struct jval
 	}
 	if (a->t == JV_STR && b->t == JV_STR) {
 		size_t n = a->s.len < b->s.len ? a->s.len : b->s.len;
+		if (jbudget_scan(r->bud, n))
+			return ATLAS_EINVAL;
 		int m = memcmp(a->s.s, b->s.s, n);
 		*c = m ? (m < 0 ? -1 : 1) : (a->s.len < b->s.len ? -1 : a->s.len > b->s.len);
 		return 0;
 	}
 	if (a->t == JV_LIST && b->t == JV_LIST) {
 		for (size_t i = 0; i < a->l.n && i < b->l.n; i++) {
-			if (jv_equal(a->l.v[i], b->l.v[i]))
+			if (jv_equal(r->bud, a->l.v[i], b->l.v[i]))
 				continue;
-			return order(at, a->l.v[i], b->l.v[i], op, c);
+			if (r->bud->over)
+				return ATLAS_EINVAL;
+			return order(r, at, a->l.v[i], b->l.v[i], op, c);
 		}
 		*c = a->l.n < b->l.n ? -1 : a->l.n > b->l.n;
 		return 0;
@@ -315,7 +436,6 @@ static int order(const struct jnode *at, const struct jval *a, const struct jval
 static int contains(struct jrender *r, const struct jnode *at, const struct jval *a,
 		    const struct jval *b)
 {
-	(void)r;
 	switch (b->t) {
 	case JV_UNDEF: return 0;
 	case JV_STR:
@@ -324,15 +444,19 @@ static int contains(struct jrender *r, const struct jnode *at, const struct jval
 					 jv_type_name(a));
 			return ATLAS_EINVAL;
 		}
+		if (jbudget_scan(r->bud, b->s.len))
+			return ATLAS_EINVAL;
 		return memmem(b->s.s, b->s.len, a->s.s, a->s.len) != NULL || a->s.len == 0;
 	case JV_LIST:
 		for (size_t i = 0; i < b->l.n; i++)
-			if (jv_equal(a, b->l.v[i]))
+			if (jv_equal(r->bud, a, b->l.v[i]))
 				return 1;
-		return 0;
+		return r->bud->over ? ATLAS_EINVAL : 0;
 	case JV_DICT:
 	case JV_NS:
-		return a->t == JV_STR && jv_dict_get(b, a->s.s, a->s.len) != NULL;
+		if (a->t != JV_STR)
+			return 0;
+		return dict_get(r, b, a->s.s, a->s.len) ? 1 : r->bud->over ? ATLAS_EINVAL : 0;
 	default:
 		atlas_jinja_fail(at, "argument of type '%s' is not iterable", jv_type_name(b));
 		return ATLAS_EINVAL;
@@ -348,14 +472,16 @@ static struct jval *compare(struct jrender *r, struct jframe *f, const struct jn
 			return NULL;
 		int op = n->cmp_ops[i], ok, c;
 		if (op == JCMP_EQ || op == JCMP_NE) {
-			ok = jv_equal(a, b) == (op == JCMP_EQ);
+			ok = jv_equal(r->bud, a, b) == (op == JCMP_EQ);
+			if (r->bud->over)
+				return NULL;
 		} else if (op == JCMP_IN || op == JCMP_NOTIN) {
 			int in = contains(r, n, a, b);
 			if (in < 0)
 				return NULL;
 			ok = in == (op == JCMP_IN);
 		} else {
-			if (order(n, a, b, op, &c))
+			if (order(r, n, a, b, op, &c))
 				return NULL;
 			ok = op == JCMP_LT ? c < 0 : op == JCMP_LE ? c <= 0 : op == JCMP_GT ? c > 0 : c >= 0;
 		}
@@ -374,7 +500,7 @@ static struct jval *call_macro(struct jrender *r, const struct jnode *at, const 
 			       struct jval **args, size_t nargs, const char **kw,
 			       struct jval **kwv, size_t nkw)
 {
-	if (r->depth >= 64)
+	if (r->macros >= 64)
 		return atlas_jinja_fail(at, "macro calls nested too deeply");
 	if (nargs > m->nnames)
 		return atlas_jinja_fail(at, "macro '%s' takes not more than %zu argument(s)", m->s,
@@ -401,14 +527,14 @@ static struct jval *call_macro(struct jrender *r, const struct jnode *at, const 
 			return atlas_jinja_fail(at, "macro '%s' takes no keyword argument '%s'", m->s,
 						kw[k]);
 	}
-	struct jbuf out = {0}, *saved = r->out;
+	struct jbuf out = JBUF(r->bud), *saved = r->out;
 	r->out = &out;
-	r->depth++;
+	r->macros++;
 	int rc = exec_body(r, f, m->body, m->nbody);
-	r->depth--;
+	r->macros--;
 	r->out = saved;
 	struct jval *v = rc < 0 ? NULL : jv_str(r->a, out.p ? out.p : "", out.n);
-	free(out.p);
+	jbuf_release(&out);
 	return v;
 }
 
@@ -416,16 +542,17 @@ static struct jval *call_func(struct jrender *r, const struct jnode *at, int fn,
 			      struct jval **args, size_t nargs, const char **kw,
 			      struct jval **kwv, size_t nkw)
 {
-	struct jbuf b = {0};
+	struct jbuf b = JBUF(r->bud);
 	struct jval *v;
 	switch (fn) {
 	case JF_RAISE:
 		if (nargs > 0 && jv_write_str(&b, args[0])) {
-			free(b.p);
+			jbuf_release(&b);
 			return NULL;
 		}
-		atlas_error(ATLAS_EINVAL, "chat template: %s", b.p ? b.p : "");
-		free(b.p);
+		atlas_error(ATLAS_EINVAL, "chat template: %.*s", b.n > 4000 ? 4000 : (int)b.n,
+			    b.p ? b.p : "");
+		jbuf_release(&b);
 		return NULL;
 	case JF_NAMESPACE:
 	case JF_DICT:
@@ -455,12 +582,21 @@ static struct jval *call_func(struct jrender *r, const struct jnode *at, int fn,
 			return atlas_jinja_fail(at, "range() arg 3 must not be zero");
 		if (!(v = jv_list(r->a)))
 			return NULL;
-		for (int64_t i = a[0]; a[2] > 0 ? i < a[1] : i > a[1]; i += a[2]) {
-			if ((a[2] > 0 ? a[1] - a[0] : a[0] - a[1]) > 100000)
-				return atlas_jinja_fail(at, "range too large");
-			if (jv_list_push(r->a, v, jv_int(r->a, i)))
-				return NULL;
+		/* the length, in unsigned arithmetic (no overflow), charged up front */
+		bool up = a[2] > 0;
+		uint64_t span =
+		    up ? (uint64_t)a[1] - (uint64_t)a[0] : (uint64_t)a[0] - (uint64_t)a[1];
+		uint64_t step = up ? (uint64_t)a[2] : -(uint64_t)a[2];
+		uint64_t count = (up ? a[0] < a[1] : a[0] > a[1]) ? (span - 1) / step + 1 : 0;
+		if (count > (uint64_t)INT64_MAX || jbudget_steps(r->bud, (int64_t)count)) {
+			jbudget_fail(r->bud, JOVER_STEPS);
+			return NULL;
 		}
+		for (uint64_t k = 0; k < count; k++)
+			if (jv_list_push(
+				r->a, v,
+				jv_int(r->a, (int64_t)((uint64_t)a[0] + k * (uint64_t)a[2]))))
+				return NULL;
 		return v;
 	}
 	case JF_STRFTIME: {
@@ -519,7 +655,30 @@ static struct jval *eval_call(struct jrender *r, struct jframe *f, const struct 
 
 /* --- expressions ---------------------------------------------------------- */
 
+/* Every evaluation and statement passes here: one step, one level. */
+static int enter(struct jrender *r, const struct jnode *n)
+{
+	r->bud->line = n->line;
+	if (r->depth >= ATLAS_JINJA_MAX_EVAL_DEPTH)
+		return jbudget_fail(r->bud, JOVER_EVAL_DEPTH);
+	if (jbudget_steps(r->bud, 1))
+		return ATLAS_EINVAL;
+	r->depth++;
+	return 0;
+}
+
+static struct jval *eval_node(struct jrender *r, struct jframe *f, const struct jnode *n);
+
 struct jval *atlas_jinja_eval(struct jrender *r, struct jframe *f, const struct jnode *n)
+{
+	if (enter(r, n))
+		return NULL;
+	struct jval *v = eval_node(r, f, n);
+	r->depth--;
+	return v;
+}
+
+static struct jval *eval_node(struct jrender *r, struct jframe *f, const struct jnode *n)
 {
 	struct jval *a, *b, *v;
 	switch (n->kind) {
@@ -574,7 +733,11 @@ struct jval *atlas_jinja_eval(struct jrender *r, struct jframe *f, const struct 
 						n->kind == JN_NEG ? "-" : "+", jv_type_name(a));
 		if (n->kind == JN_POS)
 			return a->t == JV_BOOL ? jv_int(r->a, a->b) : a;
-		return a->t == JV_FLOAT ? jv_float(r->a, -a->f) : jv_int(r->a, -inum(a));
+		if (a->t == JV_FLOAT)
+			return jv_float(r->a, -a->f);
+		if (inum(a) == INT64_MIN)
+			return atlas_jinja_fail(n, "integer overflow in unary '-'");
+		return jv_int(r->a, -inum(a));
 	case JN_BINOP:
 		if (!(a = atlas_jinja_eval(r, f, n->a)) || !(b = atlas_jinja_eval(r, f, n->b)))
 			return NULL;
@@ -653,15 +816,14 @@ static struct jval *iterable(struct jrender *r, const struct jnode *at, struct j
 			if (jv_list_push(r->a, l, jv_str(r->a, v->d.e[i].k, v->d.e[i].klen)))
 				return NULL;
 		return l;
-	case JV_STR: {
-		size_t n = jv_utf8_count(v->s.s, v->s.len);
+	case JV_STR:
 		if (!(l = jv_list(r->a)))
 			return NULL;
-		for (size_t i = 0; i < n; i++)
-			if (jv_list_push(r->a, l, char_at(r, v, i)))
+		for (size_t off = jv_utf8_offset(v->s.s, v->s.len, 0); off < v->s.len;
+		     off = jv_utf8_forward(v->s.s, v->s.len, off, 1))
+			if (jv_list_push(r->a, l, char_at(r, v, off)))
 				return NULL;
 		return l;
-	}
 	default:
 		return atlas_jinja_fail(at, "'%s' object is not iterable", jv_type_name(v));
 	}
@@ -716,7 +878,8 @@ static int exec_for(struct jrender *r, struct jframe *f, const struct jnode *n)
 	}
 	for (size_t i = 0; i < items->l.n; i++) {
 		struct jframe *lf = frame_new(r, f);
-		if (!lf || loop_var(r, lf, items, i) || assign(r, lf, n, items->l.v[i]))
+		if (jbudget_steps(r->bud, 1) || !lf || loop_var(r, lf, items, i) ||
+		    assign(r, lf, n, items->l.v[i]))
 			return ATLAS_EINVAL;
 		int rc = exec_body(r, lf, n->body, n->nbody);
 		if (rc < 0)
@@ -729,7 +892,19 @@ static int exec_for(struct jrender *r, struct jframe *f, const struct jnode *n)
 	return 0;
 }
 
+static int exec_node(struct jrender *r, struct jframe *f, const struct jnode *n);
+
 static int exec_stmt(struct jrender *r, struct jframe *f, const struct jnode *n)
+{
+	int rc = enter(r, n);
+	if (rc)
+		return rc;
+	rc = exec_node(r, f, n);
+	r->depth--;
+	return rc;
+}
+
+static int exec_node(struct jrender *r, struct jframe *f, const struct jnode *n)
 {
 	struct jval *v;
 	switch (n->kind) {
@@ -762,12 +937,12 @@ static int exec_stmt(struct jrender *r, struct jframe *f, const struct jnode *n)
 		return jv_dict_set(r->a, ns, n->s, n->len, v);
 	}
 	case JN_SETBLOCK: {
-		struct jbuf out = {0}, *saved = r->out;
+		struct jbuf out = JBUF(r->bud), *saved = r->out;
 		r->out = &out;
 		int rc = exec_body(r, f, n->body, n->nbody);
 		r->out = saved;
 		v = rc < 0 ? NULL : jv_str(r->a, out.p ? out.p : "", out.n);
-		free(out.p);
+		jbuf_release(&out);
 		return v ? set_var(r, f, n->names[0], v) : ATLAS_EINVAL;
 	}
 	case JN_MACRO:
@@ -821,12 +996,34 @@ void atlas_jinja_free(struct atlas_jinja *t)
 	free(t);
 }
 
+struct atlas_jinja_limits atlas_jinja_default_limits(void)
+{
+	return (struct atlas_jinja_limits){
+	    .max_steps = 10 * 1000 * 1000,
+	    .max_output = (size_t)64 << 20,
+	    .max_memory = (size_t)512 << 20,
+	};
+}
+
 int atlas_jinja_render(const struct atlas_jinja *t, struct json_object *vars, char **out,
 		       size_t *len)
 {
-	struct jarena a = {0};
-	struct jbuf buf = {0};
-	struct jrender r = {.a = &a, .out = &buf};
+	return atlas_jinja_render_limited(t, vars, NULL, out, len);
+}
+
+int atlas_jinja_render_limited(const struct atlas_jinja *t, struct json_object *vars,
+			       const struct atlas_jinja_limits *lim, char **out, size_t *len)
+{
+	struct jbudget bud = {.lim = atlas_jinja_default_limits()};
+	if (lim && lim->max_steps > 0)
+		bud.lim.max_steps = lim->max_steps;
+	if (lim && lim->max_output > 0)
+		bud.lim.max_output = lim->max_output;
+	if (lim && lim->max_memory > 0)
+		bud.lim.max_memory = lim->max_memory;
+	struct jarena a = {.budget = &bud};
+	struct jbuf buf = JBUF(&bud);
+	struct jrender r = {.a = &a, .bud = &bud, .out = &buf};
 	static const struct {
 		const char *name;
 		int fn;
@@ -857,6 +1054,8 @@ int atlas_jinja_render(const struct atlas_jinja *t, struct json_object *vars, ch
 		rc = ATLAS_ENOMEM;
 done:
 	jarena_free(&a);
+	if (bud.over) /* the limit passed, whatever was reported on the way out */
+		rc = jbudget_fail(&bud, bud.over);
 	if (rc) {
 		free(buf.p);
 		return rc == ATLAS_ENOMEM ? rc : ATLAS_EINVAL;

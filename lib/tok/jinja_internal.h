@@ -11,23 +11,52 @@
 
 #include "jinja.h"
 
+/* --- budget: what one render may still spend (struct atlas_jinja_limits).
+ * Every allocation, buffer write and long search of a render charges it;
+ * the first limit passed sets the message and `over`, after which every
+ * charge fails, so the render unwinds with that message. */
+enum { JOVER_STEPS = 1, JOVER_OUTPUT, JOVER_MEMORY, JOVER_EVAL_DEPTH, JOVER_VALUE_DEPTH };
+
+struct jbudget {
+	int64_t steps;		       /* steps taken */
+	size_t mem;		       /* bytes held: arena chunks and live buffers */
+	struct atlas_jinja_limits lim; /* the limits, defaults filled in */
+	int line;		       /* template line being evaluated, for messages */
+	int over;		       /* 0, or the JOVER_* limit that was passed */
+	int over_line;		       /* the line where it was passed */
+};
+/* Charge `n` steps: 0, or ATLAS_EINVAL once any limit is passed. b may be NULL. */
+int jbudget_steps(struct jbudget *b, int64_t n);
+/* Charge a search or copy of `bytes` bytes (one step per 64). */
+int jbudget_scan(struct jbudget *b, size_t bytes);
+/* Record a passed limit (JOVER_*) and set its message; returns ATLAS_EINVAL. */
+int jbudget_fail(struct jbudget *b, int what);
+
 /* --- arena: every AST node, token and render-time value lives in one,
  * freed all at once (the template's at atlas_jinja_free, a render's at its
- * end), so the evaluator never tracks ownership. */
+ * end), so the evaluator never tracks ownership. A render's arena charges
+ * its budget; the template's has none. */
 struct jarena {
-	struct jchunk *head; /* newest chunk first */
+	struct jchunk *head;	/* newest chunk first */
+	struct jbudget *budget; /* charged by every allocation, or NULL */
 };
-void *jarena_alloc(struct jarena *a, size_t n); /* zeroed; NULL when out of memory */
+void *jarena_alloc(struct jarena *a, size_t n); /* zeroed; NULL when out of memory or budget */
 char *jarena_strdup(struct jarena *a, const char *s, size_t n); /* NUL-terminated copy */
 void jarena_free(struct jarena *a);
 
-/* A growable byte buffer (malloc'd). */
+/* A growable byte buffer (malloc'd); appends are amortised O(1). */
 struct jbuf {
-	char *p;    /* bytes */
-	size_t n;   /* used */
-	size_t cap; /* allocated */
+	char *p;		/* bytes */
+	size_t n;		/* used */
+	size_t cap;		/* allocated */
+	struct jbudget *budget; /* limits n to max_output and charges writes, or NULL */
 };
-int jbuf_put(struct jbuf *b, const char *s, size_t n); /* 0 or ATLAS_ENOMEM */
+#define JBUF(bud) ((struct jbuf){.budget = (bud)})
+int jbuf_put(struct jbuf *b, const char *s,
+	     size_t n); /* 0, ATLAS_ENOMEM or ATLAS_EINVAL (budget) */
+/* Append `n` copies of s[0..len): one allocation, linear time. */
+int jbuf_repeat(struct jbuf *b, const char *s, size_t len, size_t n);
+void jbuf_release(struct jbuf *b); /* free the bytes (and give them back to the budget) */
 
 /* --- tokens ------------------------------------------------------------ */
 enum jtok_kind {
@@ -78,6 +107,7 @@ struct jnode;
 
 struct jval {
 	enum jtype t; /* type */
+	int depth;    /* LIST / DICT: 1 + the deepest item's depth; else 0 */
 	union {
 		bool b;	   /* BOOL */
 		int64_t i; /* INT */
@@ -126,10 +156,14 @@ struct jval *jv_dict(struct jarena *a, enum jtype t);
 int jv_list_push(struct jarena *a, struct jval *l, struct jval *v);
 int jv_dict_set(struct jarena *a, struct jval *d, const char *k, size_t klen, struct jval *v);
 struct jval *jv_dict_get(const struct jval *d, const char *k, size_t klen); /* NULL if absent */
+/* A copy of JSON value j; NULL (message set) when out of budget or
+ * nested deeper than ATLAS_JINJA_MAX_VALUE_DEPTH. */
 struct jval *jv_from_json(struct jarena *a, struct json_object *j);
 
 bool jv_truthy(const struct jval *v);
-bool jv_equal(const struct jval *a, const struct jval *b);
+/* Python ==; charges its work to b (may be NULL) and never fails itself:
+ * callers in loops check the budget. */
+bool jv_equal(struct jbudget *bud, const struct jval *a, const struct jval *b);
 const char *jv_type_name(const struct jval *v); /* Python's name: 'str', 'NoneType' */
 /* Python str(v) / repr(v) appended to b. */
 int jv_write_str(struct jbuf *b, const struct jval *v);
@@ -138,9 +172,14 @@ int jv_write_repr(struct jbuf *b, const struct jval *v);
 int jv_write_json(struct jbuf *b, const struct jval *v, int indent, int depth);
 /* str(v) as a value (v itself when already a string). */
 struct jval *jv_to_str(struct jarena *a, const struct jval *v);
-/* Number of code points in a UTF-8 string; byte offset of code point i. */
+/* Number of code points in a UTF-8 string; byte offset of code point i
+ * (a code point starts at each byte that is not a continuation byte). */
 size_t jv_utf8_count(const char *s, size_t len);
 size_t jv_utf8_offset(const char *s, size_t len, size_t i);
+/* Offset of the code point `k` after / before the one at `off` (clamped
+ * to len / to the first code point): walks stay linear in the string. */
+size_t jv_utf8_forward(const char *s, size_t len, size_t off, uint64_t k);
+size_t jv_utf8_back(const char *s, size_t off, uint64_t k);
 
 /* --- AST --------------------------------------------------------------- */
 enum jnode_kind {
@@ -216,9 +255,11 @@ int atlas_jinja_parse_tokens(struct atlas_jinja *t, struct jtok *toks, size_t n)
 struct jframe;
 struct jrender {
 	struct jarena *a;      /* render arena */
+	struct jbudget *bud;   /* the render's budget (also a->budget) */
 	struct jframe *root;   /* globals and top-level variables */
 	struct jbuf *out;      /* current output (block set / macro swap it) */
-	int depth;	       /* macro call depth, to stop runaway recursion */
+	int macros;	       /* macro call depth, to stop runaway recursion */
+	int depth;	       /* nested evaluations (expressions, statements) */
 };
 
 /* Evaluate an expression; NULL on error with the message set. */

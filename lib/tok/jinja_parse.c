@@ -16,6 +16,7 @@ struct parser {
 	struct jtok *t;	    /* tokens */
 	size_t n;	    /* token count (last is EOF) */
 	size_t i;	    /* current token */
+	int depth;	    /* open blocks and brackets: the parser's recursion */
 };
 
 /* A growable node list, copied into the arena when done. */
@@ -97,6 +98,34 @@ static int expect_op(struct parser *P, const char *op)
 	}
 	P->i++;
 	return 0;
+}
+
+/* One level deeper (a block, a bracket, a unary operator): refused past
+ * the limit, so no template can overflow the parser's stack. */
+static int enter(struct parser *P)
+{
+	if (++P->depth > ATLAS_JINJA_MAX_PARSE_DEPTH)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "chat template line %d: template nested too deeply (blocks, "
+				   "brackets and chained operators: more than %d levels)",
+				   cur(P)->line, ATLAS_JINJA_MAX_PARSE_DEPTH);
+	return 0;
+}
+
+/* A chained operator (a + b + c, x.a.b, x | f | g) nests the tree one
+ * level deeper without recursing here, but the evaluator will recurse:
+ * count it as a level until the chain ends (*n levels, given back by
+ * leave_chain). */
+static int chain(struct parser *P, int *n)
+{
+	(*n)++;
+	return enter(P);
+}
+
+static struct jnode *leave_chain(struct parser *P, int n, struct jnode *x)
+{
+	P->depth -= n;
+	return x;
 }
 
 static struct jnode *node(struct parser *P, enum jnode_kind k, int line)
@@ -340,8 +369,11 @@ static struct jnode *parse_subscript(struct parser *P, struct jnode *obj)
 
 static struct jnode *parse_postfix(struct parser *P, struct jnode *x)
 {
+	int levels = 0;
 	while (x) {
 		int line = cur(P)->line;
+		if ((is_op(P, ".") || is_op(P, "[") || is_op(P, "(")) && chain(P, &levels))
+			return NULL;
 		if (is_op(P, ".")) {
 			P->i++;
 			struct jtok *t = cur(P);
@@ -377,13 +409,16 @@ static struct jnode *parse_postfix(struct parser *P, struct jnode *x)
 			break;
 		}
 	}
-	return x;
+	return leave_chain(P, levels, x);
 }
 
 static struct jnode *parse_filters(struct parser *P, struct jnode *x)
 {
+	int levels = 0;
 	while (x) {
 		int line = cur(P)->line;
+		if ((is_op(P, "|") || is_name(P, "is")) && chain(P, &levels))
+			return NULL;
 		if (is_op(P, "|")) {
 			P->i++;
 			if (cur(P)->kind != JT_NAME) {
@@ -464,7 +499,7 @@ static struct jnode *parse_filters(struct parser *P, struct jnode *x)
 			break;
 		}
 	}
-	return x;
+	return leave_chain(P, levels, x);
 }
 
 static struct jnode *parse_unary(struct parser *P, bool with_filter)
@@ -474,7 +509,10 @@ static struct jnode *parse_unary(struct parser *P, bool with_filter)
 	if (is_op(P, "-") || is_op(P, "+")) {
 		bool neg = is_op(P, "-");
 		P->i++;
+		if (enter(P))
+			return NULL;
 		struct jnode *inner = parse_unary(P, false);
+		P->depth--;
 		if (!inner)
 			return NULL;
 		x = node(P, neg ? JN_NEG : JN_POS, line);
@@ -490,22 +528,28 @@ static struct jnode *parse_unary(struct parser *P, bool with_filter)
 static struct jnode *parse_pow(struct parser *P)
 {
 	struct jnode *x = parse_unary(P, true);
+	int levels = 0;
 	while (x && is_op(P, "**")) {
 		P->i++;
+		if (chain(P, &levels))
+			return NULL;
 		x = binary(P, JN_BINOP, JOP_POW, x, parse_unary(P, true));
 	}
-	return x;
+	return leave_chain(P, levels, x);
 }
 
 static struct jnode *parse_math2(struct parser *P)
 {
 	struct jnode *x = parse_pow(P);
+	int levels = 0;
 	for (;;) {
 		int op = is_op(P, "*") ? JOP_MUL : is_op(P, "/") ? JOP_DIV
 			 : is_op(P, "//") ? JOP_FLOORDIV : is_op(P, "%") ? JOP_MOD : -1;
 		if (!x || op < 0)
-			return x;
+			return leave_chain(P, levels, x);
 		P->i++;
+		if (chain(P, &levels))
+			return NULL;
 		x = binary(P, JN_BINOP, op, x, parse_pow(P));
 	}
 }
@@ -513,21 +557,27 @@ static struct jnode *parse_math2(struct parser *P)
 static struct jnode *parse_concat(struct parser *P)
 {
 	struct jnode *x = parse_math2(P);
+	int levels = 0;
 	while (x && is_op(P, "~")) {
 		P->i++;
+		if (chain(P, &levels))
+			return NULL;
 		x = binary(P, JN_BINOP, JOP_CONCAT, x, parse_math2(P));
 	}
-	return x;
+	return leave_chain(P, levels, x);
 }
 
 static struct jnode *parse_math1(struct parser *P)
 {
 	struct jnode *x = parse_concat(P);
+	int levels = 0;
 	for (;;) {
 		int op = is_op(P, "+") ? JOP_ADD : is_op(P, "-") ? JOP_SUB : -1;
 		if (!x || op < 0)
-			return x;
+			return leave_chain(P, levels, x);
 		P->i++;
+		if (chain(P, &levels))
+			return NULL;
 		x = binary(P, JN_BINOP, op, x, parse_concat(P));
 	}
 }
@@ -576,7 +626,10 @@ static struct jnode *parse_not(struct parser *P)
 	if (is_name(P, "not")) {
 		int line = cur(P)->line;
 		P->i++;
+		if (enter(P))
+			return NULL;
 		struct jnode *inner = parse_not(P);
+		P->depth--;
 		struct jnode *x = inner ? node(P, JN_NOT, line) : NULL;
 		if (x)
 			x->a = inner;
@@ -588,29 +641,50 @@ static struct jnode *parse_not(struct parser *P)
 static struct jnode *parse_and(struct parser *P)
 {
 	struct jnode *x = parse_not(P);
+	int levels = 0;
 	while (x && is_name(P, "and")) {
 		P->i++;
+		if (chain(P, &levels))
+			return NULL;
 		x = binary(P, JN_AND, 0, x, parse_not(P));
 	}
-	return x;
+	return leave_chain(P, levels, x);
 }
 
 static struct jnode *parse_or(struct parser *P)
 {
 	struct jnode *x = parse_and(P);
+	int levels = 0;
 	while (x && is_name(P, "or")) {
 		P->i++;
+		if (chain(P, &levels))
+			return NULL;
 		x = binary(P, JN_OR, 0, x, parse_and(P));
 	}
+	return leave_chain(P, levels, x);
+}
+
+static struct jnode *parse_cond(struct parser *P);
+
+/* Every bracket, argument and `else` branch comes through here. */
+static struct jnode *parse_expr(struct parser *P)
+{
+	if (enter(P))
+		return NULL;
+	struct jnode *x = parse_cond(P);
+	P->depth--;
 	return x;
 }
 
 /* x if cond [else y] */
-static struct jnode *parse_expr(struct parser *P)
+static struct jnode *parse_cond(struct parser *P)
 {
 	struct jnode *x = parse_or(P);
+	int levels = 0;
 	while (x && is_name(P, "if")) {
 		P->i++;
+		if (chain(P, &levels))
+			return NULL;
 		struct jnode *c = node(P, JN_COND, x->line);
 		if (!c || !(c->a = parse_or(P)))
 			return NULL;
@@ -622,7 +696,7 @@ static struct jnode *parse_expr(struct parser *P)
 		}
 		x = c;
 	}
-	return x;
+	return leave_chain(P, levels, x);
 }
 
 /* --- statements ---------------------------------------------------------- */
@@ -676,7 +750,10 @@ static struct jnode *parse_if(struct parser *P, int line)
 	if (!x || !(x->a = parse_expr(P)) || block_end(P) || parse_stmt_body(P, x, stops, &stopped))
 		return NULL;
 	if (!strcmp(stopped, "elif")) {
+		if (enter(P)) /* each elif nests one if deeper */
+			return NULL;
 		struct jnode *e = parse_if(P, cur(P)->line);
+		P->depth--;
 		if (!e)
 			return NULL;
 		x->orelse = jarena_alloc(P->a, sizeof(*x->orelse));
@@ -878,8 +955,21 @@ static struct jnode *parse_stmt(struct parser *P)
 
 /* Statements until a block tag named in `stops` (left at its name, with
  * *stopped set) or, with stops NULL, the end of the template. */
+static int parse_body_in(struct parser *P, const char *const *stops, struct nvec *out,
+			 const char **stopped);
+
 static int parse_body(struct parser *P, const char *const *stops, struct nvec *out,
 		      const char **stopped)
+{
+	int rc = enter(P);
+	if (!rc)
+		rc = parse_body_in(P, stops, out, stopped);
+	P->depth--;
+	return rc;
+}
+
+static int parse_body_in(struct parser *P, const char *const *stops, struct nvec *out,
+			 const char **stopped)
 {
 	int open_line = cur(P)->line;
 	for (;;) {
@@ -949,7 +1039,8 @@ int atlas_jinja_parse_tokens(struct atlas_jinja *t, struct jtok *toks, size_t n)
 		if (strstr(m, "out of memory"))
 			return ATLAS_ENOMEM;
 		if (strstr(m, "not supported") || strstr(m, "unknown filter") ||
-		    strstr(m, "unknown test") || strstr(m, "too many"))
+		    strstr(m, "unknown test") || strstr(m, "too many") ||
+		    strstr(m, "nested too deeply"))
 			return ATLAS_EUNSUPPORTED;
 		return ATLAS_EFORMAT;
 	}

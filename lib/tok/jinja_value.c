@@ -17,19 +17,104 @@ struct jchunk {
 	max_align_t data[];  /* the memory handed out */
 };
 
+/* --- budget ------------------------------------------------------------ */
+
+static void budget_message(const struct jbudget *b)
+{
+	switch (b->over) {
+	case JOVER_STEPS:
+		atlas_error(ATLAS_EINVAL,
+			    "chat template line %d: template render exceeded %lld steps",
+			    b->over_line, (long long)b->lim.max_steps);
+		break;
+	case JOVER_OUTPUT:
+		atlas_error(ATLAS_EINVAL,
+			    "chat template line %d: template render exceeded %zu output bytes "
+			    "(the output or one string)",
+			    b->over_line, b->lim.max_output);
+		break;
+	case JOVER_MEMORY:
+		atlas_error(ATLAS_EINVAL,
+			    "chat template line %d: template render exceeded %zu bytes of memory",
+			    b->over_line, b->lim.max_memory);
+		break;
+	case JOVER_EVAL_DEPTH:
+		atlas_error(ATLAS_EINVAL,
+			    "chat template line %d: expressions and blocks nested too deeply "
+			    "(more than %d levels while rendering)",
+			    b->over_line, ATLAS_JINJA_MAX_EVAL_DEPTH);
+		break;
+	default:
+		atlas_error(ATLAS_EINVAL,
+			    "chat template line %d: values nested too deeply (lists or dicts more "
+			    "than %d levels deep)",
+			    b->over_line, ATLAS_JINJA_MAX_VALUE_DEPTH);
+	}
+}
+
+int jbudget_fail(struct jbudget *b, int what)
+{
+	if (!b->over) {
+		b->over = what;
+		b->over_line = b->line;
+	}
+	budget_message(b); /* the first limit passed names the failure */
+	return ATLAS_EINVAL;
+}
+
+int jbudget_steps(struct jbudget *b, int64_t n)
+{
+	if (!b)
+		return 0;
+	if (b->over)
+		return ATLAS_EINVAL;
+	if (n < 0 || n > b->lim.max_steps - b->steps) {
+		b->steps = b->lim.max_steps;
+		return jbudget_fail(b, JOVER_STEPS);
+	}
+	b->steps += n;
+	return 0;
+}
+
+int jbudget_scan(struct jbudget *b, size_t bytes)
+{
+	return jbudget_steps(b, (int64_t)(bytes / 64));
+}
+
+/* --- arena ----------------------------------------------------------------- */
+
 void *jarena_alloc(struct jarena *a, size_t n)
 {
+	struct jbudget *bud = a->budget;
+	if (n > SIZE_MAX / 4)
+		return NULL;
 	n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+	if (bud && jbudget_steps(bud, 1 + (int64_t)(n / 64)))
+		return NULL;
 	struct jchunk *c = a->head;
 	if (!c || c->cap - c->used < n) {
-		size_t cap = n > 65536 ? n : 65536;
+		/* a large block gets a chunk of its own, behind the current one,
+		 * so the space left in that one is not wasted */
+		bool own = n > 16384;
+		size_t cap = own ? n : 65536;
+		if (bud && sizeof(*c) + cap > bud->lim.max_memory - bud->mem) {
+			jbudget_fail(bud, JOVER_MEMORY);
+			return NULL;
+		}
 		c = malloc(sizeof(*c) + cap);
 		if (!c)
 			return NULL;
-		c->next = a->head;
+		if (bud)
+			bud->mem += sizeof(*c) + cap;
 		c->used = 0;
 		c->cap = cap;
-		a->head = c;
+		if (own && a->head) {
+			c->next = a->head->next;
+			a->head->next = c;
+		} else {
+			c->next = a->head;
+			a->head = c;
+		}
 	}
 	void *p = (char *)c->data + c->used;
 	c->used += n;
@@ -59,23 +144,88 @@ void jarena_free(struct jarena *a)
 	a->head = NULL;
 }
 
+/* --- buffers ------------------------------------------------------------- */
+
+/* Room for `need` bytes: capacity doubles (amortised O(1) appends), but
+ * never past what the budget allows one string. */
+static int jbuf_grow(struct jbuf *b, size_t need)
+{
+	struct jbudget *bud = b->budget;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < need)
+		cap = cap > SIZE_MAX / 2 ? need : 2 * cap;
+	if (bud && cap > bud->lim.max_output + 1)
+		cap = need > bud->lim.max_output + 1 ? need : bud->lim.max_output + 1;
+	if (bud && cap - b->cap > bud->lim.max_memory - bud->mem)
+		return jbudget_fail(bud, JOVER_MEMORY);
+	char *p = realloc(b->p, cap);
+	if (!p)
+		return atlas_error(ATLAS_ENOMEM, "out of memory rendering the chat template");
+	if (bud)
+		bud->mem += cap - b->cap;
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+/* May `n` more bytes be written? Charges them (one step per 64). */
+static int jbuf_charge(struct jbuf *b, size_t n)
+{
+	struct jbudget *bud = b->budget;
+	if (!bud)
+		return n > SIZE_MAX / 2 - b->n ? atlas_error(ATLAS_ENOMEM, "string too long") : 0;
+	if (bud->over)
+		return ATLAS_EINVAL;
+	if (n > bud->lim.max_output - b->n)
+		return jbudget_fail(bud, JOVER_OUTPUT);
+	return jbudget_steps(bud, (int64_t)((b->n + n) / 64 - b->n / 64));
+}
+
 int jbuf_put(struct jbuf *b, const char *s, size_t n)
 {
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p)
-			return atlas_error(ATLAS_ENOMEM, "out of memory rendering the chat template");
-		b->p = p;
-		b->cap = cap;
-	}
+	int rc = jbuf_charge(b, n);
+	if (rc)
+		return rc;
+	if (b->n + n + 1 > b->cap && (rc = jbuf_grow(b, b->n + n + 1)))
+		return rc;
 	if (n)
 		memcpy(b->p + b->n, s, n);
 	b->n += n;
 	b->p[b->n] = '\0';
 	return 0;
+}
+
+int jbuf_repeat(struct jbuf *b, const char *s, size_t len, size_t n)
+{
+	if (!len || !n)
+		return jbuf_put(b, "", 0);
+	size_t total = len * n;
+	if (n > SIZE_MAX / 2 / len) /* more than any budget: the charge below refuses it */
+		total = SIZE_MAX / 2;
+	int rc = jbuf_charge(b, total);
+	if (rc)
+		return rc;
+	if (b->n + total + 1 > b->cap && (rc = jbuf_grow(b, b->n + total + 1)))
+		return rc;
+	char *at = b->p + b->n;
+	memcpy(at, s, len);
+	for (size_t done = len; done < total;) { /* double what is there */
+		size_t k = done < total - done ? done : total - done;
+		memcpy(at + done, at, k);
+		done += k;
+	}
+	b->n += total;
+	b->p[b->n] = '\0';
+	return 0;
+}
+
+void jbuf_release(struct jbuf *b)
+{
+	if (b->budget)
+		b->budget->mem -= b->cap;
+	free(b->p);
+	b->p = NULL;
+	b->n = b->cap = 0;
 }
 
 static int jbuf_puts(struct jbuf *b, const char *s)
@@ -100,6 +250,10 @@ static struct jval *newval(struct jarena *a, enum jtype t)
 
 struct jval *jv_str(struct jarena *a, const char *s, size_t len)
 {
+	if (a->budget && len > a->budget->lim.max_output) {
+		jbudget_fail(a->budget, JOVER_OUTPUT);
+		return NULL;
+	}
 	struct jval *v = newval(a, JV_STR);
 	if (v && !(v->s.s = jarena_strdup(a, s, len)))
 		return NULL;
@@ -139,8 +293,27 @@ struct jval *jv_dict(struct jarena *a, enum jtype t)
 	return newval(a, t);
 }
 
+/* A container gets `v`: refuse nesting past the limit (the recursive
+ * walkers, repr / tojson / ==, rely on it). */
+static int nest(struct jarena *a, struct jval *c, const struct jval *v)
+{
+	if (v->depth < c->depth)
+		return 0;
+	if (v->depth >= ATLAS_JINJA_MAX_VALUE_DEPTH) {
+		if (a->budget)
+			return jbudget_fail(a->budget, JOVER_VALUE_DEPTH);
+		return atlas_error(ATLAS_EINVAL, "values nested too deeply");
+	}
+	c->depth = v->depth + 1;
+	return 0;
+}
+
 int jv_list_push(struct jarena *a, struct jval *l, struct jval *v)
 {
+	if (!v) /* a failed constructor's result: its message is set */
+		return ATLAS_EINVAL;
+	if (nest(a, l, v) || jbudget_steps(a->budget, 1))
+		return ATLAS_EINVAL;
 	if (l->l.n == l->l.cap) {
 		size_t cap = l->l.cap ? 2 * l->l.cap : 8;
 		struct jval **nv = jarena_alloc(a, cap * sizeof(*nv));
@@ -163,13 +336,11 @@ struct jval *jv_dict_get(const struct jval *d, const char *k, size_t klen)
 	return NULL;
 }
 
-int jv_dict_set(struct jarena *a, struct jval *d, const char *k, size_t klen, struct jval *v)
+/* Append an entry whose key is known to be new. */
+static int dict_append(struct jarena *a, struct jval *d, const char *k, size_t klen, struct jval *v)
 {
-	for (size_t i = 0; i < d->d.n; i++)
-		if (d->d.e[i].klen == klen && !memcmp(d->d.e[i].k, k, klen)) {
-			d->d.e[i].v = v;
-			return 0;
-		}
+	if (d->t == JV_DICT && nest(a, d, v))
+		return ATLAS_EINVAL;
 	if (d->d.n == d->d.cap) {
 		size_t cap = d->d.cap ? 2 * d->d.cap : 8;
 		struct jkv *ne = jarena_alloc(a, cap * sizeof(*ne));
@@ -189,9 +360,30 @@ int jv_dict_set(struct jarena *a, struct jval *d, const char *k, size_t klen, st
 	return 0;
 }
 
-struct jval *jv_from_json(struct jarena *a, struct json_object *j)
+int jv_dict_set(struct jarena *a, struct jval *d, const char *k, size_t klen, struct jval *v)
+{
+	if (!v)
+		return ATLAS_EINVAL;
+	if (jbudget_steps(a->budget, 1 + (int64_t)(d->d.n / 16)))
+		return ATLAS_EINVAL;
+	for (size_t i = 0; i < d->d.n; i++)
+		if (d->d.e[i].klen == klen && !memcmp(d->d.e[i].k, k, klen)) {
+			if (d->t == JV_DICT && nest(a, d, v))
+				return ATLAS_EINVAL;
+			d->d.e[i].v = v;
+			return 0;
+		}
+	return dict_append(a, d, k, klen, v);
+}
+
+static struct jval *from_json(struct jarena *a, struct json_object *j, int depth)
 {
 	struct jval *v;
+	if (depth > ATLAS_JINJA_MAX_VALUE_DEPTH) {
+		if (a->budget)
+			jbudget_fail(a->budget, JOVER_VALUE_DEPTH);
+		return NULL;
+	}
 	switch (json_object_get_type(j)) {
 	case json_type_null:
 		return &jv_none;
@@ -207,7 +399,7 @@ struct jval *jv_from_json(struct jarena *a, struct json_object *j)
 		if (!(v = jv_list(a)))
 			return NULL;
 		for (size_t i = 0; i < json_object_array_length(j); i++) {
-			struct jval *x = jv_from_json(a, json_object_array_get_idx(j, i));
+			struct jval *x = from_json(a, json_object_array_get_idx(j, i), depth + 1);
 			if (!x || jv_list_push(a, v, x))
 				return NULL;
 		}
@@ -215,14 +407,20 @@ struct jval *jv_from_json(struct jarena *a, struct json_object *j)
 	case json_type_object:
 		if (!(v = jv_dict(a, JV_DICT)))
 			return NULL;
+		/* json-c keys are unique: append without searching (linear time) */
 		json_object_object_foreach(j, key, val) {
-			struct jval *x = jv_from_json(a, val);
-			if (!x || jv_dict_set(a, v, key, strlen(key), x))
+			struct jval *x = from_json(a, val, depth + 1);
+			if (!x || dict_append(a, v, key, strlen(key), x))
 				return NULL;
 		}
 		return v;
 	}
 	return &jv_none;
+}
+
+struct jval *jv_from_json(struct jarena *a, struct json_object *j)
+{
+	return from_json(a, j, 0);
 }
 
 bool jv_truthy(const struct jval *v)
@@ -250,8 +448,10 @@ static double num(const struct jval *v)
 	return v->t == JV_FLOAT ? v->f : v->t == JV_INT ? (double)v->i : v->b;
 }
 
-bool jv_equal(const struct jval *a, const struct jval *b)
+bool jv_equal(struct jbudget *bud, const struct jval *a, const struct jval *b)
 {
+	if (jbudget_steps(bud, 1))
+		return false; /* the caller sees the budget is spent */
 	if (is_num(a) && is_num(b)) {
 		if (a->t != JV_FLOAT && b->t != JV_FLOAT)
 			return (a->t == JV_INT ? a->i : a->b) == (b->t == JV_INT ? b->i : b->b);
@@ -262,20 +462,25 @@ bool jv_equal(const struct jval *a, const struct jval *b)
 	switch (a->t) {
 	case JV_UNDEF:
 	case JV_NONE: return true;
-	case JV_STR: return a->s.len == b->s.len && !memcmp(a->s.s, b->s.s, a->s.len);
+	case JV_STR:
+		if (a->s.len != b->s.len)
+			return false;
+		jbudget_scan(bud, a->s.len);
+		return !memcmp(a->s.s, b->s.s, a->s.len);
 	case JV_LIST:
 		if (a->l.n != b->l.n)
 			return false;
 		for (size_t i = 0; i < a->l.n; i++)
-			if (!jv_equal(a->l.v[i], b->l.v[i]))
+			if (!jv_equal(bud, a->l.v[i], b->l.v[i]))
 				return false;
 		return true;
 	case JV_DICT:
 		if (a->d.n != b->d.n)
 			return false;
 		for (size_t i = 0; i < a->d.n; i++) {
+			jbudget_steps(bud, 1 + (int64_t)(b->d.n / 16));
 			struct jval *o = jv_dict_get(b, a->d.e[i].k, a->d.e[i].klen);
-			if (!o || !jv_equal(a->d.e[i].v, o))
+			if (!o || !jv_equal(bud, a->d.e[i].v, o))
 				return false;
 		}
 		return true;
@@ -486,9 +691,7 @@ static int write_json_str(struct jbuf *b, const char *s, size_t len)
 static int newline_indent(struct jbuf *b, int indent, int depth)
 {
 	int rc = jbuf_puts(b, "\n");
-	for (int i = 0; !rc && i < indent * depth; i++)
-		rc = jbuf_puts(b, " ");
-	return rc;
+	return rc ? rc : jbuf_repeat(b, " ", 1, (size_t)indent * (size_t)depth);
 }
 
 int jv_write_json(struct jbuf *b, const struct jval *v, int indent, int depth)
@@ -545,13 +748,13 @@ struct jval *jv_to_str(struct jarena *a, const struct jval *v)
 {
 	if (v->t == JV_STR)
 		return (struct jval *)v;
-	struct jbuf b = {0};
+	struct jbuf b = JBUF(a->budget);
 	if (jv_write_str(&b, v)) {
-		free(b.p);
+		jbuf_release(&b);
 		return NULL;
 	}
 	struct jval *s = jv_str(a, b.p ? b.p : "", b.n);
-	free(b.p);
+	jbuf_release(&b);
 	return s;
 }
 
@@ -574,4 +777,31 @@ size_t jv_utf8_offset(const char *s, size_t len, size_t i)
 		}
 	}
 	return len;
+}
+
+static bool is_cont(char c)
+{
+	return ((unsigned char)c & 0xc0) == 0x80;
+}
+
+size_t jv_utf8_forward(const char *s, size_t len, size_t off, uint64_t k)
+{
+	for (; k > 0 && off < len; k--)
+		do
+			off++;
+		while (off < len && is_cont(s[off]));
+	return off;
+}
+
+size_t jv_utf8_back(const char *s, size_t off, uint64_t k)
+{
+	for (; k > 0; k--) {
+		size_t p = off;
+		while (p > 0 && is_cont(s[--p]))
+			;
+		if (is_cont(s[p]) || p == off)
+			break; /* no code point before `off` */
+		off = p;
+	}
+	return off;
 }

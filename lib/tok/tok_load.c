@@ -54,7 +54,7 @@ static bool get_bool(json_object *o, const char *key, bool dflt)
 
 int atlas_tok_arena_add(struct atlas_tok *tok, const char *s, size_t len, struct tok_str *out)
 {
-	if (tok->arena_len + len > tok->arena_cap) {
+	if (tok->arena_len + len > tok->arena_cap || !tok->arena) { /* "" first: still allocate */
 		size_t cap = tok->arena_cap ? tok->arena_cap : 1 << 20;
 		while (cap < tok->arena_len + len)
 			cap *= 2;
@@ -66,7 +66,8 @@ int atlas_tok_arena_add(struct atlas_tok *tok, const char *s, size_t len, struct
 		tok->arena = a;
 		tok->arena_cap = cap;
 	}
-	memcpy(tok->arena + tok->arena_len, s, len);
+	if (len)
+		memcpy(tok->arena + tok->arena_len, s, len);
 	out->off = (uint32_t)tok->arena_len;
 	out->len = (uint32_t)len;
 	tok->arena_len += len;
@@ -101,6 +102,30 @@ static int load_vocab(struct atlas_tok *tok, const char *dir, json_object *vocab
 				   "added_tokens[%zu] lacks a valid id or content", i);
 		if (id > maxid)
 			maxid = id;
+	}
+	/* The id arrays are sized by the largest id: an id far beyond the
+	 * number of entries would make a tiny file allocate gigabytes. Real
+	 * vocabularies are dense (a few unused ids at most). */
+	int64_t entries = (int64_t)json_object_object_length(vocab) + (int64_t)nadded;
+	int64_t limit = 2 * entries + 1024;
+	if (maxid >= limit) {
+		json_object_object_foreach(vocab, k3, v3)
+		{
+			if (json_object_get_int64(v3) == maxid)
+				return bad(dir, ATLAS_EFORMAT,
+					   "model.vocab['%.60s'] has id %lld, far beyond the %lld "
+					   "tokens of the file (ids must be below %lld)",
+					   k3, (long long)maxid, (long long)entries,
+					   (long long)limit);
+		}
+		for (size_t i = 0; i < nadded; i++)
+			if (json_object_get_int64(get(json_object_array_get_idx(added, i), "id")) ==
+			    maxid)
+				return bad(
+				    dir, ATLAS_EFORMAT,
+				    "added_tokens[%zu] has id %lld, far beyond the %lld tokens "
+				    "of the file (ids must be below %lld)",
+				    i, (long long)maxid, (long long)entries, (long long)limit);
 	}
 	tok->nvocab = maxid + 1;
 	tok->piece = calloc((size_t)tok->nvocab + 1, sizeof(*tok->piece));

@@ -7,6 +7,8 @@
  * tests and statements named at parse time, and runtime errors (Python's
  * messages, raise_exception's text). */
 #include <json.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -235,6 +237,257 @@ static void test_reuse(void)
 	atlas_jinja_free(t);
 }
 
+/* --- untrusted templates: arithmetic, nesting and budgets ------------------ */
+
+/* Render `src` with VARS within `lim` (NULL: the defaults). */
+static char *render_lim(const char *src, const struct atlas_jinja_limits *lim, int *rc)
+{
+	struct atlas_jinja *t;
+	char *out = NULL;
+	size_t len;
+	*rc = atlas_jinja_parse(src, strlen(src), &t);
+	if (*rc)
+		return NULL;
+	json_object *vars = json_tokener_parse(VARS);
+	*rc = atlas_jinja_render_limited(t, vars, lim, &out, &len);
+	json_object_put(vars);
+	atlas_jinja_free(t);
+	return out;
+}
+
+static void expect_render(const char *src, const char *want)
+{
+	int rc;
+	char *out = render(src, &rc);
+	if (!out)
+		harness_fail(__FILE__, __LINE__, "'%.60s': %s", src, atlas_errmsg());
+	else
+		CHECK_STR(out, want);
+	free(out);
+}
+
+/* `n` copies of `s`, then `mid`, then `n` copies of `e` (malloc'd). */
+static char *nested(const char *s, size_t n, const char *mid, const char *e)
+{
+	size_t ls = strlen(s), lm = strlen(mid), le = strlen(e);
+	char *b = malloc(n * (ls + le) + lm + 1), *p = b;
+	for (size_t i = 0; i < n; i++, p += ls)
+		memcpy(p, s, ls);
+	memcpy(p, mid, lm);
+	p += lm;
+	for (size_t i = 0; i < n; i++, p += le)
+		memcpy(p, e, le);
+	*p = '\0';
+	return b;
+}
+
+/* Integer operators never wrap or trap (INT64_MIN // -1 was SIGFPE,
+ * 10 ** 100000 rendered 0): a result past int64_t is an error naming
+ * the operator and the line. */
+static void test_int_overflow(void)
+{
+	expect_render_error("{{ (-9223372036854775807 - 1) // -1 }}", "line 1: integer overflow in '//'");
+	expect_render("{{ (-9223372036854775807 - 1) % -1 }}", "0");
+	expect_render("{{ (-9223372036854775807 - 1) is divisibleby(-1) }}", "True");
+	expect_render_error("\n{{ 9223372036854775807 + 1 }}", "line 2: integer overflow in '+'");
+	expect_render_error("{{ -9223372036854775807 - 2 }}", "integer overflow in '-'");
+	expect_render_error("{{ 4294967296 * 4294967296 }}", "integer overflow in '*'");
+	expect_render_error("{{ 10 ** 100000 }}", "integer overflow in '**'");
+	expect_render_error("{{ -(-9223372036854775807 - 1) }}", "integer overflow in unary '-'");
+	expect_render_error("{{ (-9223372036854775807 - 1) | abs }}", "integer overflow in 'abs'");
+	expect_render_error("{{ [9223372036854775807, 1] | sum }}", "integer overflow in 'sum'");
+	expect_render_error("{{ 1e300 | int }}", "integer overflow in 'int'");
+	expect_render_error("{{ n // 0 }}", "integer division or modulo by zero");
+	expect_render_error("{{ n % 0 }}", "integer division or modulo by zero");
+	expect_render_error("{{ f // 0 }}", "float floor division by zero");
+	expect_render_error("{{ f % 0.0 }}", "float modulo by zero");
+	/* exact results up to the edge, quickly (squaring, not 10^12 multiplications) */
+	expect_render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 0 ** 100000 }} {{ 1 ** 1000000000000 }} "
+		      "{{ (-1) ** 1000000000001 }} {{ 2 ** -1 }} {{ 9223372036854775807 // -1 }} "
+		      "{{ -7 // 2 }} {{ -7 % 3 }} {{ 7 % -3 }}",
+		      "4611686018427387904 -9223372036854775808 0 1 -1 0.5 -9223372036854775807 -4 2 -2");
+	/* ranges and slices whose next index would overflow */
+	expect_render("{{ range(9223372036854775806, 9223372036854775807, 4611686018427387904) | list }}"
+		      "{{ range(-9223372036854775807 - 1, 9223372036854775807, 9223372036854775807) | list }}"
+		      "{{ l[1::9223372036854775807] }}{{ l[::-9223372036854775807 - 1] }}{{ u[3::9223372036854775807] }}",
+		      "[9223372036854775806][-9223372036854775808, -1, 9223372036854775806][1][2]\360\237\221\215");
+}
+
+/* Deep nesting is refused by the parser (20,000 ifs and 30,000
+ * parentheses overflowed its stack) and by the evaluator, with the line. */
+static void test_nesting(void)
+{
+	static const struct {
+		const char *open, *mid, *close;
+		size_t n;
+	} deep[] = {
+		{"{% if true %}", "x", "{% endif %}", 20000},
+		{"{% for x in l %}", "x", "{% endfor %}", 20000},
+		{"{% if false %}", "", "{% elif false %}", 20000},
+		{"{{ ", "1", " }}", 1},
+		{"(", "1", ")", 30000},
+		{"[", "1", "]", 30000},
+		{"{'a': ", "1", "} ", 30000},
+		{"f(", "1", ")", 30000},
+		{"-", "1", "", 30000},
+		{"not ", "1", "", 30000},
+		{"1 if ", "1", " else 1", 30000},
+		{"", "1", " + 1", 100000},
+		{"", "'a'", " | trim", 100000},
+		{"", "d", ".a", 100000},
+		{"", "l", "[0]", 100000},
+		{"", "2", " ** 1", 100000},
+		{"", "n", " and n", 100000},
+	};
+	for (size_t i = 0; i < sizeof(deep) / sizeof(deep[0]); i++) {
+		char *inner = nested(deep[i].open, deep[i].n, deep[i].mid, deep[i].close);
+		char *src = inner;
+		bool expr = strncmp(deep[i].open, "{%", 2) && strncmp(deep[i].open, "{{", 2);
+		if (expr) { /* an expression: inside {{ }} on line 2 */
+			src = malloc(strlen(inner) + 16);
+			sprintf(src, "\n{{ %s }}", inner);
+			free(inner);
+		}
+		if (deep[i].n == 1) { /* the {{ 1 }} row is the control case */
+			expect_render(src, "1");
+			free(src);
+			continue;
+		}
+		struct atlas_jinja *t = NULL;
+		int rc = atlas_jinja_parse(src, strlen(src), &t);
+		if (rc != ATLAS_EUNSUPPORTED)
+			harness_fail(__FILE__, __LINE__, "row %zu: parse returned %d (%s)", i, rc,
+				     atlas_errmsg());
+		CHECK(t == NULL);
+		CHECK_CONTAINS(atlas_errmsg(), "nested too deeply");
+		CHECK_CONTAINS(atlas_errmsg(), expr ? "line 2:" : "line 1:");
+		atlas_jinja_free(t);
+		free(src);
+	}
+	/* what real templates do stays well inside */
+	char *ok = nested("{% if true %}", 200, "x", "{% endif %}");
+	expect_render(ok, "x");
+	free(ok);
+	ok = nested("[", 200, "1", "]");
+	char src[4096];
+	snprintf(src, sizeof(src), "{{ %s | length }}", ok);
+	expect_render(src, "1");
+	free(ok);
+	/* the evaluator: recursion through macros, each level 40 deep */
+	ok = nested("[", 40, "m(k - 1)", "]");
+	snprintf(src, sizeof(src),
+		 "{%% macro m(k) %%}{%% if k > 0 %%}{{ %s }}{%% endif %%}{%% endmacro %%}\n{{ m(60) }}",
+		 ok);
+	free(ok);
+	expect_render_error(src, "nested too deeply (more than 1024 levels while rendering)");
+	/* map('map', 'map', ...) recursed once per argument */
+	ok = nested("'map', ", 5000, "'upper'", "");
+	char *big = malloc(strlen(ok) + 64);
+	sprintf(big, "{{ ['a'] | map(%s) | list }}", ok);
+	expect_render_error(big, "nested too deeply (more than 1024 levels while rendering)");
+	free(big);
+	free(ok);
+	expect_render("{{ [['a', 'b']] | map('map', 'upper') | map('list') | list }}", "[['A', 'B']]");
+	/* values: a list nested 100,000 deep overflowed repr's stack */
+	expect_render_error("{% set ns = namespace(x=[]) %}\n{% for i in range(100000) %}"
+			    "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+			    "line 2: values nested too deeply");
+	expect_render("{% set ns = namespace(x=[]) %}{% for i in range(200) %}"
+		      "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | tojson | length }}{{ ns.x == ns.x }}",
+		      "402True");
+}
+
+/* 'x' * n was quadratic (100,000 took 5 GB); now one buffer, and a
+ * repetition past the output limit is refused before it is built. */
+static void test_repetition(void)
+{
+	int rc;
+	char *out = render("{{ 'ab' * 100000 }}", &rc);
+	CHECK(out != NULL && strlen(out) == 200000 && !strncmp(out + 199990, "ababababab", 10));
+	free(out);
+	out = render("{% set ns = namespace(s='') %}{% for i in range(20000) %}"
+		     "{% set ns.s = ns.s ~ 'x' %}{% endfor %}{{ ns.s | length }}",
+		     &rc);
+	CHECK_STR(out, "20000");
+	free(out);
+	expect_render("{{ 3 * 'ab' }}{{ 'x' * 0 }}{{ 'x' * -2 }}{{ [1, 2] * 2 }}{{ 2 * [0] }}{{ true * 'y' }}",
+		      "ababab[1, 2, 1, 2][0, 0]y");
+	expect_render_error("{{ 'x' * 1000000000000 }}", "template render exceeded 67108864 output bytes");
+	expect_render_error("{{ 'abc' * 9223372036854775807 }}", "exceeded 67108864 output bytes");
+	expect_render_error("{{ ([0] * 1000000000) | length }}", "template render exceeded 10000000 steps");
+	expect_render_error("{{ ([0, 1] * 4611686018427387904) | length }}", "exceeded 10000000 steps");
+}
+
+/* Loops, lists and strings share one budget per render. */
+static void test_budgets(void)
+{
+	struct atlas_jinja_limits d = atlas_jinja_default_limits();
+	CHECK_EQ_INT(d.max_steps, 10000000);
+	CHECK_EQ_INT(d.max_output, 64 << 20);
+	CHECK_EQ_INT(d.max_memory, 512 << 20);
+	expect_render_error("{% for i in range(100000) %}\n{% for j in range(100000) %}{% endfor %}{% endfor %}",
+			    "line 2: template render exceeded 10000000 steps");
+	expect_render_error("{{ range(1000000000) | length }}", "exceeded 10000000 steps");
+	expect_render_error("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}"
+			    "{% set ns.l = ns.l + ns.l %}{% endfor %}",
+			    "exceeded 10000000 steps");
+	expect_render_error("{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+			    "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+			    "exceeded 67108864 output bytes");
+	expect_render_error("{% set s = 'x' * 40000000 %}{{ s }}{{ s }}", "exceeded 67108864 output bytes");
+	/* work that builds nothing is charged too: searching, comparing, sorting */
+	expect_render_error("{% set s = 'x' * 60000000 %}{% for i in range(100000) %}"
+			    "{% if 'y' in s or s == s ~ '' %}{% endif %}{% endfor %}",
+			    "exceeded");
+	expect_render_error("{% set l = range(1000000) | list %}{% for i in range(1000) %}"
+			    "{% if l | sort | first %}{% endif %}{% endfor %}",
+			    "exceeded 10000000 steps");
+	/* smaller limits through the API; a zero member keeps its default */
+	struct atlas_jinja_limits small = {.max_steps = 1000};
+	int rc;
+	char *out = render_lim("{% for i in range(10) %}{{ i }}{% endfor %}", &small, &rc);
+	CHECK_STR(out, "0123456789");
+	free(out);
+	out = render_lim("{% for i in range(10000) %}{{ i }}{% endfor %}", &small, &rc);
+	CHECK(out == NULL);
+	CHECK_EQ_INT(rc, ATLAS_EINVAL);
+	CHECK_CONTAINS(atlas_errmsg(), "line 1: template render exceeded 1000 steps");
+	small = (struct atlas_jinja_limits){.max_output = 100};
+	out = render_lim("{% for i in range(30) %}{{ 'abcd' }}{% endfor %}", &small, &rc);
+	CHECK(out == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "template render exceeded 100 output bytes");
+	out = render_lim("{% macro m() %}{{ 'y' * 200 }}{% endmacro %}{{ m() | length }}", &small, &rc);
+	CHECK(out == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "exceeded 100 output bytes");
+	small = (struct atlas_jinja_limits){.max_memory = 1 << 20};
+	out = render_lim("{% set ns = namespace(l=[]) %}{% for i in range(100) %}"
+			 "{% set ns.l = ns.l + ['x' * 100000] %}{% endfor %}",
+			 &small, &rc);
+	CHECK(out == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "template render exceeded 1048576 bytes of memory");
+	/* raise_exception's message is its own, budget or not */
+	expect_render_error("{{ raise_exception('x' * 10) }}", "chat template: xxxxxxxxxx");
+}
+
+/* Strings are walked once: iterating, slicing and listing a long string
+ * were quadratic in its length. */
+static void test_linear_strings(void)
+{
+	int rc;
+	char *out = render("{% set s = '\303\251' * 300000 %}{{ s | list | length }} {{ s[::-1] | length }} "
+			   "{{ s[1::2] | length }} {{ s[-2:] }} {% set ns = namespace(k=0) %}"
+			   "{% for c in s[:30000] %}{% set ns.k = ns.k + 1 %}{% endfor %}{{ ns.k }}",
+			   &rc);
+	if (!out)
+		harness_fail(__FILE__, __LINE__, "%s", atlas_errmsg());
+	CHECK_STR(out, "300000 300000 150000 \303\251\303\251 30000");
+	free(out);
+	expect_render("{{ 'a,b,c'.split(',') }}{{ ('x,' * 300).split(',') | length }}"
+		      "{{ ('x,' * 300).rsplit(',', 2) | length }}{{ 'a,b,c,d'.rsplit(',', 2) }}"
+		      "{{ 'a,b,c,d'.split(',', 2) }}",
+		      "['a', 'b', 'c']3013['a,b', 'c', 'd']['a', 'b', 'c,d']");
+}
+
 int main(void)
 {
 	RUN(test_constructs);
@@ -242,5 +495,10 @@ int main(void)
 	RUN(test_parse_errors);
 	RUN(test_render_errors);
 	RUN(test_reuse);
+	RUN(test_int_overflow);
+	RUN(test_nesting);
+	RUN(test_repetition);
+	RUN(test_budgets);
+	RUN(test_linear_strings);
 	return harness_done();
 }

@@ -402,6 +402,22 @@ out:
 	atlas_tok_free(tok);
 }
 
+/* The id arrays are sized by the largest id: a 1.4 KB file with id
+ * 833,333,333 allocated 6.7 GB. Ids far beyond the file's entries are
+ * refused by name; a few unused ids at the end are still fine. */
+static void test_sparse_ids(void)
+{
+	const char *m = load_variant("huge-id", "\"lo\": 25", "\"lo\": 833333333");
+	CHECK_CONTAINS(m, "tokenizer.json in '");
+	CHECK_CONTAINS(m, "model.vocab['lo'] has id 833333333, far beyond the 29 tokens of the file");
+	m = load_variant("huge-added-id", "{\"id\": 28,", "{\"id\": 2147483000,");
+	CHECK_CONTAINS(m, "added_tokens[2] has id 2147483000, far beyond");
+	m = load_variant("gap-id", "\"lo\": 25", "\"lo\": 1081");
+	CHECK(m == NULL); /* 2 * 29 + 1024 = 1082: loads */
+	m = load_variant("gap-id2", "\"lo\": 25", "\"lo\": 1082");
+	CHECK_CONTAINS(m, "ids must be below 1082");
+}
+
 int main(void)
 {
 	RUN(test_bpe_merges);
@@ -412,6 +428,7 @@ int main(void)
 	RUN(test_out_of_range);
 	RUN(test_stream);
 	RUN(test_unsupported);
+	RUN(test_sparse_ids);
 	RUN(test_threads);
 	RUN(test_golden);
 	return harness_done();
