@@ -1,12 +1,14 @@
 /* http.c - the HTTP side of atlas-serve: the libmicrohttpd daemon (epoll
  * in a small pool of threads, so thousands of idle connections cost only
- * their sockets), the checks on a request head (origin, API key,
- * framing, size, rate limits), the body with its size limit, routing
- * with 404/405/415, CORS, and JSON replies. POST routes run in a worker
+ * their sockets; the gate in server.c hands it the connections), the
+ * syntax check of a first request head for the gate, the checks on a
+ * request head (origin, API key, framing, size, rate limits), the body
+ * with its size limit, routing with 404/405/415, CORS, and JSON replies. POST routes run in a worker
  * thread each while their connection is suspended, so a long generation
  * never holds a pool thread. The engine thread (model load, scheduler)
  * is in server.c. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -163,27 +166,36 @@ static const char *error_type(enum serve_api api, unsigned status)
 	case 404: return "not_found_error";
 	case 405: return "invalid_request_error";
 	case 413: return "request_too_large";
-	case 415: return "invalid_request_error";
 	case 429: return "rate_limit_error";
 	case 501: return "invalid_request_error";
 	case 503: return api == API_ANTHROPIC ? "overloaded_error" : "service_unavailable";
-	default: return api == API_ANTHROPIC ? "api_error" : "server_error";
+	case 505: return "invalid_request_error";
+	default:
+		if (status >= 400 && status < 500)
+			return "invalid_request_error";
+		return api == API_ANTHROPIC ? "api_error" : "server_error";
 	}
+}
+
+json_object *serve_error_body(enum serve_api api, unsigned status, const char *param,
+			      const char *code, const char *msg)
+{
+	json_object *err = json_object_new_object();
+	json_object_object_add(err, "message", json_object_new_string(msg));
+	json_object_object_add(err, "type", json_object_new_string(error_type(api, status)));
+	json_object_object_add(err, "param", param ? json_object_new_string(param) : NULL);
+	json_object_object_add(err, "code", code ? json_object_new_string(code) : NULL);
+	json_object *o = json_object_new_object();
+	if (api == API_ANTHROPIC)
+		json_object_object_add(o, "type", json_object_new_string("error"));
+	json_object_object_add(o, "error", err);
+	return o;
 }
 
 static enum MHD_Result reply_error_msg(struct conn *c, unsigned status, const char *param,
 				       const char *code, const char *msg)
 {
-	json_object *err = json_object_new_object();
-	json_object_object_add(err, "message", json_object_new_string(msg));
-	json_object_object_add(err, "type", json_object_new_string(error_type(c->api, status)));
-	json_object_object_add(err, "param", param ? json_object_new_string(param) : NULL);
-	json_object_object_add(err, "code", code ? json_object_new_string(code) : NULL);
-	json_object *o = json_object_new_object();
-	if (c->api == API_ANTHROPIC)
-		json_object_object_add(o, "type", json_object_new_string("error"));
-	json_object_object_add(o, "error", err);
-	return serve_reply_json(c, status, o);
+	return serve_reply_json(c, status, serve_error_body(c->api, status, param, code, msg));
 }
 
 enum MHD_Result serve_reply_error(struct conn *c, unsigned status, const char *param,
@@ -642,12 +654,16 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 	*con_cls = NULL;
 }
 
+/* The gate (server.c) counted the connection when it took it; its end
+ * is counted here. */
 static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
 			  enum MHD_ConnectionNotificationCode toe)
 {
-	struct atlas_server *s = cls;
-	__atomic_add_fetch(&s->n_conns, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1,
-			   __ATOMIC_RELAXED);
+	if (toe != MHD_CONNECTION_NOTIFY_CLOSED)
+		return;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	serve_gate_closed(cls, ci ? ci->client_addr : NULL);
 }
 
 /* libmicrohttpd's messages; a message repeated within a second (a flood
@@ -684,29 +700,207 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
  * in a worker thread. */
 #define HTTP_THREADS 4
 
-int atlas_serve_http_start(struct atlas_server *s, const struct sockaddr *addr, bool v6)
+/* libmicrohttpd without a listening socket: the gate (server.c) hands it
+ * the connections whose first request head it has checked. */
+int atlas_serve_http_start(struct atlas_server *s)
 {
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-			 MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
+			 MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG;
 	s->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
 				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
-				  MHD_OPTION_SOCK_ADDR, addr,
 				  MHD_OPTION_THREAD_POOL_SIZE,
 				  (unsigned)(s->p.max_connections < HTTP_THREADS ? s->p.max_connections
 										 : HTTP_THREADS),
 				  MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_connections,
-				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->p.max_connections_per_ip,
 				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->p.timeout_s,
 				  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
 				  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 				  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
 				  MHD_OPTION_END);
 	if (!s->mhd)
-		return atlas_error(ATLAS_EIO, "cannot listen on '%s' port %d (in use, or not an address here?)",
-				   s->p.host, s->p.port);
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	s->port = di ? di->port : s->p.port;
+		return atlas_error(ATLAS_EIO, "cannot start the HTTP daemon");
 	return 0;
+}
+
+/* --- request heads, before libmicrohttpd -------------------------------- */
+
+/* The longest request target (414 above it). */
+#define MAX_TARGET 16384
+
+/* RFC 9110 tchar: the bytes of methods and header names. */
+static bool tchar(unsigned char ch)
+{
+	return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+/* The line at p[0..n): its length without the end of line (LF, or CRLF),
+ * and *next past it; -1 when no LF yet. */
+static ssize_t line_at(const char *p, size_t n, size_t *next)
+{
+	const char *lf = memchr(p, '\n', n);
+	if (!lf)
+		return -1;
+	size_t len = (size_t)(lf - p);
+	*next = len + 1;
+	return len && p[len - 1] == '\r' ? (ssize_t)len - 1 : (ssize_t)len;
+}
+
+static int head_err(struct serve_err *e, unsigned status, const char *code, const char *msg)
+{
+	return serve_err_set(e, status, NULL, code, "%s", msg);
+}
+
+/* One header line (name: value). 0, or -1 with e set. */
+static int check_field(struct atlas_server *s, const char *l, size_t len, int *n_cl, bool *te,
+		       struct serve_err *e)
+{
+	size_t k = 0;
+	while (k < len && tchar((unsigned char)l[k]))
+		k++;
+	if (!k || k == len || l[k] != ':')
+		return head_err(e, 400, "invalid_request", "a header line is not 'name: value'");
+	for (size_t i = k + 1; i < len; i++) {
+		unsigned char ch = (unsigned char)l[i];
+		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+			return head_err(e, 400, "invalid_request", "a header value holds a control character");
+	}
+	const char *v = l + k + 1, *end = l + len;
+	while (v < end && (*v == ' ' || *v == '\t'))
+		v++;
+	while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	if (k == 14 && !strncasecmp(l, "Content-Length", 14)) {
+		uint64_t x = 0;
+		if (v == end)
+			return head_err(e, 400, "invalid_request", "Content-Length is empty");
+		for (const char *q = v; q < end; q++) {
+			if (*q < '0' || *q > '9')
+				return head_err(e, 400, "invalid_request",
+						"Content-Length is not a number of bytes");
+			if (x > (UINT64_MAX - 9) / 10)
+				return serve_err_set(e, 413, NULL, "request_too_large",
+						     "the request body is over the limit of %zu bytes",
+						     s->p.max_body);
+			x = x * 10 + (uint64_t)(*q - '0');
+		}
+		(*n_cl)++;
+	} else if (k == 17 && !strncasecmp(l, "Transfer-Encoding", 17)) {
+		if ((size_t)(end - v) != 7 || strncasecmp(v, "chunked", 7))
+			return head_err(e, 501, "unsupported_transfer_encoding",
+					"Transfer-Encoding is not supported (only chunked)");
+		*te = true;
+	}
+	return 0;
+}
+
+/* The chunked body whose first bytes are p[0..n): -1 with e set when
+ * they already break the framing (chunk-size lines of at most 15 hex
+ * digits with optional extensions, data, CRLF), else 0; what has not
+ * come yet is libmicrohttpd's to check. */
+static int check_chunks(const char *p, size_t n, struct serve_err *e)
+{
+	size_t off = 0, next = 0;
+	for (;;) {
+		ssize_t len = line_at(p + off, n - off, &next);
+		size_t k = 0;
+		uint64_t size = 0;
+		const char *l = p + off;
+		size_t avail = len < 0 ? n - off : (size_t)len;
+		while (k < avail && isxdigit((unsigned char)l[k])) {
+			if (k == 15)
+				return head_err(e, 400, "invalid_request", "a chunk size is too large");
+			size = size * 16 + (uint64_t)(isdigit((unsigned char)l[k]) ? l[k] - '0'
+									    : (tolower(l[k]) - 'a' + 10));
+			k++;
+		}
+		if (k < avail && l[k] != ';')
+			return head_err(e, 400, "invalid_request", "malformed chunked encoding");
+		if (len < 0)
+			return 0;
+		if (!k)
+			return head_err(e, 400, "invalid_request", "malformed chunked encoding");
+		if (size == 0)
+			return 0; /* the last chunk; trailers follow */
+		off += next;
+		if (n - off < size + 1)
+			return 0;
+		off += (size_t)size;
+		if (p[off] == '\r') {
+			if (n - off < 2)
+				return 0;
+			off++;
+		}
+		if (p[off] != '\n')
+			return head_err(e, 400, "invalid_request", "malformed chunked encoding");
+		off++;
+	}
+}
+
+int serve_head_check(struct atlas_server *s, const char *p, size_t n, size_t cap,
+		     enum serve_api *api, struct serve_err *e)
+{
+	size_t off = 0, next = 0;
+	ssize_t len;
+	*api = API_OPENAI;
+	/* empty lines before the request line are allowed (RFC 9112 2.2) */
+	while ((len = line_at(p + off, n - off, &next)) == 0)
+		off += next;
+	if (len < 0) {
+		if (n - off > MAX_TARGET + 64 || n >= cap)
+			return head_err(e, 414, "uri_too_long", "the request line is too long");
+		return 0;
+	}
+	/* METHOD SP target SP HTTP/x.y */
+	const char *l = p + off, *end = l + len, *sp1, *sp2;
+	size_t m = 0;
+	while (l + m < end && tchar((unsigned char)l[m]))
+		m++;
+	sp1 = l + m;
+	if (!m || sp1 == end || *sp1 != ' ')
+		return head_err(e, 400, "invalid_request", "malformed request line");
+	for (sp2 = sp1 + 1; sp2 < end && *sp2 != ' '; sp2++)
+		if ((unsigned char)*sp2 < 0x21 || *sp2 == 0x7f)
+			return head_err(e, 400, "invalid_request", "malformed request target");
+	size_t tlen = (size_t)(sp2 - sp1 - 1);
+	if (!tlen || sp2 == end)
+		return head_err(e, 400, "invalid_request", "malformed request line");
+	if (tlen > MAX_TARGET)
+		return head_err(e, 414, "uri_too_long", "the request target is too long");
+	const char *ver = sp2 + 1;
+	size_t vlen = (size_t)(end - ver);
+	if (vlen != 8 || strncmp(ver, "HTTP/", 5) || ver[6] != '.' || ver[5] < '0' || ver[5] > '9' ||
+	    ver[7] < '0' || ver[7] > '9')
+		return head_err(e, 400, "invalid_request", "malformed HTTP version in the request line");
+	if (strncmp(ver, "HTTP/1.1", 8) && strncmp(ver, "HTTP/1.0", 8))
+		return head_err(e, 505, "http_version_not_supported",
+				"HTTP version not supported (only 1.0 and 1.1)");
+	if (tlen == 12 && !strncmp(sp1 + 1, "/v1/messages", 12))
+		*api = API_ANTHROPIC;
+	off += next;
+	/* header lines up to the empty line */
+	int n_cl = 0;
+	bool te = false;
+	for (;;) {
+		if ((len = line_at(p + off, n - off, &next)) < 0)
+			return n >= cap ? head_err(e, 431, "headers_too_large",
+						   "the request headers are too large") : 0;
+		if (!len)
+			break;
+		if (p[off] == ' ' || p[off] == '\t')
+			return head_err(e, 400, "invalid_request", "folded header lines are not allowed");
+		if (check_field(s, p + off, (size_t)len, &n_cl, &te, e))
+			return -1;
+		off += next;
+	}
+	if (n_cl > 1 || (te && n_cl))
+		return head_err(e, 400, "invalid_request",
+				n_cl > 1 ? "the request has several Content-Length headers"
+					 : "the request has both Transfer-Encoding and Content-Length");
+	off += next;
+	if (te && check_chunks(p + off, n - off, e))
+		return -1;
+	return 1;
 }
 
 /* The fuzzing entry point: one POST as a request would make it. */

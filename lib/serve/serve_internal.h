@@ -61,6 +61,7 @@ struct atlas_server {
 	char **origins;               /* --allowed-origins, copied ("*" = any) */
 	int n_origins;                /* entries in origins */
 	struct MHD_Daemon *mhd;       /* the HTTP daemon (epoll, a pool of threads) */
+	struct serve_gate *gate;      /* the listening socket and first heads (server.c) */
 	int port;                     /* bound port */
 	pthread_t engine;             /* loads the model, runs the scheduler */
 	bool engine_started;          /* engine was created */
@@ -86,7 +87,8 @@ struct atlas_server {
 	uint64_t next_id;             /* request id counter (atomic) */
 
 	/* connections and requests in flight (guarded by mu, signalled on cv) */
-	int64_t n_conns;              /* open TCP connections (atomic, no lock) */
+	int64_t n_conns;              /* open TCP connections, the gate's and
+				       * libmicrohttpd's (atomic, no lock) */
 	int64_t n_inflight;           /* requests from their first header line to their
 				       * last byte sent (or the connection's end) */
 	int64_t n_workers;            /* handler threads running (POST routes) */
@@ -150,6 +152,20 @@ enum MHD_Result serve_reply_json(struct conn *c, unsigned status, json_object *o
 enum MHD_Result serve_reply_error(struct conn *c, unsigned status, const char *param,
 				  const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
+struct serve_err;
+/* The JSON of an error in the API's shape ({"error": {message, type,
+ * param, code}}; Anthropic's "type": "error" around it). New object. */
+json_object *serve_error_body(enum serve_api api, unsigned status, const char *param,
+			      const char *code, const char *msg);
+/* Check a request head before libmicrohttpd sees it (it answers what it
+ * cannot parse with HTML of its own): p[0..n) are the bytes received so
+ * far, cap the most that will be looked at. The request line (a method,
+ * a target of at most 16 KiB, HTTP/1.0 or 1.1), the header lines and the
+ * body's framing (one numeric Content-Length, or Transfer-Encoding:
+ * chunked). 1: complete and valid; 0: incomplete; -1: invalid, with e
+ * (400, 413, 414, 431, 501, 505) and *api the error shape of its route. */
+int serve_head_check(struct atlas_server *s, const char *p, size_t n, size_t cap,
+		     enum serve_api *api, struct serve_err *e);
 /* Queue a plain-text response (copied). */
 enum MHD_Result serve_reply_text(struct conn *c, unsigned status, const char *ctype,
 				 const char *text, size_t len);
@@ -247,6 +263,9 @@ enum MHD_Result serve_health(struct conn *c);
 enum MHD_Result serve_metrics_route(struct conn *c);
 
 /* --- server.c ----------------------------------------------------------- */
+/* A connection libmicrohttpd had has closed (its client address, or NULL):
+ * the gate's counts. */
+void serve_gate_closed(struct atlas_server *s, const struct sockaddr *sa);
 /* Internal entry point for the request fuzzer (tests/fuzz): a server
  * without a daemon or scheduler over the tokenizer and config of
  * model_dir (CPU), whose generation routes parse and answer 200 without

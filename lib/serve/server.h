@@ -28,11 +28,12 @@ struct atlas_server_params {
 	/* HTTP limits: the daemon polls every connection with epoll from a few
 	 * threads, so idle connections cost a file descriptor and a little
 	 * memory; generation requests run in their own threads. */
-	int max_connections;          /* open connections; 0 = 8192 (at most the
-				       * process's file-descriptor limit allows) */
+	int max_connections;          /* open connections (one more is closed at
+				       * once); 0 = 8192 */
 	int max_connections_per_ip;   /* per client address; 0 = no limit */
 	int timeout_s;                /* a connection that sends nothing for this long
-				       * (idle, or a request head or body stalled) is
+				       * (idle, or a body stalled), or whose first
+				       * request head has not come whole by then, is
 				       * closed; 0 = never. Requests being answered
 				       * are not cut: streams wait for tokens */
 	int max_concurrent;           /* requests handled at once (POST routes); more
