@@ -6,7 +6,9 @@
  * /tokenize. That runs the JSON parse, every typed field, stop strings,
  * prompts (text, token ids, lists of either), the chat template over
  * OpenAI and Anthropic messages, tokenization and the job set-up, up to
- * the point where a request would be submitted; no model runs. The server
+ * the point where a request would be submitted; no model runs. The bytes
+ * also go to serve_head_check, the check of a connection's first request
+ * head. The server
  * is the parse-only one of lib/serve (serve_parse_only_open) over the
  * model in $ATLAS_FUZZ_MODEL, else models/default of the current
  * directory (run from the repository root). A route answering something
@@ -32,6 +34,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		}
 	}
+	/* the same bytes as a request head, as the connection gate checks them */
+	struct serve_err e;
+	enum serve_api api;
+	serve_head_check(srv, (const char *)data, size, size, &api, &e);
 	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
 		unsigned st = serve_parse_only_request(srv, paths[i], (const char *)data, size);
 		if (st != 200 && st != 400 && st != 413 && st != 500 && st != 503) {
