@@ -19,8 +19,7 @@ static int check_nul(const char *line, size_t len)
 {
 	const char *z = memchr(line, '\0', len);
 	if (z)
-		return atlas_error(ATLAS_EFORMAT,
-				   "the line has a NUL byte at byte %zu (of %zu)",
+		return atlas_error(ATLAS_EFORMAT, "the line has a NUL byte at byte %zu (of %zu)",
 				   (size_t)(z - line) + 1, len);
 	return 0;
 }

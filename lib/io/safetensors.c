@@ -283,7 +283,8 @@ static int report_duplicate(const struct st_file *f, const struct raw_key *k, in
 		if (!(d[i] = decode_key(&k[i])))
 			continue;
 		for (int j = 0; j < i && !rc; j++)
-			if (d[j] && !strcmp(json_object_get_string(d[i]), json_object_get_string(d[j])))
+			if (d[j] &&
+			    !strcmp(json_object_get_string(d[i]), json_object_get_string(d[j])))
 				rc = atlas_error(ATLAS_EFORMAT,
 						 "'%s': tensor name '%s' appears more than once in "
 						 "the header",

@@ -59,8 +59,8 @@ static void check_config(const struct atlas_config *c)
 	check_str(c->architecture, sizeof(c->architecture));
 	check_str(c->hidden_act, sizeof(c->hidden_act));
 	if (c->vocab_size <= 0 || c->hidden_size <= 0 || c->intermediate_size <= 0 ||
-	    c->num_layers <= 0 || c->num_heads <= 0 || c->num_kv_heads <= 0 ||
-	    c->head_dim <= 0 || c->max_position <= 0)
+	    c->num_layers <= 0 || c->num_heads <= 0 || c->num_kv_heads <= 0 || c->head_dim <= 0 ||
+	    c->max_position <= 0)
 		abort();
 	if (c->num_heads % c->num_kv_heads)
 		abort();
