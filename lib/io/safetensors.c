@@ -423,7 +423,7 @@ static int parse_header(struct atlas_st *st, struct st_file *f)
 		if (rc)
 			break;
 	}
-	if (!rc)
+	if (!rc && st->count > first) /* with none, tensors may be NULL: no arithmetic on it */
 		rc = check_overlap(f, st->tensors + first, st->count - first);
 	json_object_put(root);
 	return rc;

@@ -379,6 +379,27 @@ static void test_name_errors(void)
 #undef T
 }
 
+/* A header without tensors is a valid, empty file (found by the fuzzer:
+ * the overlap check did arithmetic on the NULL tensor array, which
+ * clang's UBSan reports; the seed tests/fuzz/corpus/safetensors/
+ * empty-header replays it in make fuzz). */
+static void test_no_tensors(void)
+{
+	static const char *const headers[] = {"{}", "{\"__metadata__\":{\"format\":\"pt\"}}",
+					      "{}      "};
+	for (int i = 0; i < 3; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "empty%d.safetensors", i);
+		char *p = write_st(harness_tmpdir(), name, headers[i], NULL, 0);
+		struct atlas_st *st = atlas_st_open(p);
+		CHECK(st != NULL);
+		CHECK_EQ_INT(atlas_st_count(st), 0);
+		CHECK(atlas_st_find(st, "a") == NULL);
+		atlas_st_close(st);
+		free(p);
+	}
+}
+
 static void test_unsupported_dtype(void)
 {
 	static const unsigned char z[8];
@@ -537,6 +558,7 @@ int main(void)
 	RUN(test_json_errors);
 	RUN(test_entry_errors);
 	RUN(test_name_errors);
+	RUN(test_no_tensors);
 	RUN(test_unsupported_dtype);
 	RUN(test_truncated);
 	RUN(test_sharded);
