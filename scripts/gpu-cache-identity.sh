@@ -5,15 +5,7 @@
 # golden qwen3-bf16 model, each with and without the cache, on prompts
 # sharing a 300-token prefix. Writes OUT/identity.md.
 set -u
-out=${1:?usage: gpu-cache-identity.sh OUT [BUILD]}
-build=${2:-.gpubuild}
-src=$(cd "$(dirname "$0")/.." && pwd)
-case $build in /*) ;; *) build="$src/$build" ;; esac
-cd "$src" || exit 1
-sh scripts/gpu-unpack.sh "$build"
-mkdir -p "$out"
-m=/tmp/q8-session
-[ -f "$m/config.json" ] || python3 scripts/make-synthetic.py qwen3-8b "$m" >/dev/null
+. "$(dirname "$0")/gpu-prelude.sh"
 python3 -c "
 import random
 r = random.Random(11)

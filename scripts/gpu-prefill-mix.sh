@@ -5,15 +5,7 @@
 # (scripts/serve-prefill-mix.py), for each step token budget in
 # $BUDGETS (default "512 256"). One JSON line per budget in OUT/mix.jsonl.
 set -u
-out=${1:?usage: gpu-prefill-mix.sh OUT [BUILD]}
-build=${2:-.gpubuild}
-src=$(cd "$(dirname "$0")/.." && pwd)
-case $build in /*) ;; *) build="$src/$build" ;; esac
-cd "$src" || exit 1
-sh scripts/gpu-unpack.sh "$build"
-mkdir -p "$out"
-m=/tmp/q8-session
-[ -f "$m/config.json" ] || python3 scripts/make-synthetic.py qwen3-8b "$m" >/dev/null
+. "$(dirname "$0")/gpu-prelude.sh"
 for b in ${BUDGETS:-512 256}; do
 	port=$((20000 + RANDOM % 20000))
 	"$build/atlas-serve" -m "$m" --port $port --max-seqs 64 -c 4608 --max-batch-tokens "$b" \

@@ -6,15 +6,7 @@
 # GEMM paths, twice each. One block of timing lines per setting in
 # OUT/prefix-ab.txt.
 set -u
-out=${1:?usage: gpu-prefix-ab.sh OUT [BUILD]}
-build=${2:-.gpubuild}
-src=$(cd "$(dirname "$0")/.." && pwd)
-case $build in /*) ;; *) build="$src/$build" ;; esac
-cd "$src" || exit 1
-sh scripts/gpu-unpack.sh "$build"
-mkdir -p "$out"
-m=/tmp/q8-session
-[ -f "$m/config.json" ] || python3 scripts/make-synthetic.py qwen3-8b "$m" >/dev/null
+. "$(dirname "$0")/gpu-prelude.sh"
 python3 - <<'PY'
 import random
 r = random.Random(3)

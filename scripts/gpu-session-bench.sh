@@ -14,16 +14,8 @@
 #                 prefix cache and without
 #   summary.md    one line per part
 set -u
-out=${1:?usage: gpu-session-bench.sh OUT [BUILD]}
-build=${2:-.gpubuild}
-src=$(cd "$(dirname "$0")/.." && pwd)
-case $build in /*) ;; *) build="$src/$build" ;; esac
-cd "$src" || exit 1
-sh scripts/gpu-unpack.sh "$build"
-mkdir -p "$out"
+. "$(dirname "$0")/gpu-prelude.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader >"$out/gpu.txt" 2>&1
-m=/tmp/q8-session
-[ -f "$m/config.json" ] || python3 scripts/make-synthetic.py qwen3-8b "$m" >/dev/null
 run=$build/atlas-run
 # 64 prompts of 128 random ids below the shipped tokenizer's 4,096
 python3 - "$out" <<'EOF'
