@@ -72,6 +72,10 @@ struct atlas_sample_args {
 	float top_p;       /* 1 = off */
 	float min_p;       /* 0 = off */
 	float u;           /* uniform in [0, 1) */
+	const uint32_t *mask; /* NULL, or host words [(V + 31) / 32]: token i is
+			       * allowed when bit i % 32 of word i / 32 is set
+			       * (grammar-constrained decoding); the others are
+			       * never drawn, as if their logits were -inf */
 };
 
 /* One row of a per-kernel timing report (the optional profile ops). */
@@ -266,10 +270,14 @@ struct atlas_backend {
 		       double *out);
 };
 
+/* logits[i] = -inf for every token i the mask leaves out (NULL: none). */
+void atlas_sample_mask(float *logits, int64_t V, const uint32_t *mask);
+
 /* The reference sampling algorithm, shared by the host sampler and the
- * CPU backend's sample op: temperature, top-k, top-p, min-p, then the
- * candidate where the running probability mass first exceeds u times the
- * kept mass. `logits` [V] is overwritten; `scratch` holds V * 8 bytes. */
+ * CPU backend's sample op: the mask (a->mask), then temperature, top-k,
+ * top-p, min-p, then the candidate where the running probability mass
+ * first exceeds u times the kept mass. `logits` [V] is overwritten;
+ * `scratch` holds V * 8 bytes. */
 int32_t atlas_sample_pick(float *logits, int64_t V, const struct atlas_sample_args *a,
 			  void *scratch);
 

@@ -39,9 +39,25 @@ static int cmp_cand(const void *a, const void *b)
 }
 
 
+void atlas_sample_mask(float *logits, int64_t V, const uint32_t *mask)
+{
+	if (!mask)
+		return;
+	for (int64_t w = 0; w * 32 < V; w++) {
+		uint32_t bits = mask[w];
+		if (bits == 0xffffffffu)
+			continue;
+		int64_t end = w * 32 + 32 < V ? w * 32 + 32 : V;
+		for (int64_t i = w * 32; i < end; i++)
+			if (!(bits >> (i & 31) & 1))
+				logits[i] = -INFINITY;
+	}
+}
+
 int32_t atlas_sample_pick(float *logits, int64_t n, const struct atlas_sample_args *a,
 			  void *scratch)
 {
+	atlas_sample_mask(logits, n, a->mask);
 	if (a->temperature == 0.0f)
 		return argmax(logits, n);
 
@@ -119,5 +135,7 @@ int32_t atlas_sample_pick(float *logits, int64_t n, const struct atlas_sample_ar
 		if (r < acc)
 			return c[i].id;
 	}
+	while (k > 1 && prob[k - 1] == 0.0f) /* rounding: never a masked-out token */
+		k--;
 	return c[k - 1].id;
 }

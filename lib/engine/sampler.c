@@ -164,6 +164,7 @@ int atlas_sampler_args(struct atlas_sampler *s, struct atlas_sample_args *a)
 	a->top_k = p->top_k > INT32_MAX ? INT32_MAX : (int32_t)p->top_k;
 	a->top_p = (float)p->top_p;
 	a->min_p = (float)p->min_p;
+	a->mask = NULL;
 	a->u = (float)next_unit(s->rng);
 	if (a->u >= 1.0f) /* float rounding of a double just under 1 */
 		a->u = 0.99999994f;

@@ -452,8 +452,9 @@ static void test_sample(void)
 	float *dl = gpu->alloc(gpu, (size_t)(n * V) * 4); /* the sampler reads FP32 logits */
 	gpu->upload(gpu, dl, l.h, (size_t)(n * V) * 4);
 	struct atlas_sample_args a[6] = {
-		{0, 0, 1, 0, 0.5f}, {1.0f, 0, 1, 0, 0.3f}, {0.7f, 40, 1, 0, 0.9f},
-		{1.0f, 0, 0.9f, 0, 0.42f}, {1.2f, 0, 1, 0.05f, 0.77f}, {0.8f, 20, 0.95f, 0.02f, 0.01f},
+		{0, 0, 1, 0, 0.5f, NULL},	 {1.0f, 0, 1, 0, 0.3f, NULL},
+		{0.7f, 40, 1, 0, 0.9f, NULL},	 {1.0f, 0, 0.9f, 0, 0.42f, NULL},
+		{1.2f, 0, 1, 0.05f, 0.77f, NULL}, {0.8f, 20, 0.95f, 0.02f, 0.01f, NULL},
 	};
 	int32_t want[6], got[6], *dids = gpu->alloc(gpu, sizeof(got));
 	CHECK_EQ_INT(cpu->sample(cpu, want, l.h, n, V, a), 0);
@@ -465,6 +466,31 @@ static void test_sample(void)
 		       want[i] == got[i] ? "ok" : "FAIL");
 		CHECK_EQ_INT(got[i], want[i]);
 	}
+	/* grammar masks (atlas_mask_logits first): rows 0, 2, 3 and 5 keep
+	 * about one token in ten, rows 1 and 4 stay unmasked; the device picks
+	 * what the host picks, and only allowed tokens (the logits buffer is
+	 * uploaded again: the mask writes -inf into it) */
+	const int64_t W = (V + 31) / 32;
+	uint32_t *mk = calloc((size_t)(4 * W), 4);
+	uint64_t st = 12345;
+	for (int64_t i = 0; i < 4 * W * 32; i++) {
+		st = st * 6364136223846793005ull + 1442695040888963407ull;
+		if ((st >> 33) % 10 == 0)
+			mk[i / 32] |= 1u << (i % 32);
+	}
+	a[0].mask = mk, a[2].mask = mk + W, a[3].mask = mk + 2 * W, a[5].mask = mk + 3 * W;
+	gpu->upload(gpu, dl, l.h, (size_t)(n * V) * 4);
+	CHECK_EQ_INT(cpu->sample(cpu, want, l.h, n, V, a), 0);
+	CHECK_EQ_INT(gpu->sample(gpu, dids, dl, n, V, a), 0);
+	CHECK_EQ_INT(gpu->download(gpu, got, dids, sizeof(got)), 0);
+	for (int i = 0; i < n; i++) {
+		printf("# masked sample row %d: cpu %d gpu %d %s\n", i, want[i], got[i],
+		       want[i] == got[i] ? "ok" : "FAIL");
+		CHECK_EQ_INT(got[i], want[i]);
+		if (a[i].mask)
+			CHECK(a[i].mask[got[i] / 32] >> (got[i] % 32) & 1);
+	}
+	free(mk);
 	freebuf(&l);
 	gpu->free(gpu, dl);
 	gpu->free(gpu, dids);

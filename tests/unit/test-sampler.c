@@ -91,7 +91,7 @@ static void test_topk_ties(void)
 {
 	float l[6] = {1, 2, 2, 2, 0, 2};
 	for (int i = 0; i < 200; i++) {
-		struct atlas_sample_args a = {1.0f, 2, 1.0f, 0.0f, (float)i / 200};
+		struct atlas_sample_args a = {1.0f, 2, 1.0f, 0.0f, (float)i / 200, NULL};
 		float x[6];
 		char scratch[6 * 8];
 		memcpy(x, l, sizeof(x));
@@ -176,6 +176,55 @@ static void test_bad_params(void)
 	CHECK_EQ_INT(atlas_sampler_check(&p), ATLAS_EINVAL);
 }
 
+/* A grammar mask: only allowed ids are ever drawn, greedy or not, with
+ * every filter; the CPU backend's sample op honours it too. */
+static void test_mask(void)
+{
+	enum { V = 70 };
+	float l[V], row[V];
+	for (int i = 0; i < V; i++)
+		l[i] = (float)((i * 37) % 11) - 5.0f;
+	l[3] = 50.0f; /* the best token overall, masked out */
+	uint32_t mask[3] = {0, 0, 0};
+	int allowed[] = {1, 33, 40, 69};
+	for (int k = 0; k < 4; k++)
+		mask[allowed[k] / 32] |= 1u << (allowed[k] % 32);
+	char scratch[V * 8];
+	struct atlas_sample_args a = {.temperature = 0, .top_p = 1, .mask = mask};
+	memcpy(row, l, sizeof(row));
+	int32_t g = atlas_sample_pick(row, V, &a, scratch);
+	int best = 1;
+	for (int k = 1; k < 4; k++)
+		if (l[allowed[k]] > l[best])
+			best = allowed[k];
+	CHECK_EQ_INT(g, best);
+	float temps[] = {0.5f, 1.0f, 4.0f};
+	for (int t = 0; t < 3; t++)
+		for (int d = 0; d < 400; d++) {
+			a = (struct atlas_sample_args){.temperature = temps[t], .top_k = d % 3 ? 0 : 5,
+						       .top_p = d % 2 ? 0.9f : 1.0f,
+						       .min_p = d % 5 ? 0.0f : 0.05f,
+						       .u = (float)d / 400.0f, .mask = mask};
+			memcpy(row, l, sizeof(row));
+			int32_t id = atlas_sample_pick(row, V, &a, scratch);
+			CHECK(id >= 0 && id < V && (mask[id / 32] >> (id % 32) & 1));
+		}
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	CHECK(be != NULL);
+	struct atlas_sample_args two[2] = {
+	    {.temperature = 0, .top_p = 1, .mask = mask},
+	    {.temperature = 0, .top_p = 1},
+	};
+	float both[2 * V];
+	memcpy(both, l, sizeof(row));
+	memcpy(both + V, l, sizeof(row));
+	int32_t ids[2];
+	CHECK_EQ_INT(be->sample(be, ids, both, 2, V, two), 0);
+	CHECK_EQ_INT(ids[0], best);
+	CHECK_EQ_INT(ids[1], 3); /* the unmasked row is not affected */
+	be->destroy(be);
+}
+
 int main(void)
 {
 	RUN(test_greedy);
@@ -185,5 +234,6 @@ int main(void)
 	RUN(test_seeds);
 	RUN(test_penalties);
 	RUN(test_bad_params);
+	RUN(test_mask);
 	return harness_done();
 }

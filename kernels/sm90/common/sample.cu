@@ -431,3 +431,29 @@ extern "C" __global__ void __launch_bounds__(256)
 		}
 	}
 }
+
+/* atlas_mask_logits: grammar-constrained decoding's mask, applied before
+ * atlas_sample / atlas_argmax: logits of the tokens a row's mask leaves
+ * out become -inf, which both samplers then never choose (exp(-inf) = 0
+ * mass, and -inf never wins an argmax over an allowed finite logit).
+ * grid (ceil(W / 256), nm), block 256: thread w of row y handles the 32
+ * tokens of mask word w of row rows[y]; words [nm, W] (W = ceil(V / 32)),
+ * bit i % 32 of word i / 32 set = token i allowed. Per-row work only, so
+ * a row's result never depends on its batch-mates. */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_mask_logits(float *logits, long long V, const int *rows, const unsigned *words,
+		      long long W)
+{
+	ATLAS_PDL_ENTRY();
+	const long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+	if (w >= W)
+		return;
+	const unsigned bits = words[(long long)blockIdx.y * W + w];
+	if (bits == 0xffffffffu)
+		return;
+	float *lg = logits + (long long)rows[blockIdx.y] * V;
+	const long long i0 = w * 32;
+	for (int b = 0; b < 32 && i0 + b < V; b++)
+		if (!((bits >> b) & 1u))
+			lg[i0 + b] = -INFINITY;
+}

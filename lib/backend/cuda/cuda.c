@@ -50,6 +50,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC_REDUCE] = "atlas_gemm_tc_reduce",
 	[ATLAS_CK_DECODE_FUSED] = "atlas_decode_fused",
 	[ATLAS_CK_ARGMAX] = "atlas_argmax",
+	[ATLAS_CK_MASK_LOGITS] = "atlas_mask_logits",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -66,6 +67,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC_REDUCE] = 1,
 	[ATLAS_CK_DECODE_FUSED] = 1, /* its shared memory is set by fused_prepare */
 	[ATLAS_CK_ARGMAX] = 1,
+	[ATLAS_CK_MASK_LOGITS] = 1, /* without it, masked rows are refused */
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over

@@ -39,6 +39,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMM_TC_REDUCE, /* gemm_tc.cu: the split-K partials summed */
 	ATLAS_CK_DECODE_FUSED, /* decode_fused.cu: a one-token step's layers */
 	ATLAS_CK_ARGMAX,       /* sample.cu: greedy rows over many blocks */
+	ATLAS_CK_MASK_LOGITS,  /* sample.cu: grammar masks applied to logits */
 	ATLAS_CK_COUNT,
 };
 
@@ -70,6 +71,9 @@ struct cuda_ctx {
 	unsigned long long *d_amx;    /* atlas_argmax: [64] keys, then [64]
 				       * unsigned counters; zero between launches */
 	size_t args_cap;              /* its bytes */
+	void *d_mask;                 /* grammar masks of a sample launch: row
+				       * indices, then their mask words */
+	size_t mask_cap;              /* its bytes */
 	float *d_scratch;             /* sample scratch */
 	size_t scratch_cap;           /* its bytes */
 	float *att_part;              /* split-K attention partials: a fixed size,

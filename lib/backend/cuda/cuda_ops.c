@@ -4,6 +4,8 @@
 #include "cuda_internal.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../core/error.h"
 #include "kernel_args.h"
@@ -465,6 +467,46 @@ static int op_to_f32(struct atlas_backend *be, float *host, const void *src, int
 	return rc ? rc : be->download(be, host, c->f32_stage, (size_t)n * 4);
 }
 
+/* The grammar masks of rows [i0, i0 + m) applied to their logits in place
+ * (atlas_mask_logits): one upload of the masked rows' indices and words,
+ * one launch. Rows without a mask are left alone. */
+static int mask_rows(struct atlas_backend *be, const float *logits, int64_t i0, int64_t m,
+		     int64_t V, const struct atlas_sample_args *a)
+{
+	struct cuda_ctx *c = be->ctx;
+	int32_t rows[64];
+	int nm = 0;
+	for (int64_t i = 0; i < m; i++)
+		if (a[i0 + i].mask)
+			rows[nm++] = (int32_t)(i0 + i);
+	if (!nm)
+		return 0;
+	if (!c->kern[ATLAS_CK_MASK_LOGITS])
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "kernel target %s has no atlas_mask_logits (grammar masks)", c->target);
+	long long W = (V + 31) / 32;
+	size_t head = 64 * sizeof(int32_t), bytes = head + (size_t)nm * (size_t)W * 4;
+	uint32_t *stage = malloc(bytes);
+	if (!stage)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	memcpy(stage, rows, (size_t)nm * sizeof(int32_t));
+	for (int k = 0; k < nm; k++)
+		memcpy((char *)stage + head + (size_t)k * W * 4, a[rows[k]].mask, (size_t)W * 4);
+	int rc = atlas_cuda_scratch(be, &c->d_mask, &c->mask_cap, bytes);
+	if (!rc)
+		rc = be->upload(be, c->d_mask, stage, bytes);
+	free(stage);
+	if (rc)
+		return rc;
+	float *lg = (float *)logits; /* the model's logits scratch: writable */
+	long long v = V;
+	const int32_t *d_rows = c->d_mask;
+	const uint32_t *d_words = (const uint32_t *)((char *)c->d_mask + head);
+	void *args[] = {&lg, &v, &d_rows, &d_words, &W};
+	return atlas_cuda_launch(c, ATLAS_CK_MASK_LOGITS, (unsigned)CEIL_DIV(W, 256), (unsigned)nm,
+				 256, 0, args);
+}
+
 static int op_sample(struct atlas_backend *be, int32_t *ids, const float *logits, int64_t n,
 		     int64_t V, const struct atlas_sample_args *a)
 {
@@ -474,6 +516,8 @@ static int op_sample(struct atlas_backend *be, int32_t *ids, const float *logits
 	int rc;
 	for (int64_t i0 = 0; i0 < n; i0 += 64) { /* rows in groups of 64 */
 		int64_t m = n - i0 < 64 ? n - i0 : 64;
+		if ((rc = mask_rows(be, logits, i0, m, V, a)))
+			return rc;
 		int greedy = c->kern[ATLAS_CK_ARGMAX] != NULL;
 		for (int64_t i = 0; i < m; i++)
 			greedy &= a[i0 + i].temperature == 0.0f;

@@ -173,8 +173,13 @@ static int mock_logits(struct atlas_backend *be, float *out, const void *x, cons
 static int mock_sample(struct atlas_backend *be, int32_t *ids, const float *logits, int64_t n,
 		       int64_t V, const struct atlas_sample_args *args)
 {
-	for (int64_t i = 0; i < n; i++)
-		ids[i] = 0;
+	for (int64_t i = 0; i < n; i++) { /* the lowest allowed id */
+		const uint32_t *mk = args[i].mask;
+		int64_t id = 0;
+		while (mk && id < V && !(mk[id / 32] >> (id % 32) & 1))
+			id++;
+		ids[i] = (int32_t)(id < V ? id : 0);
+	}
 	return record(be, "sample n=%lld V=%lld", (long long)n, (long long)V);
 }
 
