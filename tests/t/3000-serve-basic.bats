@@ -120,7 +120,7 @@ teardown_file() {
 }
 
 @test "completions stream without usage" {
-	out=$(curl -sN "$S_URL/v1/completions" -d '{"prompt":"Once","max_tokens":3,"temperature":0,"ignore_eos":true,"stream":true}')
+	out=$(curl -sN "$S_URL/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Once","max_tokens":3,"temperature":0,"ignore_eos":true,"stream":true}')
 	expect_contains "$out" '"object":"text_completion"'
 	expect_contains "$out" '"finish_reason":"length"'
 	case $out in *'"usage"'*) false ;; esac
@@ -137,7 +137,7 @@ teardown_file() {
 }
 
 @test "POST /v1/messages stream: the Anthropic event sequence" {
-	out=$(curl -sN "$S_URL/v1/messages" -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"ignore_eos":true,"stream":true}')
+	out=$(curl -sN "$S_URL/v1/messages" -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"ignore_eos":true,"stream":true}')
 	events=$(printf '%s\n' "$out" | sed -n 's/^event: //p' | awk '!(last == $0 && $0 == "content_block_delta") { print } { last = $0 }' | tr '\n' ' ')
 	expect_eq "$events" "message_start content_block_start ping content_block_delta content_block_stop message_delta message_stop " "events"
 	expect_contains "$out" '"delta":{"type":"text_delta","text":'

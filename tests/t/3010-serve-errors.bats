@@ -125,7 +125,7 @@ AUTH=(-H 'Authorization: Bearer sekrit-key')
 	expect_error 413 "" "over the limit of 4096"
 	# chunked upload (no Content-Length) is cut off too
 	status_code=$(printf '{"prompt":"%s"}' "$big" | curl -s -o "$BATS_TEST_TMPDIR/b" -w '%{http_code}' \
-		-H 'Transfer-Encoding: chunked' -H 'Authorization: Bearer sekrit-key' \
+		-H 'Transfer-Encoding: chunked' -H 'Authorization: Bearer sekrit-key' -H 'Content-Type: application/json' \
 		--data-binary @- "$E_URL/v1/completions")
 	expect_eq "$status_code" 413
 	http POST "$E_URL/v1/completions" '{"prompt":"x","max_tokens":1}' "${AUTH[@]}"

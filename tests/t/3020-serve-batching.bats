@@ -34,7 +34,7 @@ run_set() {
 	mkdir -p "$dir"
 	: >"$dir/curl.cfg"
 	for i in $(seq 0 31); do
-		printf 'url = "%s/v1/completions"\ndata = "%s"\noutput = "%s/%d.json"\n' \
+		printf 'url = "%s/v1/completions"\nheader = "Content-Type: application/json"\ndata = "%s"\noutput = "%s/%d.json"\n' \
 			"$url" "$(body_for "$i" "$4" | sed 's/"/\\"/g')" "$dir" "$i" >>"$dir/curl.cfg"
 		[ "$i" = 31 ] || echo next >>"$dir/curl.cfg"
 	done
@@ -74,7 +74,7 @@ expect_same_sets() {
 }
 
 @test "a client that disconnects mid-stream cancels its request" {
-	curl -sN --max-time 0.5 "$B_URL/v1/completions" \
+	curl -sN --max-time 0.5 "$B_URL/v1/completions" -H 'Content-Type: application/json' \
 		-d '{"prompt":"go on","max_tokens":1900,"temperature":0,"ignore_eos":true,"stream":true}' \
 		>"$BATS_TEST_TMPDIR/partial" || true
 	expect_contains "$(head -1 "$BATS_TEST_TMPDIR/partial")" 'data: {' "got a start"
@@ -98,7 +98,7 @@ load_cfg() {
 	for i in $(seq "$2" "$3"); do
 		stream=false
 		[ $((i % 2)) = 0 ] && stream=true
-		printf 'url = "%s/v1/completions"\ndata = "{\\"prompt\\":\\"load %d once upon a time\\",\\"max_tokens\\":%d,\\"ignore_eos\\":true,\\"stream\\":%s}"\noutput = "/dev/null"\nwrite-out = "%%{http_code}\\n"\n' \
+		printf 'url = "%s/v1/completions"\nheader = "Content-Type: application/json"\ndata = "{\\"prompt\\":\\"load %d once upon a time\\",\\"max_tokens\\":%d,\\"ignore_eos\\":true,\\"stream\\":%s}"\noutput = "/dev/null"\nwrite-out = "%%{http_code}\\n"\n' \
 			"$1" "$i" $((4 + i % 13)) "$stream"
 		[ "$i" = "$3" ] || echo next
 	done

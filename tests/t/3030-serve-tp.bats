@@ -85,11 +85,11 @@ wait_exit() {
 		temp=0
 		[ $((i % 2)) -eq 1 ] && temp=0.9
 		choices "$ONE_URL" "$i" "$temp" >"$d/one.$i"
-		printf 'url = "%s/v1/completions"\ndata = "%s"\noutput = "%s/tp.%d.json"\n' \
+		printf 'url = "%s/v1/completions"\nheader = "Content-Type: application/json"\ndata = "%s"\noutput = "%s/tp.%d.json"\n' \
 			"$TP4_URL" "$(body "$i" "$temp" | sed 's/"/\\"/g')" "$d" "$i" >>"$d/curl.cfg"
 		[ "$i" = 7 ] || echo next >>"$d/curl.cfg"
 	done
-	curl -s -Z --no-progress-meter --parallel-immediate --parallel-max 8 -H 'Content-Type: application/json' \
+	curl -s -Z --no-progress-meter --parallel-immediate --parallel-max 8 \
 		-K "$d/curl.cfg"
 	for i in $(seq 0 7); do
 		expect_eq "$(sed 's/.*"choices":\[\(.*\)\],"usage".*/\1/' "$d/tp.$i.json")" \

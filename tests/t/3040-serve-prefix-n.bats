@@ -74,7 +74,7 @@ long_prompt() {
 
 @test "n = 4 streamed: every index's deltas, a finish_reason each, one usage chunk, one [DONE]" {
 	req='"messages":[{"role":"user","content":"Hi"}],"n":4,"temperature":1,"seed":3,"max_tokens":6,"ignore_eos":true'
-	out=$(curl -sN "$S_URL/v1/chat/completions" -d "{$req,\"stream\":true,\"stream_options\":{\"include_usage\":true}}")
+	out=$(curl -sN "$S_URL/v1/chat/completions" -H 'Content-Type: application/json' -d "{$req,\"stream\":true,\"stream_options\":{\"include_usage\":true}}")
 	http POST "$S_URL/v1/chat/completions" "{$req}"
 	for i in 0 1 2 3; do
 		expect_contains "$out" "{\"index\":$i,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}" "role chunk $i"
@@ -87,7 +87,7 @@ long_prompt() {
 	expect_eq "$(printf '%s\n' "$out" | grep -c '^data: \[DONE\]$')" 1 "[DONE] lines"
 	expect_eq "$(printf '%s\n' "$out" | grep -v '^$' | tail -1)" "data: [DONE]" "last event"
 	# completions: each choice's finish chunk
-	out=$(curl -sN "$S_URL/v1/completions" -d '{"prompt":"Once","n":3,"max_tokens":3,"ignore_eos":true,"stream":true}')
+	out=$(curl -sN "$S_URL/v1/completions" -H 'Content-Type: application/json' -d '{"prompt":"Once","n":3,"max_tokens":3,"ignore_eos":true,"stream":true}')
 	for i in 0 1 2; do
 		expect_eq "$(printf '%s\n' "$out" | grep -c "{\"index\":$i,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"length\"}")" 1 "finish chunks of $i"
 	done
@@ -198,7 +198,7 @@ long_prompt() {
 	http POST "$S_URL/v1/messages" '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3,"temperature":0}'
 	expect_eq "$status_code" 200
 	expect_match "$body" '"usage":\{"input_tokens":[0-9]+,"cache_creation_input_tokens":0,"cache_read_input_tokens":[0-9]+,"output_tokens":[0-9]+\}' "usage"
-	out=$(curl -sN "$S_URL/v1/messages" -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3,"temperature":0,"stream":true}')
+	out=$(curl -sN "$S_URL/v1/messages" -H 'Content-Type: application/json' -d '{"messages":[{"role":"user","content":"Hello"}],"max_tokens":3,"temperature":0,"stream":true}')
 	expect_match "$out" '"type":"message_start".*"cache_read_input_tokens":0,' "message_start"
 	expect_match "$out" '"type":"message_delta".*"cache_creation_input_tokens":0,"cache_read_input_tokens":[0-9]+,"output_tokens":[0-9]+\}' "message_delta"
 }
@@ -241,7 +241,7 @@ long_prompt() {
 }
 
 @test "a client that leaves an n = 4 stream cancels all four choices" {
-	curl -sN --max-time 0.5 "$S_URL/v1/completions" \
+	curl -sN --max-time 0.5 "$S_URL/v1/completions" -H 'Content-Type: application/json' \
 		-d '{"prompt":"go on","n":4,"max_tokens":1000,"ignore_eos":true,"stream":true}' \
 		>"$BATS_TEST_TMPDIR/partial" || true
 	id=$(sed -n '1s/^data: {"id":"\([^"]*\)".*/\1/p' "$BATS_TEST_TMPDIR/partial")

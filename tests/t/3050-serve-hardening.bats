@@ -223,8 +223,9 @@ head_error() {
 	expect_eq "$status_code" 200
 }
 
-@test "POST bodies must be declared JSON: text/plain, none or multipart is 415; curl -d's form type passes without an Origin" {
-	for ct in 'text/plain' 'text/plain;charset=UTF-8' 'multipart/form-data; boundary=x' 'application/jsonx'; do
+@test "POST bodies must be declared JSON: text/plain, form-urlencoded (curl -d), none or multipart is 415" {
+	for ct in 'text/plain' 'text/plain;charset=UTF-8' 'multipart/form-data; boundary=x' 'application/jsonx' \
+		'application/x-www-form-urlencoded'; do
 		status_code=$(curl -s -o "$BATS_TEST_TMPDIR/b" -w '%{http_code}' -H "Content-Type: $ct" \
 			--data-binary '{"prompt":"x","max_tokens":1}' "$H_URL/v1/completions")
 		body=$(cat "$BATS_TEST_TMPDIR/b")
@@ -239,12 +240,20 @@ head_error() {
 	expect_match "$(cat "$BATS_TEST_TMPDIR/b")" '^\{"type":"error","error":\{' "anthropic shape"
 	http POST "$H_URL/v1/completions" '{"prompt":"x","max_tokens":1}' -H 'Content-Type: Application/JSON; charset=utf-8'
 	expect_eq "$status_code" 200 "media type is case-insensitive"
-	status_code=$(curl -s -o /dev/null -w '%{http_code}' -d '{"prompt":"x","max_tokens":1}' "$H_URL/v1/completions")
-	expect_eq "$status_code" 200 "curl -d"
-	# a browser (it sends Origin) cannot pass the form type off as JSON
+	# curl -d's default type, with or without an Origin
+	status_code=$(curl -s -o "$BATS_TEST_TMPDIR/b" -w '%{http_code}' -d '{"prompt":"x","max_tokens":1}' "$H_URL/v1/completions")
+	body=$(cat "$BATS_TEST_TMPDIR/b")
+	expect_error 415 "" "(not 'application/x-www-form-urlencoded')"
 	status_code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Origin: http://a.example' \
 		-d '{"prompt":"x","max_tokens":1}' "$H_URL/v1/completions")
 	expect_eq "$status_code" 415 "form type from a browser"
+	status_code=$(curl -s -o "$BATS_TEST_TMPDIR/b" -w '%{http_code}' \
+		-d '{"messages":[{"role":"user","content":"x"}],"max_tokens":1}' "$H_URL/v1/messages")
+	expect_eq "$status_code" 415 "form type on /v1/messages"
+	expect_match "$(cat "$BATS_TEST_TMPDIR/b")" '^\{"type":"error","error":\{' "anthropic shape"
+	# the server still answers JSON
+	http POST "$H_URL/v1/completions" '{"prompt":"x","max_tokens":1}'
+	expect_eq "$status_code" 200 "after the 415s"
 }
 
 @test "CORS for --allowed-origins only: preflight 204 with the origin, other origins 403, no CORS headers without an Origin" {
