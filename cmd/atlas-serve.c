@@ -19,6 +19,7 @@
 #include "../lib/core/threads.h"
 #include "../lib/model/tp_group.h"
 #include "../lib/serve/server.h"
+#include "../lib/tok/chat.h"
 #include "common.h"
 
 static const char usage_text[] =
@@ -72,6 +73,16 @@ static const char usage_text[] =
 	"      --rate-limit-tpm N     prompt plus generated tokens per minute per\n"
 	"                             API key (or client address)\n"
 	"\n"
+	"Chat template (it comes with the model; a request whose render passes a\n"
+	"limit gets a 400):\n"
+	"      --template-max-steps N evaluation steps per render (default 10000000)\n"
+	"      --template-max-output BYTES\n"
+	"                             bytes of the rendered prompt and of any one\n"
+	"                             string built (default 64MiB)\n"
+	"      --template-max-memory BYTES\n"
+	"                             bytes a render may hold at once (default\n"
+	"                             512MiB)\n"
+	"\n"
 	"Batching:\n"
 	"      --max-seqs N           requests in one step (default 16)\n"
 	"      --max-batch-tokens N   tokens in one step, decodes plus prefill\n"
@@ -89,7 +100,7 @@ static const char usage_text[] =
 enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, OPT_API_KEY,
 	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE,
 	OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_TIMEOUT, OPT_SHUTDOWN_TIMEOUT, OPT_ORIGINS,
-	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM };
+	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM, OPT_TMPL_STEPS, OPT_TMPL_OUTPUT, OPT_TMPL_MEMORY };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -113,6 +124,9 @@ static const struct option longopts[] = {
 	{"max-concurrent-requests", required_argument, NULL, OPT_MAX_CONCURRENT},
 	{"rate-limit-rpm", required_argument, NULL, OPT_RPM},
 	{"rate-limit-tpm", required_argument, NULL, OPT_TPM},
+	{"template-max-steps", required_argument, NULL, OPT_TMPL_STEPS},
+	{"template-max-output", required_argument, NULL, OPT_TMPL_OUTPUT},
+	{"template-max-memory", required_argument, NULL, OPT_TMPL_MEMORY},
 	{"served-model-name", required_argument, NULL, OPT_SERVED_NAME},
 	{"tp", required_argument, NULL, OPT_TP},
 	{"verbose", no_argument, NULL, 'v'},
@@ -235,6 +249,7 @@ int main(int argc, char **argv)
 {
 	struct atlas_server_params p;
 	struct keys keys = {0};
+	struct atlas_chat_limits tmpl = {0}; /* zero: the defaults */
 	const char *model = NULL;
 	int shutdown_s = 30;
 	int c;
@@ -280,6 +295,18 @@ int main(int argc, char **argv)
 		case OPT_TPM:
 			p.rate_limit_tpm = (double)cmd_parse_int("--rate-limit-tpm", optarg, 0, (int64_t)1 << 40);
 			break;
+		case OPT_TMPL_STEPS:
+			tmpl.max_steps =
+			    cmd_parse_int("--template-max-steps", optarg, 1, (int64_t)1 << 50);
+			break;
+		case OPT_TMPL_OUTPUT:
+			tmpl.max_output =
+			    (size_t)cmd_parse_size("--template-max-output", optarg, 1);
+			break;
+		case OPT_TMPL_MEMORY:
+			tmpl.max_memory =
+			    (size_t)cmd_parse_size("--template-max-memory", optarg, 1);
+			break;
 		case OPT_SERVED_NAME: p.served_name = optarg; break;
 		case OPT_TP: p.tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;
 		case 'v': atlas_log_set_level(ATLAS_LOG_INFO); break;
@@ -294,6 +321,7 @@ int main(int argc, char **argv)
 	if (toks < seqs)
 		cmd_usage_error("--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",
 				(long long)toks, (long long)seqs);
+	atlas_chat_set_limits(&tmpl);
 	p.api_keys = (const char *const *)keys.v;
 	p.n_api_keys = keys.n;
 	/* a device that cannot run the ranks fails before the port is bound */

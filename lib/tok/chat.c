@@ -2,8 +2,10 @@
  * tokenizer loads, rendered per request with the variables transformers'
  * apply_chat_template passes (messages, tools, documents,
  * add_generation_prompt, the special-token strings, and any extra keys
- * of the request). */
+ * of the request), within the process-wide limits of
+ * atlas_chat_set_limits. */
 #include <json.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,24 @@ struct atlas_chat_tmpl {
 	struct atlas_jinja *tmpl; /* the parsed template */
 	json_object *special;	  /* bos_token, eos_token, ... as strings (template variables) */
 };
+
+/* The render limits of atlas_chat_set_limits; zero members (the start)
+ * mean the interpreter's defaults. Guarded by limits_lock: set once at
+ * startup in practice, read at the start of every render. */
+static struct atlas_jinja_limits limits;
+static pthread_mutex_t limits_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void atlas_chat_set_limits(const struct atlas_chat_limits *lim)
+{
+	pthread_mutex_lock(&limits_lock);
+	limits = (struct atlas_jinja_limits){0};
+	if (lim) {
+		limits.max_steps = lim->max_steps > 0 ? lim->max_steps : 0;
+		limits.max_output = lim->max_output;
+		limits.max_memory = lim->max_memory;
+	}
+	pthread_mutex_unlock(&limits_lock);
+}
 
 /* A special token in the config: a string or {"content": ...}. */
 static const char *token_string(json_object *cfg, const char *key)
@@ -143,7 +163,10 @@ int atlas_chat_render(const struct atlas_tok *tok, json_object *request, char **
 	json_object_object_add(vars, "add_generation_prompt", json_object_new_boolean(1));
 	json_object_object_foreach(request, k, v)
 		json_object_object_add(vars, k, json_object_get(v));
-	rc = atlas_jinja_render(tok->chat->tmpl, vars, out, len);
+	pthread_mutex_lock(&limits_lock);
+	struct atlas_jinja_limits lim = limits;
+	pthread_mutex_unlock(&limits_lock);
+	rc = atlas_jinja_render_limited(tok->chat->tmpl, vars, &lim, out, len);
 	json_object_put(vars);
 	return rc;
 }

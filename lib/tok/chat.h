@@ -10,12 +10,14 @@
  * The template is parsed once, when the tokenizer loads (a construct the
  * interpreter cannot handle is a load-time error naming it and its line),
  * and rendered per request. A template may call raise_exception(msg):
- * rendering then fails with ATLAS_EINVAL and that message. */
+ * rendering then fails with ATLAS_EINVAL and that message. Rendering is
+ * bounded by the limits of atlas_chat_set_limits (process-wide). */
 #ifndef ATLAS_TOK_CHAT_H
 #define ATLAS_TOK_CHAT_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tok.h"
 
@@ -36,5 +38,24 @@ bool atlas_chat_has_template(const struct atlas_tok *tok);
  * or raise_exception, with its message). Thread-safe. */
 int atlas_chat_render(const struct atlas_tok *tok, struct json_object *request,
 		      char **out, size_t *len);
+
+/* What one render of a chat template may spend (the template comes with
+ * the model, so it is untrusted). A render that passes a limit fails with
+ * ATLAS_EINVAL and a message naming the limit and the template line. A
+ * zero member means its default. */
+struct atlas_chat_limits {
+	int64_t max_steps; /* evaluation steps (one per expression, statement,
+			      loop iteration, and per 64 bytes copied); default
+			      10,000,000 */
+	size_t max_output; /* bytes of the output and of any one string the
+			      template builds; default 64 MiB */
+	size_t max_memory; /* bytes a render may hold at once; default 512 MiB */
+};
+
+/* Set the limits of every later atlas_chat_render in the process (NULL:
+ * the defaults). Meant to be called once at startup, before requests are
+ * served; it is nevertheless safe against concurrent renders, each of
+ * which uses the limits set when it starts. Cannot fail. */
+void atlas_chat_set_limits(const struct atlas_chat_limits *lim);
 
 #endif

@@ -3,9 +3,9 @@
 # errors of the HTTP layer in the API's JSON shape, JSON bodies only and
 # CORS for named origins, graceful shutdown (drain, then streams end with
 # an error event and other requests with 503), connection limits, the
-# idle timeout, thousands of idle connections, and rate limits with
-# Retry-After. Raw sockets and timing come from small python3 scripts
-# (skipped without python3).
+# idle timeout, thousands of idle connections, rate limits with
+# Retry-After, and the chat template's render limits. Raw sockets and
+# timing come from small python3 scripts (skipped without python3).
 
 load 3000-serve-helper
 
@@ -511,10 +511,57 @@ head_error() {
 	serve_stop K
 }
 
+# loop_model DIR - a copy of the default model (links) whose chat
+# template first runs an empty loop of 100,000 iterations
+loop_model() {
+	local f
+	mkdir -p "$1"
+	for f in "$DEFAULT_MODEL"/*; do
+		[ "${f##*/}" = tokenizer_config.json ] || ln -s "$f" "$1/"
+	done
+	python3 - "$DEFAULT_MODEL/tokenizer_config.json" "$1/tokenizer_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["chat_template"] = "{% for i in range(100000) %}{% endfor %}" + c["chat_template"]
+json.dump(c, open(sys.argv[2], "w"))
+PY
+}
+
+@test "--template-max-steps and --template-max-output: a chat template over a limit is a 400 naming it; the server carries on" {
+	local m=$BATS_TEST_TMPDIR/loop chat='{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}'
+	loop_model "$m"
+	serve_start L -m "$m" --template-max-steps 1000
+	http POST "$L_URL/v1/chat/completions" "$chat"
+	expect_error 400 messages "chat template line 1: template render exceeded 1000 steps"
+	http POST "$L_URL/v1/messages" "$chat"
+	expect_eq "$status_code" 400 "anthropic"
+	expect_contains "$body" "exceeded 1000 steps"
+	http POST "$L_URL/tokenize" '{"messages":[{"role":"user","content":"Hi"}]}'
+	expect_eq "$status_code" 400 "tokenize"
+	run -0 curl -s -m 5 "$L_URL/health"
+	http POST "$L_URL/v1/completions" '{"prompt":"x","max_tokens":1}'
+	expect_eq "$status_code" 200 "completions still served"
+	serve_stop L
+	# the default budget runs the loop
+	serve_start L -m "$m" --template-max-output 200
+	http POST "$L_URL/v1/chat/completions" "$chat"
+	expect_eq "$status_code" 200 "default steps"
+	expect_contains "$body" '"prompt_tokens":'
+	# a rendered prompt over --template-max-output
+	http POST "$L_URL/v1/chat/completions" "{\"messages\":[{\"role\":\"user\",\"content\":\"$(head -c 300 /dev/zero | tr '\0' a)\"}],\"max_tokens\":1}"
+	expect_error 400 messages "exceeded 200 output bytes"
+	serve_stop L
+	run -2 atlas-serve --template-max-steps 0
+	expect_contains "$output" "--template-max-steps"
+	run -2 atlas-serve --template-max-output 1x
+	expect_contains "$output" "--template-max-output"
+}
+
 @test "--help, the man page and the completions name every connection and limit flag" {
 	run -0 atlas-serve --help
 	for f in --max-connections --max-connections-per-ip --timeout --shutdown-timeout \
-		--allowed-origins --max-concurrent-requests --rate-limit-rpm --rate-limit-tpm; do
+		--allowed-origins --max-concurrent-requests --rate-limit-rpm --rate-limit-tpm \
+		--template-max-steps --template-max-output --template-max-memory; do
 		expect_contains "$output" "$f" "usage"
 		expect_contains "$(cat "$ATLAS_SRC/man/atlas-serve.1")" "${f//-/\\-}" "man page"
 		expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "$f" "bash completion"

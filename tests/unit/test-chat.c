@@ -235,10 +235,52 @@ static void test_load_errors(void)
 	free(dir);
 }
 
+/* atlas_chat_set_limits bounds every later render; NULL restores the
+ * defaults. */
+static void test_limits(void)
+{
+	char *dir = tok_dir("loop", "{\"chat_template\": \"{% for i in range(100000) %}"
+		      "{% endfor %}{{ 'y' * 3000 }}[{{ messages[0].content }}]\"}");
+	struct atlas_tok *tok = atlas_tok_load(dir);
+	const char *req = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}";
+	int rc;
+	CHECK(tok != NULL);
+	if (!tok) {
+		free(dir);
+		return;
+	}
+	char *out = render(tok, req, &rc);
+	CHECK_EQ_INT(rc, 0);
+	CHECK(out && strlen(out) == 3003);
+	free(out);
+	atlas_chat_set_limits(&(struct atlas_chat_limits){.max_steps = 1000});
+	out = render(tok, req, &rc);
+	CHECK_EQ_INT(rc, ATLAS_EINVAL);
+	CHECK(out == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "exceeded 1000 steps");
+	/* the output bound; zero members keep their defaults */
+	atlas_chat_set_limits(&(struct atlas_chat_limits){.max_output = 2000});
+	out = render(tok, req, &rc);
+	CHECK_EQ_INT(rc, ATLAS_EINVAL);
+	CHECK(out == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "2000");
+	atlas_chat_set_limits(&(struct atlas_chat_limits){.max_output = 4000});
+	out = render(tok, req, &rc);
+	CHECK_EQ_INT(rc, 0);
+	free(out);
+	atlas_chat_set_limits(NULL);
+	out = render(tok, req, &rc);
+	CHECK_EQ_INT(rc, 0);
+	free(out);
+	atlas_tok_free(tok);
+	free(dir);
+}
+
 int main(void)
 {
 	RUN(test_fixtures);
 	RUN(test_contract);
 	RUN(test_load_errors);
+	RUN(test_limits);
 	return harness_done();
 }
