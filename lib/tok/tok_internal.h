@@ -205,7 +205,9 @@ int64_t atlas_tok_added_find(const struct atlas_tok *tok, const char *s, size_t 
 			     bool normalized, size_t *start, size_t *end);
 
 /* Run the normalizer steps over s (normalize.c). Sets *out to NULL when
- * the text is unchanged, else to a malloc'd buffer of *outlen bytes. */
+ * the text is unchanged, else to a malloc'd buffer of *outlen bytes.
+ * Fails with ATLAS_ERANGE when a step's output would pass 64 * len + 4 KiB
+ * bytes (a hostile Replace or Prepend), ATLAS_ENOMEM. */
 int atlas_tok_normalize(const struct atlas_tok *tok, const char *s, size_t len, char **out,
 			size_t *outlen);
 

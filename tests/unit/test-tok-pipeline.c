@@ -3,7 +3,8 @@
  * unk, normalizers (Prepend, Replace, NFKC), every Split behaviour and
  * invert, Digits, Metaspace, the decoder chain (Replace, ByteFallback,
  * Fuse, Strip, Metaspace), added tokens with Unicode lstrip/rstrip and
- * normalized matching, and refusal of what is not supported.
+ * normalized matching, refusal of what is not supported, and the bound
+ * on what a normalizer may output.
  *
  * Each test writes a tiny tokenizer.json whose ids are worked out by hand
  * in the comments. The real vocabularies are checked against the JS
@@ -257,6 +258,56 @@ static void test_normalizers(void)
 	atlas_tok_free(tok);
 }
 
+/* A normalizer of a hostile tokenizer.json may not blow a span up past
+ * 64 bytes per input byte plus 4 KiB: a Replace of " " by 1,000 bytes is
+ * fine for a few spaces, an error (ATLAS_ERANGE, no output) for 300 of
+ * them (300,000 bytes from 600); so is a Prepend of 5,000 bytes. */
+static void test_normalizer_bound(void)
+{
+	char big[5001], *norm = NULL, text[601];
+	int32_t *ids = NULL;
+	size_t n = 0;
+	memset(big, '-', sizeof(big) - 1);
+	big[1000] = '\0';
+	CHECK(asprintf(&norm, "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"},"
+		       " \"content\": \"%s\"}", big) > 0);
+	struct atlas_tok *tok = make("bound1", norm, NULL, NULL, NULL, NULL);
+	free(norm);
+	CHECK(tok != NULL);
+	CHECK_EQ_INT(atlas_tok_encode(tok, "a b", 3, false, &ids, &n), 0);
+	CHECK(n >= 2);
+	free(ids);
+	for (size_t i = 0; i < 600; i += 2)
+		memcpy(text + i, "a ", 2);
+	text[600] = '\0';
+	ids = NULL;
+	CHECK_EQ_INT(atlas_tok_encode(tok, text, 600, false, &ids, &n), ATLAS_ERANGE);
+	CHECK(ids == NULL);
+	CHECK_CONTAINS(atlas_errmsg(), "expands 600 bytes of text past 42496 bytes");
+	atlas_tok_free(tok);
+	/* a regex Replace is bounded the same way */
+	CHECK(asprintf(&norm, "{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"a\"},"
+		       " \"content\": \"%s\"}", big) > 0);
+	tok = make("bound2", norm, NULL, NULL, NULL, NULL);
+	free(norm);
+	CHECK(tok != NULL);
+	CHECK_EQ_INT(atlas_tok_encode(tok, text, 600, false, &ids, &n), ATLAS_ERANGE);
+	atlas_tok_free(tok);
+	/* Prepend */
+	memset(big, '-', sizeof(big) - 1);
+	big[5000] = '\0';
+	CHECK(asprintf(&norm, "{\"type\": \"Prepend\", \"prepend\": \"%s\"}", big) > 0);
+	tok = make("bound3", norm, NULL, NULL, NULL, NULL);
+	free(norm);
+	CHECK(tok != NULL);
+	CHECK_EQ_INT(atlas_tok_encode(tok, "a", 1, false, &ids, &n), ATLAS_ERANGE);
+	CHECK_CONTAINS(atlas_errmsg(), "Replace or Prepend");
+	/* 100 bytes of text may take it: 5,100 <= 64 * 100 + 4,096 */
+	CHECK_EQ_INT(atlas_tok_encode(tok, text, 100, false, &ids, &n), 0);
+	free(ids);
+	atlas_tok_free(tok);
+}
+
 /* Added tokens: lstrip/rstrip take Unicode white space; a normalized
  * token is found after normalization (here NFKC), a raw one before. */
 static void test_added(void)
@@ -308,6 +359,7 @@ int main(void)
 	RUN(test_split_behaviors);
 	RUN(test_digits_metaspace);
 	RUN(test_normalizers);
+	RUN(test_normalizer_bound);
 	RUN(test_added);
 	RUN(test_refused);
 	return harness_done();
