@@ -66,3 +66,10 @@ expect_utf8_body() {
 	http POST "$D_URL/detokenize" '{}'
 	expect_error 400 tokens "'tokens' is required"
 }
+
+@test "the man page documents U+FFFD and bytes_base64" {
+	man=$(cat "$ATLAS_SRC/man/atlas-serve.1")
+	expect_contains "$man" 'U+FFFD' "man page"
+	expect_contains "$man" '"bytes_base64": true' "man page"
+	expect_contains "$man" '"Y2Fmww=="' "man page example (as the test above)"
+}
