@@ -38,21 +38,6 @@ struct tc_buf {
 	size_t cap; /* allocated */
 };
 
-/* An incremental JSON scanner for one value: validity (RFC 8259, UTF-8
- * included) and nesting, one byte at a time. */
-#define JS_MAXDEPTH 128
-struct jscan {
-	uint8_t st;		 /* J_* */
-	bool in_key;		 /* the string being scanned is an object key */
-	uint8_t lit_i;		 /* bytes of `lit` matched */
-	uint8_t u8_need;	 /* UTF-8 continuation bytes still expected */
-	uint8_t u8_lo, u8_hi;	 /* range of the next continuation byte */
-	uint8_t hex;		 /* hex digits left in a \uXXXX escape */
-	const char *lit;	 /* true, false or null being matched */
-	int depth;		 /* open containers */
-	char stack[JS_MAXDEPTH]; /* '{' or '[' for each */
-};
-
 struct tc_call {
 	char id[40];   /* call_ + 24 alphanumerics, or 9 (mistral) */
 	char *name;    /* malloc'd */
@@ -100,29 +85,29 @@ struct atlas_toolparse {
 	struct json_object *tools; /* borrowed: the request's tools, for parameter types */
 	uint64_t rng;		   /* splitmix64 state for the ids */
 	int rst;		   /* reasoning layer: RS_* */
-	struct tc_buf rhold;   /* RS_START: whitespace + part of <think>; RS_IN: part of </think> */
-	int st;		       /* tool layer: TS_* */
-	bool lead;	       /* no text yet since the start or the last call: hold whitespace */
-	struct tc_buf hold;    /* TS_TEXT: what may begin a marker */
-	struct tc_buf ws;      /* whitespace held while lead */
-	struct tc_buf raw;     /* text of the current marker since its last commit point */
-	struct jscan js;       /* the JSON key or value being scanned */
-	const char *lit;       /* TS_LIT: the literal expected */
-	size_t lit_i;	       /* TS_LIT: bytes of it matched */
-	int lit_next;	       /* TS_LIT: the state after it (TS_TEXT: the call is over) */
-	int wkey;	       /* walker: K_* of the value being scanned */
-	int wctx;	       /* walker: what follows the object (TS_H_CLOSE, ...) */
-	struct tc_buf key;     /* a key, a name, a literal being matched */
-	struct tc_buf val;     /* the name's JSON text; a qwen3_coder value */
-	struct tc_buf ahold;   /* arguments seen before the call began */
-	struct tc_buf fname;   /* the wrapper object's function name */
-	bool have_name;	       /* the wrapper object's name came */
-	bool args_seen;	       /* its arguments value began */
-	bool args_done;	       /* its arguments value is complete */
-	bool in_call;	       /* CALL emitted, CALL_END not */
-	bool xml;	       /* the call is qwen3_coder XML (we write its JSON) */
-	int nparams;	       /* xml: parameters written */
-	struct tc_call *calls; /* every CALL so far */
+	struct tc_buf rhold; /* RS_START: whitespace + part of <think>; RS_IN: part of </think> */
+	int st;		     /* tool layer: TS_* */
+	bool lead;	     /* no text yet since the start or the last call: hold whitespace */
+	struct tc_buf hold;  /* TS_TEXT: what may begin a marker */
+	struct tc_buf ws;    /* whitespace held while lead */
+	struct tc_buf raw;   /* text of the current marker since its last commit point */
+	struct atlas_json_scan js; /* the JSON key or value being scanned */
+	const char *lit;	   /* TS_LIT: the literal expected */
+	size_t lit_i;		   /* TS_LIT: bytes of it matched */
+	int lit_next;		   /* TS_LIT: the state after it (TS_TEXT: the call is over) */
+	int wkey;		   /* walker: K_* of the value being scanned */
+	int wctx;		   /* walker: what follows the object (TS_H_CLOSE, ...) */
+	struct tc_buf key;	   /* a key, a name, a literal being matched */
+	struct tc_buf val;	   /* the name's JSON text; a qwen3_coder value */
+	struct tc_buf ahold;	   /* arguments seen before the call began */
+	struct tc_buf fname;	   /* the wrapper object's function name */
+	bool have_name;		   /* the wrapper object's name came */
+	bool args_seen;		   /* its arguments value began */
+	bool args_done;		   /* its arguments value is complete */
+	bool in_call;		   /* CALL emitted, CALL_END not */
+	bool xml;		   /* the call is qwen3_coder XML (we write its JSON) */
+	int nparams;		   /* xml: parameters written */
+	struct tc_call *calls;	   /* every CALL so far */
 	int ncalls, calls_cap;
 	struct tc_buf pend;		  /* text of one kind not yet handed out */
 	enum atlas_toolev_kind pend_kind; /* its event kind */
@@ -387,336 +372,18 @@ static void tc_after_call(struct atlas_toolparse *p)
 	p->raw.n = 0;
 }
 
-/* ---- the JSON scanner --------------------------------------------------- */
-
-enum { JS_MORE, JS_DONE, JS_BACK, JS_ERR };
-enum {
-	J_VAL,
-	J_ARR1,
-	J_KEY1,
-	J_KEY,
-	J_COLON,
-	J_AFTER,
-	J_STR,
-	J_U8,
-	J_ESC,
-	J_UHEX,
-	J_MINUS,
-	J_ZERO,
-	J_INT,
-	J_DOT,
-	J_FRAC,
-	J_E,
-	J_ESIGN,
-	J_EXP,
-	J_LIT,
-	J_DONE,
-	J_ERR,
-};
-
-static void js_init(struct jscan *j)
-{
-	memset(j, 0, sizeof(*j));
-}
-
-static int js_err(struct jscan *j)
-{
-	j->st = J_ERR;
-	return JS_ERR;
-}
-
-/* A value ended: the whole text, or back into its container. */
-static int js_value_end(struct jscan *j)
-{
-	if (!j->depth) {
-		j->st = J_DONE;
-		return JS_DONE;
-	}
-	j->st = J_AFTER;
-	return JS_MORE;
-}
-
-static int js_push(struct jscan *j, char k)
-{
-	if (j->depth == JS_MAXDEPTH)
-		return js_err(j);
-	j->stack[j->depth++] = k;
-	j->st = k == '{' ? J_KEY1 : J_ARR1;
-	return JS_MORE;
-}
-
-static int js_pop(struct jscan *j, char k)
-{
-	if (!j->depth || j->stack[j->depth - 1] != k)
-		return js_err(j);
-	j->depth--;
-	return js_value_end(j);
-}
-
-/* The first byte of a value. */
-static int js_value(struct jscan *j, unsigned char c)
-{
-	switch (c) {
-	case '{':
-	case '[':
-		return js_push(j, (char)c);
-	case '"':
-		j->st = J_STR;
-		j->in_key = false;
-		return JS_MORE;
-	case '-':
-		j->st = J_MINUS;
-		return JS_MORE;
-	case 't':
-	case 'f':
-	case 'n':
-		j->lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
-		j->lit_i = 1;
-		j->st = J_LIT;
-		return JS_MORE;
-	}
-	if (c >= '0' && c <= '9') {
-		j->st = c == '0' ? J_ZERO : J_INT;
-		return JS_MORE;
-	}
-	return js_err(j);
-}
-
-/* A byte inside a string (after the opening quote). */
-static int js_string(struct jscan *j, unsigned char c)
-{
-	if (c == '"') {
-		if (j->in_key) {
-			j->st = J_COLON;
-			return JS_MORE;
-		}
-		return js_value_end(j);
-	}
-	if (c == '\\') {
-		j->st = J_ESC;
-		return JS_MORE;
-	}
-	if (c < 0x20)
-		return js_err(j);
-	if (c < 0x80)
-		return JS_MORE;
-	/* UTF-8: the lead byte fixes the count and the next byte's range */
-	j->u8_lo = 0x80;
-	j->u8_hi = 0xbf;
-	if (c >= 0xc2 && c <= 0xdf)
-		j->u8_need = 1;
-	else if (c >= 0xe0 && c <= 0xef)
-		j->u8_need = 2;
-	else if (c >= 0xf0 && c <= 0xf4)
-		j->u8_need = 3;
-	else
-		return js_err(j);
-	if (c == 0xe0)
-		j->u8_lo = 0xa0;
-	else if (c == 0xed)
-		j->u8_hi = 0x9f;
-	else if (c == 0xf0)
-		j->u8_lo = 0x90;
-	else if (c == 0xf4)
-		j->u8_hi = 0x8f;
-	j->st = J_U8;
-	return JS_MORE;
-}
-
-/* A number ends at a byte that cannot continue it. */
-static int js_num_end(struct jscan *j, unsigned char c, bool complete);
-
-static int js_byte(struct jscan *j, unsigned char c);
-
-static int js_num_end(struct jscan *j, unsigned char c, bool complete)
-{
-	if (!complete)
-		return js_err(j);
-	if (!j->depth) {
-		j->st = J_DONE;
-		return JS_BACK;
-	}
-	j->st = J_AFTER;
-	return js_byte(j, c);
-}
-
-static bool is_digit(unsigned char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-static int js_number(struct jscan *j, unsigned char c)
-{
-	bool d = is_digit(c), e = c == 'e' || c == 'E';
-	switch (j->st) {
-	case J_MINUS:
-		if (!d)
-			return js_err(j);
-		j->st = c == '0' ? J_ZERO : J_INT;
-		return JS_MORE;
-	case J_ZERO:
-	case J_INT:
-		if (d && j->st == J_INT)
-			return JS_MORE;
-		if (c == '.' || e) {
-			j->st = c == '.' ? J_DOT : J_E;
-			return JS_MORE;
-		}
-		return js_num_end(j, c, true);
-	case J_DOT:
-		if (!d)
-			return js_err(j);
-		j->st = J_FRAC;
-		return JS_MORE;
-	case J_FRAC:
-		if (d)
-			return JS_MORE;
-		if (e) {
-			j->st = J_E;
-			return JS_MORE;
-		}
-		return js_num_end(j, c, true);
-	case J_E:
-		if (c == '+' || c == '-') {
-			j->st = J_ESIGN;
-			return JS_MORE;
-		}
-		/* fall through */
-	case J_ESIGN:
-		if (!d)
-			return js_err(j);
-		j->st = J_EXP;
-		return JS_MORE;
-	default: /* J_EXP */
-		return d ? JS_MORE : js_num_end(j, c, true);
-	}
-}
-
-/* Scan one byte: JS_MORE (part of the value, not complete), JS_DONE (the
- * byte completed it), JS_BACK (it was complete before this byte, which is
- * not part of it: a top-level number) or JS_ERR (not JSON). */
-static int js_byte(struct jscan *j, unsigned char c)
-{
-	switch (j->st) {
-	case J_VAL:
-		return is_ws(c) ? JS_MORE : js_value(j, c);
-	case J_ARR1:
-		if (is_ws(c))
-			return JS_MORE;
-		return c == ']' ? js_pop(j, '[') : js_value(j, c);
-	case J_KEY1:
-	case J_KEY:
-		if (is_ws(c))
-			return JS_MORE;
-		if (c == '}' && j->st == J_KEY1)
-			return js_pop(j, '{');
-		if (c != '"')
-			return js_err(j);
-		j->st = J_STR;
-		j->in_key = true;
-		return JS_MORE;
-	case J_COLON:
-		if (is_ws(c))
-			return JS_MORE;
-		if (c != ':')
-			return js_err(j);
-		j->st = J_VAL;
-		return JS_MORE;
-	case J_AFTER:
-		if (is_ws(c))
-			return JS_MORE;
-		if (c == ',') {
-			j->st = j->stack[j->depth - 1] == '{' ? J_KEY : J_VAL;
-			return JS_MORE;
-		}
-		if (c == '}' || c == ']')
-			return js_pop(j, c == '}' ? '{' : '[');
-		return js_err(j);
-	case J_STR:
-		return js_string(j, c);
-	case J_U8:
-		if (c < j->u8_lo || c > j->u8_hi)
-			return js_err(j);
-		j->u8_lo = 0x80;
-		j->u8_hi = 0xbf;
-		if (!--j->u8_need)
-			j->st = J_STR;
-		return JS_MORE;
-	case J_ESC:
-		if (c == 'u') {
-			j->hex = 4;
-			j->st = J_UHEX;
-		} else if (strchr("\"\\/bfnrt", c) && c) {
-			j->st = J_STR;
-		} else {
-			return js_err(j);
-		}
-		return JS_MORE;
-	case J_UHEX:
-		if (!(is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
-			return js_err(j);
-		if (!--j->hex)
-			j->st = J_STR;
-		return JS_MORE;
-	case J_LIT:
-		if (c != (unsigned char)j->lit[j->lit_i])
-			return js_err(j);
-		if (!j->lit[++j->lit_i])
-			return js_value_end(j);
-		return JS_MORE;
-	case J_DONE:
-		return JS_BACK;
-	case J_ERR:
-		return JS_ERR;
-	default:
-		return js_number(j, c);
-	}
-}
-
-/* The text ended: is the value complete? (a top-level number is only
- * known complete here) */
-static bool js_finish(struct jscan *j)
-{
-	if (j->st == J_DONE)
-		return true;
-	if (!j->depth && (j->st == J_ZERO || j->st == J_INT || j->st == J_FRAC || j->st == J_EXP)) {
-		j->st = J_DONE;
-		return true;
-	}
-	return false;
-}
-
-/* Is s[0..n) exactly one JSON value (whitespace around allowed)? */
-static bool js_valid(const char *s, size_t n)
-{
-	struct jscan j;
-	size_t i = 0;
-	js_init(&j);
-	for (; i < n; i++) {
-		int r = js_byte(&j, (unsigned char)s[i]);
-		if (r == JS_ERR)
-			return false;
-		if (r == JS_BACK)
-			break;
-	}
-	return js_finish(&j) && all_ws(s + i, n - i);
-}
-
 /* ---- JSON text we write (qwen3_coder) ---------------------------------- */
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {
-	struct jscan j;
-	js_init(&j);
-	j.st = J_STR;
-	if (js_string(&j, s[0]) == JS_ERR)
+	char q[6] = "\"";
+	size_t k = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : 2;
+	if (k > n)
 		return 0;
-	size_t k = 1;
-	for (; j.st == J_U8; k++)
-		if (k >= n || js_byte(&j, s[k]) == JS_ERR)
-			return 0;
-	return k;
+	memcpy(q + 1, s, k);
+	q[k + 1] = '"';
+	return atlas_json_valid(q, k + 2) ? k : 0;
 }
 
 /* s[0..n) as a JSON string; bytes that are not UTF-8 become U+FFFD. */
@@ -820,7 +487,7 @@ static void param_done(struct atlas_toolparse *p)
 		;
 	while (b < e && is_ws((unsigned char)v[b]))
 		b++;
-	if (types != 1 && js_valid(v + b, e - b)) {
+	if (types != 1 && atlas_json_valid(v + b, e - b)) {
 		args(p, v + b, e - b);
 	} else if ((types & 4) && e - b == 4 && !strncasecmp(v + b, "true", 4)) {
 		args(p, "true", 4);
@@ -834,6 +501,11 @@ static void param_done(struct atlas_toolparse *p)
 /* ---- the call state machine --------------------------------------------- */
 
 enum { K_OTHER, K_NAME, K_ARGS };
+
+static bool is_digit(unsigned char c)
+{
+	return c >= '0' && c <= '9';
+}
 
 static bool name_char(unsigned char c)
 {
@@ -914,10 +586,10 @@ static int walk_done(struct atlas_toolparse *p)
 
 static int walk_value(struct atlas_toolparse *p, char c)
 {
-	int r = js_byte(&p->js, (unsigned char)c);
-	if (r == JS_ERR)
+	int r = atlas_json_scan_byte(&p->js, (unsigned char)c);
+	if (r == ATLAS_JSON_ERR)
 		return tc_fail(p);
-	if (r != JS_BACK) {
+	if (r != ATLAS_JSON_BACK) {
 		if (p->wkey == K_ARGS && p->in_call)
 			args(p, &c, 1);
 		else if (p->wkey == K_ARGS)
@@ -926,7 +598,7 @@ static int walk_value(struct atlas_toolparse *p, char c)
 			buf_put(&p->val, &c, 1, &p->nomem);
 		tc_eat(p, c);
 	}
-	if (r == JS_MORE)
+	if (r == ATLAS_JSON_MORE)
 		return 1;
 	p->st = TS_W_AFTER;
 	if (p->wkey == K_ARGS)
@@ -935,7 +607,7 @@ static int walk_value(struct atlas_toolparse *p, char c)
 		tc_fail(p); /* a closing quote is in raw: given back with the rest */
 	else if (p->wkey == K_NAME && p->args_seen)
 		walk_call(p);
-	return r == JS_DONE;
+	return r == ATLAS_JSON_DONE;
 }
 
 static int walk_step(struct atlas_toolparse *p, char c)
@@ -950,18 +622,18 @@ static int walk_step(struct atlas_toolparse *p, char c)
 			return walk_done(p);
 		if (c != '"')
 			return tc_fail(p);
-		js_init(&p->js);
-		p->js.st = J_STR;
-		p->js.in_key = false;
+		atlas_json_scan_init(&p->js);
+		atlas_json_scan_byte(&p->js, '"');
 		p->key.n = 0;
 		buf_put(&p->key, &c, 1, &p->nomem);
 		p->st = TS_W_KEYSTR;
 		return tc_eat(p, c);
 	case TS_W_KEYSTR:
-		if (js_byte(&p->js, (unsigned char)c) == JS_ERR)
+		r = atlas_json_scan_byte(&p->js, (unsigned char)c);
+		if (r == ATLAS_JSON_ERR)
 			return tc_fail(p);
 		buf_put(&p->key, &c, 1, &p->nomem);
-		if (p->js.st == J_DONE) {
+		if (r == ATLAS_JSON_DONE) {
 			const char *k = p->key.p;
 			p->wkey = K_OTHER;
 			if (!strcmp(k, "\"name\"") && !p->have_name)
@@ -982,7 +654,7 @@ static int walk_step(struct atlas_toolparse *p, char c)
 	case TS_W_VAL0:
 		if (is_ws((unsigned char)c))
 			return tc_eat(p, c);
-		js_init(&p->js);
+		atlas_json_scan_init(&p->js);
 		p->val.n = 0;
 		if (p->wkey == K_ARGS) {
 			p->args_seen = true;
@@ -1057,8 +729,8 @@ static int xml_step(struct atlas_toolparse *p, char c)
 			p->st = TS_Q_SEP;
 			return 1;
 		}
-		if (c == '\n' || c == '<' || c == '>' || p->key.n >= 256)
-			return tc_fail(p);
+		if ((unsigned char)c < 0x20 || c == '<' || c == '>' || p->key.n >= 256)
+			return tc_fail(p); /* names are one line of text */
 		buf_put(&p->key, &c, 1, &p->nomem);
 		return tc_eat(p, c);
 	case TS_Q_SEP:
@@ -1156,21 +828,21 @@ static int mistral_step(struct atlas_toolparse *p, char c)
 	case TS_M_ARGS0:
 		if (is_ws((unsigned char)c))
 			return 1;
-		js_init(&p->js);
+		atlas_json_scan_init(&p->js);
 		p->st = TS_M_ARGS;
 		return 0;
 	case TS_M_ARGS:
-		r = js_byte(&p->js, (unsigned char)c);
-		if (r == JS_ERR)
+		r = atlas_json_scan_byte(&p->js, (unsigned char)c);
+		if (r == ATLAS_JSON_ERR)
 			return tc_fail(p);
-		if (r != JS_BACK)
+		if (r != ATLAS_JSON_BACK)
 			args(p, &c, 1);
-		if (r == JS_MORE)
+		if (r == ATLAS_JSON_MORE)
 			return 1;
 		p->args_done = true;
 		emit_call_end(p);
 		tc_after_call(p);
-		return r == JS_DONE;
+		return r == ATLAS_JSON_DONE;
 	case TS_M_ARR:
 	case TS_M_ARR_NEXT:
 		if (is_ws((unsigned char)c))
@@ -1250,7 +922,7 @@ static void tc_finish_call(struct atlas_toolparse *p)
 		emit_call_end(p);
 	} else if (p->in_call) {
 		if ((p->st == TS_W_VAL && p->wkey == K_ARGS) || p->st == TS_M_ARGS)
-			if (js_finish(&p->js))
+			if (atlas_json_scan_finish(&p->js))
 				p->args_done = true;
 		if (p->args_done) {
 			if (p->st == TS_M_ARGS || p->st == TS_M_ARGS0)

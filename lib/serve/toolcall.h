@@ -20,8 +20,9 @@
  * call's CALL is given back whole as content; after CALL, see
  * atlas_toolparse_call_complete (qwen3_coder instead closes the object
  * of the parameters complete so far, with CALL_END, and gives back the
- * unfinished parameter as content). Whitespace before the first call,
- * between calls and after the last is not content.
+ * unfinished parameter as content). Whitespace at the start of the
+ * content and after a call is held back, and is content only when text
+ * other than a call follows it (so a message of calls alone has none).
  *
  * Reasoning: with a reasoning parser, text up to </think> is reasoning
  * (starting in reasoning when the prompt left <think> open, or when the
@@ -114,6 +115,42 @@ int atlas_toolparse_ncalls(const struct atlas_toolparse *p);
  * ARGS are an unfinished JSON text, and the text from the byte that
  * broke it on is content. false for an index out of range. */
 bool atlas_toolparse_call_complete(const struct atlas_toolparse *p, int index);
+
+/* An incremental, strict JSON scanner (RFC 8259, UTF-8 checked) for one
+ * value fed a byte at a time: it says when the value is complete or
+ * broken, allocating nothing. The parser reads the JSON formats with it;
+ * it also tells whether streamed ARGS are valid so far. Nesting deeper
+ * than ATLAS_JSON_SCAN_MAXDEPTH is an error. Start with
+ * atlas_json_scan_init; the fields are private. */
+#define ATLAS_JSON_SCAN_MAXDEPTH 128
+struct atlas_json_scan {
+	uint8_t st;                           /* where in the grammar */
+	bool in_key;                          /* the string scanned is an object key */
+	uint8_t lit_i;                        /* bytes of lit matched */
+	uint8_t u8_need;                      /* UTF-8 continuation bytes still expected */
+	uint8_t u8_lo, u8_hi;                 /* range of the next continuation byte */
+	uint8_t hex;                          /* hex digits left in a \uXXXX escape */
+	const char *lit;                      /* true, false or null being matched */
+	int depth;                            /* open containers */
+	char stack[ATLAS_JSON_SCAN_MAXDEPTH]; /* '{' or '[' for each */
+};
+
+enum atlas_json_scan_result {
+	ATLAS_JSON_MORE, /* the byte is part of the value, not complete yet */
+	ATLAS_JSON_DONE, /* the byte completed the value */
+	ATLAS_JSON_BACK, /* the value was complete before the byte, which is not part of
+			  * it (a top-level number; any byte after DONE) */
+	ATLAS_JSON_ERR,  /* not JSON (then every later byte too) */
+};
+
+void atlas_json_scan_init(struct atlas_json_scan *j);
+/* One more byte: an atlas_json_scan_result. */
+int atlas_json_scan_byte(struct atlas_json_scan *j, unsigned char c);
+/* The text ended: is the value complete? (a top-level number is known
+ * complete only here) */
+bool atlas_json_scan_finish(struct atlas_json_scan *j);
+/* Is s[0..n) exactly one JSON value, whitespace around it allowed? */
+bool atlas_json_valid(const char *s, size_t n);
 
 /* Grammar text (lib/engine/grammar.h syntax, start rule "root") for output
  * that is tool calls in format `fmt` (only function `only`, when

@@ -3,7 +3,7 @@
  * against their expected content, reasoning and calls, the same result
  * for every split of each output (every byte boundary, every pair of
  * boundaries for the short ones, byte by byte, random splits), call ids,
- * format detection, and the tool-call grammar's text. */
+ * and format detection. */
 #include <dirent.h>
 #include <json-c/json.h>
 #include <stdlib.h>
