@@ -117,5 +117,7 @@ load_cfg() {
 	expect_eq "$(metric "$B_URL" atlas_requests_waiting)" 0 "waiting"
 	expect_eq "$(metric "$B_URL" atlas_kv_blocks_free)" "$(metric "$B_URL" atlas_kv_blocks_total)" "free blocks"
 	echo "# RSS after warm-up ${before} kB, after load ${after} kB" >&3
-	[ "$after" -le $((before * 11 / 10)) ]
+	# ASan keeps freed memory in its quarantine, so RSS grows under the
+	# sanitizers (104 MB to 140 MB here): compared only without them
+	[ -n "${ATLAS_SAN:-}" ] || [ "$after" -le $((before * 11 / 10)) ]
 }
