@@ -29,6 +29,10 @@
 #define MAX_STATES 400000          /* NFA states of a grammar */
 #define MAX_CLOSURE (8 << 20)      /* closure list entries in all */
 #define MAX_NODES (4 << 20)        /* syntax tree nodes */
+#define MAX_RULES 100000           /* rules of a grammar */
+#define MAX_POSTFIX 4              /* operators after one item, as in x*? */
+#define MAX_CLOSURE_WORK (64 << 20) /* states visited computing closures */
+#define MAX_VISITS 65536           /* closure visits of one step past the fast path */
 #define MAX_DEPTH 512              /* frames of one stack */
 #define MAX_STACKS 1024            /* live stacks (parses) at one point */
 
@@ -88,6 +92,7 @@ struct atlas_grammar {
 	int32_t n_ranges, cap_ranges;
 	int32_t *clo;                        /* closure lists (see gstate) */
 	int32_t n_clo;
+	uint32_t *follow;                    /* per rule, 8 words: bytes that may follow it */
 	pthread_mutex_t mu;                  /* guards cache writes and ciw */
 	bool mu_ok;                          /* mu was initialized */
 	struct gcache **cache;               /* per state, NULL until first needed */
@@ -126,6 +131,8 @@ struct grammar_build {
 	size_t *def_pos;   /* per rule: definition offset, (size_t)-1 if none */
 	size_t *use_pos;   /* per rule: first reference offset */
 	int32_t cap_rules;
+	int32_t *hash;     /* open addressing over names: rule id, -1 if empty */
+	int32_t n_hash;    /* slots (a power of two, more than twice the rules) */
 };
 
 static void line_col(const char *s, size_t pos, int *line, int *col)
@@ -488,14 +495,49 @@ static int parse_class(struct parser *p, int32_t *out)
 	return rc;
 }
 
-/* Rule id of `name` (len bytes), created on first sight. */
+static uint32_t name_hash(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t k = 0; k < n; k++)
+		h = (h ^ (unsigned char)s[k]) * 16777619u;
+	return h;
+}
+
+static int name_rehash(struct grammar_build *gb, int32_t n)
+{
+	int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+	if (!t)
+		return -1;
+	for (int32_t k = 0; k < n; k++)
+		t[k] = -1;
+	for (int32_t r = 0; r < gb->g->n_rules; r++) {
+		uint32_t h = name_hash(gb->names[r], strlen(gb->names[r])) & (uint32_t)(n - 1);
+		while (t[h] >= 0)
+			h = (h + 1) & (uint32_t)(n - 1);
+		t[h] = r;
+	}
+	free(gb->hash);
+	gb->hash = t;
+	gb->n_hash = n;
+	return 0;
+}
+
+/* Rule id of `name` (len bytes), created on first sight; -1 past
+ * MAX_RULES or out of memory. */
 static int32_t rule_id(struct parser *p, const char *name, size_t len, size_t pos)
 {
 	struct grammar_build *gb = p->gb;
 	struct atlas_grammar *g = gb->g;
-	for (int32_t r = 0; r < g->n_rules; r++)
-		if (strlen(gb->names[r]) == len && !memcmp(gb->names[r], name, len))
-			return r;
+	if (g->n_rules >= MAX_RULES)
+		return -1;
+	if (2 * (g->n_rules + 1) > gb->n_hash && name_rehash(gb, gb->n_hash ? 2 * gb->n_hash : 256))
+		return -1;
+	uint32_t h = name_hash(name, len) & (uint32_t)(gb->n_hash - 1);
+	for (; gb->hash[h] >= 0; h = (h + 1) & (uint32_t)(gb->n_hash - 1)) {
+		const char *nm = gb->names[gb->hash[h]];
+		if (strlen(nm) == len && !memcmp(nm, name, len))
+			return gb->hash[h];
+	}
 	int32_t need = g->n_rules + 1, c1 = gb->cap_rules, c2 = gb->cap_rules, c3 = gb->cap_rules;
 	int32_t c4 = gb->cap_rules, c5 = g->cap_rules;
 	char **nm = grow(gb->names, &c1, need, sizeof(char *));
@@ -521,6 +563,7 @@ static int32_t rule_id(struct parser *p, const char *name, size_t len, size_t po
 	if (!s)
 		return -1;
 	gb->names[g->n_rules] = s;
+	gb->hash[h] = g->n_rules;
 	gb->def_pos[g->n_rules] = (size_t)-1;
 	gb->use_pos[g->n_rules] = pos;
 	p->body[g->n_rules] = -1;
@@ -572,7 +615,7 @@ static int parse_braces(struct parser *p, size_t at, int32_t *m, int32_t *n)
 
 static int parse_postfix(struct parser *p, int32_t *item)
 {
-	while (p->i < p->len) {
+	for (int ops = 0; p->i < p->len; ops++) {
 		char c = p->s[p->i];
 		size_t at = p->i;
 		int32_t m, n;
@@ -591,6 +634,8 @@ static int parse_postfix(struct parser *p, int32_t *item)
 		} else {
 			return 0;
 		}
+		if (ops == MAX_POSTFIX)
+			return perr(p, at, "too many repetition operators in a row");
 		p->i++;
 		int32_t r = new_node(p, N_REP, at);
 		if (r < 0)
@@ -704,7 +749,7 @@ static int parse_rules(struct parser *p)
 			return perr(p, at, "expected a rule name");
 		int32_t r = rule_id(p, p->s + at, e - at, at);
 		if (r < 0)
-			return atlas_error(ATLAS_ENOMEM, "out of memory");
+			return atlas_error(ATLAS_EINVAL, "grammar too large (rules)");
 		if (p->gb->def_pos[r] != (size_t)-1)
 			return perr(p, at, "rule defined twice");
 		p->gb->def_pos[r] = at;
@@ -850,26 +895,23 @@ static void index_edges(struct atlas_grammar *g)
 
 /* ---- analyses ---- */
 
-/* Can rule r match the empty string, given nullable[] so far? A DFS
- * over epsilon edges and calls of nullable rules. */
-static bool reach_final(struct atlas_grammar *g, int32_t r, const uint8_t *nullable,
-			int32_t *stk, uint32_t *seen, uint32_t stamp, int32_t *calls, int32_t *n_calls)
+/* The calls rule r can make before consuming anything (into calls,
+ * counted in *n_calls): a DFS over epsilon edges and calls of nullable
+ * rules. */
+static void left_calls(struct atlas_grammar *g, int32_t r, const uint8_t *nullable, int32_t *stk,
+		       uint32_t *seen, uint32_t stamp, int32_t *calls, int32_t *n_calls)
 {
 	int32_t n = 0;
-	bool fin = false;
 	stk[n++] = g->rules[r].start;
 	seen[g->rules[r].start] = stamp;
 	while (n) {
 		struct gstate *s = &g->states[stk[--n]];
-		if (s->final)
-			fin = true;
 		for (int32_t e = s->edge_off; e < s->edge_off + s->n_edges; e++) {
 			struct gedge *d = &g->edges[e];
 			if (d->kind == E_CLASS)
 				continue;
 			if (d->kind == E_CALL) {
-				if (calls)
-					calls[(*n_calls)++] = d->arg;
+				calls[(*n_calls)++] = d->arg;
 				if (!nullable[d->arg])
 					continue;
 			}
@@ -879,7 +921,80 @@ static bool reach_final(struct atlas_grammar *g, int32_t r, const uint8_t *nulla
 			}
 		}
 	}
-	return fin;
+}
+
+/* Working state of find_nullable. */
+struct nullwork {
+	uint8_t *seen;   /* per state: visited */
+	int32_t *stk;    /* DFS stack */
+	int32_t *wto;    /* waiting entries: the state after a blocked call */
+	int32_t *wnext;  /* next waiting entry of the same callee */
+	int32_t *whead;  /* per rule: first entry waiting for it, -1 if none */
+	int32_t n_wait;  /* entries used */
+	int32_t *queue;  /* rules found nullable, not yet propagated */
+	int32_t n_queue;
+};
+
+static void null_dfs(struct atlas_grammar *g, uint8_t *nullable, struct nullwork *w, int32_t from)
+{
+	int32_t n = 0;
+	if (w->seen[from])
+		return;
+	w->seen[from] = 1;
+	w->stk[n++] = from;
+	while (n) {
+		struct gstate *s = &g->states[w->stk[--n]];
+		if (s->final && !nullable[s->rule]) {
+			nullable[s->rule] = 1;
+			w->queue[w->n_queue++] = s->rule;
+		}
+		for (int32_t e = s->edge_off; e < s->edge_off + s->n_edges; e++) {
+			struct gedge *d = &g->edges[e];
+			if (d->kind == E_CLASS || w->seen[d->to])
+				continue;
+			if (d->kind == E_CALL && !nullable[d->arg]) {
+				w->wto[w->n_wait] = d->to;
+				w->wnext[w->n_wait] = w->whead[d->arg];
+				w->whead[d->arg] = w->n_wait++;
+				continue;
+			}
+			w->seen[d->to] = 1;
+			w->stk[n++] = d->to;
+		}
+	}
+}
+
+/* Rules that can match the empty string: one DFS per rule from its start,
+ * resumed at a blocked call when the callee turns out nullable, so each
+ * state is visited once. */
+static int find_nullable(struct atlas_grammar *g, uint8_t *nullable)
+{
+	struct nullwork w = {0};
+	size_t ns = (size_t)g->n_states + 1, ne = (size_t)g->n_edges + 1;
+	w.seen = calloc(ns, 1);
+	w.stk = malloc(sizeof(int32_t) * (ns + ne));
+	w.wto = malloc(sizeof(int32_t) * ne);
+	w.wnext = malloc(sizeof(int32_t) * ne);
+	w.whead = malloc(sizeof(int32_t) * ((size_t)g->n_rules + 1));
+	w.queue = malloc(sizeof(int32_t) * ((size_t)g->n_rules + 1));
+	int rc = 0;
+	if (!w.seen || !w.stk || !w.wto || !w.wnext || !w.whead || !w.queue) {
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int32_t r = 0; r < g->n_rules; r++)
+		w.whead[r] = -1;
+	for (int32_t r = 0; r < g->n_rules; r++)
+		null_dfs(g, nullable, &w, g->rules[r].start);
+	while (w.n_queue) {
+		int32_t q = w.queue[--w.n_queue];
+		for (int32_t k = w.whead[q]; k >= 0; k = w.wnext[k])
+			null_dfs(g, nullable, &w, w.wto[k]);
+		w.whead[q] = -1;
+	}
+out:
+	free(w.seen), free(w.stk), free(w.wto), free(w.wnext), free(w.whead), free(w.queue);
+	return rc;
 }
 
 /* Nullable rules, then a cycle search over "calls without consuming". */
@@ -900,16 +1015,12 @@ static int check_left_recursion(struct atlas_grammar *g, struct grammar_build *g
 		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (bool changed = true; changed;) {
-		changed = false;
-		for (int32_t r = 0; r < nr; r++)
-			if (!nullable[r] && reach_final(g, r, nullable, stk, seen, ++stamp, NULL, NULL))
-				nullable[r] = changed = true;
-	}
+	if ((rc = find_nullable(g, nullable)))
+		goto out;
 	for (int32_t r = 0; r < nr; r++) {
 		g->rules[r].nullable = nullable[r];
 		int32_t n = lc_off[r];
-		reach_final(g, r, nullable, stk, seen, ++stamp, lc, &n);
+		left_calls(g, r, nullable, stk, seen, ++stamp, lc, &n);
 		lc_off[r + 1] = n;
 	}
 	/* iterative DFS: color 1 on the path, 2 done */
@@ -960,6 +1071,7 @@ static int closures(struct atlas_grammar *g)
 		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto out;
 	}
+	int64_t work = 0;
 	for (int32_t s0 = 0; s0 < ns && !rc; s0++) {
 		int32_t n = 0;
 		stk[n++] = s0;
@@ -968,6 +1080,10 @@ static int closures(struct atlas_grammar *g)
 		while (n) {
 			int32_t x = stk[--n];
 			struct gstate *s = &g->states[x];
+			if (++work > MAX_CLOSURE_WORK) {
+				rc = atlas_error(ATLAS_EINVAL, "grammar too large (closures)");
+				break;
+			}
 			if (s->n_class || s->n_call || s->final) {
 				if (g->n_clo >= MAX_CLOSURE) {
 					rc = atlas_error(ATLAS_EINVAL, "grammar too large (closures)");
@@ -995,6 +1111,128 @@ out:
 	return rc;
 }
 
+/* ---- what may follow a rule ----
+ *
+ * For the mask cache: a token that completes the cached state's rule and
+ * goes on with byte b depends on the frames below only when b can follow
+ * that rule somewhere; otherwise it is rejected outright. So the bytes
+ * that can begin a rule (first) and follow it (follow) are computed, as
+ * sets of UTF-8 lead bytes, by fixpoints. A fixpoint that does not settle
+ * in time leaves every set full, which only costs speed. */
+
+static void add_leads(uint32_t *set, uint32_t lo, uint32_t hi)
+{
+	static const uint32_t top[4] = {0x7f, 0x7ff, 0xffff, 0x10ffff};
+	for (int n = 0; n < 4 && lo <= hi; n++) {
+		if (lo > top[n])
+			continue;
+		uint32_t h = hi < top[n] ? hi : top[n];
+		uint32_t a = n == 0 ? lo : n == 1 ? 0xc0 | lo >> 6 : n == 2 ? 0xe0 | lo >> 12 : 0xf0 | lo >> 18;
+		uint32_t b = n == 0 ? h : n == 1 ? 0xc0 | h >> 6 : n == 2 ? 0xe0 | h >> 12 : 0xf0 | h >> 18;
+		for (uint32_t x = a; x <= b; x++)
+			set[x >> 5] |= 1u << (x & 31);
+		lo = h + 1;
+	}
+}
+
+/* Bytes that can come first from state s0 on (epsilon edges, calls, and
+ * past nullable calls) into set; returns whether the rule's end is
+ * reachable without consuming. first[] are the rules' first sets so far. */
+static bool first_from(const struct atlas_grammar *g, int32_t s0, const uint32_t *first,
+		       uint32_t *set, int32_t *stk, uint32_t *seen, uint32_t stamp, int64_t *work)
+{
+	int32_t n = 0;
+	bool end = false;
+	stk[n++] = s0;
+	seen[s0] = stamp;
+	while (n) {
+		const struct gstate *s = &g->states[stk[--n]];
+		end |= s->final;
+		for (int32_t e = s->edge_off; e < s->edge_off + s->n_edges; e++) {
+			const struct gedge *d = &g->edges[e];
+			++*work;
+			if (d->kind == E_CLASS) {
+				const struct gclass *c = &g->classes[d->arg];
+				for (int32_t i = 0; i < c->n; i++)
+					add_leads(set, g->ranges[c->off + 2 * i], g->ranges[c->off + 2 * i + 1]);
+				continue;
+			}
+			if (d->kind == E_CALL) {
+				for (int i = 0; i < 8; i++)
+					set[i] |= first[8 * d->arg + i];
+				if (!g->rules[d->arg].nullable)
+					continue;
+			}
+			if (seen[d->to] != stamp) {
+				seen[d->to] = stamp;
+				stk[n++] = d->to;
+			}
+		}
+	}
+	return end;
+}
+
+static bool set_or(uint32_t *dst, const uint32_t *src)
+{
+	bool changed = false;
+	for (int i = 0; i < 8; i++) {
+		changed |= (src[i] & ~dst[i]) != 0;
+		dst[i] |= src[i];
+	}
+	return changed;
+}
+
+static int follow_sets(struct atlas_grammar *g)
+{
+	int32_t nr = g->n_rules, ns = g->n_states;
+	uint32_t *first = calloc((size_t)nr * 8, sizeof(uint32_t));
+	g->follow = calloc((size_t)nr * 8, sizeof(uint32_t));
+	int32_t *stk = malloc(sizeof(int32_t) * (size_t)(ns + g->n_edges + 1));
+	uint32_t *seen = calloc((size_t)ns, sizeof(uint32_t));
+	uint32_t *fs = NULL; /* per call edge: its first set, word 8 = can end */
+	uint32_t stamp = 0;
+	int64_t work = 0;
+	bool settled = false;
+	if (!first || !g->follow || !stk || !seen)
+		goto out;
+	for (int it = 0; it < 32 && !settled && work < MAX_CLOSURE_WORK; it++) {
+		settled = true;
+		for (int32_t r = 0; r < nr; r++) {
+			uint32_t set[8] = {0};
+			first_from(g, g->rules[r].start, first, set, stk, seen, ++stamp, &work);
+			if (set_or(first + 8 * r, set))
+				settled = false;
+		}
+	}
+	if (!settled || !(fs = calloc((size_t)g->n_edges * 9 + 1, sizeof(uint32_t))))
+		goto out;
+	for (int32_t e = 0; e < g->n_edges && work < MAX_CLOSURE_WORK; e++)
+		if (g->edges[e].kind == E_CALL)
+			fs[9 * e + 8] = first_from(g, g->edges[e].to, first, fs + 9 * e, stk, seen, ++stamp,
+						   &work);
+	settled = work < MAX_CLOSURE_WORK;
+	for (int it = 0; it < 64 && settled; it++) {
+		bool changed = false;
+		for (int32_t e = 0; e < g->n_edges; e++) {
+			const struct gedge *d = &g->edges[e];
+			if (d->kind != E_CALL)
+				continue;
+			changed |= set_or(g->follow + 8 * d->arg, fs + 9 * e);
+			if (fs[9 * e + 8])
+				changed |= set_or(g->follow + 8 * d->arg,
+						  g->follow + 8 * g->states[d->from].rule);
+		}
+		if (!changed)
+			break;
+		settled = it < 63;
+	}
+out:
+	if (g->follow && (!settled || !fs))
+		memset(g->follow, 0xff, sizeof(uint32_t) * 8 * (size_t)nr);
+	free(first), free(stk), free(seen), free(fs);
+	return g->follow ? 0 : atlas_error(ATLAS_ENOMEM, "out of memory");
+}
+
 static int compile_rules(struct parser *p, const char *text)
 {
 	struct grammar_build *gb = p->gb;
@@ -1019,7 +1257,9 @@ static int compile_rules(struct parser *p, const char *text)
 	}
 	index_edges(g);
 	int rc = check_left_recursion(g, gb, text);
-	return rc ? rc : closures(g);
+	if (!rc)
+		rc = closures(g);
+	return rc ? rc : follow_sets(g);
 }
 
 struct atlas_grammar *atlas_grammar_compile(const char *text, size_t len,
@@ -1048,6 +1288,7 @@ struct atlas_grammar *atlas_grammar_compile(const char *text, size_t len,
 	for (int32_t r = 0; g && r < g->n_rules; r++)
 		free(gb.names[r]);
 	free(gb.names), free(gb.def_pos), free(gb.use_pos), free(p.body), free(p.nodes);
+	free(gb.hash);
 	if (rc) {
 		atlas_grammar_free(g);
 		return NULL;
@@ -1276,7 +1517,8 @@ struct glevel {
 	uint8_t rem;     /* continuation bytes it still needs (0: at a boundary) */
 	uint8_t len;     /* its total length */
 	uint8_t bottom;  /* some parse popped the bottom frame */
-	uint8_t anyb;    /* bottom here or at an earlier level of this walk */
+	uint8_t anyb;    /* a cache walk: some earlier level had a bottom that the
+			  * byte after it may follow (see struct gwalk's follow) */
 	int32_t pmark;   /* pool size when the level was complete */
 };
 
@@ -1294,6 +1536,9 @@ struct gwalk {
 	int32_t *epar;                 /* per state: parent of that entry */
 	struct gentry *vis;            /* other closure visits of this step */
 	int32_t n_vis, cap_vis;
+	const uint32_t *follow;        /* a cache walk: the bytes that may follow the rule
+					* of its bottom frame (a token that leaves the rule
+					* with another byte depends on the context) */
 	bool overflow;                 /* a level passed MAX_STACKS */
 	bool oom;                      /* an allocation failed */
 };
@@ -1337,6 +1582,10 @@ static bool visited(struct gwalk *w, int32_t s, int32_t parent)
 	for (int32_t k = 0; k < w->n_vis; k++)
 		if (w->vis[k].top == s && w->vis[k].parent == parent)
 			return true;
+	if (w->n_vis >= MAX_VISITS) {
+		w->overflow = true; /* as if too ambiguous */
+		return true;
+	}
 	struct gentry *v = grow(w->vis, &w->cap_vis, w->n_vis + 1, sizeof(*v));
 	if (!v) {
 		w->oom = true;
@@ -1458,6 +1707,13 @@ static void new_step(struct gwalk *w)
 
 static const uint32_t cp_min[5] = {0, 0, 0x80, 0x800, 0x10000};
 
+/* In a cache walk: does byte b, after level L, leave the rule for a
+ * context that could take it? */
+static bool leaves(const struct gwalk *w, const struct glevel *L, unsigned char b)
+{
+	return L->bottom && w->follow && (w->follow[b >> 5] >> (b & 31) & 1);
+}
+
 /* Level k + 1 from level k and byte b. False when no parse takes b (or
  * the level overflowed, which counts as not taking it). */
 static bool step(struct gwalk *w, int32_t k, unsigned char b)
@@ -1468,6 +1724,7 @@ static bool step(struct gwalk *w, int32_t k, unsigned char b)
 		return false;
 	struct glevel *L = &w->lv[k];
 	*N = (struct glevel){.off = L->off + L->n};
+	N->anyb = L->anyb | leaves(w, L, b);
 	new_step(w);
 	w->overflow = false;
 	uint32_t cp;
@@ -1507,7 +1764,6 @@ static bool step(struct gwalk *w, int32_t k, unsigned char b)
 					}
 			}
 			N->pmark = w->pool.n;
-			N->anyb = L->anyb;
 			return N->n > 0 && !w->overflow && !w->oom;
 		}
 		cp = N->acc;
@@ -1526,7 +1782,6 @@ static bool step(struct gwalk *w, int32_t k, unsigned char b)
 		L = &w->lv[k]; /* (entries may have moved; levels do not) */
 	}
 	N->pmark = w->pool.n;
-	N->anyb = L->anyb | N->bottom;
 	return (N->n > 0 || N->bottom) && !w->overflow && !w->oom;
 }
 
@@ -1572,7 +1827,7 @@ static int walk(struct gwalk *w, int32_t base, const int32_t *list, int64_t n, i
 			l++;
 		bool acc = false, dep;
 		if (dead >= 0 && l > dead) {
-			dep = w->lv[base + dead].anyb;
+			dep = w->lv[base + dead].anyb || leaves(w, &w->lv[base + dead], tb[dead]);
 		} else {
 			if (l < have) {
 				have = l;
@@ -1586,7 +1841,8 @@ static int walk(struct gwalk *w, int32_t base, const int32_t *list, int64_t n, i
 				pool_truncate(&w->pool, w->lv[base + have].pmark);
 			}
 			acc = have == tl;
-			dep = w->lv[base + have].anyb;
+			dep = have < tl && (w->lv[base + have].anyb ||
+					    leaves(w, &w->lv[base + have], tb[have]));
 			pb = tb;
 			plen = tl;
 		}
@@ -1665,6 +1921,7 @@ static struct gcache *cache_compute(struct atlas_grammar *g, int32_t s)
 	if (c)
 		c->acc = calloc((size_t)g->v->n_words, sizeof(uint32_t));
 	w->oom = false;
+	w->follow = g->follow + 8 * (size_t)g->states[s].rule;
 	pool_truncate(&w->pool, 0);
 	level_one(w, 0, 0, s, -1);
 	if (!c || !c->acc || w->oom || walk(w, 0, NULL, 0, WALK_CACHE, c->acc, &c->ctx, &c->n_ctx)) {
@@ -1704,7 +1961,7 @@ void atlas_grammar_free(struct atlas_grammar *g)
 	if (g->mu_ok)
 		pthread_mutex_destroy(&g->mu);
 	free(g->cache), free(g->rules), free(g->states), free(g->edges), free(g->classes);
-	free(g->ranges), free(g->clo);
+	free(g->ranges), free(g->clo), free(g->follow);
 	free(g);
 }
 

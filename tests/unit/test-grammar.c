@@ -624,8 +624,41 @@ static char *document20(void)
 	return d;
 }
 
-/* Compile schema20 and fill the first masks; then generate document20
- * token by token, with a mask per step. Returns the milliseconds. */
+/* Generate doc (ids[n]) under g with a mask per step; the milliseconds
+ * of the first three steps into *first, the mean of the rest returned. */
+static double generate(struct atlas_grammar *g, const int32_t *ids, size_t n, uint32_t *mask,
+		       double *first, double *worst)
+{
+	struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(g);
+	double t0 = atlas_now(), t1 = t0;
+	*worst = 0;
+	for (size_t k = 0; m && k < n; k++) {
+		double s0 = atlas_now();
+		atlas_grammar_fill_mask(m, mask);
+		double s1 = atlas_now();
+		if (k == 2)
+			t1 = s1;
+		if (k > 2 && s1 - s0 > *worst)
+			*worst = s1 - s0;
+		if (!bit(mask, ids[k])) {
+			printf("# token %zu (%d) not allowed\n", k, ids[k]);
+			CHECK(bit(mask, ids[k]));
+			break;
+		}
+		CHECK_EQ_INT(atlas_grammar_accept(m, ids[k]), 0);
+	}
+	CHECK(m && atlas_grammar_can_end(m));
+	double t2 = atlas_now();
+	atlas_grammar_matcher_free(m);
+	*first = (t1 - t0) * 1e3;
+	*worst *= 1e3;
+	return (t2 - t1) * 1e3 / (double)(n > 3 ? n - 3 : 1);
+}
+
+/* Compile schema20 and fill the first masks (the 50 ms target); then
+ * generate document20 with a mask per step (the 1 ms target): once with
+ * a fresh grammar, whose cache fills on the way, and once more with the
+ * same grammar. */
 static void time_schema20(struct atlas_tok *t, struct atlas_grammar_vocab *v, const char *name,
 			  double max_first_ms, double max_step_ms)
 {
@@ -634,52 +667,30 @@ static void time_schema20(struct atlas_tok *t, struct atlas_grammar_vocab *v, co
 	int32_t *ids = NULL;
 	size_t n = 0;
 	CHECK_EQ_INT(atlas_tok_encode(t, doc, strlen(doc), false, &ids, &n), 0);
-	for (int pass = 0; pass < 2; pass++) {
-		double t0 = atlas_now();
-		json_object *js = json_tokener_parse(schema);
-		char *text = atlas_json_schema_grammar(js, "", NULL);
-		struct atlas_grammar *g = text ? atlas_grammar_compile(text, strlen(text), v) : NULL;
-		struct atlas_grammar_matcher *m = g ? atlas_grammar_matcher_new(g) : NULL;
-		CHECK(m != NULL);
-		if (!m) {
-			printf("# %s\n", atlas_errmsg());
-			break;
-		}
-		double t1 = atlas_now();
-		size_t k = 0;
-		for (; k < 3 && k < n; k++) {
-			atlas_grammar_fill_mask(m, mask);
-			CHECK(bit(mask, ids[k]));
-			CHECK_EQ_INT(atlas_grammar_accept(m, ids[k]), 0);
-		}
-		double t2 = atlas_now(), worst = 0;
-		for (; k < n; k++) {
-			double s0 = atlas_now();
-			atlas_grammar_fill_mask(m, mask);
-			double s1 = atlas_now() - s0;
-			worst = s1 > worst ? s1 : worst;
-			if (!bit(mask, ids[k])) {
-				CHECK(bit(mask, ids[k]));
-				printf("# token %zu (%d) not allowed\n", k, ids[k]);
-				break;
-			}
-			CHECK_EQ_INT(atlas_grammar_accept(m, ids[k]), 0);
-		}
-		double t3 = atlas_now();
-		CHECK(atlas_grammar_can_end(m));
-		double first = (t2 - t0) * 1e3, step = (t3 - t2) * 1e3 / (double)(n > 3 ? n - 3 : 1);
-		printf("# %s %s: compile %.2f ms + 3 masks %.2f ms = %.2f ms; %zu tokens: "
-		       "%.3f ms per mask (worst %.2f ms)\n", name, pass ? "reused schema" : "first",
-		       (t1 - t0) * 1e3, (t2 - t1) * 1e3, first, n, step, worst * 1e3);
+	double t0 = atlas_now();
+	json_object *js = json_tokener_parse(schema);
+	char *text = atlas_json_schema_grammar(js, "", NULL);
+	struct atlas_grammar *g = text ? atlas_grammar_compile(text, strlen(text), v) : NULL;
+	double t1 = atlas_now();
+	CHECK(g != NULL);
+	if (g) {
+		double first, worst, warm_first, warm_worst;
+		double step = generate(g, ids, n, mask, &first, &worst);
+		double warm = generate(g, ids, n, mask, &warm_first, &warm_worst);
+		double total = (t1 - t0) * 1e3 + first;
+		printf("# %s: schema to grammar and compile %.2f ms + first 3 masks %.2f ms = "
+		       "%.2f ms\n", name, (t1 - t0) * 1e3, first, total);
+		printf("# %s: %zu tokens, mask per step %.3f ms (worst %.2f ms); with the cache "
+		       "warm %.3f ms (worst %.2f ms)\n", name, n, step, worst, warm, warm_worst);
 		if (!getenv("ATLAS_SAN")) {
-			CHECK(first <= max_first_ms);
+			CHECK(total <= max_first_ms);
 			CHECK(step <= max_step_ms);
+			CHECK(warm <= max_step_ms / 2);
 		}
-		atlas_grammar_matcher_free(m);
-		atlas_grammar_free(g);
-		free(text);
-		json_object_put(js);
 	}
+	atlas_grammar_free(g);
+	free(text);
+	json_object_put(js);
 	free(ids);
 	free(mask);
 	free(schema);
