@@ -3,13 +3,14 @@
  * against their expected content, reasoning and calls, the same result
  * for every split of each output (every byte boundary, every pair of
  * boundaries for the short ones, byte by byte, random splits), call ids,
- * and format detection. */
+ * format detection, and the tool-call grammar's text. */
 #include <dirent.h>
 #include <json-c/json.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../lib/core/error.h"
+#include "../../lib/engine/grammar.h"
 #include "../../lib/serve/toolcall.h"
 #include "../../lib/tok/tok.h"
 #include "harness.h"
@@ -608,6 +609,168 @@ static void test_detect(void)
 	(void)n;
 }
 
+static const char *const grammar_tools =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
+    "{\"type\": \"integer\"}}, \"required\": [\"city\"]}}}, {\"type\": \"function\", "
+    "\"function\": {\"name\": \"now\"}}]";
+
+/* The grammar's rules, as text. */
+static void test_grammar_text(void)
+{
+	struct json_object *tools = json_tokener_parse(grammar_tools);
+	char *g = atlas_toolfmt_grammar(ATLAS_TOOLFMT_HERMES, tools, NULL, true);
+	CHECK(g != NULL);
+	CHECK_CONTAINS(g, "root ::= call ( \"\\n\" call )*\n");
+	CHECK_CONTAINS(g, "call ::= tool0 | tool1\n");
+	CHECK_CONTAINS(g, "tool0 ::= \"<tool_call>\\n{\\\"name\\\": \\\"get_weather\\\", "
+			  "\\\"arguments\\\": \" t0-root \"}\\n</tool_call>\"\n");
+	CHECK_CONTAINS(g, "t0-root ::=");
+	CHECK_CONTAINS(g, "t1-root ::="); /* no parameters: {} */
+	free(g);
+
+	g = atlas_toolfmt_grammar(ATLAS_TOOLFMT_HERMES, tools, "now", false);
+	CHECK(g != NULL);
+	CHECK_CONTAINS(g, "root ::= call\n");
+	CHECK_CONTAINS(g, "call ::= tool1\n");
+	CHECK(g && !strstr(g, "get_weather"));
+	free(g);
+
+	g = atlas_toolfmt_grammar(ATLAS_TOOLFMT_QWEN3_CODER, tools, NULL, true);
+	CHECK_CONTAINS(g, "tool0 ::= \"<tool_call>\\n<function=get_weather>\\n\" tool0-params "
+			  "\"</function>\\n</tool_call>\"\n");
+	CHECK_CONTAINS(g, "tool0-params ::= tool0-p0 tool0-p1?\n");
+	CHECK_CONTAINS(g, "tool0-p0 ::= \"<parameter=\" \"city\" \">\\n\" xml-text "
+			  "\"\\n</parameter>\\n\"\n");
+	CHECK_CONTAINS(g, "tool0-p1 ::= \"<parameter=\" \"days\" \">\\n\" t0-p1-root");
+	free(g);
+
+	g = atlas_toolfmt_grammar(ATLAS_TOOLFMT_LLAMA3_JSON, tools, NULL, true);
+	CHECK_CONTAINS(g, "root ::= call ( \"; \" call )*\n");
+	CHECK_CONTAINS(g, "tool0 ::= \"{\\\"name\\\": \\\"get_weather\\\", \\\"parameters\\\": \" "
+			  "t0-root \"}\"\n");
+	free(g);
+
+	g = atlas_toolfmt_grammar(ATLAS_TOOLFMT_MISTRAL, tools, NULL, true);
+	CHECK_CONTAINS(g, "root ::= \"[TOOL_CALLS][\" call ( \", \" call )* \"]\"\n");
+	CHECK_CONTAINS(g, "tool1 ::= \"{\\\"name\\\": \\\"now\\\", \\\"arguments\\\": \" t1-root "
+			  "\"}\"\n");
+	free(g);
+	json_object_put(tools);
+}
+
+/* Bad tools name the problem. */
+static void test_grammar_errors(void)
+{
+	static const struct {
+		const char *tools, *only, *msg;
+	} cases[] = {
+	    {"{}", NULL, "tools must be a non-empty array"},
+	    {"[]", NULL, "tools must be a non-empty array"},
+	    {"[1]", NULL, "tools[0] is not an object"},
+	    {"[{\"function\": {\"name\": \"f\"}}]", NULL, "tools[0].type must be \"function\""},
+	    {"[{\"type\": \"function\"}]", NULL, "tools[0].function is missing"},
+	    {"[{\"type\": \"function\", \"function\": {\"name\": 3}}]", NULL,
+	     "tools[0].function.name is missing or not a string"},
+	    {"[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": []}}]",
+	     NULL, "tools[0].function.parameters is not an object"},
+	    {"[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "x",
+	     "tool_choice names function 'x', which is not in tools"},
+	    {"[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+	     "\"object\", \"properties\": {\"a\": {\"type\": \"string\", \"contentSchema\": "
+	     "{}}}}}}]",
+	     NULL, "tools[0] parameters"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct json_object *tools = json_tokener_parse(cases[i].tools);
+		atlas_error_clear();
+		char *g = atlas_toolfmt_grammar(ATLAS_TOOLFMT_HERMES, tools, cases[i].only, true);
+		CHECK(g == NULL);
+		CHECK_CONTAINS(atlas_errmsg(), cases[i].msg);
+		free(g);
+		json_object_put(tools);
+	}
+	CHECK(atlas_toolfmt_grammar(ATLAS_TOOLFMT_NONE, NULL, NULL, true) == NULL);
+}
+
+/* The grammar compiles for a real vocabulary, accepts what the model
+ * would write, and the parser finds the calls in it. */
+static void test_grammar_roundtrip(void)
+{
+	static const struct {
+		enum atlas_toolfmt fmt;
+		const char *text;
+	} cases[] = {
+	    {ATLAS_TOOLFMT_HERMES,
+	     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+	     "\"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n"
+	     "</tool_call>"},
+	    {ATLAS_TOOLFMT_QWEN3_CODER,
+	     "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+	     "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+	     "<function=now>\n</function>\n</tool_call>"},
+	    {ATLAS_TOOLFMT_LLAMA3_JSON,
+	     "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}}; "
+	     "{\"name\": \"now\", \"parameters\": {}}"},
+	    {ATLAS_TOOLFMT_MISTRAL,
+	     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+	     "\"days\": 3}}, {\"name\": \"now\", \"arguments\": {}}]"},
+	};
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/models/default", harness_srcdir());
+	struct atlas_tok *tok = atlas_tok_load(path);
+	CHECK(tok != NULL);
+	int32_t eos = atlas_tok_lookup(tok, "<|im_end|>");
+	struct atlas_grammar_vocab *v = atlas_grammar_vocab_new(tok, 0, &eos, 1);
+	CHECK(v != NULL);
+	struct json_object *tools = json_tokener_parse(grammar_tools);
+	struct json_object *want = json_tokener_parse("{\"city\": \"Paris\", \"days\": 3}");
+	for (size_t i = 0; v && i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *g = atlas_toolfmt_grammar(cases[i].fmt, tools, NULL, true);
+		struct atlas_grammar *gr = g ? atlas_grammar_compile(g, strlen(g), v) : NULL;
+		if (!gr) {
+			harness_fail(__FILE__, __LINE__, "%s: %s", atlas_toolfmt_name(cases[i].fmt),
+				     atlas_errmsg());
+			free(g);
+			continue;
+		}
+		struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(gr);
+		CHECK_EQ_INT(atlas_grammar_accept_bytes(m, cases[i].text, strlen(cases[i].text)),
+			     0);
+		CHECK(atlas_grammar_can_end(m));
+		atlas_grammar_matcher_free(m);
+		/* a function not in tools does not fit */
+		m = atlas_grammar_matcher_new(gr);
+		const char *bad =
+		    cases[i].fmt == ATLAS_TOOLFMT_QWEN3_CODER ? "<tool_call>\n<function=x>"
+		    : cases[i].fmt == ATLAS_TOOLFMT_MISTRAL   ? "[TOOL_CALLS][{\"name\": \"x\""
+		    : cases[i].fmt == ATLAS_TOOLFMT_HERMES    ? "<tool_call>\n{\"name\": \"x\""
+							      : "{\"name\": \"x\"";
+		CHECK(atlas_grammar_accept_bytes(m, bad, strlen(bad)) != 0);
+		atlas_grammar_matcher_free(m);
+		atlas_grammar_free(gr);
+		free(g);
+
+		struct result r;
+		struct setup s = {.fmt = cases[i].fmt, .tools = tools};
+		parse(&s, cases[i].text, strlen(cases[i].text), NULL, 0, 1, &r);
+		CHECK_EQ_INT(r.ncalls, 2);
+		CHECK_STR(r.name[0], "get_weather");
+		CHECK_STR(r.name[1], "now");
+		struct json_object *got = strict_parse(r.args[0], r.nargs[0]);
+		CHECK(got && json_object_equal(got, want));
+		json_object_put(got);
+		CHECK_STR(r.args[1], "{}");
+		CHECK(r.ended[0] && r.ended[1]);
+		CHECK(r.content == NULL);
+		result_free(&r);
+	}
+	json_object_put(want);
+	json_object_put(tools);
+	atlas_grammar_vocab_free(v);
+	atlas_tok_free(tok);
+}
+
 int main(void)
 {
 	RUN(test_fixtures);
@@ -618,5 +781,8 @@ int main(void)
 	RUN(test_stop);
 	RUN(test_names);
 	RUN(test_detect);
+	RUN(test_grammar_text);
+	RUN(test_grammar_errors);
+	RUN(test_grammar_roundtrip);
 	return harness_done();
 }
