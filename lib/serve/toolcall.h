@@ -3,18 +3,32 @@
  * UTF-8 character may be split anywhere) and events come out as soon as
  * they are certain. Pieces that might begin a marker are held back, never
  * leaked as content; feeding the same text in any split gives the same
- * events concatenated (the same calls, ids aside, and the same text).
+ * events concatenated (the same calls, the same ids for the same seed,
+ * the same text). Every decision is made a byte at a time by a state
+ * machine (toolcall.c).
  *
  * Formats (atlas_toolfmt):
  *   hermes       Qwen2.5/Qwen3: <tool_call>{"name": ..., "arguments": {...}}</tool_call>,
  *                several per message, whitespace around the JSON allowed;
  *   qwen3_coder  <tool_call><function=NAME><parameter=P>VALUE</parameter>...</function></tool_call>;
- *                parameter values are JSON when they parse as JSON (or per
- *                the tool's schema type), else strings;
- *   llama3_json  an optional <|python_tag|>, then {"name": ..., "parameters": {...}}
- *                (also "arguments"); several calls separated by ';';
+ *                one newline is trimmed on each side of a value; a value
+ *                is a string when the tool's schema types the parameter
+ *                "string" only, else JSON when it parses as JSON ("True" for a
+ *                boolean too), else a string. The ARGS are the JSON text
+ *                {"P": VALUE, ...} written by the parser, one parameter at a
+ *                time as each completes; a value ends at the first
+ *                </parameter> (or </function>);
+ *   llama3_json  only at the start of the output: an optional <|python_tag|>,
+ *                then {"name": ..., "parameters": {...}} (also "arguments");
+ *                several calls separated by ';';
  *   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] and the
- *                newer [TOOL_CALLS]NAME[ARGS]{...}; ids are 9 alphanumerics.
+ *                newer [TOOL_CALLS]NAME[ARGS]{...} (an optional [CALL_ID]ID
+ *                before [ARGS]); ids are 9 alphanumerics.
+ * hermes and qwen3_coder each also read the other's syntax inside
+ * <tool_call>. In the JSON formats a call's CALL comes once its name is
+ * known and its arguments value begins (or at the object's end when the
+ * name comes last or there are no arguments, which are then {}); the ARGS
+ * are the arguments value's own text, streamed as it comes.
  *
  * Malformed markers: text that goes wrong inside a marker before the
  * call's CALL is given back whole as content; after CALL, see
@@ -26,8 +40,9 @@
  *
  * Reasoning: with a reasoning parser, text up to </think> is reasoning
  * (starting in reasoning when the prompt left <think> open, or when the
- * output begins with <think>); a tool-call marker inside reasoning is not
- * a call. */
+ * output begins with <think>, whitespace before it allowed); whitespace
+ * right after </think> is dropped; a tool-call marker inside reasoning is
+ * not a call. */
 #ifndef ATLAS_SERVE_TOOLCALL_H
 #define ATLAS_SERVE_TOOLCALL_H
 
