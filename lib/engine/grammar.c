@@ -23,25 +23,26 @@
 #include "../core/utf8.h"
 #include "../tok/tok.h"
 
-#define MAX_TEXT ((size_t)8 << 20) /* bytes of grammar text */
-#define MAX_NEST 64                /* parentheses inside each other */
-#define MAX_REPEAT 10000           /* m and n of x{m,n} */
-#define MAX_STATES 400000          /* NFA states of a grammar */
-#define MAX_CLOSURE (8 << 20)      /* closure list entries in all */
-#define MAX_NODES (4 << 20)        /* syntax tree nodes */
-#define MAX_RULES 100000           /* rules of a grammar */
-#define MAX_POSTFIX 4              /* operators after one item, as in x*? */
+#define MAX_TEXT ((size_t)8 << 20)  /* bytes of grammar text */
+#define MAX_NEST 64		    /* parentheses inside each other */
+#define MAX_REPEAT 10000	    /* m and n of x{m,n} */
+#define MAX_STATES 400000	    /* NFA states of a grammar */
+#define MAX_CLOSURE (8 << 20)	    /* closure list entries in all */
+#define MAX_NODES (4 << 20)	    /* syntax tree nodes */
+#define MAX_RULES 100000	    /* rules of a grammar */
+#define MAX_POSTFIX 4		    /* operators after one item, as in x*? */
 #define MAX_CLOSURE_WORK (64 << 20) /* states visited computing closures */
-#define MAX_VISITS 65536           /* closure visits of one step past the fast path */
-#define MAX_DEPTH 512              /* frames of one stack */
-#define MAX_STACKS 1024            /* live stacks (parses) at one point */
+#define MAX_VISITS 65536	    /* closure visits of one step past the fast path */
+#define MAX_WALK_WORK (64 << 20)    /* stack steps of one mask's walks */
+#define MAX_DEPTH 512		    /* frames of one stack */
+#define MAX_STACKS 1024		    /* live stacks (parses) at one point */
 
 enum { E_EPS, E_CLASS, E_CALL }; /* edge kinds, in the order edges are grouped */
 
 /* A set of code points: sorted disjoint ranges in g->ranges, and a
  * bitmap of its ASCII part for the common case. */
 struct gclass {
-	int32_t off, n;    /* ranges g->ranges[off .. off + 2n) as (lo, hi) */
+	int32_t off, n;	   /* ranges g->ranges[off .. off + 2n) as (lo, hi) */
 	uint32_t ascii[4]; /* bit c set when c < 128 is in the class */
 };
 
@@ -55,13 +56,13 @@ struct gedge {
 struct gstate {
 	int32_t edge_off, n_edges; /* g->edges[edge_off ..), E_EPS then E_CLASS then E_CALL */
 	int32_t n_class, n_call;   /* how many class and call edges */
-	int32_t clo_off, n_clo;    /* g->clo[clo_off ..): the useful states of its epsilon closure */
-	int32_t rule;              /* the rule the state belongs to */
-	uint8_t final;             /* the rule's end */
+	int32_t clo_off, n_clo; /* g->clo[clo_off ..): the useful states of its epsilon closure */
+	int32_t rule;		/* the rule the state belongs to */
+	uint8_t final;		/* the rule's end */
 };
 
 struct grule {
-	int32_t start;    /* start state */
+	int32_t start;	  /* start state */
 	uint8_t nullable; /* can match the empty string */
 };
 
@@ -70,33 +71,33 @@ struct grule {
  * tokens (sorted positions) that reach the end of the rule and so depend
  * on the frames below; every other token is rejected. */
 struct gcache {
-	uint32_t *acc;  /* bitset over token ids */
-	int32_t *ctx;   /* sorted positions, increasing */
-	int64_t n_ctx;  /* entries of ctx */
+	uint32_t *acc; /* bitset over token ids */
+	int32_t *ctx;  /* sorted positions, increasing */
+	int64_t n_ctx; /* entries of ctx */
 };
 
 struct gwalk;
 
 struct atlas_grammar {
 	const struct atlas_grammar_vocab *v; /* the vocabulary masks are for */
-	struct grule *rules;                 /* rules by id */
+	struct grule *rules;		     /* rules by id */
 	int32_t n_rules, cap_rules;
-	int32_t root;                        /* the rule "root" */
-	struct gstate *states;               /* NFA states of all rules */
+	int32_t root;	       /* the rule "root" */
+	struct gstate *states; /* NFA states of all rules */
 	int32_t n_states, cap_states;
-	struct gedge *edges;                 /* edges grouped by source state */
+	struct gedge *edges; /* edges grouped by source state */
 	int32_t n_edges, cap_edges;
-	struct gclass *classes;              /* character classes */
+	struct gclass *classes; /* character classes */
 	int32_t n_classes, cap_classes;
-	uint32_t *ranges;                    /* the classes' ranges */
+	uint32_t *ranges; /* the classes' ranges */
 	int32_t n_ranges, cap_ranges;
-	int32_t *clo;                        /* closure lists (see gstate) */
+	int32_t *clo; /* closure lists (see gstate) */
 	int32_t n_clo;
-	uint32_t *follow;                    /* per rule, 8 words: bytes that may follow it */
-	pthread_mutex_t mu;                  /* guards cache writes and ciw */
-	bool mu_ok;                          /* mu was initialized */
-	struct gcache **cache;               /* per state, NULL until first needed */
-	struct gwalk *ciw;                   /* the walker that fills the cache */
+	uint32_t *follow;      /* per rule, 8 words: bytes that may follow it */
+	pthread_mutex_t mu;    /* guards cache writes and ciw */
+	bool mu_ok;	       /* mu was initialized */
+	struct gcache **cache; /* per state, NULL until first needed */
+	struct gwalk *ciw;     /* the walker that fills the cache */
 };
 
 static int grammar_cache_init(struct atlas_grammar *g);
@@ -115,24 +116,24 @@ struct gnode {
 };
 
 struct parser {
-	const char *s;       /* the text */
-	size_t len;          /* its length */
-	size_t i;            /* current offset */
+	const char *s;	     /* the text */
+	size_t len;	     /* its length */
+	size_t i;	     /* current offset */
 	struct gnode *nodes; /* the tree */
 	int32_t n_nodes, cap_nodes;
 	struct grammar_build *gb; /* rules and classes being built */
-	int32_t *body;       /* per rule: its tree, -1 if not defined yet */
+	int32_t *body;		  /* per rule: its tree, -1 if not defined yet */
 };
 
 /* Temporary rule names and where they were defined or first used. */
 struct grammar_build {
 	struct atlas_grammar *g;
-	char **names;      /* per rule: malloc'd name */
-	size_t *def_pos;   /* per rule: definition offset, (size_t)-1 if none */
-	size_t *use_pos;   /* per rule: first reference offset */
+	char **names;	 /* per rule: malloc'd name */
+	size_t *def_pos; /* per rule: definition offset, (size_t)-1 if none */
+	size_t *use_pos; /* per rule: first reference offset */
 	int32_t cap_rules;
-	int32_t *hash;     /* open addressing over names: rule id, -1 if empty */
-	int32_t n_hash;    /* slots (a power of two, more than twice the rules) */
+	int32_t *hash;	/* open addressing over names: rule id, -1 if empty */
+	int32_t n_hash; /* slots (a power of two, more than twice the rules) */
 };
 
 static void line_col(const char *s, size_t pos, int *line, int *col)
@@ -369,18 +370,51 @@ static int parse_char(struct parser *p, uint32_t *cp)
 	c = (unsigned char)p->s[p->i++];
 	int digits = 0;
 	switch (c) {
-	case 'n': *cp = '\n'; return 0;
-	case 't': *cp = '\t'; return 0;
-	case 'r': *cp = '\r'; return 0;
-	case 'f': *cp = '\f'; return 0;
-	case 'v': *cp = '\v'; return 0;
-	case '0': *cp = 0; return 0;
-	case 'x': digits = 2; break;
-	case 'u': digits = 4; break;
-	case 'U': digits = 8; break;
-	case '\\': case '"': case '\'': case '[': case ']': case '-': case '^':
-	case '/': case '.': case '(': case ')': case '|': case '*': case '+':
-	case '?': case '{': case '}': case ' ':
+	case 'n':
+		*cp = '\n';
+		return 0;
+	case 't':
+		*cp = '\t';
+		return 0;
+	case 'r':
+		*cp = '\r';
+		return 0;
+	case 'f':
+		*cp = '\f';
+		return 0;
+	case 'v':
+		*cp = '\v';
+		return 0;
+	case '0':
+		*cp = 0;
+		return 0;
+	case 'x':
+		digits = 2;
+		break;
+	case 'u':
+		digits = 4;
+		break;
+	case 'U':
+		digits = 8;
+		break;
+	case '\\':
+	case '"':
+	case '\'':
+	case '[':
+	case ']':
+	case '-':
+	case '^':
+	case '/':
+	case '.':
+	case '(':
+	case ')':
+	case '|':
+	case '*':
+	case '+':
+	case '?':
+	case '{':
+	case '}':
+	case ' ':
 		*cp = c;
 		return 0;
 	default:
@@ -925,13 +959,13 @@ static void left_calls(struct atlas_grammar *g, int32_t r, const uint8_t *nullab
 
 /* Working state of find_nullable. */
 struct nullwork {
-	uint8_t *seen;   /* per state: visited */
-	int32_t *stk;    /* DFS stack */
-	int32_t *wto;    /* waiting entries: the state after a blocked call */
-	int32_t *wnext;  /* next waiting entry of the same callee */
-	int32_t *whead;  /* per rule: first entry waiting for it, -1 if none */
-	int32_t n_wait;  /* entries used */
-	int32_t *queue;  /* rules found nullable, not yet propagated */
+	uint8_t *seen;	/* per state: visited */
+	int32_t *stk;	/* DFS stack */
+	int32_t *wto;	/* waiting entries: the state after a blocked call */
+	int32_t *wnext; /* next waiting entry of the same callee */
+	int32_t *whead; /* per rule: first entry waiting for it, -1 if none */
+	int32_t n_wait; /* entries used */
+	int32_t *queue; /* rules found nullable, not yet propagated */
 	int32_t n_queue;
 };
 
@@ -1042,8 +1076,9 @@ static int check_left_recursion(struct atlas_grammar *g, struct grammar_build *g
 			if (color[c] == 1) {
 				int line, col;
 				line_col(text, gb->def_pos[c], &line, &col);
-				rc = atlas_error(ATLAS_EINVAL, "grammar %d:%d: left recursion in rule '%s'",
-						 line, col, gb->names[c]);
+				rc = atlas_error(ATLAS_EINVAL,
+						 "grammar %d:%d: left recursion in rule '%s'", line,
+						 col, gb->names[c]);
 				break;
 			}
 			if (!color[c]) {
@@ -1086,7 +1121,8 @@ static int closures(struct atlas_grammar *g)
 			}
 			if (s->n_class || s->n_call || s->final) {
 				if (g->n_clo >= MAX_CLOSURE) {
-					rc = atlas_error(ATLAS_EINVAL, "grammar too large (closures)");
+					rc = atlas_error(ATLAS_EINVAL,
+							 "grammar too large (closures)");
 					break;
 				}
 				int32_t *c = grow(g->clo, &cap, g->n_clo + 1, sizeof(int32_t));
@@ -1098,7 +1134,8 @@ static int closures(struct atlas_grammar *g)
 				g->clo[g->n_clo++] = x;
 			}
 			for (int32_t e = s->edge_off; e < s->edge_off + s->n_edges; e++)
-				if (g->edges[e].kind == E_EPS && seen[g->edges[e].to] != (uint32_t)s0 + 1) {
+				if (g->edges[e].kind == E_EPS &&
+				    seen[g->edges[e].to] != (uint32_t)s0 + 1) {
 					seen[g->edges[e].to] = (uint32_t)s0 + 1;
 					stk[n++] = g->edges[e].to;
 				}
@@ -1127,8 +1164,14 @@ static void add_leads(uint32_t *set, uint32_t lo, uint32_t hi)
 		if (lo > top[n])
 			continue;
 		uint32_t h = hi < top[n] ? hi : top[n];
-		uint32_t a = n == 0 ? lo : n == 1 ? 0xc0 | lo >> 6 : n == 2 ? 0xe0 | lo >> 12 : 0xf0 | lo >> 18;
-		uint32_t b = n == 0 ? h : n == 1 ? 0xc0 | h >> 6 : n == 2 ? 0xe0 | h >> 12 : 0xf0 | h >> 18;
+		uint32_t a = n == 0   ? lo
+			     : n == 1 ? 0xc0 | lo >> 6
+			     : n == 2 ? 0xe0 | lo >> 12
+				      : 0xf0 | lo >> 18;
+		uint32_t b = n == 0   ? h
+			     : n == 1 ? 0xc0 | h >> 6
+			     : n == 2 ? 0xe0 | h >> 12
+				      : 0xf0 | h >> 18;
 		for (uint32_t x = a; x <= b; x++)
 			set[x >> 5] |= 1u << (x & 31);
 		lo = h + 1;
@@ -1154,7 +1197,8 @@ static bool first_from(const struct atlas_grammar *g, int32_t s0, const uint32_t
 			if (d->kind == E_CLASS) {
 				const struct gclass *c = &g->classes[d->arg];
 				for (int32_t i = 0; i < c->n; i++)
-					add_leads(set, g->ranges[c->off + 2 * i], g->ranges[c->off + 2 * i + 1]);
+					add_leads(set, g->ranges[c->off + 2 * i],
+						  g->ranges[c->off + 2 * i + 1]);
 				continue;
 			}
 			if (d->kind == E_CALL) {
@@ -1208,8 +1252,8 @@ static int follow_sets(struct atlas_grammar *g)
 		goto out;
 	for (int32_t e = 0; e < g->n_edges && work < MAX_CLOSURE_WORK; e++)
 		if (g->edges[e].kind == E_CALL)
-			fs[9 * e + 8] = first_from(g, g->edges[e].to, first, fs + 9 * e, stk, seen, ++stamp,
-						   &work);
+			fs[9 * e + 8] = first_from(g, g->edges[e].to, first, fs + 9 * e, stk, seen,
+						   ++stamp, &work);
 	settled = work < MAX_CLOSURE_WORK;
 	for (int it = 0; it < 64 && settled; it++) {
 		bool changed = false;
@@ -1301,16 +1345,16 @@ struct atlas_grammar *atlas_grammar_compile(const char *text, size_t len,
 /* Tokens sorted by their bytes, so that a walk over them shares the work
  * on common prefixes (rolling back to the common prefix of neighbours). */
 struct atlas_grammar_vocab {
-	int64_t n_vocab;  /* ids 0 .. n_vocab - 1 (masks cover them all) */
-	int64_t n_words;  /* mask words */
-	int64_t n;        /* tokens that can be allowed (text, not special, not EOS) */
-	int32_t *id;      /* per sorted position: the token id */
-	int64_t *off;     /* per sorted position: its bytes in `bytes` */
-	int32_t *len;     /* per sorted position: its length */
-	char *bytes;      /* the tokens' bytes, in sorted order */
-	int32_t *pos;     /* per id: sorted position, -1 if never allowed as text */
-	int32_t *eos;     /* end-of-sequence ids */
-	int n_eos;        /* entries of eos */
+	int64_t n_vocab; /* ids 0 .. n_vocab - 1 (masks cover them all) */
+	int64_t n_words; /* mask words */
+	int64_t n;	 /* tokens that can be allowed (text, not special, not EOS) */
+	int32_t *id;	 /* per sorted position: the token id */
+	int64_t *off;	 /* per sorted position: its bytes in `bytes` */
+	int32_t *len;	 /* per sorted position: its length */
+	char *bytes;	 /* the tokens' bytes, in sorted order */
+	int32_t *pos;	 /* per id: sorted position, -1 if never allowed as text */
+	int32_t *eos;	 /* end-of-sequence ids */
+	int n_eos;	 /* entries of eos */
 };
 
 struct tokref {
@@ -1417,17 +1461,17 @@ int64_t atlas_grammar_mask_words(const struct atlas_grammar_vocab *v)
  * at the head of their hash chains, which is what makes that possible. */
 
 struct gframe {
-	int32_t state;  /* the state to return to */
+	int32_t state;	/* the state to return to */
 	int32_t parent; /* the frame below, -1 at the bottom */
-	int32_t depth;  /* frames from the bottom, this one included */
-	int32_t hnext;  /* next frame in its hash chain */
+	int32_t depth;	/* frames from the bottom, this one included */
+	int32_t hnext;	/* next frame in its hash chain */
 };
 
 struct gpool {
-	struct gframe *f;  /* frames */
-	int32_t n, cap;    /* used, allocated */
-	int32_t *bucket;   /* hash chain heads, -1 if empty */
-	int32_t nb;        /* buckets (a power of two) */
+	struct gframe *f; /* frames */
+	int32_t n, cap;	  /* used, allocated */
+	int32_t *bucket;  /* hash chain heads, -1 if empty */
+	int32_t nb;	  /* buckets (a power of two) */
 };
 
 static uint32_t frame_hash(int32_t state, int32_t parent, int32_t nb)
@@ -1473,8 +1517,8 @@ static int32_t pool_push(struct gpool *p, int32_t state, int32_t parent)
 	if (!f)
 		return -1;
 	p->f = f;
-	f[p->n] = (struct gframe){.state = state, .parent = parent, .depth = depth,
-				  .hnext = p->bucket[h]};
+	f[p->n] = (struct gframe){
+	    .state = state, .parent = parent, .depth = depth, .hnext = p->bucket[h]};
 	p->bucket[h] = p->n++;
 	if (p->n > 2 * p->nb)
 		pool_rehash(p, 2 * p->nb); /* on failure the chains just stay long */
@@ -1506,41 +1550,42 @@ static void pool_release(struct gpool *p)
  * one byte, and backing up to level k drops what came after it. */
 
 struct gentry {
-	int32_t top;    /* state: its class edges consume the next character */
+	int32_t top;	/* state: its class edges consume the next character */
 	int32_t parent; /* frame below, -1 for none */
 };
 
 struct glevel {
-	int64_t off;     /* first entry in the walker's ent */
-	int32_t n;       /* entries */
-	uint32_t acc;    /* bits of the partial character so far */
-	uint8_t rem;     /* continuation bytes it still needs (0: at a boundary) */
-	uint8_t len;     /* its total length */
-	uint8_t bottom;  /* some parse popped the bottom frame */
-	uint8_t anyb;    /* a cache walk: some earlier level had a bottom that the
-			  * byte after it may follow (see struct gwalk's follow) */
-	int32_t pmark;   /* pool size when the level was complete */
+	int64_t off;	/* first entry in the walker's ent */
+	int32_t n;	/* entries */
+	uint32_t acc;	/* bits of the partial character so far */
+	uint8_t rem;	/* continuation bytes it still needs (0: at a boundary) */
+	uint8_t len;	/* its total length */
+	uint8_t bottom; /* some parse popped the bottom frame */
+	uint8_t anyb;	/* a cache walk: some earlier level had a bottom that the
+			 * byte after it may follow (see struct gwalk's follow) */
+	int32_t pmark;	/* pool size when the level was complete */
 };
 
 struct gwalk {
 	const struct atlas_grammar *g; /* the grammar */
-	struct gpool pool;             /* frames */
-	struct gentry *ent;            /* entries of all levels */
+	struct gpool pool;	       /* frames */
+	struct gentry *ent;	       /* entries of all levels */
 	int64_t cap_ent;
-	struct glevel *lv;             /* levels */
+	struct glevel *lv; /* levels */
 	int32_t cap_lv;
-	uint32_t stamp;                /* current step, for the marks below */
-	uint32_t *vstamp;              /* per state: step of its last closure visit */
-	int32_t *vpar;                 /* per state: parent of that visit */
-	uint32_t *estamp;              /* per state: step it last became an entry top */
-	int32_t *epar;                 /* per state: parent of that entry */
-	struct gentry *vis;            /* other closure visits of this step */
+	uint32_t stamp;	    /* current step, for the marks below */
+	uint32_t *vstamp;   /* per state: step of its last closure visit */
+	int32_t *vpar;	    /* per state: parent of that visit */
+	uint32_t *estamp;   /* per state: step it last became an entry top */
+	int32_t *epar;	    /* per state: parent of that entry */
+	struct gentry *vis; /* other closure visits of this step */
 	int32_t n_vis, cap_vis;
-	const uint32_t *follow;        /* a cache walk: the bytes that may follow the rule
-					* of its bottom frame (a token that leaves the rule
-					* with another byte depends on the context) */
-	bool overflow;                 /* a level passed MAX_STACKS */
-	bool oom;                      /* an allocation failed */
+	const uint32_t *follow; /* a cache walk: the bytes that may follow the rule
+				 * of its bottom frame (a token that leaves the rule
+				 * with another byte depends on the context) */
+	bool overflow;		/* a level passed MAX_STACKS */
+	bool oom;		/* an allocation failed */
+	int64_t work;		/* stack steps since the walk began */
 };
 
 static int walk_init(struct gwalk *w, const struct atlas_grammar *g)
@@ -1725,6 +1770,7 @@ static bool step(struct gwalk *w, int32_t k, unsigned char b)
 	struct glevel *L = &w->lv[k];
 	*N = (struct glevel){.off = L->off + L->n};
 	N->anyb = L->anyb | leaves(w, L, b);
+	w->work += L->n + 1;
 	new_step(w);
 	w->overflow = false;
 	uint32_t cp;
@@ -1756,7 +1802,8 @@ static bool step(struct gwalk *w, int32_t k, unsigned char b)
 			for (int32_t e = 0; e < L->n; e++) {
 				const struct gentry *en = &w->ent[L->off + e];
 				const struct gstate *s = &g->states[en->top];
-				const struct gedge *ed = &g->edges[s->edge_off + s->n_edges - s->n_call - s->n_class];
+				const struct gedge *ed =
+				    &g->edges[s->edge_off + s->n_edges - s->n_call - s->n_class];
 				for (int32_t c = 0; c < s->n_class; c++)
 					if (class_meets(g, ed[c].arg, lo, hi)) {
 						add_entry(w, N, en->top, en->parent);
@@ -1775,7 +1822,8 @@ static bool step(struct gwalk *w, int32_t k, unsigned char b)
 	for (int32_t e = 0; e < L->n; e++) {
 		struct gentry en = w->ent[L->off + e];
 		const struct gstate *s = &g->states[en.top];
-		const struct gedge *ed = &g->edges[s->edge_off + s->n_edges - s->n_call - s->n_class];
+		const struct gedge *ed =
+		    &g->edges[s->edge_off + s->n_edges - s->n_call - s->n_class];
 		for (int32_t c = 0; c < s->n_class; c++)
 			if (class_has(g, ed[c].arg, cp))
 				closure(w, N, ed[c].to, en.parent);
@@ -1817,6 +1865,7 @@ static int walk(struct gwalk *w, int32_t base, const int32_t *list, int64_t n, i
 	int32_t plen = 0, have = 0, dead = -1;
 	if (!list)
 		n = v->n;
+	w->work = 0;
 	for (int64_t i = 0; i < n; i++) {
 		int32_t k = list ? list[i] : (int32_t)i, id = v->id[k];
 		if (mode == WALK_FULL && bits[id >> 5] >> (id & 31) & 1)
@@ -1841,13 +1890,18 @@ static int walk(struct gwalk *w, int32_t base, const int32_t *list, int64_t n, i
 				pool_truncate(&w->pool, w->lv[base + have].pmark);
 			}
 			acc = have == tl;
-			dep = have < tl && (w->lv[base + have].anyb ||
-					    leaves(w, &w->lv[base + have], tb[have]));
+			dep = have < tl &&
+			      (w->lv[base + have].anyb || leaves(w, &w->lv[base + have], tb[have]));
 			pb = tb;
 			plen = tl;
 		}
 		if (w->oom)
 			return atlas_error(ATLAS_ENOMEM, "out of memory");
+		if (w->work > MAX_WALK_WORK) {
+			pool_truncate(&w->pool, w->lv[base].pmark);
+			return atlas_error(ATLAS_EINVAL,
+					   "grammar too ambiguous to compute a token mask");
+		}
 		if (acc) {
 			bits[id >> 5] |= 1u << (id & 31);
 		} else if (mode == WALK_CACHE && dep) {
@@ -1924,9 +1978,13 @@ static struct gcache *cache_compute(struct atlas_grammar *g, int32_t s)
 	w->follow = g->follow + 8 * (size_t)g->states[s].rule;
 	pool_truncate(&w->pool, 0);
 	level_one(w, 0, 0, s, -1);
-	if (!c || !c->acc || w->oom || walk(w, 0, NULL, 0, WALK_CACHE, c->acc, &c->ctx, &c->n_ctx)) {
+	if (!c || !c->acc || w->oom) {
 		cache_free(c);
 		atlas_error(ATLAS_ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (walk(w, 0, NULL, 0, WALK_CACHE, c->acc, &c->ctx, &c->n_ctx)) {
+		cache_free(c);
 		return NULL;
 	}
 	return c;
@@ -1973,9 +2031,9 @@ void atlas_grammar_free(struct atlas_grammar *g)
 
 struct atlas_grammar_matcher {
 	const struct atlas_grammar *g; /* the grammar */
-	struct gwalk w;                /* level 0: the current stacks */
-	bool finished;                 /* an EOS id was accepted */
-	int32_t gc_at;                 /* pool size that triggers a collection */
+	struct gwalk w;		       /* level 0: the current stacks */
+	bool finished;		       /* an EOS id was accepted */
+	int32_t gc_at;		       /* pool size that triggers a collection */
 };
 
 struct atlas_grammar_matcher *atlas_grammar_matcher_new(const struct atlas_grammar *g)
@@ -2053,7 +2111,8 @@ static void collect(struct atlas_grammar_matcher *m)
 	for (int32_t k = 0; k < p->n; k++)
 		map[k] = -1;
 	for (int32_t e = 0; e < L->n; e++)
-		for (int32_t x = m->w.ent[L->off + e].parent; x >= 0 && map[x] == -1; x = p->f[x].parent)
+		for (int32_t x = m->w.ent[L->off + e].parent; x >= 0 && map[x] == -1;
+		     x = p->f[x].parent)
 			map[x] = -2;
 	int32_t j = 0;
 	for (int32_t k = 0; k < p->n; k++) {
@@ -2093,7 +2152,8 @@ int atlas_grammar_accept_bytes(struct atlas_grammar_matcher *m, const char *s, s
 		if (w->oom)
 			return atlas_error(ATLAS_ENOMEM, "out of memory");
 		if (amb)
-			return atlas_error(ATLAS_EINVAL, "grammar too ambiguous (more than %d parses)",
+			return atlas_error(ATLAS_EINVAL,
+					   "grammar too ambiguous (more than %d parses)",
 					   MAX_STACKS);
 		return atlas_error(ATLAS_EINVAL, "grammar: byte %d of the text does not fit", k);
 	}
@@ -2113,7 +2173,8 @@ int atlas_grammar_accept(struct atlas_grammar_matcher *m, int32_t id)
 {
 	const struct atlas_grammar_vocab *v = m->g->v;
 	if (id < 0 || id >= v->n_vocab)
-		return atlas_error(ATLAS_EINVAL, "grammar: token %d outside the vocabulary", (int)id);
+		return atlas_error(ATLAS_EINVAL, "grammar: token %d outside the vocabulary",
+				   (int)id);
 	if (is_eos(v, id)) {
 		if (!atlas_grammar_can_end(m))
 			return atlas_error(ATLAS_EINVAL, "grammar: the output cannot end here");
@@ -2163,7 +2224,7 @@ int64_t atlas_grammar_fill_mask(struct atlas_grammar_matcher *m, uint32_t *mask)
 			struct gentry en = w->ent[L0.off + e];
 			struct gcache *c = cache_get(m->g, en.top);
 			if (!c)
-				return ATLAS_ENOMEM;
+				return ATLAS_EINVAL; /* (the message says why) */
 			for (int64_t k = 0; k < v->n_words; k++)
 				mask[k] |= c->acc[k];
 			if (!c->n_ctx)

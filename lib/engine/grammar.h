@@ -18,8 +18,23 @@
  *   [a-z0-9_] and [^"\\] character classes (UTF-8 code points),
  *   . (any code point), ( group ), x* x+ x? x{m} x{m,} x{m,n},
  *   # comments to the end of the line; rules may span lines when a line
- *   ends inside parentheses or after "|" or "::=".
- * Errors name the line and column.
+ *   ends inside parentheses or after "|" or "::=" (so an empty rule is
+ *   written `x ::= ""`).
+ * Errors name the line and column. Rule names are [a-zA-Z0-9_-]+.
+ *
+ * Limits (the text may come from an HTTP request): 8 MiB of text,
+ * 100,000 rules, 400,000 automaton states, parentheses 64 deep,
+ * repetition counts up to 10,000; at run time 1,024 live parses and
+ * stacks 512 frames deep. Passing a limit is an ATLAS_EINVAL error (a
+ * parse that would nest deeper than 512 frames is dropped).
+ *
+ * Cost: compiling is linear in the grammar. A mask is the OR of one
+ * cached bitset per live parse plus a walk over the few tokens those
+ * caches leave open (tokens that end the parse's innermost rule and go
+ * on with a byte that may follow it); a cache entry costs one walk over
+ * the vocabulary (a few ms with 150k tokens) the first time a grammar
+ * state is reached. Bounded repetitions such as x{0,500} give every copy
+ * its own state, so the first pass through them is slower.
  *
  * Tokens: a token is allowed when its bytes (atlas_tok_piece) can extend
  * the text matched so far. Special tokens (atlas_tok_is_special) are never
@@ -50,7 +65,9 @@ int64_t atlas_grammar_vocab_size(const struct atlas_grammar_vocab *v);
 
 /* Compile grammar text (start rule "root") for `v` (which must outlive
  * the grammar). NULL with a message (ATLAS_EINVAL, naming line:column) on
- * a syntax error, an undefined rule or left recursion. */
+ * a syntax error, an undefined rule, left recursion (also through rules
+ * that can match nothing) or a limit. The result is owned by the caller
+ * (atlas_grammar_free, after every matcher of it). */
 struct atlas_grammar *atlas_grammar_compile(const char *text, size_t len,
 					    const struct atlas_grammar_vocab *v);
 /* Grammars are reference-counted (atomically): atlas_grammar_ref takes one
@@ -61,7 +78,9 @@ void atlas_grammar_free(struct atlas_grammar *g);
 
 /* Grammar text from a JSON schema: rules whose names all begin with
  * `prefix` (an identifier-like string, may be "") and whose start rule is
- * `<prefix>root`, so that several schemas can share one grammar. The
+ * `<prefix>root`, so that several schemas can share one grammar (a
+ * non-empty prefix needs a `root ::= <prefix>root ...` of the caller's
+ * before atlas_grammar_compile). The
  * output is the JSON text json.dumps would accept, whitespace allowed
  * where JSON allows it (bounded, so a model cannot loop on spaces).
  * Supported: type (also lists of types), properties, required,
@@ -74,7 +93,20 @@ void atlas_grammar_free(struct atlas_grammar *g);
  * $schema, $id, $comment). Anything else is refused: returns NULL and
  * sets *bad (when not NULL) to a static string naming the keyword, with
  * a message (ATLAS_EUNSUPPORTED, or ATLAS_EINVAL for a malformed schema).
- * `schema` true/{} means any JSON value. Result malloc'd. */
+ * (*bad is a static string for the keywords above; an unknown keyword's
+ * name is kept in a per-thread buffer valid until the next call.)
+ * `schema` true/{} means any JSON value. Result malloc'd.
+ * Where the grammar is looser than the schema (grammar_schema.c lists
+ * it): number minimum/maximum and integer ranges of more than 256 values
+ * keep only the sign; "pattern" must match the whole string; with
+ * "pattern", minLength/maxLength are ignored, and a maxLength over 2000
+ * counts as none; extra properties (additionalProperties true or a
+ * schema) may repeat declared names; numbers have at most 19 integer and
+ * 20 fraction digits; "any value" nests at most 20 deep. Stricter: an
+ * object with "properties" and no additionalProperties allows no other
+ * keys, properties come in the schema's order, and prefixItems without
+ * items allows no further items. Whitespace: up to 20 of space, tab and
+ * newline between tokens, none before or after the value. */
 char *atlas_json_schema_grammar(struct json_object *schema, const char *prefix,
 				const char **bad);
 
@@ -103,7 +135,10 @@ int64_t atlas_grammar_mask_words(const struct atlas_grammar_vocab *v);
 
 /* The tokens allowed next, into mask[atlas_grammar_mask_words]. Returns
  * the number of allowed tokens (0 only when the grammar is finished and no
- * EOS id was given). Thread-compatible: one matcher per thread. */
+ * EOS id was given), or a negative ATLAS_E* code with a message (out of
+ * memory, or a grammar so ambiguous that the walk passed its work limit).
+ * Thread-compatible: one matcher per thread; matchers of one grammar may
+ * run on several threads at once (the shared cache has its own lock). */
 int64_t atlas_grammar_fill_mask(struct atlas_grammar_matcher *m, uint32_t *mask);
 
 /* Advance by token `id`. 0, or ATLAS_EINVAL when the token is not allowed

@@ -22,8 +22,8 @@
 #include "grammar_internal.h"
 
 #define MAX_OUT ((size_t)4 << 20) /* bytes of grammar text a converter may write */
-#define MAX_NEST 64              /* groups inside each other */
-#define MAX_RANGES 4096          /* ranges of one class */
+#define MAX_NEST 64		  /* groups inside each other */
+#define MAX_RANGES 4096		  /* ranges of one class */
 
 void gbuf_add(struct gbuf *b, const char *s, size_t n)
 {
@@ -106,10 +106,10 @@ void gbuf_literal(struct gbuf *b, const char *s, size_t n)
 /* ---- the regex parser ---- */
 
 struct rx {
-	const char *s;   /* the regex */
-	size_t i, n;     /* position, length */
-	struct gbuf *b;  /* output */
-	bool json;       /* write the inside of a JSON string */
+	const char *s;	/* the regex */
+	size_t i, n;	/* position, length */
+	struct gbuf *b; /* output */
+	bool json;	/* write the inside of a JSON string */
 };
 
 static int rerr(struct rx *r, const char *msg)
@@ -120,7 +120,7 @@ static int rerr(struct rx *r, const char *msg)
 /* A set of code points under construction. */
 struct cset {
 	uint32_t r[2 * MAX_RANGES + 8]; /* (lo, hi) pairs */
-	int n;                          /* pairs used */
+	int n;				/* pairs used */
 };
 
 static int cset_add(struct rx *r, struct cset *c, uint32_t lo, uint32_t hi)
@@ -198,8 +198,8 @@ static int add_shorthand(struct rx *r, struct cset *c, char e)
 	if (lc == 'd') {
 		rc = cset_add(r, t, '0', '9');
 	} else if (lc == 'w') {
-		rc = cset_add(r, t, '0', '9') || cset_add(r, t, 'a', 'z') || cset_add(r, t, 'A', 'Z') ||
-		     cset_add(r, t, '_', '_');
+		rc = cset_add(r, t, '0', '9') || cset_add(r, t, 'a', 'z') ||
+		     cset_add(r, t, 'A', 'Z') || cset_add(r, t, '_', '_');
 	} else {
 		rc = cset_add(r, t, '\t', '\r') || cset_add(r, t, ' ', ' ');
 	}
@@ -230,24 +230,44 @@ static int parse_escape(struct rx *r, struct cset *c, uint32_t *cp)
 	char e = r->s[r->i++];
 	*cp = UINT32_MAX;
 	switch (e) {
-	case 'd': case 'D': case 'w': case 'W': case 's': case 'S':
+	case 'd':
+	case 'D':
+	case 'w':
+	case 'W':
+	case 's':
+	case 'S':
 		return add_shorthand(r, c, e);
-	case 'n': *cp = '\n'; return 0;
-	case 't': *cp = '\t'; return 0;
-	case 'r': *cp = '\r'; return 0;
-	case 'f': *cp = '\f'; return 0;
-	case 'v': *cp = '\v'; return 0;
-	case '0': *cp = 0; return 0;
-	case 'b': case 'B':
+	case 'n':
+		*cp = '\n';
+		return 0;
+	case 't':
+		*cp = '\t';
+		return 0;
+	case 'r':
+		*cp = '\r';
+		return 0;
+	case 'f':
+		*cp = '\f';
+		return 0;
+	case 'v':
+		*cp = '\v';
+		return 0;
+	case '0':
+		*cp = 0;
+		return 0;
+	case 'b':
+	case 'B':
 		return rerr(r, "word boundaries are not supported");
-	case 'x': case 'u': {
+	case 'x':
+	case 'u': {
 		int digits = e == 'x' ? 2 : 4;
 		bool brace = r->i < r->n && r->s[r->i] == '{';
 		uint32_t v = 0;
 		int k = 0;
 		if (brace)
 			r->i++;
-		for (; r->i < r->n && (brace || k < digits) && hexdig(r->s[r->i]) >= 0 && k < 8; k++)
+		for (; r->i < r->n && (brace || k < digits) && hexdig(r->s[r->i]) >= 0 && k < 8;
+		     k++)
 			v = v * 16 + (uint32_t)hexdig(r->s[r->i++]);
 		if (brace && (r->i >= r->n || r->s[r->i++] != '}'))
 			return rerr(r, "bad \\x{...} escape");
@@ -281,13 +301,20 @@ static int next_cp(struct rx *r, uint32_t *cp)
 static const char *json_escape(uint32_t cp, char *tmp, size_t size)
 {
 	switch (cp) {
-	case '"': return "\\\\\\\"";
-	case '\\': return "\\\\\\\\";
-	case '\n': return "\\\\n";
-	case '\t': return "\\\\t";
-	case '\r': return "\\\\r";
-	case '\b': return "\\\\b";
-	case '\f': return "\\\\f";
+	case '"':
+		return "\\\\\\\"";
+	case '\\':
+		return "\\\\\\\\";
+	case '\n':
+		return "\\\\n";
+	case '\t':
+		return "\\\\t";
+	case '\r':
+		return "\\\\r";
+	case '\b':
+		return "\\\\b";
+	case '\f':
+		return "\\\\f";
 	}
 	if (cp < 0x20) {
 		snprintf(tmp, size, "\\\\u%04X", (unsigned)cp);
@@ -469,8 +496,8 @@ static int parse_group(struct rx *r, int depth)
 		size_t left = r->n - r->i - 1;
 		if (left >= 1 && q[0] == ':') {
 			r->i += 2;
-		} else if (left >= 2 && (q[0] == 'P' || q[0] == '<') && q[0 + (q[0] == 'P')] == '<' &&
-			   (q[1] != '=' && q[1] != '!')) {
+		} else if (left >= 2 && (q[0] == 'P' || q[0] == '<') &&
+			   q[0 + (q[0] == 'P')] == '<' && (q[1] != '=' && q[1] != '!')) {
 			const char *e = memchr(q, '>', left);
 			if (!e)
 				return rerr(r, "bad group name");

@@ -34,36 +34,40 @@
 #include "grammar_internal.h"
 
 #define WS "[ \\t\\n]{0,20}" /* whitespace between JSON tokens */
-#define MAX_NEST 64         /* schemas inside each other */
-#define ENUM_MAX 256        /* integer ranges spelled out value by value */
-#define LEN_MAX 2000        /* largest maxLength enforced */
-#define ANY_DEPTH 20        /* nesting of "any JSON value" */
-#define MAX_REP 9999        /* largest repetition count written */
+#define MAX_NEST 64	     /* schemas inside each other */
+#define ENUM_MAX 256	     /* integer ranges spelled out value by value */
+#define LEN_MAX 2000	     /* largest maxLength enforced */
+#define ANY_DEPTH 20	     /* nesting of "any JSON value" */
+#define MAX_REP 9999	     /* largest repetition count written */
 
 /* A JSON string's character, escapes included. */
 #define JCHAR "( [^\"\\\\\\x00-\\x1F] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )"
 
 static const char *const known[] = {
-	"type", "properties", "required", "additionalProperties", "enum", "const", "items",
-	"prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs",
-	"definitions", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-	"title", "description", "default", "examples", "$schema", "$id", "$comment", NULL,
+    "type",	 "properties", "required", "additionalProperties",
+    "enum",	 "const",      "items",	   "prefixItems",
+    "minItems",	 "maxItems",   "anyOf",	   "oneOf",
+    "allOf",	 "$ref",       "$defs",	   "definitions",
+    "minLength", "maxLength",  "pattern",  "format",
+    "minimum",	 "maximum",    "title",	   "description",
+    "default",	 "examples",   "$schema",  "$id",
+    "$comment",	 NULL,
 };
 
 struct refmap {
 	json_object *target; /* a schema reached by $ref */
-	int rule;            /* its rule number */
+	int rule;	     /* its rule number */
 };
 
 struct sctx {
-	struct gbuf out;      /* rules written so far */
-	const char *prefix;   /* rule name prefix */
-	json_object *root;    /* the whole schema, for $ref */
-	const char **bad;     /* where to name an unsupported keyword */
-	int n_rules;          /* rules numbered so far */
-	struct refmap *refs;  /* $ref targets with their rules */
+	struct gbuf out;     /* rules written so far */
+	const char *prefix;  /* rule name prefix */
+	json_object *root;   /* the whole schema, for $ref */
+	const char **bad;    /* where to name an unsupported keyword */
+	int n_rules;	     /* rules numbered so far */
+	struct refmap *refs; /* $ref targets with their rules */
 	int n_refs, cap_refs;
-	json_object **made;   /* merged schemas (allOf) to release */
+	json_object **made; /* merged schemas (allOf) to release */
 	int n_made, cap_made;
 	bool any, string, number, integer; /* shared rules needed */
 };
@@ -103,7 +107,7 @@ static void put_rule(struct sctx *c, int no, const struct gbuf *body)
 static int json_literal(struct gbuf *e, json_object *v)
 {
 	const char *t = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
-							   JSON_C_TO_STRING_NOSLASHESCAPE);
+							      JSON_C_TO_STRING_NOSLASHESCAPE);
 	gbuf_literal(e, t, strlen(t));
 	return 0;
 }
@@ -175,23 +179,24 @@ static void number_expr(struct sctx *c, json_object *s, struct gbuf *e)
 static const char *format_expr(const char *f)
 {
 	static const char date[] = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" "
-				    "( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
+				   "( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
 	static const char time[] = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" "
 				   "( [0-5] [0-9] | \"60\" ) ( \".\" [0-9]{1,9} )? "
 				   "( [zZ] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
 	static const char datetime[] =
-		"[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" "
-		"( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) [tT] "
-		"( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" "
-		"( [0-5] [0-9] | \"60\" ) ( \".\" [0-9]{1,9} )? "
-		"( [zZ] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
+	    "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" "
+	    "( \"0\" [1-9] | [12] [0-9] | \"3\" [01] ) [tT] "
+	    "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" "
+	    "( [0-5] [0-9] | \"60\" ) ( \".\" [0-9]{1,9} )? "
+	    "( [zZ] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
 	static const char uuid[] = "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
 				   "[0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12}";
 	static const char email[] = "[a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} "
 				    "( \".\" [a-zA-Z0-9-]{1,63} ){1,8}";
-	static const char ipv4[] = "( \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | "
-				   "[1-9] [0-9] | [0-9] ) ( \".\" ( \"25\" [0-5] | \"2\" [0-4] [0-9] | "
-				   "\"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9] ) ){3}";
+	static const char ipv4[] =
+	    "( \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | "
+	    "[1-9] [0-9] | [0-9] ) ( \".\" ( \"25\" [0-5] | \"2\" [0-4] [0-9] | "
+	    "\"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9] ) ){3}";
 	if (!strcmp(f, "date"))
 		return date;
 	if (!strcmp(f, "time"))
@@ -229,8 +234,8 @@ static int string_expr(struct sctx *c, json_object *s, struct gbuf *e)
 		if (!fx) {
 			if (c->bad)
 				*c->bad = "format";
-			return atlas_error(ATLAS_EUNSUPPORTED, "unsupported JSON schema format '%s'",
-					   f ? f : "");
+			return atlas_error(ATLAS_EUNSUPPORTED,
+					   "unsupported JSON schema format '%s'", f ? f : "");
 		}
 		gbuf_printf(e, "( \"\\\"\" %s \"\\\"\" )", fx);
 		return 0;
@@ -258,7 +263,7 @@ static int string_expr(struct sctx *c, json_object *s, struct gbuf *e)
 struct prop {
 	const char *key;  /* property name */
 	json_object *sch; /* its schema */
-	bool req;         /* required */
+	bool req;	  /* required */
 };
 
 static bool is_required(json_object *req, const char *key)
@@ -308,20 +313,22 @@ static int object_rule(struct sctx *c, const struct prop *p, int n, int extra, c
 	for (int i = n; i >= 0; i--) {
 		int si = base + 2 * i, ci = si + 1;
 		if (i == n && extra >= 0) {
-			gbuf_printf(&c->out, "%ss%d ::= ( %ss%d ( \",\" " WS " %ss%d )* )?\n", px, si, px,
-				    extra, px, extra);
-			gbuf_printf(&c->out, "%ss%d ::= ( \",\" " WS " %ss%d )*\n", px, ci, px, extra);
+			gbuf_printf(&c->out, "%ss%d ::= ( %ss%d ( \",\" " WS " %ss%d )* )?\n", px,
+				    si, px, extra, px, extra);
+			gbuf_printf(&c->out, "%ss%d ::= ( \",\" " WS " %ss%d )*\n", px, ci, px,
+				    extra);
 		} else if (i == n) {
 			gbuf_printf(&c->out, "%ss%d ::= \"\"\n%ss%d ::= \"\"\n", px, si, px, ci);
 		} else if (p[i].req) {
-			gbuf_printf(&c->out, "%ss%d ::= %ss%d %ss%d\n", px, si, px, kv[i], px, ci + 2);
-			gbuf_printf(&c->out, "%ss%d ::= \",\" " WS " %ss%d %ss%d\n", px, ci, px, kv[i],
-				    px, ci + 2);
-		} else {
-			gbuf_printf(&c->out, "%ss%d ::= %ss%d %ss%d | %ss%d\n", px, si, px, kv[i], px,
-				    ci + 2, px, si + 2);
-			gbuf_printf(&c->out, "%ss%d ::= ( \",\" " WS " %ss%d )? %ss%d\n", px, ci, px,
+			gbuf_printf(&c->out, "%ss%d ::= %ss%d %ss%d\n", px, si, px, kv[i], px,
+				    ci + 2);
+			gbuf_printf(&c->out, "%ss%d ::= \",\" " WS " %ss%d %ss%d\n", px, ci, px,
 				    kv[i], px, ci + 2);
+		} else {
+			gbuf_printf(&c->out, "%ss%d ::= %ss%d %ss%d | %ss%d\n", px, si, px, kv[i],
+				    px, ci + 2, px, si + 2);
+			gbuf_printf(&c->out, "%ss%d ::= ( \",\" " WS " %ss%d )? %ss%d\n", px, ci,
+				    px, kv[i], px, ci + 2);
 		}
 	}
 	gbuf_printf(&c->out, "%ss%d ::= \"{\" " WS " %ss%d \"}\"\n", px, no, px, base);
@@ -568,18 +575,23 @@ static int merge_all(struct sctx *c, json_object *s, json_object *all, json_obje
 		}
 		if (!json_object_is_type(x, json_type_object)) {
 			json_object_put(m), json_object_put(props), json_object_put(req);
-			return refuse(c, "allOf", ATLAS_EUNSUPPORTED, "only object schemas are supported");
+			return refuse(c, "allOf", ATLAS_EUNSUPPORTED,
+				      "only object schemas are supported");
 		}
 		json_object_object_foreach(x, key, val)
 		{
 			if (!strcmp(key, "allOf") || !strcmp(key, "$ref"))
 				continue;
-			if (!strcmp(key, "properties") && json_object_is_type(val, json_type_object)) {
+			if (!strcmp(key, "properties") &&
+			    json_object_is_type(val, json_type_object)) {
 				json_object_object_foreach(val, pk, pv)
-					json_object_object_add(props, pk, json_object_get(pv));
-			} else if (!strcmp(key, "required") && json_object_is_type(val, json_type_array)) {
+				    json_object_object_add(props, pk, json_object_get(pv));
+			} else if (!strcmp(key, "required") &&
+				   json_object_is_type(val, json_type_array)) {
 				for (size_t i = 0; i < json_object_array_length(val); i++)
-					json_object_array_add(req, json_object_get(json_object_array_get_idx(val, i)));
+					json_object_array_add(
+					    req,
+					    json_object_get(json_object_array_get_idx(val, i)));
 			} else {
 				json_object_object_add(m, key, json_object_get(val));
 			}
@@ -692,6 +704,8 @@ static int value_expr(struct sctx *c, json_object *s, struct gbuf *e, int depth)
 		return atlas_error(ATLAS_EINVAL, "JSON schema nested too deeply");
 	if (!s || (json_object_is_type(s, json_type_boolean) && json_object_get_boolean(s)))
 		return any_expr(c, e);
+	if (json_object_is_type(s, json_type_boolean))
+		return atlas_error(ATLAS_EINVAL, "JSON schema false matches nothing");
 	if (!json_object_is_type(s, json_type_object))
 		return atlas_error(ATLAS_EINVAL, "JSON schema is not an object");
 	int rc = check_keywords(c, s);
@@ -750,27 +764,32 @@ static void shared_rules(struct sctx *c)
 	if (c->any) {
 		c->string = c->number = true;
 		for (int d = 0; d <= ANY_DEPTH; d++) {
-			gbuf_printf(o, "%sany%d ::= %sstring | %snumber | \"true\" | \"false\" | \"null\"",
-				    px, d, px, px);
+			gbuf_printf(
+			    o, "%sany%d ::= %sstring | %snumber | \"true\" | \"false\" | \"null\"",
+			    px, d, px, px);
 			if (d == ANY_DEPTH) {
 				gbuf_puts(o, "\n");
 				continue;
 			}
 			gbuf_printf(o, " | %sobj%d | %sarr%d\n", px, d, px, d);
-			gbuf_printf(o, "%sobj%d ::= \"{\" " WS " ( %sstring " WS " \":\" " WS
-				       " %sany%d " WS " ( \",\" " WS " %sstring " WS " \":\" " WS
-				       " %sany%d " WS " )* )? \"}\"\n",
+			gbuf_printf(o,
+				    "%sobj%d ::= \"{\" " WS " ( %sstring " WS " \":\" " WS
+				    " %sany%d " WS " ( \",\" " WS " %sstring " WS " \":\" " WS
+				    " %sany%d " WS " )* )? \"}\"\n",
 				    px, d, px, px, d + 1, px, px, d + 1);
-			gbuf_printf(o, "%sarr%d ::= \"[\" " WS " ( %sany%d " WS " ( \",\" " WS
-				       " %sany%d " WS " )* )? \"]\"\n",
+			gbuf_printf(o,
+				    "%sarr%d ::= \"[\" " WS " ( %sany%d " WS " ( \",\" " WS
+				    " %sany%d " WS " )* )? \"]\"\n",
 				    px, d, px, d + 1, px, d + 1);
 		}
 	}
 	if (c->string)
 		gbuf_printf(o, "%sstring ::= \"\\\"\" %s* \"\\\"\"\n", px, JCHAR);
 	if (c->number)
-		gbuf_printf(o, "%snumber ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,18} ) "
-			       "( \".\" [0-9]{1,20} )? ( [eE] [-+]? [0-9]{1,4} )?\n", px);
+		gbuf_printf(o,
+			    "%snumber ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,18} ) "
+			    "( \".\" [0-9]{1,20} )? ( [eE] [-+]? [0-9]{1,4} )?\n",
+			    px);
 	if (c->integer)
 		gbuf_printf(o, "%sinteger ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,18} )\n", px);
 }
@@ -799,8 +818,7 @@ static char *finish(struct sctx *c, int rc)
 	return c->out.p;
 }
 
-char *atlas_json_schema_grammar(struct json_object *schema, const char *prefix,
-				const char **bad)
+char *atlas_json_schema_grammar(struct json_object *schema, const char *prefix, const char **bad)
 {
 	struct sctx c = {.prefix = prefix ? prefix : "", .root = schema, .bad = bad};
 	if (bad)

@@ -4,6 +4,7 @@
  * conversion, random walks that must produce valid JSON, and the timing
  * targets with the Qwen3 tokenizer when its files are in tests/.cache. */
 #include <json.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,7 +48,8 @@ static struct atlas_grammar *compile(const char *text)
 static bool matches(struct atlas_grammar *g, const char *text)
 {
 	struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(g);
-	bool ok = m && !atlas_grammar_accept_bytes(m, text, strlen(text)) && atlas_grammar_can_end(m);
+	bool ok =
+	    m && !atlas_grammar_accept_bytes(m, text, strlen(text)) && atlas_grammar_can_end(m);
 	atlas_grammar_matcher_free(m);
 	return ok;
 }
@@ -112,7 +114,7 @@ static void test_accept(void)
 	CHECK(!text_matches("root ::= [^a-c]+", "xbz"));
 	CHECK(text_matches("root ::= . . \"\\u00e9\"", "\xe4\xb8\xad!\xc3\xa9"));
 	CHECK(!text_matches("root ::= .", "\xc3"));
-	CHECK(!text_matches("root ::= .", "\xc0\x80"));   /* overlong */
+	CHECK(!text_matches("root ::= .", "\xc0\x80"));	    /* overlong */
 	CHECK(!text_matches("root ::= .", "\xed\xa0\x80")); /* surrogate */
 	CHECK(text_matches("root ::= [\\x00-\\x1F]", "\n"));
 	/* a character split across calls */
@@ -239,15 +241,15 @@ static char *schema_text(const char *json)
 }
 
 static const char person_schema[] =
-	"{\"type\": \"object\", \"properties\": {"
-	"\"name\": {\"type\": \"string\", \"minLength\": 1},"
-	"\"age\": {\"type\": \"integer\", \"minimum\": 0},"
-	"\"email\": {\"type\": \"string\", \"format\": \"email\"},"
-	"\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 3},"
-	"\"kind\": {\"enum\": [\"a\", \"b\", 3, null]},"
-	"\"score\": {\"type\": [\"number\", \"null\"]},"
-	"\"ok\": {\"type\": \"boolean\"}},"
-	"\"required\": [\"name\", \"age\"], \"additionalProperties\": false}";
+    "{\"type\": \"object\", \"properties\": {"
+    "\"name\": {\"type\": \"string\", \"minLength\": 1},"
+    "\"age\": {\"type\": \"integer\", \"minimum\": 0},"
+    "\"email\": {\"type\": \"string\", \"format\": \"email\"},"
+    "\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}, \"maxItems\": 3},"
+    "\"kind\": {\"enum\": [\"a\", \"b\", 3, null]},"
+    "\"score\": {\"type\": [\"number\", \"null\"]},"
+    "\"ok\": {\"type\": \"boolean\"}},"
+    "\"required\": [\"name\", \"age\"], \"additionalProperties\": false}";
 
 static void test_masks_brute_force(void)
 {
@@ -255,8 +257,9 @@ static void test_masks_brute_force(void)
 	struct atlas_grammar *g = t ? compile(t) : NULL;
 	CHECK(g != NULL);
 	if (g) {
-		check_masks_along(g, "{\"name\": \"Al \\\"x\\\" \\u00e9t\xc3\xa9\", \"age\": 42, "
-				     "\"tags\": [\"p\", \"q\"], \"kind\": null, \"score\": -1.5e3}");
+		check_masks_along(g,
+				  "{\"name\": \"Al \\\"x\\\" \\u00e9t\xc3\xa9\", \"age\": 42, "
+				  "\"tags\": [\"p\", \"q\"], \"kind\": null, \"score\": -1.5e3}");
 		check_masks_along(g, "{\n  \"name\": \"\xe4\xb8\xad\xe6\x96\x87\",\n  \"age\": 0,\n"
 				     "  \"ok\": true\n}");
 	}
@@ -265,7 +268,8 @@ static void test_masks_brute_force(void)
 	g = compile("root ::= ( [a-z]+ \" \" )* \"end\" | \"\\u00e9\"+ [0-9]{2}");
 	if (g) {
 		check_masks_along(g, "hello world end");
-		check_masks_along(g, "\xc3\xa9\xc3\xa9\xc3\xa9" "42");
+		check_masks_along(g, "\xc3\xa9\xc3\xa9\xc3\xa9"
+				     "42");
 	}
 	atlas_grammar_free(g);
 	/* a grammar whose tokens end inside a character */
@@ -296,13 +300,13 @@ static void test_schema(void)
 	CHECK(matches(g, "{\"name\": \"Bob\", \"age\": 3}"));
 	CHECK(matches(g, "{\"name\":\"Bob\",\"age\":3,\"ok\":false}"));
 	CHECK(matches(g, "{\"name\": \"B\", \"age\": 3, \"email\": \"a.b@c.org\", \"kind\": 3}"));
-	CHECK(!matches(g, "{\"age\": 3}"));                           /* missing required */
-	CHECK(!matches(g, "{\"name\": 5, \"age\": 3}"));              /* wrong type */
-	CHECK(!matches(g, "{\"name\": \"\", \"age\": 3}"));           /* minLength */
-	CHECK(!matches(g, "{\"name\": \"B\", \"age\": -3}"));         /* minimum */
+	CHECK(!matches(g, "{\"age\": 3}"));			       /* missing required */
+	CHECK(!matches(g, "{\"name\": 5, \"age\": 3}"));	       /* wrong type */
+	CHECK(!matches(g, "{\"name\": \"\", \"age\": 3}"));	       /* minLength */
+	CHECK(!matches(g, "{\"name\": \"B\", \"age\": -3}"));	       /* minimum */
 	CHECK(!matches(g, "{\"name\": \"B\", \"age\": 3, \"x\": 1}")); /* additionalProperties */
 	CHECK(!matches(g, "{\"name\": \"B\", \"age\": 3, \"kind\": \"c\"}")); /* enum */
-	CHECK(!matches(g, "{\"age\": 3, \"name\": \"B\"}"));          /* declaration order */
+	CHECK(!matches(g, "{\"age\": 3, \"name\": \"B\"}")); /* declaration order */
 	CHECK(!matches(g, "{\"name\": \"B\", \"age\": 3, \"tags\": [\"a\", \"b\", \"c\", \"d\"]}"));
 	CHECK(matches(g, "{\"name\": \"B\", \"age\": 3, \"tags\": []}"));
 	CHECK(!matches(g, "{\"name\": \"a\nb\", \"age\": 3}")); /* raw control character */
@@ -316,10 +320,11 @@ static void test_schema(void)
 	atlas_grammar_free(g);
 
 	/* recursion through $defs, anyOf */
-	g = schema_grammar("{\"$ref\": \"#/$defs/node\", \"$defs\": {\"node\": {\"type\": \"object\","
-			   " \"properties\": {\"v\": {\"anyOf\": [{\"type\": \"integer\"}, "
-			   "{\"type\": \"string\"}]}, \"kids\": {\"type\": \"array\", \"items\": "
-			   "{\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}}");
+	g = schema_grammar(
+	    "{\"$ref\": \"#/$defs/node\", \"$defs\": {\"node\": {\"type\": \"object\","
+	    " \"properties\": {\"v\": {\"anyOf\": [{\"type\": \"integer\"}, "
+	    "{\"type\": \"string\"}]}, \"kids\": {\"type\": \"array\", \"items\": "
+	    "{\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}}");
 	CHECK(g && matches(g, "{\"v\": 1, \"kids\": [{\"v\": \"x\"}, {\"v\": 2, \"kids\": "
 			      "[{\"v\": 3}]}]}"));
 	CHECK(g && !matches(g, "{\"v\": 1, \"kids\": [{\"kids\": []}]}"));
@@ -327,9 +332,10 @@ static void test_schema(void)
 	atlas_grammar_free(g);
 
 	/* allOf, definitions, prefixItems, const, formats, integer ranges */
-	g = schema_grammar("{\"definitions\": {\"a\": {\"properties\": {\"x\": {\"const\": 1}}, "
-			   "\"required\": [\"x\"]}}, \"allOf\": [{\"$ref\": \"#/definitions/a\"}, "
-			   "{\"properties\": {\"y\": {\"type\": \"string\", \"format\": \"date\"}}}]}");
+	g = schema_grammar(
+	    "{\"definitions\": {\"a\": {\"properties\": {\"x\": {\"const\": 1}}, "
+	    "\"required\": [\"x\"]}}, \"allOf\": [{\"$ref\": \"#/definitions/a\"}, "
+	    "{\"properties\": {\"y\": {\"type\": \"string\", \"format\": \"date\"}}}]}");
 	CHECK(g && matches(g, "{\"x\": 1, \"y\": \"2024-02-29\"}") && matches(g, "{\"x\": 1}"));
 	CHECK(g && !matches(g, "{\"x\": 2}") && !matches(g, "{\"x\": 1, \"y\": \"2024-13-01\"}"));
 	atlas_grammar_free(g);
@@ -342,10 +348,12 @@ static void test_schema(void)
 	CHECK(g && !matches(g, "[\"123e4567-e89b-12d3-a456-426614174000\", \"1.2.3.256\", 1]"));
 	CHECK(g && !matches(g, "[\"123e4567-e89b-12d3-a456-426614174000\", \"1.2.3.4\", 1, 2]"));
 	atlas_grammar_free(g);
-	g = schema_grammar("{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\", "
-			   "\"format\": \"date-time\"}, \"p\": {\"type\": \"string\", \"pattern\": "
-			   "\"^[a-z]+\\\"[0-9]{2}$\"}}, \"additionalProperties\": {\"type\": \"number\"}}");
-	CHECK(g && matches(g, "{\"t\": \"2024-01-02T03:04:05.5Z\", \"p\": \"ab\\\"12\", \"z\": 2}"));
+	g = schema_grammar(
+	    "{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"string\", "
+	    "\"format\": \"date-time\"}, \"p\": {\"type\": \"string\", \"pattern\": "
+	    "\"^[a-z]+\\\"[0-9]{2}$\"}}, \"additionalProperties\": {\"type\": \"number\"}}");
+	CHECK(g &&
+	      matches(g, "{\"t\": \"2024-01-02T03:04:05.5Z\", \"p\": \"ab\\\"12\", \"z\": 2}"));
 	CHECK(g && matches(g, "{\"zz\": 1.5, \"y\": 0}"));
 	CHECK(g && !matches(g, "{\"p\": \"ab12\"}") && !matches(g, "{\"z\": \"s\"}"));
 	atlas_grammar_free(g);
@@ -371,14 +379,14 @@ static void test_schema_refused(void)
 	const struct {
 		const char *schema, *bad, *msg;
 	} cases[] = {
-		{"{\"type\": \"string\", \"foo\": 1}", "foo", "unsupported JSON schema keyword 'foo'"},
-		{"{\"type\": \"object\", \"patternProperties\": {}}", "patternProperties",
-		 "unsupported JSON schema keyword 'patternProperties'"},
-		{"{\"properties\": {\"a\": {\"not\": {}}}}", "not", "keyword 'not'"},
-		{"{\"type\": \"string\", \"format\": \"hostname\"}", "format", "hostname"},
-		{"{\"$ref\": \"http://x/y\"}", "$ref", "cannot be resolved"},
-		{"{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "pattern", "backreferences"},
-		{"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "maxItems", "below"},
+	    {"{\"type\": \"string\", \"foo\": 1}", "foo", "unsupported JSON schema keyword 'foo'"},
+	    {"{\"type\": \"object\", \"patternProperties\": {}}", "patternProperties",
+	     "unsupported JSON schema keyword 'patternProperties'"},
+	    {"{\"properties\": {\"a\": {\"not\": {}}}}", "not", "keyword 'not'"},
+	    {"{\"type\": \"string\", \"format\": \"hostname\"}", "format", "hostname"},
+	    {"{\"$ref\": \"http://x/y\"}", "$ref", "cannot be resolved"},
+	    {"{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", "pattern", "backreferences"},
+	    {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", "maxItems", "below"},
 	};
 	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 		json_object *s = json_tokener_parse(cases[k].schema);
@@ -438,12 +446,13 @@ static void test_regex(void)
 	CHECK(regex_matches("(?<y>[A-Z][a-z]*) (\\w+)\\.", "Hello world_1."));
 	CHECK(!regex_matches("[^\\s]+", "a b"));
 	CHECK(regex_matches("[\\w.-]+@[a-z]+\\.(com|org)", "j.d-x@site.org"));
-	CHECK(regex_matches("a.c", "a\xc3\xa9" "c"));
+	CHECK(regex_matches("a.c", "a\xc3\xa9"
+				   "c"));
 	CHECK(!regex_matches("a.c", "a\nc"));
 	CHECK(regex_matches("\\x41\\u00e9[\\-\\]]*?", "A\xc3\xa9-]-"));
 	CHECK(regex_matches("x{2,}y{0,1}", "xxxxy"));
-	const char *bad[] = {"(a)\\1", "a(?=b)", "a(?!b)", "(?<=a)b", "a\\bc", "a^b", "(ab", "ab)",
-			     "*a", "a{3,1}", "[b-a]", "a++"};
+	const char *bad[] = {"(a)\\1", "a(?=b)", "a(?!b)", "(?<=a)b", "a\\bc", "a^b",
+			     "(ab",    "ab)",	 "*a",	   "a{3,1}",  "[b-a]", "a++"};
 	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
 		char *t = atlas_regex_grammar(bad[k], "");
 		CHECK(t == NULL);
@@ -477,7 +486,8 @@ static int32_t pick(const uint32_t *mask, int64_t n_allowed, int step)
 			size_t len;
 			const char *s;
 			if (bit(mask, id) && id != eos_id &&
-			    (s = atlas_tok_piece(tok, (int32_t)id, &len)) && len == 1 && s[0] == pref[p])
+			    (s = atlas_tok_piece(tok, (int32_t)id, &len)) && len == 1 &&
+			    s[0] == pref[p])
 				return (int32_t)id;
 		}
 	if (!n_allowed)
@@ -499,8 +509,8 @@ static char *random_walk(struct atlas_grammar *g)
 	bool done = false;
 	for (int step = 0; step < 3000 && !done; step++) {
 		int64_t n = atlas_grammar_fill_mask(m, mask);
-		if (atlas_grammar_can_end(m) && (atlas_grammar_must_end(m) || next_rand() % 4 == 0 ||
-						 step > 40)) {
+		if (atlas_grammar_can_end(m) &&
+		    (atlas_grammar_must_end(m) || next_rand() % 4 == 0 || step > 40)) {
 			CHECK(bit(mask, eos_id));
 			CHECK_EQ_INT(atlas_grammar_accept(m, eos_id), 0);
 			done = true;
@@ -542,11 +552,13 @@ static void test_random_walk(void)
 			printf("# not JSON: %s\n", out);
 		json_object *v;
 		CHECK(j && json_object_object_get_ex(j, "name", &v) &&
-		      json_object_is_type(v, json_type_string) && json_object_get_string_len(v) >= 1);
+		      json_object_is_type(v, json_type_string) &&
+		      json_object_get_string_len(v) >= 1);
 		CHECK(j && json_object_object_get_ex(j, "age", &v) &&
 		      json_object_is_type(v, json_type_int) && json_object_get_int64(v) >= 0);
 		if (j && json_object_object_get_ex(j, "tags", &v))
-			CHECK(json_object_is_type(v, json_type_array) && json_object_array_length(v) <= 3);
+			CHECK(json_object_is_type(v, json_type_array) &&
+			      json_object_array_length(v) <= 3);
 		if (j && json_object_object_get_ex(j, "ok", &v))
 			CHECK(json_object_is_type(v, json_type_boolean));
 		json_object_object_foreach(j, key, val)
@@ -575,25 +587,79 @@ static void test_random_walk(void)
 	free(t);
 }
 
+/* ---- threads ---- */
+
+struct gen_job {
+	struct atlas_grammar *g; /* shared by the threads */
+	const int32_t *ids;	 /* the document's tokens */
+	size_t n;		 /* how many */
+	int failures;		 /* tokens the mask did not allow */
+};
+
+static void *gen_thread(void *arg)
+{
+	struct gen_job *j = arg;
+	struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(j->g);
+	uint32_t *mask = calloc((size_t)atlas_grammar_mask_words(vocab), 4);
+	for (size_t k = 0; m && k < j->n; k++) {
+		atlas_grammar_fill_mask(m, mask);
+		if (!bit(mask, j->ids[k]) || atlas_grammar_accept(m, j->ids[k]))
+			j->failures++;
+	}
+	free(mask);
+	atlas_grammar_matcher_free(m);
+	return NULL;
+}
+
+/* Matchers of one fresh grammar on four threads fill its cache at once. */
+static void test_threads(void)
+{
+	char *t = schema_text(person_schema);
+	struct atlas_grammar *g = t ? compile(t) : NULL;
+	const char *doc = "{\"name\": \"A fairly long name, with words\", \"age\": 7, "
+			  "\"tags\": [\"x\"], \"ok\": true}";
+	int32_t *ids = NULL;
+	size_t n = 0;
+	CHECK_EQ_INT(atlas_tok_encode(tok, doc, strlen(doc), false, &ids, &n), 0);
+	struct gen_job jobs[4];
+	pthread_t th[4];
+	for (int k = 0; g && k < 4; k++) {
+		jobs[k] = (struct gen_job){g, ids, n, 0};
+		CHECK_EQ_INT(pthread_create(&th[k], NULL, gen_thread, &jobs[k]), 0);
+	}
+	for (int k = 0; g && k < 4; k++) {
+		pthread_join(th[k], NULL);
+		CHECK_EQ_INT(jobs[k].failures, 0);
+	}
+	free(ids);
+	atlas_grammar_free(g);
+	free(t);
+}
+
 /* ---- timing ---- */
 
 /* A schema with 20 properties of several kinds. */
 static char *schema20(void)
 {
 	static const char *kinds[] = {
-		"{\"type\": \"string\"}", "{\"type\": \"integer\"}", "{\"type\": \"number\"}",
-		"{\"type\": \"boolean\"}", "{\"type\": \"array\", \"items\": {\"type\": \"string\"}}",
-		"{\"enum\": [\"red\", \"green\", \"blue\"]}",
-		"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, "
-		"\"b\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}",
-		"{\"type\": \"string\", \"format\": \"date\"}",
+	    "{\"type\": \"string\"}",
+	    "{\"type\": \"integer\"}",
+	    "{\"type\": \"number\"}",
+	    "{\"type\": \"boolean\"}",
+	    "{\"type\": \"array\", \"items\": {\"type\": \"string\"}}",
+	    "{\"enum\": [\"red\", \"green\", \"blue\"]}",
+	    "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, "
+	    "\"b\": {\"type\": \"integer\"}}, \"required\": [\"a\"]}",
+	    "{\"type\": \"string\", \"format\": \"date\"}",
 	};
 	size_t cap = 8192, n = 0;
 	char *s = malloc(cap);
 	n += (size_t)snprintf(s + n, cap - n, "{\"type\": \"object\", \"properties\": {");
 	for (int k = 0; k < 20; k++)
-		n += (size_t)snprintf(s + n, cap - n, "%s\"field_%d\": %s", k ? ", " : "", k, kinds[k % 8]);
-	n += (size_t)snprintf(s + n, cap - n, "}, \"required\": [\"field_0\", \"field_1\", "
+		n += (size_t)snprintf(s + n, cap - n, "%s\"field_%d\": %s", k ? ", " : "", k,
+				      kinds[k % 8]);
+	n += (size_t)snprintf(s + n, cap - n,
+			      "}, \"required\": [\"field_0\", \"field_1\", "
 			      "\"field_6\"], \"additionalProperties\": false}");
 	return s;
 }
@@ -603,21 +669,39 @@ static char *document20(void)
 {
 	size_t cap = 16384, n = 0;
 	char *d = malloc(cap);
-	static const char *prose = "The quick brown fox jumps over the lazy dog, then it writes "
-				   "a longer sentence about grammar-constrained decoding with caches.";
+	static const char *prose =
+	    "The quick brown fox jumps over the lazy dog, then it writes "
+	    "a longer sentence about grammar-constrained decoding with caches.";
 	n += (size_t)snprintf(d + n, cap - n, "{\n");
 	for (int k = 0; k < 20; k++) {
 		const char *sep = k < 19 ? ",\n" : "\n";
 		n += (size_t)snprintf(d + n, cap - n, "  \"field_%d\": ", k);
 		switch (k % 8) {
-		case 0: n += (size_t)snprintf(d + n, cap - n, "\"%s %d\"%s", prose, k, sep); break;
-		case 1: n += (size_t)snprintf(d + n, cap - n, "%d%s", 1000 + k, sep); break;
-		case 2: n += (size_t)snprintf(d + n, cap - n, "-%d.25%s", k, sep); break;
-		case 3: n += (size_t)snprintf(d + n, cap - n, "true%s", sep); break;
-		case 4: n += (size_t)snprintf(d + n, cap - n, "[\"x\", \"%s\"]%s", prose, sep); break;
-		case 5: n += (size_t)snprintf(d + n, cap - n, "\"green\"%s", sep); break;
-		case 6: n += (size_t)snprintf(d + n, cap - n, "{\"a\": \"%s\", \"b\": 7}%s", prose, sep); break;
-		default: n += (size_t)snprintf(d + n, cap - n, "\"2025-12-0%d\"%s", k % 9 + 1, sep); break;
+		case 0:
+			n += (size_t)snprintf(d + n, cap - n, "\"%s %d\"%s", prose, k, sep);
+			break;
+		case 1:
+			n += (size_t)snprintf(d + n, cap - n, "%d%s", 1000 + k, sep);
+			break;
+		case 2:
+			n += (size_t)snprintf(d + n, cap - n, "-%d.25%s", k, sep);
+			break;
+		case 3:
+			n += (size_t)snprintf(d + n, cap - n, "true%s", sep);
+			break;
+		case 4:
+			n += (size_t)snprintf(d + n, cap - n, "[\"x\", \"%s\"]%s", prose, sep);
+			break;
+		case 5:
+			n += (size_t)snprintf(d + n, cap - n, "\"green\"%s", sep);
+			break;
+		case 6:
+			n += (size_t)snprintf(d + n, cap - n, "{\"a\": \"%s\", \"b\": 7}%s", prose,
+					      sep);
+			break;
+		default:
+			n += (size_t)snprintf(d + n, cap - n, "\"2025-12-0%d\"%s", k % 9 + 1, sep);
+			break;
 		}
 	}
 	snprintf(d + n, cap - n, "}");
@@ -679,9 +763,11 @@ static void time_schema20(struct atlas_tok *t, struct atlas_grammar_vocab *v, co
 		double warm = generate(g, ids, n, mask, &warm_first, &warm_worst);
 		double total = (t1 - t0) * 1e3 + first;
 		printf("# %s: schema to grammar and compile %.2f ms + first 3 masks %.2f ms = "
-		       "%.2f ms\n", name, (t1 - t0) * 1e3, first, total);
+		       "%.2f ms\n",
+		       name, (t1 - t0) * 1e3, first, total);
 		printf("# %s: %zu tokens, mask per step %.3f ms (worst %.2f ms); with the cache "
-		       "warm %.3f ms (worst %.2f ms)\n", name, n, step, worst, warm, warm_worst);
+		       "warm %.3f ms (worst %.2f ms)\n",
+		       name, n, step, worst, warm, warm_worst);
 		if (!getenv("ATLAS_SAN")) {
 			CHECK(total <= max_first_ms);
 			CHECK(step <= max_step_ms);
@@ -738,6 +824,7 @@ int main(void)
 	RUN(test_schema_prefix);
 	RUN(test_regex);
 	RUN(test_random_walk);
+	RUN(test_threads);
 	RUN(test_perf_default);
 	RUN(test_perf_qwen3);
 	atlas_grammar_vocab_free(vocab);
