@@ -3,7 +3,8 @@
  * against their expected content, reasoning and calls, the same result
  * for every split of each output (every byte boundary, every pair of
  * boundaries for the short ones, byte by byte, random splits), call ids,
- * format detection, and the tool-call grammar's text. */
+ * format detection, and the tool-call grammar: its text, its errors, and
+ * outputs it accepts (fixed and random walks) read back as calls. */
 #include <dirent.h>
 #include <json-c/json.h>
 #include <stdlib.h>
@@ -771,6 +772,114 @@ static void test_grammar_roundtrip(void)
 	atlas_tok_free(tok);
 }
 
+/* One random output of grammar g: a walk over the allowed tokens that
+ * prefers closing bytes (so strings and containers end) and the end when
+ * it is allowed. Returns the text's length in out, or -1 when the walk
+ * did not end within the step budget. */
+static long grammar_walk(const struct atlas_tok *tok, const struct atlas_grammar_vocab *v,
+			 const struct atlas_grammar *g, int32_t eos, uint64_t *x, char *out,
+			 size_t cap)
+{
+	int64_t nv = atlas_grammar_vocab_size(v), words = atlas_grammar_mask_words(v);
+	uint32_t *mask = calloc((size_t)words, sizeof(uint32_t));
+	int32_t *ids = malloc((size_t)nv * sizeof(int32_t));
+	struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(g);
+	long len = -1;
+	size_t n = 0;
+
+	for (int step = 0; step < 600; step++) {
+		int nids = 0, nclose = 0;
+		atlas_grammar_fill_mask(m, mask);
+		for (int32_t id = 0; id < nv; id++)
+			if (mask[id / 32] >> (id % 32) & 1)
+				ids[nids++] = id;
+		if (!nids)
+			break;
+		bool can_eos = mask[eos / 32] >> (eos % 32) & 1;
+		if (can_eos && rnd(x) % 2) {
+			len = (long)n;
+			break;
+		}
+		/* closing bytes first: move them to the front */
+		for (int i = 0; i < nids; i++) {
+			size_t pl;
+			const char *pc = atlas_tok_piece(tok, ids[i], &pl);
+			if (ids[i] != eos && pl == 1 && strchr("\"}]>\n", pc[0])) {
+				int32_t t = ids[nclose];
+				ids[nclose++] = ids[i];
+				ids[i] = t;
+			}
+		}
+		int32_t id;
+		do
+			id = nclose && rnd(x) % 2 ? ids[rnd(x) % (uint64_t)nclose]
+						  : ids[rnd(x) % (uint64_t)nids];
+		while (id == eos && nids > 1);
+		size_t pl;
+		const char *pc = atlas_tok_piece(tok, id, &pl);
+		if (atlas_grammar_accept(m, id) || n + pl >= cap)
+			break;
+		memcpy(out + n, pc, pl);
+		n += pl;
+	}
+	out[n] = '\0';
+	atlas_grammar_matcher_free(m);
+	free(ids);
+	free(mask);
+	return len;
+}
+
+/* Random outputs that the grammar allows are calls to the parser, with
+ * strict JSON arguments and no content. */
+static void test_grammar_walks(void)
+{
+	static const enum atlas_toolfmt fmts[] = {ATLAS_TOOLFMT_HERMES, ATLAS_TOOLFMT_QWEN3_CODER,
+						  ATLAS_TOOLFMT_LLAMA3_JSON, ATLAS_TOOLFMT_MISTRAL};
+	char path[1024];
+	static char text[1 << 16];
+	uint64_t x = 88172645463325252ull;
+	int ended = 0;
+
+	snprintf(path, sizeof(path), "%s/models/default", harness_srcdir());
+	struct atlas_tok *tok = atlas_tok_load(path);
+	int32_t eos = atlas_tok_lookup(tok, "<|im_end|>");
+	struct atlas_grammar_vocab *v = atlas_grammar_vocab_new(tok, 0, &eos, 1);
+	struct json_object *tools = json_tokener_parse(grammar_tools);
+	for (size_t f = 0; v && f < sizeof(fmts) / sizeof(fmts[0]); f++) {
+		char *gt = atlas_toolfmt_grammar(fmts[f], tools, NULL, true);
+		struct atlas_grammar *g = gt ? atlas_grammar_compile(gt, strlen(gt), v) : NULL;
+		CHECK(g != NULL);
+		for (int k = 0; g && k < 12; k++) {
+			long n = grammar_walk(tok, v, g, eos, &x, text, sizeof(text));
+			if (n < 0)
+				continue;
+			ended++;
+			struct result r;
+			struct setup s = {.fmt = fmts[f], .tools = tools};
+			parse(&s, text, (size_t)n, NULL, 0, 1, &r);
+			bool ok = r.ncalls >= 1 && !r.bad && !r.content;
+			for (int i = 0; ok && i < r.ncalls; i++) {
+				struct json_object *a = strict_parse(r.args[i], r.nargs[i]);
+				ok = r.ended[i] && json_object_is_type(a, json_type_object) &&
+				     (!strcmp(r.name[i], "get_weather") ||
+				      !strcmp(r.name[i], "now"));
+				json_object_put(a);
+			}
+			if (!ok)
+				harness_fail(__FILE__, __LINE__,
+					     "%s: grammar output not read back: %s",
+					     atlas_toolfmt_name(fmts[f]), text);
+			result_free(&r);
+		}
+		atlas_grammar_free(g);
+		free(gt);
+	}
+	CHECK(ended >= 16); /* most walks end */
+	json_object_put(tools);
+	atlas_grammar_vocab_free(v);
+	atlas_tok_free(tok);
+}
+
 int main(void)
 {
 	RUN(test_fixtures);
@@ -784,5 +893,6 @@ int main(void)
 	RUN(test_grammar_text);
 	RUN(test_grammar_errors);
 	RUN(test_grammar_roundtrip);
+	RUN(test_grammar_walks);
 	return harness_done();
 }
