@@ -7,7 +7,8 @@
  * piece, byte by byte, and in random pieces of 1 to 32 bytes: the three
  * must give the same content, reasoning and calls (names, ids, concatenated
  * arguments, ends), the events must come in order, and the arguments of
- * every ended call must be strict JSON. Any difference aborts. See README. */
+ * every ended call must be strict JSON, ids well formed. Any difference
+ * aborts. See README. */
 #include <json-c/json.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +31,24 @@ struct result {
 	struct text args[MAXCALLS];
 	bool ended[MAXCALLS];
 };
+
+static int fmt; /* of the input being run */
+
+/* call_ + 24 alphanumerics; mistral: 9 alphanumerics. */
+static bool good_id(const char *id)
+{
+	size_t n = fmt == ATLAS_TOOLFMT_MISTRAL ? 9 : 24;
+	if (fmt != ATLAS_TOOLFMT_MISTRAL) {
+		if (strncmp(id, "call_", 5))
+			return false;
+		id += 5;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
+		      (id[i] >= '0' && id[i] <= '9')))
+			return false;
+	return id[n] == '\0';
+}
 
 static void put(struct text *t, const char *s, size_t n)
 {
@@ -55,7 +74,7 @@ static int on_event(void *ud, const struct atlas_toolev *ev)
 		put(&r->reasoning, ev->text, ev->len);
 		break;
 	case ATLAS_TOOLEV_CALL:
-		if (i != r->ncalls || !ev->name || !ev->id || !*ev->name)
+		if (i != r->ncalls || !ev->name || !ev->id || !*ev->name || !good_id(ev->id))
 			abort();
 		if (i < MAXCALLS) {
 			strncpy(r->name[i], ev->name, sizeof(r->name[i]) - 1);
@@ -135,8 +154,10 @@ static void run(const uint8_t *data, size_t size, int mode, struct result *r)
 	uint32_t x = 0x9e3779b9u ^ data[1];
 	const char *t = (const char *)data + 2;
 	size_t n = size - 2, at = 0;
-	struct atlas_toolparse *p =
-	    atlas_toolparse_new((enum atlas_toolfmt)(h % 5), h & 8, h & 16, tools, 1234);
+	struct atlas_toolparse *p;
+
+	fmt = h % 5;
+	p = atlas_toolparse_new((enum atlas_toolfmt)fmt, h & 8, h & 16, tools, 1234);
 	if (!p)
 		abort();
 	memset(r, 0, sizeof(*r));
