@@ -96,17 +96,18 @@ void atlas_grammar_free(struct atlas_grammar *g);
  * (*bad is a static string for the keywords above; an unknown keyword's
  * name is kept in a per-thread buffer valid until the next call.)
  * `schema` true/{} means any JSON value. Result malloc'd.
- * Where the grammar is looser than the schema (grammar_schema.c lists
- * it): number minimum/maximum and integer ranges of more than 256 values
- * keep only the sign; "pattern" must match the whole string; with
- * "pattern", minLength/maxLength are ignored, and a maxLength over 2000
- * counts as none; extra properties (additionalProperties true or a
- * schema) may repeat declared names; numbers have at most 19 integer and
- * 20 fraction digits; "any value" nests at most 20 deep. Stricter: an
- * object with "properties" and no additionalProperties allows no other
- * keys, properties come in the schema's order, and prefixItems without
- * items allows no further items. Whitespace: up to 20 of space, tab and
- * newline between tokens, none before or after the value. */
+ * Looser than the schema (grammar_schema.c has the details): number
+ * minimum/maximum keep only the sign (integer ranges are exact, bounds
+ * past 10^18 aside); with "pattern", minLength/maxLength are ignored; a
+ * maxLength over 2000 counts as none; extra properties (additionalProperties
+ * true or a schema) may repeat declared names. Stricter: "pattern" must
+ * match the whole string (as if anchored, and without \u escapes for
+ * characters that need none); an object with "properties" and no
+ * additionalProperties allows no other keys; properties come in the
+ * schema's order; prefixItems without items allows no further items;
+ * numbers have at most 19 integer and 20 fraction digits; "any value"
+ * nests at most 20 deep. Whitespace: up to 20 spaces, tabs and newlines
+ * between tokens, none before or after the value. */
 char *atlas_json_schema_grammar(struct json_object *schema, const char *prefix,
 				const char **bad);
 

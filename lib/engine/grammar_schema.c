@@ -11,9 +11,8 @@
  *     without additionalProperties an object with "properties" allows no
  *     other keys (true or a schema allows any others, whose names are not
  *     checked against the declared ones);
- *   - integer minimum/maximum: exact when the range holds at most
- *     ENUM_MAX values, else only the sign (and zero) is enforced; number
- *     minimum/maximum: only the sign;
+ *   - integer minimum/maximum: exact (as digit-range alternatives);
+ *     number minimum/maximum: only the sign;
  *   - string pattern is matched against the whole string (as if
  *     anchored), min/maxLength count characters (escapes count as one),
  *     and a maxLength above LEN_MAX is treated as no maximum; pattern
@@ -35,7 +34,6 @@
 
 #define WS "[ \\t\\n]{0,20}" /* whitespace between JSON tokens */
 #define MAX_NEST 64	     /* schemas inside each other */
-#define ENUM_MAX 256	     /* integer ranges spelled out value by value */
 #define LEN_MAX 2000	     /* largest maxLength enforced */
 #define ANY_DEPTH 20	     /* nesting of "any JSON value" */
 #define MAX_REP 9999	     /* largest repetition count written */
@@ -123,36 +121,107 @@ static bool num(json_object *s, const char *key, double *v)
 	return true;
 }
 
+/* Digit strings a..b of the same length n (a <= b): the classic split
+ * into a's tail up to 9..9, whole middle digits, and 0..0 up to b's tail. */
+static void same_len(struct gbuf *e, const char *a, const char *b, int n)
+{
+	if (n == 0) {
+		gbuf_puts(e, "\"\"");
+		return;
+	}
+	if (a[0] == b[0]) {
+		gbuf_printf(e, "\"%c\" ", a[0]);
+		same_len(e, a + 1, b + 1, n - 1);
+		return;
+	}
+	char nines[24], zeros[24];
+	memset(nines, '9', (size_t)n - 1);
+	memset(zeros, '0', (size_t)n - 1);
+	nines[n - 1] = zeros[n - 1] = '\0';
+	bool a0 = !strcmp(a + 1, zeros), b9 = !strcmp(b + 1, nines);
+	char d0 = a0 ? a[0] : (char)(a[0] + 1), d1 = b9 ? b[0] : (char)(b[0] - 1);
+	const char *sep = "";
+	gbuf_puts(e, "( ");
+	if (!a0) {
+		gbuf_printf(e, "\"%c\" ( ", a[0]);
+		same_len(e, a + 1, nines, n - 1);
+		gbuf_puts(e, " )");
+		sep = " | ";
+	}
+	if (d0 <= d1) {
+		gbuf_printf(e, "%s[%c-%c]", sep, d0, d1);
+		if (n > 1)
+			gbuf_printf(e, " [0-9]{%d}", n - 1);
+		sep = " | ";
+	}
+	if (!b9) {
+		gbuf_printf(e, "%s\"%c\" ( ", sep, b[0]);
+		same_len(e, zeros, b + 1, n - 1);
+		gbuf_puts(e, " )");
+	}
+	gbuf_puts(e, " )");
+}
+
+/* Decimal integers a..b without leading zeros (b < 0: no maximum; at most
+ * 19 digits), as alternatives after *sep. */
+static void uint_range(struct gbuf *e, uint64_t a, int64_t b, const char **sep)
+{
+	char sa[24], sb[24];
+	int la = snprintf(sa, sizeof(sa), "%llu", (unsigned long long)a);
+	int lb = b < 0 ? 19 : snprintf(sb, sizeof(sb), "%lld", (long long)b);
+	for (int n = la; n <= lb; n++) {
+		char lo[24], hi[24];
+		if (n == la)
+			memcpy(lo, sa, sizeof(sa));
+		else
+			snprintf(lo, sizeof(lo), "1%0*d", n - 1, 0);
+		if (b < 0 && n > la) { /* every longer length at once */
+			gbuf_printf(e, "%s[1-9] [0-9]{%d,18}", *sep, n - 1);
+			*sep = " | ";
+			return;
+		}
+		if (b >= 0 && n == lb) {
+			memcpy(hi, sb, sizeof(sb));
+		} else {
+			memset(hi, '9', (size_t)n);
+			hi[n] = '\0';
+		}
+		gbuf_puts(e, *sep);
+		same_len(e, lo, hi, n);
+		*sep = " | ";
+	}
+}
+
+/* Integers in [minimum, maximum], exactly (bounds past 10^18 count as
+ * none). */
 static void integer_expr(struct sctx *c, json_object *s, struct gbuf *e)
 {
 	double lo = -INFINITY, hi = INFINITY;
 	num(s, "minimum", &lo);
 	num(s, "maximum", &hi);
 	double a = ceil(lo), b = floor(hi);
-	if (isfinite(a) && isfinite(b) && b - a < ENUM_MAX) {
-		if (b < a) {
-			gbuf_puts(e, "[]"); /* nothing fits */
-			return;
-		}
-		gbuf_puts(e, "(");
-		for (double x = a; x <= b; x++)
-			gbuf_printf(e, "%s\"%lld\"", x > a ? " | " : "", (long long)x);
-		gbuf_puts(e, ")");
-		return;
-	}
-	const char *pos = "[1-9] [0-9]{0,18}";
-	if (a >= 1)
-		gbuf_printf(e, "(%s)", pos);
-	else if (a >= 0)
-		gbuf_printf(e, "(\"0\" | %s)", pos);
-	else if (b <= -1)
-		gbuf_printf(e, "(\"-\" %s)", pos);
-	else if (b <= 0)
-		gbuf_printf(e, "(\"0\" | \"-\" %s)", pos);
-	else {
+	bool has_a = a >= -1e18 && a <= 1e18, has_b = b >= -1e18 && b <= 1e18;
+	if (!has_a && !has_b) {
 		c->integer = true;
 		gbuf_printf(e, "%sinteger", c->prefix);
+		return;
 	}
+	if ((has_a && has_b && b < a) || (!has_a && a > 0) || (!has_b && b < 0)) {
+		gbuf_puts(e, "[]"); /* nothing fits */
+		return;
+	}
+	const char *sep = "";
+	gbuf_puts(e, "( ");
+	if (!has_a || a < 0) { /* negatives: magnitudes max(1, -b) .. -a */
+		uint64_t m0 = has_b && b < 0 ? (uint64_t)-b : 1;
+		gbuf_puts(e, "\"-\" ( ");
+		uint_range(e, m0, has_a ? (int64_t)-a : -1, &sep);
+		gbuf_puts(e, " )");
+		sep = " | ";
+	}
+	if (!has_b || b >= 0)
+		uint_range(e, has_a && a > 0 ? (uint64_t)a : 0, has_b ? (int64_t)b : -1, &sep);
+	gbuf_puts(e, " )");
 }
 
 static void number_expr(struct sctx *c, json_object *s, struct gbuf *e)

@@ -357,6 +357,31 @@ static void test_schema(void)
 	CHECK(g && matches(g, "{\"zz\": 1.5, \"y\": 0}"));
 	CHECK(g && !matches(g, "{\"p\": \"ab12\"}") && !matches(g, "{\"z\": \"s\"}"));
 	atlas_grammar_free(g);
+	/* integer ranges are exact: every value from -1500 to 1500 */
+	const struct {
+		const char *schema;
+		long lo, hi;
+	} ranges[] = {
+	    {"{\"type\": \"integer\", \"minimum\": 17, \"maximum\": 1234}", 17, 1234},
+	    {"{\"type\": \"integer\", \"minimum\": -1003, \"maximum\": -20}", -1003, -20},
+	    {"{\"type\": \"integer\", \"minimum\": -9.5, \"maximum\": 100.5}", -9, 100},
+	    {"{\"type\": \"integer\", \"minimum\": 990}", 990, 1L << 40},
+	    {"{\"type\": \"integer\", \"maximum\": 250}", -(1L << 40), 250},
+	};
+	for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++) {
+		g = schema_grammar(ranges[k].schema);
+		int bad = 0;
+		for (long x = -1500; g && x <= 1500; x++) {
+			char num[32];
+			snprintf(num, sizeof(num), "%ld", x);
+			if (matches(g, num) != (x >= ranges[k].lo && x <= ranges[k].hi) &&
+			    bad++ < 3)
+				printf("# %s: %ld\n", ranges[k].schema, x);
+		}
+		CHECK(g && bad == 0);
+		CHECK(g && !matches(g, "0123") && !matches(g, "-0"));
+		atlas_grammar_free(g);
+	}
 	/* strings: maxLength, escapes */
 	g = schema_grammar("{\"type\": \"string\", \"maxLength\": 3}");
 	CHECK(g && matches(g, "\"a\\n\\u00e9\"") && !matches(g, "\"abcd\"") && matches(g, "\"\""));
