@@ -1564,6 +1564,31 @@ struct glevel {
 	uint8_t anyb;	/* a cache walk: some earlier level had a bottom that the
 			 * byte after it may follow (see struct gwalk's follow) */
 	int32_t pmark;	/* pool size when the level was complete */
+	int32_t set;	/* a cache walk: its interned stack set, -1 if none */
+};
+
+/* Cache walks memoize transitions: a level's stacks (interned as a set;
+ * frames are hash-consed and never dropped during cache walks, so equal
+ * sets are equal arrays) and a byte give the next level's set. Inside a
+ * JSON string every character leads back to the same set, so most steps
+ * of a cache walk become a table lookup. */
+struct gset {
+	int64_t off;	/* entries in the memo's ent */
+	int32_t n;	/* how many */
+	uint32_t acc;	/* partial character, as in struct glevel */
+	uint8_t rem;	/* continuation bytes it needs */
+	uint8_t len;	/* its length */
+	uint8_t bottom; /* some parse popped the bottom frame */
+	int32_t *next;	/* per byte: next set, -1 unknown, -2 none (NULL: all unknown) */
+};
+
+struct gmemo {
+	struct gentry *ent; /* entries of all sets */
+	int64_t n_ent, cap_ent;
+	struct gset *sets; /* interned sets */
+	int32_t n_sets, cap_sets;
+	int32_t *hash; /* open addressing over sets: set id, -1 if empty */
+	int32_t n_hash;
 };
 
 struct gwalk {
@@ -1586,6 +1611,7 @@ struct gwalk {
 	bool overflow;		/* a level passed MAX_STACKS */
 	bool oom;		/* an allocation failed */
 	int64_t work;		/* stack steps since the walk began */
+	struct gmemo *memo;	/* cache walks: the transition memo, else NULL */
 };
 
 static int walk_init(struct gwalk *w, const struct atlas_grammar *g)
@@ -1732,8 +1758,10 @@ static struct glevel *level(struct gwalk *w, int32_t k)
 {
 	if (k >= w->cap_lv) {
 		struct glevel *l = realloc(w->lv, sizeof(*l) * (size_t)w->cap_lv * 2);
-		if (!l)
+		if (!l) {
+			w->oom = true;
 			return NULL;
+		}
 		w->lv = l;
 		w->cap_lv *= 2;
 	}
@@ -1759,9 +1787,155 @@ static bool leaves(const struct gwalk *w, const struct glevel *L, unsigned char 
 	return L->bottom && w->follow && (w->follow[b >> 5] >> (b & 31) & 1);
 }
 
+#define MEMO_SETS 8192 /* interned sets before the memo starts over */
+
+static void memo_clear(struct gmemo *m)
+{
+	for (int32_t k = 0; k < m->n_sets; k++)
+		free(m->sets[k].next);
+	m->n_sets = 0;
+	m->n_ent = 0;
+	for (int32_t k = 0; k < m->n_hash; k++)
+		m->hash[k] = -1;
+}
+
+static void memo_free(struct gmemo *m)
+{
+	if (!m)
+		return;
+	memo_clear(m);
+	free(m->ent), free(m->sets), free(m->hash);
+	free(m);
+}
+
+static uint32_t set_hash(const struct gentry *e, int32_t n, const struct glevel *L)
+{
+	uint32_t h = 2166136261u ^ L->acc ^ (uint32_t)L->rem << 24 ^ (uint32_t)L->bottom << 28;
+	for (int32_t k = 0; k < n; k++)
+		h = (h ^ (uint32_t)e[k].top) * 16777619u ^ (uint32_t)e[k].parent * 0x9e3779b1u;
+	return h ^ (h >> 15);
+}
+
+/* The id of level L's set in the memo (added if new), -1 when full. */
+static int32_t memo_intern(struct gwalk *w, const struct glevel *L)
+{
+	struct gmemo *m = w->memo;
+	const struct gentry *e = w->ent + L->off;
+	if (m->n_sets >= MEMO_SETS || !m->hash)
+		return -1;
+	uint32_t h = set_hash(e, L->n, L) & (uint32_t)(m->n_hash - 1);
+	for (; m->hash[h] >= 0; h = (h + 1) & (uint32_t)(m->n_hash - 1)) {
+		const struct gset *t = &m->sets[m->hash[h]];
+		if (t->n == L->n && t->acc == L->acc && t->rem == L->rem &&
+		    t->bottom == L->bottom &&
+		    !memcmp(m->ent + t->off, e, sizeof(*e) * (size_t)L->n))
+			return m->hash[h];
+	}
+	if (m->n_ent + L->n > m->cap_ent) {
+		int64_t cap = m->cap_ent ? m->cap_ent : 1024;
+		while (cap < m->n_ent + L->n)
+			cap *= 2;
+		struct gentry *ne = realloc(m->ent, sizeof(*ne) * (size_t)cap);
+		if (!ne)
+			return -1;
+		m->ent = ne;
+		m->cap_ent = cap;
+	}
+	struct gset *ns = grow(m->sets, &m->cap_sets, m->n_sets + 1, sizeof(*ns));
+	if (!ns)
+		return -1;
+	m->sets = ns;
+	memcpy(m->ent + m->n_ent, e, sizeof(*e) * (size_t)L->n);
+	ns[m->n_sets] = (struct gset){.off = m->n_ent,
+				      .n = L->n,
+				      .acc = L->acc,
+				      .rem = L->rem,
+				      .len = L->len,
+				      .bottom = L->bottom};
+	m->n_ent += L->n;
+	m->hash[h] = m->n_sets;
+	return m->n_sets++;
+}
+
+static struct gmemo *memo_new(void)
+{
+	struct gmemo *m = calloc(1, sizeof(*m));
+	if (m)
+		m->hash = malloc(sizeof(int32_t) * 2 * MEMO_SETS);
+	if (!m || !m->hash) {
+		memo_free(m);
+		return NULL;
+	}
+	m->n_hash = 2 * MEMO_SETS;
+	for (int32_t k = 0; k < m->n_hash; k++)
+		m->hash[k] = -1;
+	return m;
+}
+
+static bool step_compute(struct gwalk *w, int32_t k, unsigned char b);
+
 /* Level k + 1 from level k and byte b. False when no parse takes b (or
  * the level overflowed, which counts as not taking it). */
 static bool step(struct gwalk *w, int32_t k, unsigned char b)
+{
+	struct gmemo *m = w->memo;
+	if (!m)
+		return step_compute(w, k, b);
+	int32_t sid = w->lv[k].set;
+	int32_t nx = sid >= 0 && m->sets[sid].next ? m->sets[sid].next[b] : -1;
+	if (nx == -2) {
+		w->work++;
+		return false;
+	}
+	if (nx >= 0) {
+		const struct gset *t = &m->sets[nx];
+		struct glevel *N = level(w, k + 1);
+		struct glevel *L = &w->lv[k];
+		int64_t off = L->off + L->n;
+		if (N && off + t->n > w->cap_ent) {
+			int64_t cap = 2 * (off + t->n);
+			struct gentry *e = realloc(w->ent, sizeof(*e) * (size_t)cap);
+			if (e) {
+				w->ent = e;
+				w->cap_ent = cap;
+			}
+		}
+		if (!N || off + t->n > w->cap_ent) {
+			w->oom = true;
+			return false;
+		}
+		L = &w->lv[k];
+		*N = (struct glevel){.off = off,
+				     .n = t->n,
+				     .acc = t->acc,
+				     .rem = t->rem,
+				     .len = t->len,
+				     .bottom = t->bottom,
+				     .pmark = w->pool.n,
+				     .set = nx};
+		N->anyb = L->anyb | leaves(w, L, b);
+		memcpy(w->ent + off, m->ent + t->off, sizeof(*w->ent) * (size_t)t->n);
+		w->work++;
+		return true;
+	}
+	bool ok = step_compute(w, k, b);
+	if (w->oom || w->overflow)
+		return ok;
+	int32_t to = -2;
+	if (ok)
+		to = w->lv[k + 1].set = memo_intern(w, &w->lv[k + 1]);
+	if (sid >= 0 && to != -1) {
+		struct gset *t = &m->sets[sid];
+		if (!t->next && (t->next = malloc(sizeof(int32_t) * 256)))
+			for (int i = 0; i < 256; i++)
+				t->next[i] = -1;
+		if (t->next)
+			t->next[b] = to;
+	}
+	return ok;
+}
+
+static bool step_compute(struct gwalk *w, int32_t k, unsigned char b)
 {
 	const struct atlas_grammar *g = w->g;
 	struct glevel *N = level(w, k + 1);
@@ -1841,7 +2015,7 @@ static void level_start(struct gwalk *w, int32_t base, int64_t off, int32_t s, i
 		w->oom = true;
 		return;
 	}
-	*L = (struct glevel){.off = off};
+	*L = (struct glevel){.off = off, .set = -1};
 	new_step(w);
 	w->overflow = false;
 	closure(w, L, s, parent);
@@ -1850,6 +2024,14 @@ static void level_start(struct gwalk *w, int32_t base, int64_t off, int32_t s, i
 }
 
 enum { WALK_CACHE, WALK_FULL };
+
+/* Back the pool up to mark, except in cache walks (their memo refers to
+ * frames by id; hash-consing bounds the pool anyway). */
+static void walk_truncate(struct gwalk *w, int32_t mark)
+{
+	if (!w->memo)
+		pool_truncate(&w->pool, mark);
+}
 
 /* Walk the tokens at sorted positions list[n] (all tokens when list is
  * NULL) from level `base`. WALK_FULL: set the bit of each token that the
@@ -1880,14 +2062,14 @@ static int walk(struct gwalk *w, int32_t base, const int32_t *list, int64_t n, i
 		} else {
 			if (l < have) {
 				have = l;
-				pool_truncate(&w->pool, w->lv[base + have].pmark);
+				walk_truncate(w, w->lv[base + have].pmark);
 			}
 			dead = -1;
 			while (have < tl && step(w, base + have, tb[have]))
 				have++;
 			if (have < tl) {
 				dead = have;
-				pool_truncate(&w->pool, w->lv[base + have].pmark);
+				walk_truncate(w, w->lv[base + have].pmark);
 			}
 			acc = have == tl;
 			dep = have < tl &&
@@ -1898,7 +2080,7 @@ static int walk(struct gwalk *w, int32_t base, const int32_t *list, int64_t n, i
 		if (w->oom)
 			return atlas_error(ATLAS_ENOMEM, "out of memory");
 		if (w->work > MAX_WALK_WORK) {
-			pool_truncate(&w->pool, w->lv[base].pmark);
+			walk_truncate(w, w->lv[base].pmark);
 			return atlas_error(ATLAS_EINVAL,
 					   "grammar too ambiguous to compute a token mask");
 		}
@@ -1915,7 +2097,7 @@ static int walk(struct gwalk *w, int32_t base, const int32_t *list, int64_t n, i
 			(*ctx)[(*n_ctx)++] = k;
 		}
 	}
-	pool_truncate(&w->pool, w->lv[base].pmark);
+	walk_truncate(w, w->lv[base].pmark);
 	return 0;
 }
 
@@ -1934,7 +2116,7 @@ static void level_one(struct gwalk *w, int32_t base, int64_t off, int32_t top, i
 		w->oom = true;
 		return;
 	}
-	*L = (struct glevel){.off = off, .n = 1, .pmark = w->pool.n};
+	*L = (struct glevel){.off = off, .n = 1, .pmark = w->pool.n, .set = -1};
 	w->ent[off] = (struct gentry){top, parent};
 }
 
@@ -1976,8 +2158,15 @@ static struct gcache *cache_compute(struct atlas_grammar *g, int32_t s)
 		c->acc = calloc((size_t)g->v->n_words, sizeof(uint32_t));
 	w->oom = false;
 	w->follow = g->follow + 8 * (size_t)g->states[s].rule;
-	pool_truncate(&w->pool, 0);
+	if (!w->memo)
+		w->memo = memo_new(); /* (without one the walk is just slower) */
+	if (w->memo && (w->memo->n_sets >= MEMO_SETS || w->pool.n > (1 << 20)))
+		memo_clear(w->memo);
+	if (!w->memo || !w->memo->n_sets)
+		pool_truncate(&w->pool, 0);
 	level_one(w, 0, 0, s, -1);
+	if (w->memo && !w->oom)
+		w->lv[0].set = memo_intern(w, &w->lv[0]);
 	if (!c || !c->acc || w->oom) {
 		cache_free(c);
 		atlas_error(ATLAS_ENOMEM, "out of memory");
@@ -2013,6 +2202,7 @@ void atlas_grammar_free(struct atlas_grammar *g)
 	for (int32_t s = 0; g->cache && s < g->n_states; s++)
 		cache_free(g->cache[s]);
 	if (g->ciw) {
+		memo_free(g->ciw->memo);
 		walk_release(g->ciw);
 		free(g->ciw);
 	}
