@@ -796,7 +796,7 @@ static void time_schema20(struct atlas_tok *t, struct atlas_grammar_vocab *v, co
 		if (!getenv("ATLAS_SAN")) {
 			CHECK(total <= max_first_ms);
 			CHECK(step <= max_step_ms);
-			CHECK(warm <= max_step_ms / 2);
+			CHECK(warm <= max_step_ms / 4);
 		}
 	}
 	atlas_grammar_free(g);
@@ -810,7 +810,7 @@ static void time_schema20(struct atlas_tok *t, struct atlas_grammar_vocab *v, co
 
 static void test_perf_default(void)
 {
-	time_schema20(tok, vocab, "default vocab", 50, 1.0);
+	time_schema20(tok, vocab, "default vocab", 50, 2.0);
 }
 
 static void test_perf_qwen3(void)
@@ -831,8 +831,10 @@ static void test_perf_qwen3(void)
 	struct atlas_grammar_vocab *v = atlas_grammar_vocab_new(q, 151936, eos, 2);
 	printf("# qwen3 vocab: %lld ids, view built in %.1f ms\n",
 	       (long long)atlas_grammar_vocab_size(v), (atlas_now() - t0) * 1e3);
-	/* targets 50 ms and well under 1 ms; the bounds leave room for noise */
-	time_schema20(q, v, "qwen3", 150, 1.0);
+	/* The targets are 50 ms and well under 1 ms (quiet machine: about
+	 * 3 ms and 0.3 ms cold, 0.03 ms warm); the bounds leave room for a
+	 * loaded 2-core machine and still catch a regression in kind. */
+	time_schema20(q, v, "qwen3", 150, 4.0);
 	atlas_grammar_vocab_free(v);
 	atlas_tok_free(q);
 }
