@@ -382,6 +382,20 @@ static void test_schema(void)
 		CHECK(g && !matches(g, "0123") && !matches(g, "-0"));
 		atlas_grammar_free(g);
 	}
+	/* time format, escaped and non-ASCII names and values, type lists */
+	g = schema_grammar("{\"type\": \"array\", \"items\": {\"type\": \"string\", \"format\": "
+			   "\"time\"}}");
+	CHECK(g && matches(g, "[\"12:30:05Z\", \"23:59:60.123+05:30\"]"));
+	CHECK(g && !matches(g, "[\"24:00:00Z\"]") && !matches(g, "[\"12:30Z\"]"));
+	atlas_grammar_free(g);
+	g = schema_grammar("{\"properties\": {\"a\\\"b\": {\"const\": \"\xc3\xa9\\n\"}, "
+			   "\"\xd0\xba\xd0\xbb\": {\"type\": [\"string\", \"null\"]}}, "
+			   "\"required\": [\"a\\\"b\"]}");
+	CHECK(g && matches(g, "{\"a\\\"b\": \"\xc3\xa9\\n\"}"));
+	CHECK(g && matches(g, "{\"a\\\"b\": \"\xc3\xa9\\n\", \"\xd0\xba\xd0\xbb\": null}"));
+	CHECK(g && matches(g, "{\"a\\\"b\": \"\xc3\xa9\\n\", \"\xd0\xba\xd0\xbb\": \"x\"}"));
+	CHECK(g && !matches(g, "{\"a\\\"b\": \"\xc3\xa9\"}"));
+	atlas_grammar_free(g);
 	/* strings: maxLength, escapes */
 	g = schema_grammar("{\"type\": \"string\", \"maxLength\": 3}");
 	CHECK(g && matches(g, "\"a\\n\\u00e9\"") && !matches(g, "\"abcd\"") && matches(g, "\"\""));
