@@ -46,7 +46,8 @@ enum atlas_toolfmt atlas_toolfmt_detect(const char *template_src, const struct a
 		if (strstr(t, "<tool_call>"))
 			return strstr(t, "<function=") ? ATLAS_TOOLFMT_QWEN3_CODER
 						       : ATLAS_TOOLFMT_HERMES;
-		if (strstr(t, "[TOOL_CALLS]"))
+		if (strstr(t, "[TOOL_CALLS]") ||
+		    (strstr(t, "[AVAILABLE_TOOLS]") && has_token(tok, "[TOOL_CALLS]")))
 			return ATLAS_TOOLFMT_MISTRAL;
 		/* Llama 3.1+: "{"name": function name, "parameters": ...}" */
 		if (strstr(t, "<|python_tag|>") ||
