@@ -31,6 +31,7 @@
 #include "../lib/core/utf8.h"
 #include "../lib/engine/batch.h"
 #include "../lib/engine/generate.h"
+#include "../lib/engine/grammar.h"
 #include "../lib/engine/pipe.h"
 #include "../lib/engine/session.h"
 #include "../lib/tok/chat.h"
@@ -92,6 +93,13 @@ static const char usage_text[] =
 	"      --ignore-eos          do not stop at end-of-sequence tokens\n"
 	"      --stop STR            stop when STR appears; repeat for several\n"
 	"\n"
+	"Structured output (the output must match; one of):\n"
+	"      --json-schema FILE    JSON that satisfies the JSON schema in FILE\n"
+	"      --json                any JSON object\n"
+	"      --grammar FILE        text of the grammar in FILE (GBNF-like; the\n"
+	"                            start rule is root)\n"
+	"      --regex RE            text that matches the regular expression RE\n"
+	"\n"
 	"Pipe stages:\n"
 	"      --echo                generate: print the prompt ids first\n"
 	"      --no-special          tokenize: add no BOS/EOS\n"
@@ -107,6 +115,7 @@ static const char usage_text[] =
 enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ,
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
 	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP, OPT_PARALLEL,
+	OPT_JSON_SCHEMA, OPT_JSON, OPT_GRAMMAR, OPT_REGEX,
 	OPT_NO_PREFIX };
 
 static const struct option longopts[] = {
@@ -137,6 +146,10 @@ static const struct option longopts[] = {
 	{"show", no_argument, NULL, OPT_SHOW},
 	{"tp", required_argument, NULL, OPT_TP},
 	{"parallel", required_argument, NULL, OPT_PARALLEL},
+	{"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
+	{"json", no_argument, NULL, OPT_JSON},
+	{"grammar", required_argument, NULL, OPT_GRAMMAR},
+	{"regex", required_argument, NULL, OPT_REGEX},
 	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
@@ -162,6 +175,10 @@ struct opts {
 	int tp;                  /* --tp: tensor-parallel ranks (1) */
 	int64_t parallel;        /* --parallel: prompts in flight, 0 unset */
 	bool no_prefix_cache;    /* --no-prefix-cache */
+	const char *json_schema; /* --json-schema FILE */
+	bool json;               /* --json */
+	const char *grammar;     /* --grammar FILE */
+	const char *regex;       /* --regex RE */
 	double temperature, top_p, min_p, rep, pres, freq; /* NAN unset */
 	int64_t top_k;           /* -1 unset */
 	uint64_t seed;           /* --seed */
@@ -180,6 +197,7 @@ struct ctx {
 	struct atlas_sched *sched;   /* the session's scheduler (NULL without a model) */
 	struct atlas_gen_params gp;  /* resolved generation parameters */
 	int64_t parallel;            /* prompts in flight */
+	struct atlas_grammar_vocab *gvocab; /* for --json-schema, --grammar... */
 };
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -226,6 +244,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_TP: o->tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;
 		case OPT_PARALLEL: o->parallel = cmd_parse_int("--parallel", optarg, 1, 4096); break;
 		case OPT_NO_PREFIX: o->no_prefix_cache = true; break;
+		case OPT_JSON_SCHEMA: o->json_schema = optarg; break;
+		case OPT_JSON: o->json = true; break;
+		case OPT_GRAMMAR: o->grammar = optarg; break;
+		case OPT_REGEX: o->regex = optarg; break;
 		case 'q': o->quiet = true; break;
 		case 'v': atlas_log_set_level(ATLAS_LOG_INFO); break;
 		case 'h': fputs(usage_text, stdout); exit(0);
@@ -253,6 +275,100 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		cmd_usage_error("'%s' reads standard input; -p and -f do not apply", o->mode);
 	if (o->n_prompts && o->file)
 		cmd_usage_error("-p and -f cannot be used together");
+	if ((o->json_schema != NULL) + o->json + (o->grammar != NULL) + (o->regex != NULL) > 1)
+		cmd_usage_error("--json-schema, --json, --grammar and --regex cannot be combined");
+	if ((o->json_schema || o->json || o->grammar || o->regex) && o->mode &&
+	    strcmp(o->mode, "generate"))
+		cmd_usage_error("structured output applies to generation, not '%s'", o->mode);
+}
+
+/* The whole of a file as a NUL-terminated string, or NULL with a message. */
+static char *slurp(const char *path, const char *what)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		atlas_error(ATLAS_EIO, "%s: cannot open '%s': %s", what, path, strerror(errno));
+		return NULL;
+	}
+	size_t cap = 4096, n = 0;
+	char *b = malloc(cap);
+	while (b) {
+		n += fread(b + n, 1, cap - n - 1, f);
+		if (n < cap - 1)
+			break;
+		char *nb = cap < ((size_t)64 << 20) ? realloc(b, cap * 2) : NULL;
+		if (!nb) {
+			free(b);
+			b = NULL;
+			atlas_error(ATLAS_ERANGE, "%s: '%s' is too large", what, path);
+			break;
+		}
+		b = nb;
+		cap *= 2;
+	}
+	if (b && ferror(f)) {
+		free(b);
+		b = NULL;
+		atlas_error(ATLAS_EIO, "%s: cannot read '%s'", what, path);
+	}
+	fclose(f);
+	if (b)
+		b[n] = '\0';
+	return b;
+}
+
+/* --json-schema, --json, --grammar or --regex as the compiled grammar of
+ * every prompt (gp->grammar, whose reference the ctx keeps). */
+static int resolve_grammar(struct ctx *x)
+{
+	struct opts *o = x->o;
+	char *text = NULL;
+	const char *what = o->json_schema ? "--json-schema" : o->json ? "--json"
+			   : o->grammar	  ? "--grammar"
+					  : "--regex";
+	if (!o->json_schema && !o->json && !o->grammar && !o->regex)
+		return 0;
+	if (o->json_schema) {
+		char *src = slurp(o->json_schema, what);
+		if (!src)
+			return cmd_lib_error();
+		json_tokener *t = json_tokener_new();
+		json_object *schema = json_tokener_parse_ex(t, src, (int)strlen(src));
+		bool ok = json_tokener_get_error(t) == json_tokener_success;
+		json_tokener_free(t);
+		free(src);
+		if (!ok) {
+			json_object_put(schema);
+			atlas_error(ATLAS_EFORMAT, "--json-schema: '%s' is not JSON", o->json_schema);
+			return cmd_lib_error();
+		}
+		text = atlas_json_schema_grammar(schema, "", NULL);
+		json_object_put(schema);
+	} else if (o->json) {
+		text = atlas_json_object_grammar("");
+	} else if (o->grammar) {
+		text = slurp(o->grammar, what);
+	} else {
+		text = atlas_regex_grammar(o->regex, "");
+	}
+	if (!text) {
+		atlas_error_wrap(ATLAS_EINVAL, "%s", what);
+		return cmd_lib_error();
+	}
+	if (!x->tok) {
+		free(text);
+		atlas_error(ATLAS_EINVAL, "%s needs the model's tokenizer", what);
+		return cmd_lib_error();
+	}
+	x->gvocab = atlas_grammar_vocab_new(x->tok, atlas_model_config(atlas_session_model(x->ses))->vocab_size,
+					    x->gp.eos_ids, x->gp.n_eos);
+	x->gp.grammar = x->gvocab ? atlas_grammar_compile(text, strlen(text), x->gvocab) : NULL;
+	free(text);
+	if (!x->gp.grammar) {
+		atlas_error_wrap(ATLAS_EINVAL, "%s", what);
+		return cmd_lib_error();
+	}
+	return 0;
 }
 
 /* Sampling and stopping: flags first, then the session's defaults
@@ -278,7 +394,7 @@ static int resolve_gen(struct ctx *x)
 	gp->ignore_eos = o->ignore_eos;
 	gp->stop = o->stop;
 	gp->n_stop = o->n_stop;
-	return 0;
+	return resolve_grammar(x);
 }
 
 /* Open the session: the tokenizer when needed, and for generation the
@@ -324,6 +440,9 @@ static int load(struct ctx *x, bool need_model, bool need_tok, bool many)
 
 static void unload(struct ctx *x)
 {
+	if (x->gp.grammar)
+		atlas_grammar_free(x->gp.grammar);
+	atlas_grammar_vocab_free(x->gvocab);
 	atlas_session_close(x->ses);
 	free(x->dir);
 }
@@ -1050,9 +1169,11 @@ int main(int argc, char **argv)
 	bool detok = o.mode && !strcmp(o.mode, "detokenize");
 	bool gen_stage = o.mode && !strcmp(o.mode, "generate");
 	bool tmpl = o.mode && !strcmp(o.mode, "template");
-	/* generate needs the tokenizer only to find stop strings */
+	/* generate needs the tokenizer only to find stop strings and for
+	 * structured output */
 	bool many = gen_stage || o.file || o.n_prompts > 1;
-	rc = load(&x, !tokenize && !detok && !tmpl, !gen_stage || o.n_stop > 0, many);
+	bool structured = o.json_schema || o.json || o.grammar || o.regex;
+	rc = load(&x, !tokenize && !detok && !tmpl, !gen_stage || o.n_stop > 0 || structured, many);
 	if (!rc && (o.chat_template || o.chat))
 		rc = need_template(&x);
 	if (!rc) {

@@ -19,6 +19,7 @@
 #include "../lib/core/threads.h"
 #include "../lib/model/tp_group.h"
 #include "../lib/serve/server.h"
+#include "../lib/serve/toolcall.h"
 #include "../lib/tok/chat.h"
 #include "common.h"
 
@@ -83,6 +84,13 @@ static const char usage_text[] =
 	"                             bytes a render may hold at once (default\n"
 	"                             512MiB)\n"
 	"\n"
+	"Agents:\n"
+	"      --tool-parser NAME     the model's tool-call syntax: hermes,\n"
+	"                             qwen3_coder, llama3_json, mistral or none\n"
+	"                             (default: detected from the chat template)\n"
+	"      --reasoning-budget N   most tokens of thought (<think>) before the\n"
+	"                             end marker is inserted (default: no limit)\n"
+	"\n"
 	"Batching:\n"
 	"      --max-seqs N           requests in one step (default 16)\n"
 	"      --max-batch-tokens N   tokens in one step, decodes plus prefill\n"
@@ -100,7 +108,8 @@ static const char usage_text[] =
 enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, OPT_API_KEY,
 	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE,
 	OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_TIMEOUT, OPT_SHUTDOWN_TIMEOUT, OPT_ORIGINS,
-	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM, OPT_TMPL_STEPS, OPT_TMPL_OUTPUT, OPT_TMPL_MEMORY };
+	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM, OPT_TMPL_STEPS, OPT_TMPL_OUTPUT, OPT_TMPL_MEMORY,
+	OPT_TOOL_PARSER, OPT_REASONING_BUDGET };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -127,6 +136,8 @@ static const struct option longopts[] = {
 	{"template-max-steps", required_argument, NULL, OPT_TMPL_STEPS},
 	{"template-max-output", required_argument, NULL, OPT_TMPL_OUTPUT},
 	{"template-max-memory", required_argument, NULL, OPT_TMPL_MEMORY},
+	{"tool-parser", required_argument, NULL, OPT_TOOL_PARSER},
+	{"reasoning-budget", required_argument, NULL, OPT_REASONING_BUDGET},
 	{"served-model-name", required_argument, NULL, OPT_SERVED_NAME},
 	{"tp", required_argument, NULL, OPT_TP},
 	{"verbose", no_argument, NULL, 'v'},
@@ -306,6 +317,15 @@ int main(int argc, char **argv)
 		case OPT_TMPL_MEMORY:
 			tmpl.max_memory =
 			    (size_t)cmd_parse_size("--template-max-memory", optarg, 1);
+			break;
+		case OPT_TOOL_PARSER:
+			if (atlas_toolfmt_from_name(optarg) < 0)
+				cmd_usage_error("--tool-parser: unknown syntax '%s' (hermes, qwen3_coder, "
+						"llama3_json, mistral or none)", optarg);
+			p.tool_parser = optarg;
+			break;
+		case OPT_REASONING_BUDGET:
+			p.reasoning_budget = cmd_parse_int("--reasoning-budget", optarg, 0, (int64_t)1 << 30);
 			break;
 		case OPT_SERVED_NAME: p.served_name = optarg; break;
 		case OPT_TP: p.tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;

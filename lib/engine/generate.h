@@ -36,6 +36,24 @@ struct atlas_gen_params {
 	const char *const *stop;   /* stop strings (not owned), or NULL */
 	int n_stop;                /* entries in stop */
 	struct atlas_sampler_params sampling; /* sampler settings */
+
+	/* Grammar-constrained decoding (grammar.h): the output must match
+	 * `grammar` (NULL: unconstrained), compiled for a vocabulary of the
+	 * model's vocab_size. A request takes its own reference
+	 * (atlas_grammar_ref) at submission, so the caller may drop its one
+	 * at any time. EOS ids are allowed only where the grammar can end, and
+	 * the request stops (finish "stop") where it must end. */
+	struct atlas_grammar *grammar;
+	/* Reasoning: with `reasoning`, output between think_start and
+	 * think_end (token ids) is thought, not answer. The grammar applies
+	 * after it (at the first step, think_start is allowed besides the
+	 * grammar's tokens); start_in_reasoning: the prompt left think_start
+	 * open; reasoning_budget > 0: after that many tokens of thought only
+	 * think_end may come (thinking is cut short by inserting the marker). */
+	bool reasoning;
+	bool start_in_reasoning;
+	int32_t think_start, think_end;
+	int64_t reasoning_budget;
 };
 
 struct atlas_gen_stats {

@@ -16,6 +16,7 @@
 
 #include <pthread.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,6 +99,7 @@ struct atlas_grammar {
 	bool mu_ok;	       /* mu was initialized */
 	struct gcache **cache; /* per state, NULL until first needed */
 	struct gwalk *ciw;     /* the walker that fills the cache */
+	int extra_refs;                      /* references beyond the first (atomic) */
 };
 
 static int grammar_cache_init(struct atlas_grammar *g);
@@ -1283,8 +1285,11 @@ static int compile_rules(struct parser *p, const char *text)
 	struct atlas_grammar *g = gb->g;
 	int32_t root = -1;
 	for (int32_t r = 0; r < g->n_rules; r++) {
-		if (gb->def_pos[r] == (size_t)-1)
-			return perr(p, gb->use_pos[r], "undefined rule");
+		if (gb->def_pos[r] == (size_t)-1) {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "undefined rule '%.120s'", gb->names[r]);
+			return perr(p, gb->use_pos[r], msg);
+		}
 		if (!strcmp(gb->names[r], "root"))
 			root = r;
 	}
@@ -2195,10 +2200,18 @@ static struct gcache *cache_get(const struct atlas_grammar *cg, int32_t s)
 	return c;
 }
 
+struct atlas_grammar *atlas_grammar_ref(struct atlas_grammar *g)
+{
+	__atomic_add_fetch(&g->extra_refs, 1, __ATOMIC_RELAXED);
+	return g;
+}
+
 void atlas_grammar_free(struct atlas_grammar *g)
 {
 	if (!g)
 		return;
+	if (__atomic_sub_fetch(&g->extra_refs, 1, __ATOMIC_ACQ_REL) >= 0)
+		return; /* others still hold it */
 	for (int32_t s = 0; g->cache && s < g->n_states; s++)
 		cache_free(g->cache[s]);
 	if (g->ciw) {

@@ -2,7 +2,7 @@
  *
  * Each schema becomes one expression; objects, arrays, $ref targets and
  * the shared pieces (string, number, any value) become rules named
- * <prefix><something>. Whitespace is written inline, [ \t\n]{0,WS_MAX},
+ * <prefix><something>. Whitespace is written inline (WS),
  * rather than as a rule: a token such as ` "name` then stays inside one
  * rule, which is what lets the mask cache decide it (grammar.c).
  *
@@ -32,7 +32,10 @@
 #include "../core/error.h"
 #include "grammar_internal.h"
 
-#define WS "[ \\t\\n]{0,20}" /* whitespace between JSON tokens */
+/* whitespace between JSON tokens: none, one space, or a newline and an
+ * indentation (pretty-printed JSON); bounded, so that a model cannot spend
+ * its tokens on it */
+#define WS "( \" \" | \"\\n\" [ \\t]{0,16} )?"
 #define MAX_NEST 64	     /* schemas inside each other */
 #define LEN_MAX 2000	     /* largest maxLength enforced */
 #define ANY_DEPTH 20	     /* nesting of "any JSON value" */

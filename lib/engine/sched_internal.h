@@ -31,6 +31,12 @@ struct atlas_sreq {
 	struct atlas_sample_args args; /* the device draw of the current step */
 	int32_t next;                  /* the id the backend sampled */
 	struct atlas_stopper stopper;  /* stop strings and held text */
+	struct atlas_grammar_matcher *gm; /* position in gen.grammar, or NULL */
+	uint32_t *mask;                /* [(V + 31) / 32] this step's allowed tokens */
+	bool masked;                   /* mask applies to this step's draw */
+	int mask_rc;                   /* atlas_sreq_prepare_mask's outcome this step */
+	bool thinking;                 /* inside the reasoning (gen.reasoning) */
+	int64_t n_think;               /* tokens of reasoning so far */
 	int64_t preemptions;           /* times preempted */
 	double t_first;                /* time of the first token, 0 before */
 
@@ -67,12 +73,20 @@ struct atlas_sched {
 	struct atlas_sreq **item_req;  /* [max_seqs] request of each item */
 	float *logits;                 /* [max_seqs, V] */
 	float *raw;                    /* [V] logits before the sampler, for logprobs */
+	int64_t n_items;               /* items of the step being run */
+	bool masks_done;               /* its grammar masks are computed */
 };
 
 /* sched_req.c: after a step, take the next token of `r` (sampled on the
  * backend into r->next, or here from `logits`) and publish it (under
  * s->mu, held by the caller); finishes r when it is complete. */
 void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logits);
+/* sched_req.c: before a step that samples r, set r->mask and r->masked
+ * (grammar, reasoning budget). Engine thread, without s->mu. Returns 0; 1
+ * when the grammar allows nothing more (r should stop); or a negative
+ * ATLAS_E* with a message when the grammar cannot compute a mask (r ends
+ * with that error). */
+int atlas_sreq_prepare_mask(struct atlas_sched *s, struct atlas_sreq *r);
 /* Finish `r` (under s->mu): release its sequence, sampler and stopper,
  * publish the outcome, drop the engine's reference. rc/msg for errors. */
 void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_finish f,

@@ -10,11 +10,25 @@
 
 #include "../core/error.h"
 #include "../core/clock.h"
+#include "grammar.h"
 #include "sched_internal.h"
+
+/* Let go of the grammar: the matcher, the mask and the reference. */
+static void release_grammar(struct atlas_sreq *r)
+{
+	atlas_grammar_matcher_free(r->gm);
+	r->gm = NULL;
+	free(r->mask);
+	r->mask = NULL;
+	if (r->gen.grammar)
+		atlas_grammar_free(r->gen.grammar);
+	r->gen.grammar = NULL;
+}
 
 /* Free what only plain memory holds (the engine has let go already). */
 static void sreq_free(struct atlas_sreq *r)
 {
+	release_grammar(r);
 	pthread_cond_destroy(&r->cv);
 	free(r->hist);
 	free(r->out);
@@ -57,6 +71,8 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 	r->gen = p->gen;
 	r->gen.stop = NULL;
 	r->gen.n_stop = 0;
+	r->gen.grammar = NULL; /* set below, with its reference */
+	r->thinking = p->gen.reasoning && p->gen.start_in_reasoning;
 	/* no more tokens than the context can follow the prompt with */
 	if (r->gen.max_tokens > s->ctx - p->n_prompt + 1)
 		r->gen.max_tokens = s->ctx - p->n_prompt + 1;
@@ -75,6 +91,14 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 	if (!rc)
 		rc = atlas_stopper_init(&r->stopper, s->tok, p->gen.stop,
 					s->tok ? p->gen.n_stop : 0);
+	if (!rc && p->gen.grammar) {
+		r->gen.grammar = atlas_grammar_ref(p->gen.grammar);
+		if (!(r->gm = atlas_grammar_matcher_new(p->gen.grammar)))
+			rc = ATLAS_ENOMEM;
+	}
+	if (!rc && (p->gen.grammar || (p->gen.reasoning && p->gen.reasoning_budget > 0)) &&
+	    !(r->mask = malloc((size_t)((s->V + 31) / 32) * sizeof(uint32_t))))
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
 	if (rc) {
 		atlas_sampler_free(r->smp);
 		atlas_stopper_release(&r->stopper);
@@ -164,6 +188,7 @@ void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_f
 	}
 	atlas_sampler_free(r->smp);
 	r->smp = NULL;
+	release_grammar(r);
 	r->res.stop_index = r->stopper.matched;
 	atlas_stopper_release(&r->stopper);
 	r->res.rc = rc;
@@ -225,11 +250,48 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 		memcpy(s->raw, logits, (size_t)s->V * sizeof(float));
 		lse = top_logprobs(s->raw, s->V, r->top, &t);
 	}
+	if (r->mask_rc) {
+		/* the grammar allows nothing more (1) or failed (< 0): this
+		 * step's token is not used */
+		int rc = r->mask_rc;
+		r->mask_rc = 0;
+		if (rc > 0)
+			atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);
+		else
+			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, atlas_errmsg());
+		return;
+	}
+	if (r->masked && !r->dev)
+		atlas_sample_mask(logits, s->V, r->mask);
 	int32_t id = r->dev ? r->next
 			    : atlas_sampler_sample(r->smp, logits, r->hist, r->n_hist, r->n_gen);
 	if (r->t_first == 0)
 		r->t_first = atlas_now();
 	s->st.tokens_generated++;
+	if (r->masked && (id < 0 || id >= s->V || !(r->mask[id / 32] >> (id % 32) & 1))) {
+		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED,
+				  atlas_error(ATLAS_EINVAL, "token %d was drawn against the grammar mask", id),
+				  atlas_errmsg());
+		return;
+	}
+	bool thought = false; /* id is reasoning (or its markers): no grammar */
+	if (r->gen.reasoning) {
+		if (r->thinking) {
+			thought = true;
+			if (id == r->gen.think_end)
+				r->thinking = false;
+			else
+				r->n_think++;
+		} else if (r->n_gen == 0 && id == r->gen.think_start) {
+			thought = r->thinking = true;
+		}
+	}
+	if (r->gm && !thought && atlas_grammar_accept(r->gm, id)) {
+		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED,
+				  atlas_error(ATLAS_EINVAL, "token %d does not fit the grammar", id),
+				  atlas_errmsg());
+		return;
+	}
 	if (!r->gen.ignore_eos && is_eos(&r->gen, id)) {
 		atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);
 		return;
@@ -252,8 +314,46 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 	pthread_cond_broadcast(&r->cv);
 	if (stopped)
 		atlas_sreq_finish(s, r, ATLAS_FINISH_STOP, 0, NULL);
+	else if (r->gm && !r->thinking && atlas_grammar_must_end(r->gm))
+		atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL); /* the grammar is complete */
 	else if (r->n_gen >= r->gen.max_tokens || r->n_hist > s->ctx)
 		atlas_sreq_finish(s, r, ATLAS_FINISH_LENGTH, 0, NULL);
+}
+
+static void allow_only(uint32_t *mask, int64_t V, int32_t id)
+{
+	memset(mask, 0, (size_t)((V + 31) / 32) * sizeof(uint32_t));
+	if (id >= 0 && id < V)
+		mask[id / 32] |= 1u << (id % 32);
+}
+
+int atlas_sreq_prepare_mask(struct atlas_sched *s, struct atlas_sreq *r)
+{
+	const struct atlas_gen_params *g = &r->gen;
+	r->masked = false;
+	if (r->thinking) {
+		/* the budget spent: only the end marker may come */
+		if (g->reasoning_budget > 0 && r->n_think >= g->reasoning_budget &&
+		    g->think_end >= 0 && g->think_end < s->V) {
+			allow_only(r->mask, s->V, g->think_end);
+			r->masked = true;
+		}
+		return 0;
+	}
+	if (!r->gm)
+		return 0;
+	int64_t n = atlas_grammar_fill_mask(r->gm, r->mask);
+	if (n < 0)
+		return (int)n; /* the grammar cannot go on (a limit): an error */
+	if (g->reasoning && r->n_gen == 0 && g->think_start >= 0 && g->think_start < s->V) {
+		/* the answer may begin with thought, before the grammar applies */
+		r->mask[g->think_start / 32] |= 1u << (g->think_start % 32);
+		n++;
+	}
+	if (n == 0)
+		return 1;
+	r->masked = true;
+	return 0;
 }
 
 int atlas_sreq_take(struct atlas_sreq *r, int timeout_ms, struct atlas_sched_chunk *out)

@@ -61,6 +61,7 @@ void atlas_sched_free(struct atlas_sched *s)
 {
 	if (!s)
 		return;
+	atlas_model_set_sample_hook(s->m, NULL, NULL);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->work);
 	free(s->waiting);
@@ -281,6 +282,32 @@ static void update_gauges(struct atlas_sched *s)
 	s->st.kv_blocks_cached = atlas_model_kv_blocks_cached(s->m);
 }
 
+/* The grammar masks of the step's sampling items (only the engine thread
+ * touches a request's grammar, so s->mu is not needed). With device
+ * sampling the model calls this once the step's kernels are queued
+ * (atlas_model_set_sample_hook), so the host computes masks while the
+ * device computes the step; otherwise the step calls it after the
+ * forward. A request whose grammar allows nothing more, or fails, keeps
+ * the outcome in mask_rc and ends in atlas_sreq_advance. */
+static void masks_hook(void *ud)
+{
+	struct atlas_sched *s = ud;
+	if (s->masks_done)
+		return;
+	s->masks_done = true;
+	for (int64_t i = 0; i < s->n_items; i++) {
+		struct atlas_sreq *r = s->item_req[i];
+		struct atlas_batch_item *it = &s->items[i];
+		if (!(it->logits || it->sample) || !(r->gm || r->mask))
+			continue;
+		r->mask_rc = atlas_sreq_prepare_mask(s, r);
+		if (r->mask_rc)
+			r->masked = false; /* draw anything: the token is not used */
+		if (it->sample)
+			r->args.mask = r->masked ? r->mask : NULL;
+	}
+}
+
 int atlas_sched_step(struct atlas_sched *s)
 {
 	pthread_mutex_lock(&s->mu);
@@ -290,8 +317,13 @@ int atlas_sched_step(struct atlas_sched *s)
 	pthread_mutex_unlock(&s->mu);
 	if (!n)
 		return 0;
+	s->n_items = n;
+	s->masks_done = false;
+	atlas_model_set_sample_hook(s->m, masks_hook, s);
 
 	int rc = atlas_model_forward_batch(s->m, s->items, n);
+	if (!rc)
+		masks_hook(s); /* when nothing was drawn on the device */
 
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;

@@ -119,6 +119,8 @@ struct atlas_model {
 	int32_t *d_out;                   /* backend [max_seqs]: sampled ids */
 	int32_t *h_out;                   /* host [max_seqs] */
 	struct atlas_sample_args *h_args; /* host [max_seqs] */
+	atlas_sample_hook hook;           /* before a device draw (model.h) */
+	void *hook_ud;                    /* its argument */
 	/* recorded decode steps (forward.c), by batch size */
 	void **graphs;                    /* [max_seqs + 1] backend graphs, or NULL */
 	bool no_graphs;                   /* run every step op by op */

@@ -213,6 +213,17 @@ static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int6
 	if (want_ids) {
 		if (!be->sample)
 			return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
+		if (m->hook) {
+			/* the device is busy with the step: host work for the draw
+			 * now, then the masks it set */
+			m->hook(m->hook_ud);
+			for (int64_t i = 0, k = 0; i < n; i++)
+				if (it[i].logits || it[i].sample) {
+					if (it[i].sample)
+						m->h_args[k].mask = it[i].sample->mask;
+					k++;
+				}
+		}
 		TRY(be->sample(be, m->d_out, m->logits, nsel, V, m->h_args));
 		TRY(download(m, m->h_out, m->d_out, (size_t)nsel * sizeof(int32_t)));
 	}
@@ -465,6 +476,12 @@ void atlas_forward_release(struct atlas_model *m)
 				m->be->graph_free(m->be, m->graphs[i]);
 	free(m->graphs);
 	m->graphs = NULL;
+}
+
+void atlas_model_set_sample_hook(struct atlas_model *m, atlas_sample_hook fn, void *ud)
+{
+	m->hook = fn;
+	m->hook_ud = ud;
 }
 
 void atlas_model_set_graphs(struct atlas_model *m, bool on)

@@ -138,6 +138,13 @@ int atlas_model_forward_sample(struct atlas_model *m, struct atlas_seq *s,
 int atlas_model_forward_batch(struct atlas_model *m,
 			      const struct atlas_batch_item *items, int64_t n);
 
+/* Called by a step that samples on the backend once the step's work is
+ * queued and before the draw: host work that the draw needs (grammar
+ * masks, which it may write into the items' sample args' mask fields)
+ * then overlaps the device's. NULL: none. */
+typedef void (*atlas_sample_hook)(void *ud);
+void atlas_model_set_sample_hook(struct atlas_model *m, atlas_sample_hook fn, void *ud);
+
 /* KV pool: total blocks, free blocks, tokens per block. */
 int64_t atlas_model_kv_blocks_total(const struct atlas_model *m);
 int64_t atlas_model_kv_blocks_free(const struct atlas_model *m);

@@ -17,11 +17,13 @@ enum MHD_Result serve_chat_completions(struct conn *c)
 	json_object *b = serve_parse_body(c, &e);
 	if (!b)
 		return serve_reply_err(c, &e);
-	if (serve_parse_gen(s, b, JOB_CHAT, &g, &e) || serve_chat_prompt(s, b, &g, &e)) {
+	if (serve_parse_gen(s, b, JOB_CHAT, &g, &e) || serve_agent_parse(s, b, JOB_CHAT, &g, &e) ||
+	    serve_chat_prompt(s, b, &g, &e)) {
 		serve_gen_free(&g);
 		json_object_put(b);
 		return serve_reply_err(c, &e);
 	}
+	serve_agent_apply(s, &g);
 	enum MHD_Result rc = serve_run_job(c, JOB_CHAT, &g);
 	json_object_put(b);
 	return rc;
@@ -135,11 +137,12 @@ enum MHD_Result serve_completions(struct conn *c)
 	if (!b)
 		return serve_reply_err(c, &e);
 	if (serve_parse_gen(s, b, JOB_COMPLETION, &g, &e) ||
-	    parse_prompts(s, b, &g, &e)) {
+	    serve_agent_parse(s, b, JOB_COMPLETION, &g, &e) || parse_prompts(s, b, &g, &e)) {
 		serve_gen_free(&g);
 		json_object_put(b);
 		return serve_reply_err(c, &e);
 	}
+	serve_agent_apply(s, &g);
 	enum MHD_Result mr = serve_run_job(c, JOB_COMPLETION, &g);
 	json_object_put(b);
 	return mr;

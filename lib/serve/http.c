@@ -350,6 +350,7 @@ static const struct route routes[] = {
 	{"/v1/chat/completions", "POST", serve_chat_completions, API_OPENAI},
 	{"/v1/completions", "POST", serve_completions, API_OPENAI},
 	{"/v1/messages", "POST", serve_messages, API_ANTHROPIC},
+	{"/v1/messages/count_tokens", "POST", serve_count_tokens, API_ANTHROPIC},
 	{"/v1/models", "GET", models_all, API_OPENAI},
 	{"/tokenize", "POST", serve_tokenize, API_OPENAI},
 	{"/detokenize", "POST", serve_detokenize, API_OPENAI},
@@ -586,7 +587,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 			return MHD_NO;
 		c->srv = s;
 		c->mc = mc;
-		c->api = !strcmp(url, "/v1/messages") ? API_ANTHROPIC : API_OPENAI;
+		c->api = !strncmp(url, "/v1/messages", 12) && (!url[12] || url[12] == '/')
+				 ? API_ANTHROPIC
+				 : API_OPENAI;
 		*con_cls = c;
 		pthread_mutex_lock(&s->mu);
 		s->n_inflight++;
@@ -870,7 +873,7 @@ int serve_head_check(struct atlas_server *s, const char *p, size_t n, size_t cap
 	if (strncmp(ver, "HTTP/1.1", 8) && strncmp(ver, "HTTP/1.0", 8))
 		return head_err(e, 505, "http_version_not_supported",
 				"HTTP version not supported (only 1.0 and 1.1)");
-	if (tlen == 12 && !strncmp(sp1 + 1, "/v1/messages", 12))
+	if (tlen >= 12 && !strncmp(sp1 + 1, "/v1/messages", 12) && (tlen == 12 || sp1[13] == '/'))
 		*api = API_ANTHROPIC;
 	off += next;
 	/* header lines up to the empty line */

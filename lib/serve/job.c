@@ -74,6 +74,11 @@ static int take(struct job *j, struct job_choice *ch, int timeout_ms)
 		ch->n_gen += c.tok[i].id >= 0;
 	if (c.n && ch->t_first == 0)
 		ch->t_first = serve_now();
+	if (ch->tp) {
+		/* the splitter takes the text; logprobs go on as before */
+		job_agent_text(j, ch, c.text, c.text_len);
+		c.text_len = 0;
+	}
 	if (j->stream) {
 		job_stream_tokens(j, ch, &c);
 	} else {
@@ -96,6 +101,7 @@ static int take(struct job *j, struct job_choice *ch, int timeout_ms)
 		}
 		ch->n_gen = ch->res.n_gen;
 		ch->done = true;
+		job_agent_end(j, ch);
 		j->n_done++;
 		if (ch->res.rc && j->failed < 0)
 			j->failed = (int)(ch - j->ch);
@@ -154,7 +160,9 @@ static void job_free(struct job *j)
 	for (int i = 0; i < j->n_ch; i++) {
 		sbuf_free(&j->ch[i].text);
 		json_object_put(j->ch[i].lp);
+		job_agent_free_choice(&j->ch[i]);
 	}
+	json_object_put(j->tools);
 	free(j->ch);
 	for (int i = 0; i < j->n_stop; i++)
 		free(j->stops[i]);
@@ -323,6 +331,7 @@ static struct job *job_new(struct atlas_server *s, enum job_kind kind, struct se
 		return NULL;
 	}
 	j->n_ch = j->n_prompts * n;
+	job_agent_take(j, g);
 	for (int i = 0; i < j->n_ch; i++) {
 		struct job_choice *ch = &j->ch[i];
 		ch->index = i;
@@ -332,6 +341,10 @@ static struct job *job_new(struct atlas_server *s, enum job_kind kind, struct se
 		if (j->logprobs >= 0 && !j->stream)
 			ch->lp =
 			    kind == JOB_CHAT ? json_object_new_array() : job_completion_lp_new();
+		if (job_agent_start(j, ch)) {
+			job_free(j);
+			return NULL;
+		}
 	}
 	return j;
 }

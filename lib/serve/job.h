@@ -8,6 +8,14 @@
 
 #include "serve_internal.h"
 
+/* A tool call of a non-streaming choice. */
+struct job_call {
+	char id[48];		      /* call id (the parser's) */
+	char *name;		      /* function name (owned) */
+	struct sbuf args;	      /* its arguments, JSON text */
+	bool ended;		      /* complete (CALL_END): only these are answered */
+};
+
 /* One choice: one scheduler request and what it produced. */
 struct job_choice {
 	struct atlas_sreq *r;	      /* its request; NULL before submission and after release */
@@ -22,6 +30,14 @@ struct job_choice {
 	struct sbuf text;	      /* non-stream: all its text */
 	json_object *lp; /* non-stream logprobs: chat content list or completion object */
 	size_t lp_off;	 /* completions logprobs: text offset of the next token */
+	struct atlas_toolparse *tp;   /* splits reasoning, content and tool calls, or NULL */
+	struct sbuf reasoning;	      /* non-stream: the thought */
+	struct job_call *calls;	      /* non-stream: the tool calls */
+	int n_calls;		      /* tool calls begun (stream too) */
+	int n_ended;		      /* of those, complete */
+	int blk;		      /* Anthropic stream: the open content block, or -1 */
+	int blk_kind;		      /* its kind (enum atlas_toolev_kind of what opened it) */
+	int n_blk;		      /* content blocks opened so far */
 };
 
 /* A job runs in the worker thread of its request (http.c). A streaming
@@ -53,6 +69,11 @@ struct job {
 	const char *why;	      /* why unfinished choices ended, for the log:
 				       * "server shutdown", or NULL (client gone) */
 	char client[64];	      /* rate-limit identity, charged with the tokens */
+	int toolfmt;		      /* enum atlas_toolfmt to parse (chat, messages) */
+	json_object *tools;	      /* the request's tools (a reference), or NULL */
+	bool reasoning;		      /* split reasoning from the answer */
+	bool start_in_reasoning;      /* the prompt left <think> open */
+	uint64_t seed;		      /* for tool-call ids */
 
 	pthread_mutex_t mu;	      /* guards the fields below (stream) */
 	struct sbuf wire;	      /* stream bytes for MHD's reader */
@@ -90,7 +111,29 @@ json_object *job_openai_head(struct job *j, const char *object);
 /* The complete JSON body of a finished non-streaming job. */
 json_object *job_final_body(struct job *j);
 
+/* --- job_agent.c -------------------------------------------------------- */
+/* Take the agent settings of g (tools, parser, reasoning) into j. */
+void job_agent_take(struct job *j, struct serve_gen *g);
+/* Does ch's output go through the splitter? Sets it up (0, or -1 out of memory). */
+int job_agent_start(struct job *j, struct job_choice *ch);
+/* More output text of ch (through the splitter: events to the stream or
+ * to ch's content, reasoning and calls). */
+void job_agent_text(struct job *j, struct job_choice *ch, const char *p, size_t n);
+/* ch's output ended: flush the splitter. */
+void job_agent_end(struct job *j, struct job_choice *ch);
+void job_agent_free_choice(struct job_choice *ch);
+/* OpenAI finish_reason and Anthropic stop_reason of a finished choice
+ * ("tool_calls" / "tool_use" when it called tools). */
+const char *job_finish_openai(const struct job_choice *ch);
+const char *job_stop_anthropic(const struct job_choice *ch);
+/* A tool call id for Anthropic: toolu_ and the parser's characters. */
+void job_anthropic_id(const char *id, char *out, size_t cap);
+
 /* --- job_stream.c ------------------------------------------------------- */
+/* One splitter event of ch as stream events (OpenAI delta chunks;
+ * Anthropic content blocks opened, filled and closed as the kind changes). */
+struct atlas_toolev;
+void job_stream_event(struct job *j, struct job_choice *ch, const struct atlas_toolev *ev);
 /* Append to j->out: the opening events (a role or echo chunk per
  * choice; Anthropic's message_start...); a chunk of ch's tokens; ch's
  * finish chunk; the closing events (usage, [DONE]; or the error of

@@ -184,13 +184,41 @@ static json_object *anthropic_body(struct job *j)
 	json_object_object_add(o, "type", json_object_new_string("message"));
 	json_object_object_add(o, "role", json_object_new_string("assistant"));
 	json_object_object_add(o, "model", json_object_new_string(j->srv->served_name));
-	json_object *content = json_object_new_array(), *blk = json_object_new_object();
-	json_object_object_add(blk, "type", json_object_new_string("text"));
-	json_object_object_add(blk, "text", job_utf8(ch->text.p ? ch->text.p : "", ch->text.len));
-	json_object_array_add(content, blk);
+	json_object *content = json_object_new_array(), *blk;
+	if (ch->reasoning.len) {
+		blk = json_object_new_object();
+		json_object_object_add(blk, "type", json_object_new_string("thinking"));
+		json_object_object_add(blk, "thinking", job_utf8(ch->reasoning.p, ch->reasoning.len));
+		json_object_object_add(blk, "signature", json_object_new_string(""));
+		json_object_array_add(content, blk);
+	}
+	if (ch->text.len || !ch->n_ended) {
+		blk = json_object_new_object();
+		json_object_object_add(blk, "type", json_object_new_string("text"));
+		json_object_object_add(blk, "text",
+				       job_utf8(ch->text.p ? ch->text.p : "", ch->text.len));
+		json_object_array_add(content, blk);
+	}
+	for (int i = 0; i < ch->n_calls; i++) {
+		const struct job_call *c = &ch->calls[i];
+		char id[64];
+		if (!c->ended)
+			continue; /* cut by max_tokens: not a call */
+		job_anthropic_id(c->id, id, sizeof(id));
+		json_object *input = c->args.p ? json_tokener_parse(c->args.p) : NULL;
+		if (!input || !json_object_is_type(input, json_type_object)) {
+			json_object_put(input);
+			input = json_object_new_object();
+		}
+		blk = json_object_new_object();
+		json_object_object_add(blk, "type", json_object_new_string("tool_use"));
+		json_object_object_add(blk, "id", json_object_new_string(id));
+		json_object_object_add(blk, "name", json_object_new_string(c->name ? c->name : ""));
+		json_object_object_add(blk, "input", input);
+		json_object_array_add(content, blk);
+	}
 	json_object_object_add(o, "content", content);
-	json_object_object_add(o, "stop_reason",
-			       json_object_new_string(job_anthropic_stop(&ch->res)));
+	json_object_object_add(o, "stop_reason", json_object_new_string(job_stop_anthropic(ch)));
 	json_object_object_add(o, "stop_sequence", job_stop_sequence(j, ch));
 	json_object_object_add(o, "usage", job_usage_anthropic(j, false));
 	return o;
@@ -211,7 +239,34 @@ static json_object *openai_choice(struct job *j, struct job_choice *ch)
 		json_object *m = json_object_new_object();
 		json_object_object_add(m, "role", json_object_new_string("assistant"));
 		json_object_object_add(m, "content",
-				       job_utf8(ch->text.p ? ch->text.p : "", ch->text.len));
+				       ch->n_ended && !ch->text.len
+					   ? NULL
+					   : job_utf8(ch->text.p ? ch->text.p : "", ch->text.len));
+		if (ch->reasoning.len) {
+			/* both names are in use by clients */
+			json_object_object_add(m, "reasoning_content",
+					       job_utf8(ch->reasoning.p, ch->reasoning.len));
+			json_object_object_add(m, "reasoning",
+					       job_utf8(ch->reasoning.p, ch->reasoning.len));
+		}
+		if (ch->n_ended) {
+			json_object *calls = json_object_new_array();
+			for (int i = 0; i < ch->n_calls; i++) {
+				const struct job_call *tc = &ch->calls[i];
+				if (!tc->ended)
+					continue; /* cut by max_tokens: not a call */
+				json_object *fn = json_object_new_object(), *o = json_object_new_object();
+				json_object_object_add(fn, "name", json_object_new_string(tc->name ? tc->name : ""));
+				json_object_object_add(fn, "arguments",
+						       tc->args.len ? job_utf8(tc->args.p, tc->args.len)
+								    : json_object_new_string("{}"));
+				json_object_object_add(o, "id", json_object_new_string(tc->id));
+				json_object_object_add(o, "type", json_object_new_string("function"));
+				json_object_object_add(o, "function", fn);
+				json_object_array_add(calls, o);
+			}
+			json_object_object_add(m, "tool_calls", calls);
+		}
 		json_object_object_add(c, "message", m);
 	} else {
 		const struct serve_prompt *p = &j->prompts[ch->prompt];
@@ -222,8 +277,7 @@ static json_object *openai_choice(struct job *j, struct job_choice *ch)
 		sbuf_free(&all);
 	}
 	json_object_object_add(c, "logprobs", lp);
-	json_object_object_add(c, "finish_reason",
-			       json_object_new_string(job_openai_finish(&ch->res)));
+	json_object_object_add(c, "finish_reason", json_object_new_string(job_finish_openai(ch)));
 	return c;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "job.h"
+#include "toolcall.h"
 
 static void sse(struct job *j, const char *event, json_object *o)
 {
@@ -48,6 +49,137 @@ static json_object *choice_obj(struct job *j, struct job_choice *ch, json_object
 	return c;
 }
 
+/* Anthropic content blocks: open one of `kind` (text, thinking, tool_use
+ * with its id and name) as the next index, or close the open one. */
+static void block_open(struct job *j, struct job_choice *ch, int kind, const char *id,
+		       const char *name)
+{
+	json_object *cb = json_object_new_object(), *e = json_object_new_object();
+	if (kind == ATLAS_TOOLEV_REASONING) {
+		json_object_object_add(cb, "type", json_object_new_string("thinking"));
+		json_object_object_add(cb, "thinking", json_object_new_string(""));
+	} else if (kind == ATLAS_TOOLEV_CALL) {
+		char aid[64];
+		job_anthropic_id(id ? id : "", aid, sizeof(aid));
+		json_object_object_add(cb, "type", json_object_new_string("tool_use"));
+		json_object_object_add(cb, "id", json_object_new_string(aid));
+		json_object_object_add(cb, "name", json_object_new_string(name ? name : ""));
+		json_object_object_add(cb, "input", json_object_new_object());
+	} else {
+		json_object_object_add(cb, "type", json_object_new_string("text"));
+		json_object_object_add(cb, "text", json_object_new_string(""));
+	}
+	ch->blk = ch->n_blk++;
+	ch->blk_kind = kind;
+	json_object_object_add(e, "type", json_object_new_string("content_block_start"));
+	json_object_object_add(e, "index", json_object_new_int(ch->blk));
+	json_object_object_add(e, "content_block", cb);
+	sse(j, "content_block_start", e);
+}
+
+static void block_close(struct job *j, struct job_choice *ch)
+{
+	if (ch->blk < 0)
+		return;
+	json_object *e = json_object_new_object();
+	json_object_object_add(e, "type", json_object_new_string("content_block_stop"));
+	json_object_object_add(e, "index", json_object_new_int(ch->blk));
+	sse(j, "content_block_stop", e);
+	ch->blk = -1;
+}
+
+static void block_delta(struct job *j, struct job_choice *ch, const char *type, const char *key,
+			const char *p, size_t n)
+{
+	json_object *d = json_object_new_object(), *e = json_object_new_object();
+	json_object_object_add(d, "type", json_object_new_string(type));
+	json_object_object_add(d, key, job_utf8(p, n));
+	json_object_object_add(e, "type", json_object_new_string("content_block_delta"));
+	json_object_object_add(e, "index", json_object_new_int(ch->blk));
+	json_object_object_add(e, "delta", d);
+	sse(j, "content_block_delta", e);
+}
+
+static void anthropic_event(struct job *j, struct job_choice *ch, const struct atlas_toolev *ev)
+{
+	switch (ev->kind) {
+	case ATLAS_TOOLEV_CONTENT:
+	case ATLAS_TOOLEV_REASONING:
+		if (!ev->len)
+			return;
+		if (ch->blk < 0 || ch->blk_kind != (int)ev->kind) {
+			block_close(j, ch);
+			block_open(j, ch, ev->kind, NULL, NULL);
+		}
+		if (ev->kind == ATLAS_TOOLEV_CONTENT)
+			block_delta(j, ch, "text_delta", "text", ev->text, ev->len);
+		else
+			block_delta(j, ch, "thinking_delta", "thinking", ev->text, ev->len);
+		return;
+	case ATLAS_TOOLEV_CALL:
+		block_close(j, ch);
+		block_open(j, ch, ATLAS_TOOLEV_CALL, ev->id, ev->name);
+		return;
+	case ATLAS_TOOLEV_ARGS:
+		if (ch->blk >= 0 && ch->blk_kind == ATLAS_TOOLEV_CALL && ev->len)
+			block_delta(j, ch, "input_json_delta", "partial_json", ev->text, ev->len);
+		return;
+	case ATLAS_TOOLEV_CALL_END:
+		block_close(j, ch);
+		return;
+	}
+}
+
+/* OpenAI: each event is a delta chunk of its choice. */
+static void openai_event(struct job *j, struct job_choice *ch, const struct atlas_toolev *ev)
+{
+	json_object *d = json_object_new_object();
+	switch (ev->kind) {
+	case ATLAS_TOOLEV_CONTENT:
+		json_object_object_add(d, "content", job_utf8(ev->text, ev->len));
+		break;
+	case ATLAS_TOOLEV_REASONING:
+		json_object_object_add(d, "reasoning_content", job_utf8(ev->text, ev->len));
+		json_object_object_add(d, "reasoning", job_utf8(ev->text, ev->len));
+		break;
+	case ATLAS_TOOLEV_CALL:
+	case ATLAS_TOOLEV_ARGS: {
+		json_object *tc = json_object_new_object(), *fn = json_object_new_object();
+		json_object *list = json_object_new_array();
+		json_object_object_add(tc, "index", json_object_new_int(ev->index));
+		if (ev->kind == ATLAS_TOOLEV_CALL) {
+			json_object_object_add(tc, "id", json_object_new_string(ev->id ? ev->id : ""));
+			json_object_object_add(tc, "type", json_object_new_string("function"));
+			json_object_object_add(fn, "name", json_object_new_string(ev->name ? ev->name : ""));
+			json_object_object_add(fn, "arguments", json_object_new_string(""));
+		} else {
+			json_object_object_add(fn, "arguments", job_utf8(ev->text, ev->len));
+		}
+		json_object_object_add(tc, "function", fn);
+		json_object_array_add(list, tc);
+		json_object_object_add(d, "tool_calls", list);
+		break;
+	}
+	case ATLAS_TOOLEV_CALL_END:
+		json_object_put(d);
+		return;
+	}
+	if ((ev->kind == ATLAS_TOOLEV_CONTENT || ev->kind == ATLAS_TOOLEV_REASONING ||
+	     ev->kind == ATLAS_TOOLEV_ARGS) && !ev->len) {
+		json_object_put(d);
+		return;
+	}
+	sse(j, NULL, chunk_obj(j, choice_obj(j, ch, d, NULL, NULL)));
+}
+
+void job_stream_event(struct job *j, struct job_choice *ch, const struct atlas_toolev *ev)
+{
+	if (j->kind == JOB_MESSAGES)
+		anthropic_event(j, ch, ev);
+	else
+		openai_event(j, ch, ev);
+}
+
 static void anthropic_start(struct job *j)
 {
 	json_object *m = json_object_new_object();
@@ -63,14 +195,10 @@ static void anthropic_start(struct job *j)
 	json_object_object_add(e, "type", json_object_new_string("message_start"));
 	json_object_object_add(e, "message", m);
 	sse(j, "message_start", e);
-	e = json_object_new_object();
-	json_object *cb = json_object_new_object();
-	json_object_object_add(cb, "type", json_object_new_string("text"));
-	json_object_object_add(cb, "text", json_object_new_string(""));
-	json_object_object_add(e, "type", json_object_new_string("content_block_start"));
-	json_object_object_add(e, "index", json_object_new_int(0));
-	json_object_object_add(e, "content_block", cb);
-	sse(j, "content_block_start", e);
+	/* plain text opens its one block at once; split output opens blocks
+	 * as their kinds arrive (job_stream_event) */
+	if (!j->ch[0].tp)
+		block_open(j, &j->ch[0], ATLAS_TOOLEV_CONTENT, NULL, NULL);
 	e = json_object_new_object();
 	json_object_object_add(e, "type", json_object_new_string("ping"));
 	sse(j, "ping", e);
@@ -145,7 +273,7 @@ void job_stream_choice_end(struct job *j, struct job_choice *ch)
 		return;
 	json_object *body =
 	    j->kind == JOB_CHAT ? json_object_new_object() : json_object_new_string("");
-	sse(j, NULL, chunk_obj(j, choice_obj(j, ch, body, NULL, job_openai_finish(&ch->res))));
+	sse(j, NULL, chunk_obj(j, choice_obj(j, ch, body, NULL, job_finish_openai(ch))));
 }
 
 /* An error event; the stream ends with it (no [DONE]: a client must not
@@ -167,13 +295,11 @@ static void stream_error(struct job *j, const char *msg, const char *type)
 static void anthropic_end(struct job *j)
 {
 	struct job_choice *ch = &j->ch[0];
-	json_object *e = json_object_new_object();
-	json_object_object_add(e, "type", json_object_new_string("content_block_stop"));
-	json_object_object_add(e, "index", json_object_new_int(0));
-	sse(j, "content_block_stop", e);
-	json_object *d = json_object_new_object();
-	json_object_object_add(d, "stop_reason",
-			       json_object_new_string(job_anthropic_stop(&ch->res)));
+	if (!ch->n_blk) /* nothing came: one empty text block */
+		block_open(j, ch, ATLAS_TOOLEV_CONTENT, NULL, NULL);
+	block_close(j, ch);
+	json_object *d = json_object_new_object(), *e;
+	json_object_object_add(d, "stop_reason", json_object_new_string(job_stop_anthropic(ch)));
 	json_object_object_add(d, "stop_sequence", job_stop_sequence(j, ch));
 	e = json_object_new_object();
 	json_object_object_add(e, "type", json_object_new_string("message_delta"));

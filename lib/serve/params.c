@@ -12,6 +12,7 @@
 #include "../core/error.h"
 #include "../tok/chat.h"
 #include "serve_internal.h"
+#include "toolcall.h"
 
 int serve_err_set(struct serve_err *e, unsigned status, const char *param, const char *code,
 		  const char *fmt, ...)
@@ -319,6 +320,16 @@ static int check_messages(json_object *req, struct serve_err *e)
 	return 0;
 }
 
+/* Does the prompt end with a finished thought (</think> and blanks)?
+ * Templates write an empty one when thinking is off (Qwen3's
+ * enable_thinking=false); the answer then comes without thought. */
+static bool think_closed(const char *p, size_t n)
+{
+	while (n && strchr(" \t\r\n", p[n - 1]))
+		n--;
+	return n >= 8 && !memcmp(p + n - 8, "</think>", 8);
+}
+
 int serve_chat_prompt(struct atlas_server *s, json_object *req, struct serve_gen *g,
 		      struct serve_err *e)
 {
@@ -333,6 +344,9 @@ int serve_chat_prompt(struct atlas_server *s, json_object *req, struct serve_gen
 	if (rc)
 		return serve_err_set(e, 400, "messages", "invalid_value",
 				     "cannot apply the chat template: %s", atlas_errmsg());
+	g->ag.start_in_reasoning = g->ag.reasoning && atlas_reasoning_open_in_prompt(text, len);
+	if (g->ag.reasoning && think_closed(text, len))
+		g->ag.reasoning = false; /* thinking off: the template wrote an empty thought */
 	rc = serve_set_prompt_text(s, g, text, len, false, e);
 	free(text);
 	if (rc && e->param && !strcmp(e->param, "prompt"))
@@ -367,6 +381,7 @@ int serve_gen_push_prompt(struct serve_gen *g, const char *echo, size_t echo_len
 
 void serve_gen_free(struct serve_gen *g)
 {
+	serve_agent_free(&g->ag);
 	free(g->prompt_ids);
 	g->prompt_ids = NULL;
 	for (int i = 0; i < g->n_prompts; i++) {

@@ -79,6 +79,11 @@ struct atlas_server {
 	struct atlas_tok *tok;        /* its tokenizer */
 	struct atlas_sched *sched;    /* the scheduler */
 	struct atlas_gen_params gen_defaults; /* the session's: sampling, max_tokens, EOS set */
+	int toolfmt;                  /* enum atlas_toolfmt: the model's tool-call syntax */
+	bool reasoning;               /* the model thinks in <think>...</think> */
+	int32_t think_start, think_end; /* their token ids (-1: not single tokens) */
+	struct atlas_grammar_vocab *gvocab; /* the vocabulary for grammars */
+	struct serve_grammars *grammars; /* compiled grammars by text (agent.c) */
 	int64_t ctx;                  /* context per sequence */
 	int64_t created;              /* start time, for "created" fields */
 
@@ -205,7 +210,19 @@ struct serve_prompt {
 	size_t echo_len;              /* bytes of echo */
 };
 
+/* What an agent's request adds (agent.c): tools, the tool-call syntax to
+ * parse, reasoning, and the grammar the output must follow. */
+struct serve_agent {
+	int fmt;                      /* enum atlas_toolfmt to parse; 0 = none */
+	json_object *tools;           /* the tools (OpenAI shape; a reference), or NULL */
+	bool reasoning;               /* split <think> reasoning from the answer */
+	bool start_in_reasoning;      /* the prompt left <think> open */
+	int64_t reasoning_budget;     /* this request's (Anthropic budget_tokens) or 0 */
+	struct atlas_grammar *grammar; /* a reference, or NULL */
+};
+
 struct serve_gen {
+	struct serve_agent ag;        /* tools, reasoning, grammar (owned) */
 	struct atlas_sreq_params sp;  /* the prompt being set (ids owned: prompt_ids),
 				       * limits, sampling; sp.gen.sampling.seed is
 				       * choice 0's seed, choice j of a prompt gets seed + j */
@@ -241,6 +258,31 @@ int serve_gen_push_prompt(struct serve_gen *g, const char *echo, size_t echo_len
  * g's prompt. */
 int serve_chat_prompt(struct atlas_server *s, json_object *req, struct serve_gen *g,
 		      struct serve_err *e);
+/* --- agent.c ----------------------------------------------------------- */
+/* The agent fields of an OpenAI chat body `b` (tools, tool_choice,
+ * parallel_tool_calls, response_format, grammar, regex,
+ * chat_template_kwargs, enable_thinking, reasoning_effort): checked, the
+ * template variables and message fixes applied to `b` (which is then
+ * rendered), the parser chosen and the grammar compiled into g->ag.
+ * kind (enum job_kind): JOB_MESSAGES when b was made from an Anthropic
+ * body by serve_anthropic_chat (its tool_choice is already OpenAI-shaped);
+ * JOB_COMPLETION takes only the constraint (response_format, grammar,
+ * regex). 0, or -1 with e set. */
+int serve_agent_parse(struct atlas_server *s, json_object *b, int kind, struct serve_gen *g,
+		      struct serve_err *e);
+/* The grammar and reasoning settings of g->ag into g->sp.gen (after the
+ * prompt is rendered: start_in_reasoning comes from it). */
+void serve_agent_apply(struct atlas_server *s, struct serve_gen *g);
+void serve_agent_free(struct serve_agent *a);
+/* The server's table of compiled grammars: made at load (0, or -1 out of
+ * memory), dropped at stop. */
+int serve_grammars_init(struct atlas_server *s);
+void serve_grammars_free(struct atlas_server *s);
+/* An Anthropic Messages body as an OpenAI-shaped chat request for the
+ * template (system, messages with text, tool_use and tool_result blocks,
+ * tools, tool_choice, thinking). New object, or NULL with e set. */
+json_object *serve_anthropic_chat(json_object *b, struct serve_gen *g, struct serve_err *e);
+
 /* Parse a request body as a JSON object. NULL with e set. */
 json_object *serve_parse_body(struct conn *c, struct serve_err *e);
 void serve_gen_free(struct serve_gen *g);
@@ -256,6 +298,7 @@ enum MHD_Result serve_run_job(struct conn *c, enum job_kind kind, struct serve_g
 enum MHD_Result serve_chat_completions(struct conn *c);
 enum MHD_Result serve_completions(struct conn *c);
 enum MHD_Result serve_messages(struct conn *c);
+enum MHD_Result serve_count_tokens(struct conn *c);
 enum MHD_Result serve_models(struct conn *c, const char *id);
 enum MHD_Result serve_tokenize(struct conn *c);
 enum MHD_Result serve_detokenize(struct conn *c);

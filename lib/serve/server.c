@@ -19,10 +19,40 @@
 
 #include "../core/error.h"
 #include "../core/log.h"
+#include "../engine/grammar.h"
 #include "../engine/session.h"
+#include "../tok/chat.h"
 #include "serve_internal.h"
+#include "toolcall.h"
 
 int atlas_serve_http_start(struct atlas_server *s);
+
+/* What agents need from the model: its tool-call syntax (--tool-parser,
+ * else detected from the chat template), whether it thinks in
+ * <think>...</think> (and the markers' ids), and the vocabulary view
+ * grammars are compiled against. */
+static int agent_setup(struct atlas_server *s)
+{
+	const char *src = atlas_chat_template_source(s->tok);
+	if (s->p.tool_parser) {
+		int f = atlas_toolfmt_from_name(s->p.tool_parser);
+		if (f < 0)
+			return atlas_error(ATLAS_EINVAL,
+					   "--tool-parser: unknown syntax '%s' (hermes, qwen3_coder, "
+					   "llama3_json, mistral or none)", s->p.tool_parser);
+		s->toolfmt = f;
+	} else {
+		s->toolfmt = atlas_toolfmt_detect(src, s->tok);
+	}
+	s->think_start = atlas_tok_lookup(s->tok, "<think>");
+	s->think_end = atlas_tok_lookup(s->tok, "</think>");
+	s->reasoning = atlas_reasoning_detect(src, s->tok);
+	s->gvocab = atlas_grammar_vocab_new(s->tok, atlas_model_config(s->model)->vocab_size,
+					    s->gen_defaults.eos_ids, s->gen_defaults.n_eos);
+	if (!s->gvocab)
+		return ATLAS_EINVAL;
+	return serve_grammars_init(s) ? atlas_error(ATLAS_ENOMEM, "out of memory") : 0;
+}
 
 /* Open the model through the engine session (tokenizer, defaults, EOS
  * set, backend or thread ranks, model, scheduler); the server keeps
@@ -50,15 +80,19 @@ static int load(struct atlas_server *s)
 	s->tok = atlas_session_tok(s->ses);
 	atlas_session_gen_defaults(s->ses, &s->gen_defaults);
 	s->ctx = atlas_model_max_context(s->model);
+	int rc = agent_setup(s);
+	if (rc)
+		return rc;
 	char tp_note[48] = "";
 	if (s->p.tp > 1)
 		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
 	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens, "
-		  "%lld sequences and %lld tokens per step, prefix cache %s",
+		  "%lld sequences and %lld tokens per step, prefix cache %s, tool calls %s%s",
 		  s->served_name, s->be->name, tp_note, (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
 		  (long long)atlas_model_block_size(s->model), (long long)s->p.max_seqs,
-		  (long long)s->p.max_batch_tokens, s->p.no_prefix_cache ? "off" : "on");
+		  (long long)s->p.max_batch_tokens, s->p.no_prefix_cache ? "off" : "on",
+		  atlas_toolfmt_name(s->toolfmt), s->reasoning ? ", reasoning <think>" : "");
 	/* published last: stop() reads it once the state says ready */
 	s->sched = atlas_session_sched(s->ses);
 	return 0;
@@ -680,6 +714,8 @@ struct atlas_server *serve_parse_only_open(const char *model_dir)
 	s->tok = atlas_session_tok(s->ses);
 	atlas_session_gen_defaults(s->ses, &s->gen_defaults);
 	s->ctx = atlas_model_max_context(s->model);
+	if (agent_setup(s))
+		goto fail;
 	s->state = 1; /* s->sched stays NULL: nothing is ever submitted */
 	return s;
 fail:
@@ -772,6 +808,8 @@ void atlas_server_stop(struct atlas_server *s)
 		MHD_stop_daemon(s->mhd);
 	/* the engine thread has ended: rank 0 of a group is idle, so its
 	 * followers can be stopped from here */
+	serve_grammars_free(s);
+	atlas_grammar_vocab_free(s->gvocab);
 	atlas_session_close(s->ses);
 	serve_metrics_release(&s->metrics);
 	serve_limits_release(&s->limits);

@@ -49,6 +49,11 @@ struct atlas_server_params {
 	int tp;                       /* tensor-parallel ranks; 0 or 1 = one. More:
 				       * thread ranks on the CPU (lib/model/tp_group.h),
 				       * rank 0 runs the scheduler, the others follow */
+	const char *tool_parser;      /* tool-call syntax ("hermes", "qwen3_coder",
+				       * "llama3_json", "mistral", "none"); NULL =
+				       * detected from the chat template */
+	int64_t reasoning_budget;     /* most tokens of thought before </think> is
+				       * inserted; 0 = no limit */
 };
 
 struct atlas_server; /* opaque */

@@ -17,6 +17,7 @@
 struct atlas_chat_tmpl {
 	struct atlas_jinja *tmpl; /* the parsed template */
 	json_object *special;	  /* bos_token, eos_token, ... as strings (template variables) */
+	char *src;		  /* the template's text (what tool syntax it uses...) */
 };
 
 /* The render limits of atlas_chat_set_limits; zero members (the start)
@@ -90,6 +91,10 @@ int atlas_chat_tmpl_load(json_object *cfg, const char *path, struct atlas_chat_t
 		free(c);
 		return atlas_error(ATLAS_ENOMEM, "out of memory loading the chat template");
 	}
+	if (!(c->src = strdup(src))) {
+		atlas_chat_tmpl_free(c);
+		return atlas_error(ATLAS_ENOMEM, "out of memory loading the chat template");
+	}
 	rc = atlas_jinja_parse(src, strlen(src), &c->tmpl);
 	if (rc) {
 		atlas_error_wrap(rc, "'%s'", path);
@@ -111,12 +116,18 @@ void atlas_chat_tmpl_free(struct atlas_chat_tmpl *c)
 		return;
 	atlas_jinja_free(c->tmpl);
 	json_object_put(c->special);
+	free(c->src);
 	free(c);
 }
 
 bool atlas_chat_has_template(const struct atlas_tok *tok)
 {
 	return tok && tok->chat;
+}
+
+const char *atlas_chat_template_source(const struct atlas_tok *tok)
+{
+	return tok && tok->chat ? tok->chat->src : NULL;
 }
 
 static int check_request(json_object *req)

@@ -26,6 +26,9 @@ struct json_object; /* json-c */
 /* Does the tokenizer have a chat template? */
 bool atlas_chat_has_template(const struct atlas_tok *tok);
 
+/* The chat template's text, or NULL (no template); owned by the tokenizer. */
+const char *atlas_chat_template_source(const struct atlas_tok *tok);
+
 /* Render the chat template with the variables of `request`, a JSON object
  * shaped like an OpenAI request body: "messages" (required: an array of
  * {"role", "content", ...} objects, content a string or a list of

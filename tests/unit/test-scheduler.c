@@ -11,8 +11,10 @@
 #include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/engine/generate.h"
+#include "../../lib/engine/grammar.h"
 #include "../../lib/engine/scheduler.h"
 #include "../../lib/engine/stopper.h"
+#include "../../lib/tok/tok.h"
 #include "harness.h"
 
 static char path[512];
@@ -465,6 +467,134 @@ static void test_prefix_cache_under_pressure(void)
 	be->destroy(be);
 }
 
+/* A grammar constrains its own request only: two constrained requests
+ * batched with a free one give text that matches, end when the grammar is
+ * complete, and the free one gets what it gets alone. */
+static void test_grammar_in_batch(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	be->batch_invariant = true; /* the free request batched = alone */
+	struct atlas_tok *tok = atlas_tok_load(model_dir("models/default"));
+	struct atlas_model_params mp;
+	atlas_model_default_params(&mp);
+	mp.max_seqs = 4;
+	mp.max_tokens = 64;
+	struct atlas_model *m = tok ? atlas_model_load(model_dir("models/default"), be, &mp) : NULL;
+	CHECK(m != NULL);
+	if (!m) {
+		atlas_tok_free(tok);
+		be->destroy(be);
+		return;
+	}
+	int64_t V = atlas_model_config(m)->vocab_size;
+	int32_t eos = atlas_tok_eos(tok);
+	struct atlas_grammar_vocab *gv = atlas_grammar_vocab_new(tok, V, &eos, 1);
+	char *text = atlas_regex_grammar("(ab|cd|e f){3}!", "");
+	struct atlas_grammar *g = text ? atlas_grammar_compile(text, strlen(text), gv) : NULL;
+	free(text);
+	CHECK(g != NULL);
+	int32_t p[4] = {100, 200, 300, 400}, alone[32], ids[3][32];
+	int64_t n_alone, n[3];
+	struct atlas_sreq_result res[3];
+	struct atlas_sched *s = atlas_sched_new(m, tok, NULL);
+	struct atlas_sreq *r[3];
+	struct atlas_sreq_params free_rp = req(p, 4, 12, 1.0, 9);
+	CHECK_EQ_INT(atlas_sched_submit(s, &free_rp, &r[0]), 0);
+	while (atlas_sched_step(s) == 1)
+		;
+	drain(r[0], alone, &n_alone, &res[0]);
+	atlas_sreq_release(r[0]);
+	for (int k = 0; k < 3; k++) {
+		struct atlas_sreq_params rp = req(p, 4, k ? 40 : 12, 1.0, k ? 20 + k : 9);
+		if (k) {
+			rp.gen.grammar = g;
+			rp.gen.ignore_eos = false;
+			rp.gen.eos_ids[0] = eos;
+			rp.gen.n_eos = 1;
+		}
+		CHECK_EQ_INT(atlas_sched_submit(s, &rp, &r[k]), 0);
+	}
+	atlas_grammar_free(g); /* the requests hold their own references */
+	while (atlas_sched_step(s) == 1)
+		;
+	for (int k = 0; k < 3; k++) {
+		drain(r[k], ids[k], &n[k], &res[k]);
+		atlas_sreq_release(r[k]);
+	}
+	CHECK_EQ_INT(n[0], n_alone);
+	CHECK(!memcmp(ids[0], alone, sizeof(int32_t) * (size_t)n_alone));
+	for (int k = 1; k < 3; k++) {
+		char *out = NULL;
+		size_t len = 0;
+		CHECK_EQ_INT(atlas_tok_decode(tok, ids[k], (size_t)n[k], &out, &len), 0);
+		CHECK_EQ_INT(res[k].finish, ATLAS_FINISH_EOS);
+		CHECK_EQ_INT(res[k].rc, 0);
+		/* three of ab / cd / "e f", then "!" */
+		size_t i = 0;
+		int parts = 0;
+		while (out && i < len && parts < 3) {
+			if (!strncmp(out + i, "ab", 2) || !strncmp(out + i, "cd", 2))
+				i += 2;
+			else if (!strncmp(out + i, "e f", 3))
+				i += 3;
+			else
+				break;
+			parts++;
+		}
+		CHECK_EQ_INT(parts, 3);
+		CHECK(out && i + 1 == len && out[i] == '!');
+		if (out)
+			printf("# constrained output %d: %s\n", k, out);
+		free(out);
+	}
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(m), atlas_model_kv_blocks_total(m));
+	atlas_sched_free(s);
+	atlas_grammar_vocab_free(gv);
+	atlas_model_free(m);
+	atlas_tok_free(tok);
+	be->destroy(be);
+}
+
+/* The reasoning budget: after N tokens of thought only the end marker may
+ * come (ids 100 and 101 stand in for <think> and </think>). */
+static void test_reasoning_budget(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model *m = load(be, 2, 32, 0, 16);
+	if (!m) {
+		CHECK(m != NULL);
+		be->destroy(be);
+		return;
+	}
+	struct atlas_sched *s = atlas_sched_new(m, NULL, NULL);
+	int32_t p[3] = {5, 6, 7}, ids[16];
+	for (int64_t budget = 1; budget <= 4; budget++) {
+		struct atlas_sreq *r;
+		struct atlas_sreq_params rp = req(p, 3, 10, 1.0, 77 + (uint64_t)budget);
+		rp.gen.reasoning = true;
+		rp.gen.start_in_reasoning = true;
+		rp.gen.think_start = 100;
+		rp.gen.think_end = 101;
+		rp.gen.reasoning_budget = budget;
+		CHECK_EQ_INT(atlas_sched_submit(s, &rp, &r), 0);
+		while (atlas_sched_step(s) == 1)
+			;
+		int64_t n;
+		struct atlas_sreq_result res;
+		drain(r, ids, &n, &res);
+		atlas_sreq_release(r);
+		CHECK_EQ_INT(n, 10);
+		int64_t end = -1;
+		for (int64_t i = 0; i < n && end < 0; i++)
+			if (ids[i] == 101)
+				end = i;
+		CHECK(end >= 0 && end <= budget); /* the end marker by then */
+	}
+	atlas_sched_free(s);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
 int main(void)
 {
 	RUN(test_chunked_prefill_on_mock);
@@ -476,5 +606,7 @@ int main(void)
 	RUN(test_logprobs);
 	RUN(test_stopper);
 	RUN(test_prefix_cache_under_pressure);
+	RUN(test_grammar_in_batch);
+	RUN(test_reasoning_budget);
 	return harness_done();
 }
