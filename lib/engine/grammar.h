@@ -106,8 +106,8 @@ void atlas_grammar_free(struct atlas_grammar *g);
  * additionalProperties allows no other keys; properties come in the
  * schema's order; prefixItems without items allows no further items;
  * numbers have at most 19 integer and 20 fraction digits; "any value"
- * nests at most 20 deep. Whitespace: up to 20 spaces, tabs and newlines
- * between tokens, none before or after the value. */
+ * nests at most 20 deep. Whitespace between tokens is bounded (WS in
+ * grammar_schema.c), and there is none before or after the value. */
 char *atlas_json_schema_grammar(struct json_object *schema, const char *prefix,
 				const char **bad);
 
