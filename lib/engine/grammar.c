@@ -1815,7 +1815,8 @@ static void memo_free(struct gmemo *m)
 
 static uint32_t set_hash(const struct gentry *e, int32_t n, const struct glevel *L)
 {
-	uint32_t h = 2166136261u ^ L->acc ^ (uint32_t)L->rem << 24 ^ (uint32_t)L->bottom << 28;
+	uint32_t h = 2166136261u ^ L->acc ^ (uint32_t)L->rem << 24 ^ (uint32_t)L->len << 26 ^
+		     (uint32_t)L->bottom << 28;
 	for (int32_t k = 0; k < n; k++)
 		h = (h ^ (uint32_t)e[k].top) * 16777619u ^ (uint32_t)e[k].parent * 0x9e3779b1u;
 	return h ^ (h >> 15);
@@ -1831,7 +1832,7 @@ static int32_t memo_intern(struct gwalk *w, const struct glevel *L)
 	uint32_t h = set_hash(e, L->n, L) & (uint32_t)(m->n_hash - 1);
 	for (; m->hash[h] >= 0; h = (h + 1) & (uint32_t)(m->n_hash - 1)) {
 		const struct gset *t = &m->sets[m->hash[h]];
-		if (t->n == L->n && t->acc == L->acc && t->rem == L->rem &&
+		if (t->n == L->n && t->acc == L->acc && t->rem == L->rem && t->len == L->len &&
 		    t->bottom == L->bottom &&
 		    !memcmp(m->ent + t->off, e, sizeof(*e) * (size_t)L->n))
 			return m->hash[h];
