@@ -35,6 +35,7 @@ struct atlas_sreq {
 	uint32_t *mask;                /* [(V + 31) / 32] this step's allowed tokens */
 	bool masked;                   /* mask applies to this step's draw */
 	int mask_rc;                   /* atlas_sreq_prepare_mask's outcome this step */
+	char mask_err[160];            /* and its message, when it failed */
 	bool thinking;                 /* inside the reasoning (gen.reasoning) */
 	int64_t n_think;               /* tokens of reasoning so far */
 	int64_t preemptions;           /* times preempted */
@@ -87,6 +88,10 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
  * ATLAS_E* with a message when the grammar cannot compute a mask (r ends
  * with that error). */
 int atlas_sreq_prepare_mask(struct atlas_sched *s, struct atlas_sreq *r);
+/* sched_mask.c: the masks of every sampling item of the step being run
+ * (s->items[0, n_items)), spread over the thread pool; sets each
+ * request's mask, masked, mask_rc (and mask_err) and its device args. */
+void atlas_sched_masks(struct atlas_sched *s);
 /* Finish `r` (under s->mu): release its sequence, sampler and stopper,
  * publish the outcome, drop the engine's reference. rc/msg for errors. */
 void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_finish f,

@@ -258,7 +258,7 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 		if (rc > 0)
 			atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);
 		else
-			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, atlas_errmsg());
+			atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, r->mask_err);
 		return;
 	}
 	if (r->masked && !r->dev)

@@ -295,17 +295,7 @@ static void masks_hook(void *ud)
 	if (s->masks_done)
 		return;
 	s->masks_done = true;
-	for (int64_t i = 0; i < s->n_items; i++) {
-		struct atlas_sreq *r = s->item_req[i];
-		struct atlas_batch_item *it = &s->items[i];
-		if (!(it->logits || it->sample) || !(r->gm || r->mask))
-			continue;
-		r->mask_rc = atlas_sreq_prepare_mask(s, r);
-		if (r->mask_rc)
-			r->masked = false; /* draw anything: the token is not used */
-		if (it->sample)
-			r->args.mask = r->masked ? r->mask : NULL;
-	}
+	atlas_sched_masks(s);
 }
 
 int atlas_sched_step(struct atlas_sched *s)
