@@ -38,6 +38,12 @@ struct atlas_sreq {
 	char mask_err[160];            /* and its message, when it failed */
 	bool thinking;                 /* inside the reasoning (gen.reasoning) */
 	int64_t n_think;               /* tokens of reasoning so far */
+	enum atlas_pooling pool;       /* embedding request: how to pool (else NONE) */
+	bool normalize;                /* embedding: L2-normalize the result */
+	double *acc;                   /* embedding: [D] the running sum (mean) or the
+				        * row kept (first, last); NULL otherwise */
+	float *emb;                    /* embedding: [D] the result, set when done */
+	bool pooled;                   /* emb holds the finished vector */
 	int64_t preemptions;           /* times preempted */
 	double t_first;                /* time of the first token, 0 before */
 
@@ -75,6 +81,11 @@ struct atlas_sched {
 	float *logits;                 /* [max_seqs, V] */
 	float *raw;                    /* [V] logits before the sampler, for logprobs */
 	int64_t n_items;               /* items of the step being run */
+	int64_t D;                     /* hidden size (embedding rows) */
+	float *hid;                    /* [budget, D] embedding requests' hidden rows
+				        * of a step, allocated by the first such
+				        * submission (under mu), then fixed */
+	int64_t hid_rows;              /* rows of hid the step being built uses */
 	bool masks_done;               /* its grammar masks are computed */
 };
 
@@ -92,6 +103,11 @@ int atlas_sreq_prepare_mask(struct atlas_sched *s, struct atlas_sreq *r);
  * (s->items[0, n_items)), spread over the thread pool; sets each
  * request's mask, masked, mask_rc (and mask_err) and its device args. */
 void atlas_sched_masks(struct atlas_sched *s);
+/* sched_req.c: after a step, fold the hidden rows of item `it` (r's
+ * chunk, just appended) into r's pooling; once r's whole prompt is in,
+ * the vector is made and r finishes (under s->mu, held by the caller). */
+void atlas_sreq_pool(struct atlas_sched *s, struct atlas_sreq *r,
+		     const struct atlas_batch_item *it);
 /* Finish `r` (under s->mu): release its sequence, sampler and stopper,
  * publish the outcome, drop the engine's reference. rc/msg for errors. */
 void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_finish f,

@@ -30,6 +30,8 @@ static void sreq_free(struct atlas_sreq *r)
 {
 	release_grammar(r);
 	pthread_cond_destroy(&r->cv);
+	free(r->acc);
+	free(r->emb);
 	free(r->hist);
 	free(r->out);
 	free(r->text);
@@ -51,9 +53,10 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 		return atlas_error(ATLAS_ERANGE,
 				   "the prompt of %lld tokens needs more KV cache blocks than the pool's %lld",
 				   (long long)p->n_prompt, (long long)total);
-	if (p->gen.max_tokens <= 0)
+	bool embed = p->pool != ATLAS_POOL_NONE;
+	if (!embed && p->gen.max_tokens <= 0)
 		return atlas_error(ATLAS_EINVAL, "max_tokens must be > 0");
-	if (p->top_logprobs > ATLAS_SCHED_MAX_TOP)
+	if (!embed && p->top_logprobs > ATLAS_SCHED_MAX_TOP)
 		return atlas_error(ATLAS_EINVAL, "top_logprobs must be at most %d",
 				   ATLAS_SCHED_MAX_TOP);
 	for (int64_t i = 0; i < p->n_prompt; i++)
@@ -69,6 +72,12 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 	r->refs = 2;
 	r->n_prompt = r->n_hist = p->n_prompt;
 	r->gen = p->gen;
+	if (embed) {
+		/* nothing is generated: no limits, sampling, stops or grammar */
+		memset(&r->gen, 0, sizeof(r->gen));
+		r->pool = p->pool;
+		r->normalize = p->normalize;
+	}
 	r->gen.stop = NULL;
 	r->gen.n_stop = 0;
 	r->gen.grammar = NULL; /* set below, with its reference */
@@ -76,27 +85,30 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 	/* no more tokens than the context can follow the prompt with */
 	if (r->gen.max_tokens > s->ctx - p->n_prompt + 1)
 		r->gen.max_tokens = s->ctx - p->n_prompt + 1;
-	r->top = p->top_logprobs;
+	r->top = embed ? -1 : p->top_logprobs;
 	/* sample on the backend unless the host needs the logits: penalties
 	 * (the token history) or log-probabilities; both paths draw the same
 	 * uniforms, so the choice never changes a token */
-	r->dev = atlas_model_can_sample(s->m) && p->top_logprobs < 0 &&
+	r->dev = !embed && atlas_model_can_sample(s->m) && p->top_logprobs < 0 &&
 		 !atlas_sampler_uses_history(&p->gen.sampling);
 	r->res.stop_index = -1;
 	r->res.n_prompt = p->n_prompt;
 	r->hist = malloc((size_t)(p->n_prompt + r->gen.max_tokens) * sizeof(int32_t));
 	int rc = r->hist ? 0 : atlas_error(ATLAS_ENOMEM, "out of memory");
-	if (!rc && !(r->smp = atlas_sampler_new(&p->gen.sampling, s->V)))
+	if (!rc && embed && (!(r->acc = calloc((size_t)s->D, sizeof(double))) ||
+			     !(r->emb = calloc((size_t)s->D, sizeof(float)))))
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+	if (!rc && !embed && !(r->smp = atlas_sampler_new(&p->gen.sampling, s->V)))
 		rc = ATLAS_EINVAL;
 	if (!rc)
-		rc = atlas_stopper_init(&r->stopper, s->tok, p->gen.stop,
-					s->tok ? p->gen.n_stop : 0);
-	if (!rc && p->gen.grammar) {
+		rc = atlas_stopper_init(&r->stopper, s->tok, embed ? NULL : p->gen.stop,
+					s->tok && !embed ? p->gen.n_stop : 0);
+	if (!rc && !embed && p->gen.grammar) {
 		r->gen.grammar = atlas_grammar_ref(p->gen.grammar);
 		if (!(r->gm = atlas_grammar_matcher_new(p->gen.grammar)))
 			rc = ATLAS_ENOMEM;
 	}
-	if (!rc && (p->gen.grammar || (p->gen.reasoning && p->gen.reasoning_budget > 0)) &&
+	if (!rc && !embed && (p->gen.grammar || (p->gen.reasoning && p->gen.reasoning_budget > 0)) &&
 	    !(r->mask = malloc((size_t)((s->V + 31) / 32) * sizeof(uint32_t))))
 		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
 	if (rc) {
@@ -115,6 +127,14 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 		atlas_stopper_release(&r->stopper);
 		sreq_free(r);
 		return atlas_error(ATLAS_EIO, "the server is shutting down");
+	}
+	if (embed && !s->hid &&
+	    !(s->hid = malloc((size_t)(s->budget * s->D) * sizeof(float)))) {
+		/* the step's hidden rows: made once, at the first embedding request */
+		pthread_mutex_unlock(&s->mu);
+		atlas_stopper_release(&r->stopper);
+		sreq_free(r);
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
 	}
 	if (s->n_waiting == s->cap_waiting) {
 		int64_t cap = s->cap_waiting ? 2 * s->cap_waiting : 64;
@@ -403,6 +423,55 @@ void atlas_sreq_result(struct atlas_sreq *r, struct atlas_sreq_result *out)
 	pthread_mutex_lock(&r->s->mu);
 	*out = r->res;
 	pthread_mutex_unlock(&r->s->mu);
+}
+
+void atlas_sreq_pool(struct atlas_sched *s, struct atlas_sreq *r,
+		     const struct atlas_batch_item *it)
+{
+	const int64_t D = s->D, len = atlas_seq_len(r->seq), start = len - it->n;
+	const float *h = it->hidden;
+	if (start == 0)
+		memset(r->acc, 0, (size_t)D * sizeof(double)); /* a first chunk (again,
+							      * after a preemption) */
+	if (r->pool == ATLAS_POOL_MEAN) {
+		/* double sums: the mean of thousands of rows keeps FP32's digits */
+		for (int64_t t = 0; t < it->n; t++)
+			for (int64_t d = 0; d < D; d++)
+				r->acc[d] += h[t * D + d];
+	} else if (r->pool == ATLAS_POOL_CLS ? start == 0 : len == r->n_hist) {
+		const float *row = h + (r->pool == ATLAS_POOL_CLS ? 0 : (it->n - 1) * D);
+		for (int64_t d = 0; d < D; d++)
+			r->acc[d] = row[d];
+	}
+	if (len < r->n_hist)
+		return; /* more chunks to come */
+	double scale = r->pool == ATLAS_POOL_MEAN ? 1.0 / (double)r->n_hist : 1.0;
+	if (r->normalize) {
+		double ss = 0;
+		for (int64_t d = 0; d < D; d++)
+			ss += r->acc[d] * r->acc[d];
+		/* torch.nn.functional.normalize's eps: a zero vector stays zero */
+		scale = 1.0 / fmax(sqrt(ss), 1e-12);
+	}
+	for (int64_t d = 0; d < D; d++)
+		r->emb[d] = (float)(r->acc[d] * scale);
+	r->pooled = true;
+	if (r->t_first == 0)
+		r->t_first = atlas_now();
+	atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);
+}
+
+int64_t atlas_sreq_embedding(struct atlas_sreq *r, float *out, int64_t cap)
+{
+	struct atlas_sched *s = r->s;
+	int64_t n = 0;
+	pthread_mutex_lock(&s->mu);
+	if (r->done && r->pooled) {
+		memcpy(out, r->emb, (size_t)(cap < s->D ? cap : s->D) * sizeof(float));
+		n = s->D;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return n;
 }
 
 void atlas_sreq_release(struct atlas_sreq *r)

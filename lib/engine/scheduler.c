@@ -33,6 +33,7 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 	s->m = m;
 	s->tok = tok;
 	s->V = atlas_model_config(m)->vocab_size;
+	s->D = atlas_model_config(m)->hidden_size;
 	s->ctx = atlas_model_max_context(m);
 	s->max_seqs = ms;
 	s->budget = mt;
@@ -70,6 +71,7 @@ void atlas_sched_free(struct atlas_sched *s)
 	free(s->item_req);
 	free(s->logits);
 	free(s->raw);
+	free(s->hid);
 	free(s);
 }
 
@@ -145,8 +147,8 @@ static int64_t fits(const struct atlas_sched *s, const struct atlas_sreq *r, int
 static bool sibling_prefilling(const struct atlas_sched *s, const struct atlas_sreq *r)
 {
 	int64_t B = atlas_model_block_size(s->m);
-	if (!s->prefix || r->n_hist <= B)
-		return false;
+	if (!s->prefix || r->pool || r->n_hist <= B)
+		return false; /* an embedding request never attaches: no need to wait */
 	for (int64_t i = 0; i < s->n_running; i++) {
 		const struct atlas_sreq *o = s->running[i];
 		if (pending(o) > 1 && o->n_hist > B &&
@@ -161,7 +163,11 @@ static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, in
 	int64_t len = atlas_seq_len(r->seq);
 	bool last = len + k == r->n_hist;
 	s->items[*n] = (struct atlas_batch_item){.seq = r->seq, .ids = r->hist + len, .n = k};
-	if (last && r->dev) {
+	if (r->pool) {
+		/* every row of every chunk: the pooling reads them all */
+		s->items[*n].hidden = s->hid + s->hid_rows * s->D;
+		s->hid_rows += k;
+	} else if (last && r->dev) {
 		/* the backend samples: one id comes back instead of a logits row */
 		atlas_sampler_args(r->smp, &r->args);
 		s->items[*n].sample = &r->args;
@@ -177,6 +183,7 @@ static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, in
 static int64_t build_step(struct atlas_sched *s)
 {
 	int64_t n = 0, budget = s->budget, free = atlas_model_kv_blocks_free(s->m);
+	s->hid_rows = 0; /* within budget: the step's tokens are at most that */
 
 	/* 1. every decoding request gets its one token; a decode that finds
 	 *    no block preempts the newest running request (maybe itself) */
@@ -244,7 +251,9 @@ static int64_t build_step(struct atlas_sched *s)
 		/* share the cached blocks of the longest equal prefix; what it
 		 * took from the cached-but-free blocks is no longer free */
 		int64_t hit = 0, before = atlas_model_kv_blocks_free(s->m);
-		if (s->prefix)
+		/* (not an embedding request: the cached blocks hold no hidden
+		 * states, and pooling needs every row) */
+		if (s->prefix && !r->pool)
 			hit = atlas_seq_attach_prefix(r->seq, r->hist, p);
 		free -= before - atlas_model_kv_blocks_free(s->m);
 		need = atlas_seq_blocks_needed(r->seq, p - hit);
@@ -336,6 +345,8 @@ int atlas_sched_step(struct atlas_sched *s)
 			atlas_seq_publish_prefix(s->items[i].seq, s->item_req[i]->hist);
 		for (int64_t i = 0; i < n; i++) {
 			struct atlas_sreq *r = s->item_req[i];
+			if (s->items[i].hidden)
+				atlas_sreq_pool(s, r, &s->items[i]);
 			if (!s->items[i].logits && !s->items[i].sample)
 				continue;
 			atlas_sreq_advance(s, r, s->items[i].logits);

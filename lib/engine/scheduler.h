@@ -32,6 +32,16 @@
  * Output never depends on the cache: the cached rows are the rows the
  * request would have computed.
  *
+ * Embedding requests (atlas_sreq_params.pool): the prompt is prefilled
+ * chunk by chunk like any other, each chunk's final hidden states come
+ * back to the host (atlas_batch_item.hidden) and are pooled as they
+ * arrive (a sum for mean pooling, the first or the last row), and the
+ * request finishes when its last chunk is in, with no token sampled and
+ * none output: the vector is read with atlas_sreq_embedding. Such a
+ * request never attaches to the prefix cache, whose blocks hold keys
+ * and values but not the hidden states it would need; the blocks it
+ * computes are still published for later requests.
+ *
  * A request is shared by its submitter and the engine: the submitter
  * takes output with atlas_sreq_take and ends its interest with
  * atlas_sreq_release, which also cancels the request if it is still
@@ -65,6 +75,11 @@ struct atlas_sreq_params {
 	int64_t n_prompt;            /* how many (>= 1) */
 	struct atlas_gen_params gen; /* max_tokens, EOS ids, stop strings, sampling */
 	int top_logprobs;            /* -1: no logprobs; else alternatives per token (<= 20) */
+	enum atlas_pooling pool;     /* ATLAS_POOL_NONE: generate (gen, top_logprobs);
+				      * else an embedding request: pool the prompt's
+				      * final hidden states so (gen and top_logprobs
+				      * are ignored) */
+	bool normalize;              /* embedding: L2-normalize the pooled vector */
 };
 
 /* One generated token as the submitter sees it. */
@@ -127,7 +142,8 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 void atlas_sched_free(struct atlas_sched *s);
 
 /* Queue a request. On success returns 0 and sets *out (the submitter's
- * reference). ATLAS_EINVAL for an empty prompt or bad sampling params,
+ * reference). ATLAS_EINVAL for an empty prompt or bad sampling params
+ * (not checked for an embedding request),
  * ATLAS_ERANGE for a prompt longer than the context or one needing more
  * KV blocks than the pool holds, ATLAS_EIO after atlas_sched_stop. */
 int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
@@ -140,6 +156,11 @@ int atlas_sreq_take(struct atlas_sreq *r, int timeout_ms, struct atlas_sched_chu
 void atlas_sched_chunk_free(struct atlas_sched_chunk *c);
 /* The outcome; valid once a chunk said done. */
 void atlas_sreq_result(struct atlas_sreq *r, struct atlas_sreq_result *out);
+/* An embedding request's vector, once a chunk said done and the result
+ * has rc 0: copies min(cap, hidden_size) floats to out and returns
+ * hidden_size; 0 for a generation request or one that did not finish
+ * its prompt (cancelled, failed). */
+int64_t atlas_sreq_embedding(struct atlas_sreq *r, float *out, int64_t cap);
 /* Drop the submitter's reference; cancels the request if not done. */
 void atlas_sreq_release(struct atlas_sreq *r);
 

@@ -2,6 +2,7 @@
  * model and scheduler in one place (see session.h). */
 #include "session.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,14 +110,19 @@ int atlas_session_load(struct atlas_session *s, const struct atlas_model_params 
 					.prefix_cache = s->p.prefix_cache};
 	if (!(s->sched = atlas_sched_new(s->model, s->tok, &sp)))
 		return ATLAS_EINVAL;
+	const struct atlas_embed_config *ec = atlas_session_embed(s);
+	char mode[80] = "";
+	if (ec->pooling)
+		snprintf(mode, sizeof(mode), "; embedding model, %s pooling%s",
+			 atlas_pooling_name(ec->pooling), ec->normalize ? ", L2-normalized" : "");
 	atlas_info("device: %s; model %s: %lld-token context, %lld KV blocks of %lld tokens, "
-		   "%lld sequences and %lld tokens per step, prefix cache %s",
+		   "%lld sequences and %lld tokens per step, prefix cache %s%s",
 		   s->be ? s->be->name : atlas_tp_group_backend(s->tp, 0)->name,
 		   atlas_model_family(s->model), (long long)atlas_model_max_context(s->model),
 		   (long long)atlas_model_kv_blocks_total(s->model),
 		   (long long)atlas_model_block_size(s->model),
 		   (long long)atlas_model_max_seqs(s->model),
-		   (long long)atlas_model_max_tokens(s->model), s->p.prefix_cache ? "on" : "off");
+		   (long long)atlas_model_max_tokens(s->model), s->p.prefix_cache ? "on" : "off", mode);
 	return 0;
 }
 
@@ -174,6 +180,17 @@ const struct atlas_gen_config *atlas_session_gen_config(const struct atlas_sessi
 const char *atlas_session_dir(const struct atlas_session *s)
 {
 	return s->p.model_dir;
+}
+
+const struct atlas_embed_config *atlas_session_embed(const struct atlas_session *s)
+{
+	static const struct atlas_embed_config none = {0};
+	return s->model ? atlas_model_embed_config(s->model) : &none;
+}
+
+bool atlas_session_is_embedding(const struct atlas_session *s)
+{
+	return atlas_session_embed(s)->pooling != ATLAS_POOL_NONE;
 }
 
 int atlas_session_world(const struct atlas_session *s)

@@ -80,6 +80,13 @@ struct atlas_tok *atlas_session_tok(struct atlas_session *s);
 struct atlas_sched *atlas_session_sched(struct atlas_session *s);
 const struct atlas_gen_config *atlas_session_gen_config(const struct atlas_session *s);
 const char *atlas_session_dir(const struct atlas_session *s);
+/* The model's embedding settings (sentence-transformers pooling and
+ * normalization, read from the model directory at load): pooling
+ * ATLAS_POOL_NONE for a generation model, or before the model is
+ * loaded. Owned by the session. */
+const struct atlas_embed_config *atlas_session_embed(const struct atlas_session *s);
+/* An embedding model: it pools hidden states and cannot generate. */
+bool atlas_session_is_embedding(const struct atlas_session *s);
 /* Tensor-parallel ranks (1 without a group). */
 int atlas_session_world(const struct atlas_session *s);
 

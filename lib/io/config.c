@@ -445,3 +445,181 @@ int atlas_gen_config_load(const char *dir, struct atlas_gen_config *out)
 	free(name);
 	return rc;
 }
+
+/* --- sentence-transformers pooling (embedding models) ------------------- */
+
+const char *atlas_pooling_name(enum atlas_pooling p)
+{
+	switch (p) {
+	case ATLAS_POOL_LAST:
+		return "last-token";
+	case ATLAS_POOL_MEAN:
+		return "mean";
+	case ATLAS_POOL_CLS:
+		return "cls";
+	default:
+		return "none";
+	}
+}
+
+/* The last dotted component of a module type
+ * ("sentence_transformers.models.Pooling" -> "Pooling"). */
+static const char *module_kind(const char *type)
+{
+	const char *dot = strrchr(type, '.');
+	return dot ? dot + 1 : type;
+}
+
+/* Read `dir`/`name` into a new json-c value (any type). ATLAS_ENOTFOUND
+ * when the file does not exist (no message kept then). */
+static int read_json(const char *dir, const char *name, struct json_object **out)
+{
+	char *path = atlas_path_join(dir, name), *text;
+	size_t len;
+	*out = NULL;
+	if (!path)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	int rc = atlas_file_read(path, &text, &len);
+	if (rc == ATLAS_ENOTFOUND) {
+		atlas_error_clear();
+		free(path);
+		return rc;
+	}
+	if (rc) {
+		free(path);
+		return rc;
+	}
+	json_tokener *t = json_tokener_new();
+	struct json_object *o = t ? json_tokener_parse_ex(t, text, (int)len) : NULL;
+	bool ok = o && json_tokener_get_error(t) == json_tokener_success;
+	if (t)
+		json_tokener_free(t);
+	free(text);
+	if (!ok) {
+		json_object_put(o);
+		rc = atlas_error(ATLAS_EFORMAT, "'%s': malformed JSON", path);
+		free(path);
+		return rc;
+	}
+	free(path);
+	*out = o;
+	return 0;
+}
+
+/* The Pooling module's config: exactly one mode Atlas computes. Modes
+ * it cannot compute are refused by name rather than approximated: a
+ * wrong pooling would give plausible vectors that match nothing. */
+static int parse_pooling(struct json_object *o, const char *where, struct atlas_embed_config *e)
+{
+	static const struct {
+		const char *key;          /* the boolean field */
+		enum atlas_pooling mode;  /* NONE: a mode Atlas refuses */
+		const char *name;         /* for messages */
+	} modes[] = {
+		{"pooling_mode_lasttoken", ATLAS_POOL_LAST, "lasttoken"},
+		{"pooling_mode_mean_tokens", ATLAS_POOL_MEAN, "mean"},
+		{"pooling_mode_cls_token", ATLAS_POOL_CLS, "cls"},
+		{"pooling_mode_max_tokens", ATLAS_POOL_NONE, "max"},
+		{"pooling_mode_mean_sqrt_len_tokens", ATLAS_POOL_NONE, "mean_sqrt_len"},
+		{"pooling_mode_weightedmean_tokens", ATLAS_POOL_NONE, "weightedmean"},
+	};
+	const char *chosen = NULL, *s = NULL;
+	bool include_prompt = true;
+	int rc;
+	e->pooling = ATLAS_POOL_NONE;
+	/* sentence-transformers also accepts one "pooling_mode" string */
+	if ((rc = atlas_json_string(o, "pooling_mode", where, &s)) < 0)
+		return rc;
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		bool on = false;
+		if ((rc = atlas_json_bool(o, modes[i].key, where, &on)) < 0)
+			return rc;
+		if (!on && !(s && !strcmp(s, modes[i].name)))
+			continue;
+		if (modes[i].mode == ATLAS_POOL_NONE)
+			return atlas_error(ATLAS_EUNSUPPORTED,
+					   "%s: pooling mode '%s' is not supported (supported: "
+					   "lasttoken, mean, cls)", where, modes[i].name);
+		if (chosen && strcmp(chosen, modes[i].name))
+			return atlas_error(ATLAS_EUNSUPPORTED,
+					   "%s: pooling modes '%s' and '%s' together (a concatenation) "
+					   "are not supported; one of lasttoken, mean, cls", where,
+					   chosen, modes[i].name);
+		chosen = modes[i].name;
+		e->pooling = modes[i].mode;
+	}
+	if (!chosen)
+		return atlas_error(ATLAS_EFORMAT, "%s: no pooling mode is set (one of "
+				   "pooling_mode_lasttoken, pooling_mode_mean_tokens, "
+				   "pooling_mode_cls_token must be true)", where);
+	if ((rc = atlas_json_bool(o, "include_prompt", where, &include_prompt)) < 0)
+		return rc;
+	if (!include_prompt)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: include_prompt false (pooling without the instruction's "
+				   "tokens) is not supported", where);
+	if ((rc = atlas_json_int(o, "word_embedding_dimension", where, &e->dim)) < 0)
+		return rc;
+	return 0;
+}
+
+int atlas_embed_config_load(const char *dir, struct atlas_embed_config *out)
+{
+	struct json_object *mods, *pc = NULL;
+	char where[512], sub[300];
+	int rc;
+	memset(out, 0, sizeof(*out));
+	rc = read_json(dir, "modules.json", &mods);
+	if (rc == ATLAS_ENOTFOUND)
+		return 0;
+	if (rc)
+		return rc;
+	snprintf(where, sizeof(where), "modules.json in '%s'", dir);
+	if (!json_object_is_type(mods, json_type_array)) {
+		json_object_put(mods);
+		return atlas_error(ATLAS_EFORMAT, "%s: a list of modules is expected", where);
+	}
+	const char *pool_path = NULL;
+	size_t n = json_object_array_length(mods);
+	for (size_t i = 0; i < n && !rc; i++) {
+		struct json_object *m = json_object_array_get_idx(mods, i);
+		const char *type = NULL, *path = "";
+		if (!json_object_is_type(m, json_type_object) ||
+		    atlas_json_string(m, "type", where, &type) <= 0 ||
+		    atlas_json_string(m, "path", where, &path) < 0) {
+			rc = atlas_error(ATLAS_EFORMAT, "%s: module %zu needs a string 'type'", where, i);
+			break;
+		}
+		const char *kind = module_kind(type);
+		if (!strcmp(kind, "Pooling"))
+			pool_path = path;
+		else if (!strcmp(kind, "Normalize"))
+			out->normalize = true;
+		else if (strcmp(kind, "Transformer"))
+			rc = atlas_error(ATLAS_EUNSUPPORTED,
+					 "%s: module '%s' is not supported (supported: Transformer, "
+					 "Pooling, Normalize)", where, type);
+	}
+	if (!rc && pool_path) {
+		if (!*pool_path || pool_path[0] == '/' || strstr(pool_path, "..") ||
+		    strlen(pool_path) > 200)
+			rc = atlas_error(ATLAS_EFORMAT, "%s: the Pooling module's path '%s' is not "
+					 "a folder of the model", where, pool_path);
+		else
+			snprintf(sub, sizeof(sub), "%s/config.json", pool_path);
+		if (!rc && (rc = read_json(dir, sub, &pc)) == ATLAS_ENOTFOUND)
+			rc = atlas_error(ATLAS_EFORMAT, "%s: the Pooling module's '%s' is missing",
+					 where, sub);
+		if (!rc && !json_object_is_type(pc, json_type_object))
+			rc = atlas_error(ATLAS_EFORMAT, "'%s' in '%s' must be a JSON object", sub, dir);
+		if (!rc) {
+			snprintf(where, sizeof(where), "%s in '%s'", sub, dir);
+			rc = parse_pooling(pc, where, out);
+		}
+	}
+	json_object_put(pc);
+	json_object_put(mods);
+	if (rc || !pool_path)
+		memset(out, 0, sizeof(*out)); /* no pooling: not an embedding model */
+	return rc;
+}

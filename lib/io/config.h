@@ -61,6 +61,36 @@ struct atlas_gen_config {
 	int n_eos;                  /* entries in eos_ids */
 };
 
+/* How an embedding model turns the final hidden states of its tokens into
+ * one vector: sentence-transformers' Pooling module (modules.json and the
+ * module's config.json, e.g. 1_Pooling/config.json). */
+enum atlas_pooling {
+	ATLAS_POOL_NONE = 0, /* no pooling declared: not an embedding model */
+	ATLAS_POOL_LAST,     /* the last token's state (pooling_mode_lasttoken) */
+	ATLAS_POOL_MEAN,     /* the mean over every token (pooling_mode_mean_tokens) */
+	ATLAS_POOL_CLS,      /* the first token's state (pooling_mode_cls_token) */
+};
+
+/* The sentence-transformers files of a model directory. */
+struct atlas_embed_config {
+	enum atlas_pooling pooling; /* ATLAS_POOL_NONE: not an embedding model */
+	bool normalize;             /* a Normalize module follows: L2-normalize */
+	int64_t dim;                /* the Pooling config's word_embedding_dimension,
+				     * 0 when absent */
+};
+
+/* Read `dir`/modules.json and the config of its Pooling module. No
+ * modules.json, or one without a Pooling module: pooling NONE and 0.
+ * What Atlas cannot compute is refused by name (ATLAS_EUNSUPPORTED): a
+ * pooling mode other than last token, mean or cls (max, weightedmean,
+ * mean_sqrt_len), several modes at once, include_prompt false, and
+ * modules other than Transformer, Pooling and Normalize (a Dense
+ * projection). Malformed files: ATLAS_EFORMAT naming the file. */
+int atlas_embed_config_load(const char *dir, struct atlas_embed_config *out);
+
+/* "last-token", "mean", "cls" or "none"; static string. */
+const char *atlas_pooling_name(enum atlas_pooling p);
+
 /* Parse `dir`/config.json into *out. Returns 0, or a negative ATLAS_E*
  * with a message naming the file and the field (missing required field,
  * wrong type, value out of range). */

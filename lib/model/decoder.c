@@ -26,6 +26,7 @@
 #include "../core/log.h"
 #include "decoder_internal.h"
 #include "rope.h"
+#include "tensors.h"
 
 void atlas_model_default_params(struct atlas_model_params *p)
 {
@@ -45,6 +46,11 @@ int atlas_model_world(const struct atlas_model *m)
 const struct atlas_config *atlas_model_config(const struct atlas_model *m)
 {
 	return &m->cfg;
+}
+
+const struct atlas_embed_config *atlas_model_embed_config(const struct atlas_model *m)
+{
+	return &m->emb;
 }
 
 const char *atlas_model_family(const struct atlas_model *m)
@@ -193,7 +199,7 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 	int rc = 0;
 #define B(field, suffix, d0, d1, req, sl) \
 	do { \
-		snprintf(n, sizeof(n), "model.layers.%lld.%s", (long long)l, suffix); \
+		snprintf(n, sizeof(n), "%slayers.%lld.%s", m->tprefix, (long long)l, suffix); \
 		if (!rc) rc = bind_slice(m, &L->field, n, d0, d1, req, sl); \
 	} while (0)
 	B(ln1, "input_layernorm.weight", D, -1, 1, NULL);
@@ -341,8 +347,8 @@ nomem:
 static size_t rank_bytes(const struct atlas_model *m, const struct atlas_tensor_info *t)
 {
 	const struct atlas_config *c = &m->cfg;
-	size_t b = t->nbytes;
-	if (strncmp(t->name, "model.layers.", 13))
+	size_t b = t->nbytes, pl = strlen(m->tprefix);
+	if (strncmp(t->name, m->tprefix, pl) || strncmp(t->name + pl, "layers.", 7))
 		return b;
 	if (strstr(t->name, ".q_proj.") || strstr(t->name, ".o_proj.weight"))
 		return b / (size_t)c->num_heads * (size_t)m->H_loc;
@@ -418,8 +424,17 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		atlas_warn("context %lld is longer than the model's max_position_embeddings %lld; "
 			   "output past that is untested territory for the model",
 			   (long long)m->max_ctx, (long long)c->max_position);
+	if (atlas_embed_config_load(dir, &m->emb))
+		goto fail;
+	if (m->emb.pooling && m->emb.dim > 0 && m->emb.dim != c->hidden_size) {
+		atlas_error(ATLAS_EFORMAT, "the pooling config's word_embedding_dimension %lld "
+			    "is not hidden_size %lld", (long long)m->emb.dim,
+			    (long long)c->hidden_size);
+		goto fail;
+	}
 	if (!(m->st = atlas_st_open(dir)))
 		goto fail;
+	m->tprefix = atlas_model_tensor_prefix(m->st);
 	if (size_memory(m))
 		goto fail;
 	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));
@@ -427,20 +442,32 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto fail;
 	}
-	rc = bind(m, &m->embed, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, 1);
+	char name[96];
+	snprintf(name, sizeof(name), "%sembed_tokens.weight", m->tprefix);
+	rc = bind(m, &m->embed, name, c->vocab_size, c->hidden_size, 1);
+	snprintf(name, sizeof(name), "%snorm.weight", m->tprefix);
 	if (!rc)
-		rc = bind(m, &m->norm, "model.norm.weight", c->hidden_size, -1, 1);
-	if (!rc && c->tie_embeddings)
+		rc = bind(m, &m->norm, name, c->hidden_size, -1, 1);
+	/* an embedding model pools hidden states and never reads a head (a
+	 * CausalLM export may still carry one: it stays unread) */
+	if (!rc && m->emb.pooling == ATLAS_POOL_NONE && c->tie_embeddings)
 		m->lm_head = m->embed;
-	else if (!rc)
+	else if (!rc && m->emb.pooling == ATLAS_POOL_NONE &&
+		 !atlas_st_find(m->st, "lm_head.weight") && !strstr(c->architecture, "ForCausalLM"))
+		rc = atlas_error(ATLAS_EFORMAT,
+				 "'%s' is a base model without an output head (no lm_head.weight) "
+				 "and has no sentence-transformers pooling (modules.json with a "
+				 "Pooling module): it can neither generate nor embed",
+				 c->architecture[0] ? c->architecture : c->model_type);
+	else if (!rc && m->emb.pooling == ATLAS_POOL_NONE)
 		rc = bind(m, &m->lm_head, "lm_head.weight", c->vocab_size, c->hidden_size, 1);
 	for (int64_t l = 0; !rc && l < c->num_layers; l++)
 		rc = bind_layer(m, l);
 	if (rc || atlas_decoder_alloc_buffers(m) || atlas_kvpool_init(m))
 		goto fail;
 	atlas_forward_fused_setup(m);
-	atlas_info("loaded %s model from '%s': %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld, context %lld",
-		   m->fam->name, dir, (long long)c->num_layers, (long long)c->hidden_size,
+	atlas_info("loaded %s%s model from '%s': %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld, context %lld",
+		   m->fam->name, m->emb.pooling ? " embedding" : "", dir, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads,
 		   (long long)c->vocab_size, (long long)m->max_ctx);
 	if (m->comm->world > 1)

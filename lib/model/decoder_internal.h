@@ -80,7 +80,13 @@ struct atlas_model {
 	int64_t max_ctx;                  /* tokens per sequence */
 	int64_t max_seqs;                 /* sequences per step */
 	int64_t max_tokens;               /* tokens per step (activation rows) */
-	struct weight embed, norm, lm_head; /* lm_head may alias embed */
+	struct weight embed, norm, lm_head; /* lm_head may alias embed; absent
+					   * (p NULL) in an embedding model */
+	const char *tprefix;              /* of the decoder's tensor names: "model."
+					   * or "" (a base model's checkpoint;
+					   * atlas_model_tensor_prefix) */
+	struct atlas_embed_config emb;    /* sentence-transformers pooling; pooling
+					   * NONE for a generation model */
 	struct layer *layers;             /* [num_layers] */
 	float *inv_freq;                  /* backend [hd/2] */
 	size_t act;                       /* bytes per activation element */

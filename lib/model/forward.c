@@ -248,6 +248,12 @@ static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 	const struct atlas_config *c = &m->cfg;
 	int64_t D = c->hidden_size, V = c->vocab_size;
 	TRY(body(m, T, kb));
+	/* the final-normed rows of each item that asked for them (an
+	 * embedding model's pooling input), as FP32 on the host */
+	for (int64_t i = 0, row = 0; i < n; row += it[i].n, i++)
+		if (it[i].hidden)
+			TRY(be->to_f32(be, it[i].hidden, (const char *)m->h + (size_t)(row * D) * m->act,
+				       it[i].n * D));
 	if (all) {
 		TRY(be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, T, V, D));
 		return download(m, all, m->logits, (size_t)(T * V) * sizeof(float));
@@ -319,7 +325,8 @@ static int graph_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 	if (m->no_graphs || !m->be->capture_begin || !m->be->replay)
 		return 0;
 	for (int64_t i = 0; i < n; i++) {
-		if (it[i].n != 1 || (!it[i].logits && !it[i].sample))
+		/* the recording gathers no hidden rows: those steps run eagerly */
+		if (it[i].n != 1 || (!it[i].logits && !it[i].sample) || it[i].hidden)
 			return 0;
 		m->h_args[i] = it[i].sample ? *it[i].sample : (struct atlas_sample_args){0};
 		want_ids |= it[i].sample != NULL;
@@ -499,6 +506,12 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 	if (m->comm->rank != 0)
 		return atlas_error(ATLAS_EINVAL, "rank %d runs the steps rank 0 sends it "
 				   "(atlas_model_follow), not its own", m->comm->rank);
+	/* an embedding model has no output head to give logits with */
+	for (int64_t i = 0; !m->lm_head.p && i < n; i++)
+		if (all || it[i].logits || it[i].sample)
+			return atlas_error(ATLAS_EUNSUPPORTED,
+					   "an embedding model has no output head: it cannot give "
+					   "logits or generate");
 	TRY(prepare(m, it, n, &T));
 
 	/* token metadata: ids, positions, owning sequence, cache slot (once

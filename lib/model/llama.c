@@ -4,7 +4,8 @@
 #include "family.h"
 
 static const char *const types[] = {"llama", NULL};
-static const char *const archs[] = {"LlamaForCausalLM", NULL};
+/* LlamaModel: the base model, as embedding models built on Llama ship */
+static const char *const archs[] = {"LlamaForCausalLM", "LlamaModel", NULL};
 
 const struct atlas_family atlas_family_llama = {
 	.name = "llama",

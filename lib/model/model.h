@@ -89,6 +89,14 @@ int atlas_model_stop_followers(struct atlas_model *m);
 int atlas_model_rank(const struct atlas_model *m);
 int atlas_model_world(const struct atlas_model *m);
 
+/* The model's sentence-transformers pooling, read at load (modules.json
+ * and its Pooling module's config): pooling ATLAS_POOL_NONE for a
+ * generation model. An embedding model (pooling set) has no output head:
+ * a step that asks it for logits or a sampled token fails with
+ * ATLAS_EUNSUPPORTED; its steps give hidden states (atlas_batch_item).
+ * Owned by the model. */
+const struct atlas_embed_config *atlas_model_embed_config(const struct atlas_model *m);
+
 /* Comma-separated list of supported families; static string. */
 const char *atlas_model_supported(void);
 
@@ -120,6 +128,9 @@ struct atlas_batch_item {
 	const struct atlas_sample_args *sample; /* or: sample its next token on
 				  the backend with these settings ... */
 	int32_t *token;        /* ... into this host int (with sample) */
+	float *hidden;         /* or NULL: host [n, hidden_size] FP32, the final-
+				* normed hidden states of all n tokens (what an
+				* embedding model pools); such a step runs op by op */
 };
 
 /* Can the model's backend sample on the device (atlas_model_forward_sample)? */

@@ -5,7 +5,8 @@
 #include "../core/error.h"
 
 static const char *const types[] = {"qwen2", NULL};
-static const char *const archs[] = {"Qwen2ForCausalLM", NULL};
+/* Qwen2Model: the base model (gte-Qwen2 embedding models) */
+static const char *const archs[] = {"Qwen2ForCausalLM", "Qwen2Model", NULL};
 
 static int check(const struct atlas_config *c)
 {

@@ -6,7 +6,8 @@
 #include "../core/error.h"
 
 static const char *const types[] = {"qwen3", NULL};
-static const char *const archs[] = {"Qwen3ForCausalLM", NULL};
+/* Qwen3Model: the base model with no LM head, as Qwen3-Embedding ships */
+static const char *const archs[] = {"Qwen3ForCausalLM", "Qwen3Model", NULL};
 
 static int check(const struct atlas_config *c)
 {

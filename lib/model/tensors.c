@@ -23,8 +23,8 @@ static int emit(atlas_expected_tensor_fn fn, void *arg, const char *name, int64_
 	return fn(arg, &t);
 }
 
-static int layer(const struct atlas_config *c, const struct atlas_family *fam, int64_t l,
-		 atlas_expected_tensor_fn fn, void *arg)
+static int layer(const struct atlas_config *c, const struct atlas_family *fam, const char *pre,
+		 int64_t l, atlas_expected_tensor_fn fn, void *arg)
 {
 	int64_t D = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
 	int64_t qd = c->num_heads * hd, kvd = c->num_kv_heads * hd;
@@ -34,13 +34,13 @@ static int layer(const struct atlas_config *c, const struct atlas_family *fam, i
 	/* X: a tensor; XB: a bias of the matrix `mat` */
 #define X(suffix, d0, d1, req) \
 	do { \
-		snprintf(n, sizeof(n), "model.layers.%lld.%s", (long long)l, suffix); \
+		snprintf(n, sizeof(n), "%slayers.%lld.%s", pre, (long long)l, suffix); \
 		if (!rc) rc = emit(fn, arg, n, d0, d1, req, NULL); \
 	} while (0)
 #define XB(mat, d0, req) \
 	do { \
-		snprintf(n, sizeof(n), "model.layers.%lld.%s.bias", (long long)l, mat); \
-		snprintf(w, sizeof(w), "model.layers.%lld.%s.weight", (long long)l, mat); \
+		snprintf(n, sizeof(n), "%slayers.%lld.%s.bias", pre, (long long)l, mat); \
+		snprintf(w, sizeof(w), "%slayers.%lld.%s.weight", pre, (long long)l, mat); \
 		if (!rc) rc = emit(fn, arg, n, d0, -1, req, w); \
 	} while (0)
 	X("input_layernorm.weight", D, -1, true);
@@ -68,18 +68,35 @@ static int layer(const struct atlas_config *c, const struct atlas_family *fam, i
 	return rc;
 }
 
+const char *atlas_model_tensor_prefix(const struct atlas_st *st)
+{
+	if (!atlas_st_find(st, "model.embed_tokens.weight") && atlas_st_find(st, "embed_tokens.weight"))
+		return "";
+	return "model.";
+}
+
+int atlas_model_expected_tensors_at(const struct atlas_config *c, const struct atlas_family *fam,
+				    const char *prefix, bool embedding,
+				    atlas_expected_tensor_fn fn, void *arg)
+{
+	char n[96];
+	snprintf(n, sizeof(n), "%sembed_tokens.weight", prefix);
+	int rc = emit(fn, arg, n, c->vocab_size, c->hidden_size, true, NULL);
+	snprintf(n, sizeof(n), "%snorm.weight", prefix);
+	if (!rc)
+		rc = emit(fn, arg, n, c->hidden_size, -1, true, NULL);
+	/* the head is never prefixed; an embedding model does not read it */
+	if (!rc && !c->tie_embeddings)
+		rc = emit(fn, arg, "lm_head.weight", c->vocab_size, c->hidden_size, !embedding, NULL);
+	for (int64_t l = 0; !rc && l < c->num_layers; l++)
+		rc = layer(c, fam, prefix, l, fn, arg);
+	return rc;
+}
+
 int atlas_model_expected_tensors(const struct atlas_config *c, const struct atlas_family *fam,
 				 atlas_expected_tensor_fn fn, void *arg)
 {
-	int rc = emit(fn, arg, "model.embed_tokens.weight", c->vocab_size, c->hidden_size, true,
-		      NULL);
-	if (!rc)
-		rc = emit(fn, arg, "model.norm.weight", c->hidden_size, -1, true, NULL);
-	if (!rc && !c->tie_embeddings)
-		rc = emit(fn, arg, "lm_head.weight", c->vocab_size, c->hidden_size, true, NULL);
-	for (int64_t l = 0; !rc && l < c->num_layers; l++)
-		rc = layer(c, fam, l, fn, arg);
-	return rc;
+	return atlas_model_expected_tensors_at(c, fam, "model.", false, fn, arg);
 }
 
 /* --- validation ---------------------------------------------------------- */
@@ -191,6 +208,12 @@ int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg)
 		return v.problems;
 	}
 	check_config(&v, &c, fam);
+	struct atlas_embed_config emb;
+	if (atlas_embed_config_load(dir, &emb))
+		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
+	else if (emb.pooling && emb.dim > 0 && emb.dim != c.hidden_size)
+		finding(&v, ATLAS_FINDING_PROBLEM, "the pooling config's word_embedding_dimension "
+			"%lld is not hidden_size %lld", (long long)emb.dim, (long long)c.hidden_size);
 	if (!(v.st = atlas_st_open(dir))) {
 		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
 		return v.problems;
@@ -200,7 +223,8 @@ int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg)
 		atlas_st_close(v.st);
 		return atlas_error(ATLAS_ENOMEM, "out of memory");
 	}
-	atlas_model_expected_tensors(&c, fam, check_one, &v);
+	atlas_model_expected_tensors_at(&c, fam, atlas_model_tensor_prefix(v.st),
+					emb.pooling != ATLAS_POOL_NONE, check_one, &v);
 	for (int64_t i = 0; i < n; i++)
 		if (!v.seen[i]) {
 			const struct atlas_tensor_info *t = atlas_st_get(v.st, i);

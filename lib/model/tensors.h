@@ -30,6 +30,24 @@ typedef int (*atlas_expected_tensor_fn)(void *arg, const struct atlas_expected_t
 int atlas_model_expected_tensors(const struct atlas_config *c, const struct atlas_family *fam,
 				 atlas_expected_tensor_fn fn, void *arg);
 
+/* The same walk for a checkpoint whose decoder tensors carry `prefix`
+ * ("model." as a CausalLM stores them, "" as a base model such as
+ * Qwen3-Embedding's Qwen3Model does: "embed_tokens.weight",
+ * "layers.0.…", "norm.weight"); `embedding`: an embedding model, whose
+ * output head is never read (listed as optional when untied, so that a
+ * CausalLM export's lm_head.weight is no surprise).
+ * atlas_model_expected_tensors is this with "model." and false. */
+int atlas_model_expected_tensors_at(const struct atlas_config *c, const struct atlas_family *fam,
+				    const char *prefix, bool embedding,
+				    atlas_expected_tensor_fn fn, void *arg);
+
+struct atlas_st;
+/* The prefix of the decoder's tensor names in checkpoint `st`: "" when it
+ * has "embed_tokens.weight" and not "model.embed_tokens.weight" (a base
+ * model's layout), else "model.". Static string. The loader (decoder.c)
+ * and the validator both ask here, so they agree. */
+const char *atlas_model_tensor_prefix(const struct atlas_st *st);
+
 /* Severity of a finding of atlas_model_validate. */
 enum atlas_finding {
 	ATLAS_FINDING_WARNING = 1, /* odd but loadable: an unexpected tensor */
@@ -40,7 +58,8 @@ enum atlas_finding {
 typedef void (*atlas_finding_fn)(void *arg, enum atlas_finding level, const char *msg);
 
 /* Check the checkpoint in `dir` against its config.json without loading
- * it: config parses and its family is supported, shards are consistent,
+ * it: config parses and its family is supported, the sentence-transformers
+ * pooling config (if any) is one Atlas computes, shards are consistent,
  * every tensor the family needs is present with the implied shape and a
  * supported dtype, biases match their matrices' dtypes; tensors nobody
  * reads are warnings. Every finding goes to `fn`; the walk goes on past

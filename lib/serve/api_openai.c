@@ -12,7 +12,7 @@ enum MHD_Result serve_chat_completions(struct conn *c)
 	struct atlas_server *s = c->srv;
 	struct serve_err e;
 	struct serve_gen g;
-	if (!serve_ready(c))
+	if (!serve_ready(c) || serve_refuse_embedding(c))
 		return MHD_YES;
 	json_object *b = serve_parse_body(c, &e);
 	if (!b)
@@ -131,7 +131,7 @@ enum MHD_Result serve_completions(struct conn *c)
 	struct atlas_server *s = c->srv;
 	struct serve_err e;
 	struct serve_gen g;
-	if (!serve_ready(c))
+	if (!serve_ready(c) || serve_refuse_embedding(c))
 		return MHD_YES;
 	json_object *b = serve_parse_body(c, &e);
 	if (!b)

@@ -351,6 +351,7 @@ static const struct route routes[] = {
 	{"/v1/completions", "POST", serve_completions, API_OPENAI},
 	{"/v1/messages", "POST", serve_messages, API_ANTHROPIC},
 	{"/v1/messages/count_tokens", "POST", serve_count_tokens, API_ANTHROPIC},
+	{"/v1/embeddings", "POST", serve_embeddings, API_OPENAI},
 	{"/v1/models", "GET", models_all, API_OPENAI},
 	{"/tokenize", "POST", serve_tokenize, API_OPENAI},
 	{"/detokenize", "POST", serve_detokenize, API_OPENAI},

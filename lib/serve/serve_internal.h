@@ -299,11 +299,17 @@ enum MHD_Result serve_chat_completions(struct conn *c);
 enum MHD_Result serve_completions(struct conn *c);
 enum MHD_Result serve_messages(struct conn *c);
 enum MHD_Result serve_count_tokens(struct conn *c);
+enum MHD_Result serve_embeddings(struct conn *c);
 enum MHD_Result serve_models(struct conn *c, const char *id);
 enum MHD_Result serve_tokenize(struct conn *c);
 enum MHD_Result serve_detokenize(struct conn *c);
 enum MHD_Result serve_health(struct conn *c);
 enum MHD_Result serve_metrics_route(struct conn *c);
+
+/* --- api_embed.c -------------------------------------------------------- */
+/* On a generation route: when the model is an embedding model, reply 400
+ * (code model_is_embedding) and return 1; else 0. */
+int serve_refuse_embedding(struct conn *c);
 
 /* --- server.c ----------------------------------------------------------- */
 /* A connection libmicrohttpd had has closed (its client address, or NULL):
