@@ -689,6 +689,7 @@ struct atlas_server *serve_parse_only_open(const char *model_dir)
 	struct atlas_server_params p;
 	atlas_server_default_params(&p);
 	p.max_body = (size_t)32 << 20;
+	p.tool_parser = "hermes"; /* tool choices compile their grammars too */
 	struct atlas_server *s = server_new(&p);
 	if (!s)
 		return NULL;

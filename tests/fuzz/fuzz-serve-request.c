@@ -2,10 +2,13 @@
  * parsers.
  *
  * Each input is a request body, given to the POST routes as a request
- * would give it: /v1/chat/completions, /v1/completions, /v1/messages and
- * /tokenize. That runs the JSON parse, every typed field, stop strings,
- * prompts (text, token ids, lists of either), the chat template over
- * OpenAI and Anthropic messages, tokenization and the job set-up, up to
+ * would give it: /v1/chat/completions, /v1/completions, /v1/messages,
+ * /v1/messages/count_tokens and /tokenize. That runs the JSON parse, every
+ * typed field, stop strings, prompts (text, token ids, lists of either),
+ * the chat template over OpenAI and Anthropic messages (tool calls and
+ * results included), tools and tool_choice (the server parses hermes
+ * calls), response_format, grammar and regex compiled to grammars,
+ * tokenization and the job set-up, up to
  * the point where a request would be submitted; no model runs. The bytes
  * also go to serve_head_check, the check of a connection's first request
  * head. The server
@@ -21,7 +24,7 @@
 #include "../../lib/serve/serve_internal.h"
 
 static const char *const paths[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages",
-				    "/tokenize"};
+				    "/v1/messages/count_tokens", "/tokenize"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
