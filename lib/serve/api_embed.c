@@ -240,10 +240,14 @@ static int submit(struct atlas_server *s, struct embed_req *q, struct serve_err 
 }
 
 /* Wait for every input's vector. 0; 1 when the client went away (nobody
- * to answer); -1 with e set (shutdown, an engine failure). */
+ * to answer); -1 with e set (shutdown, an engine failure). The client is
+ * looked for every EMBED_WAIT_MS, whether or not vectors keep coming: a
+ * long list finishes input by input, and a client that left should free
+ * the engine from the rest at once. */
 static int wait_all(struct conn *c, struct embed_req *q, struct serve_err *e)
 {
 	struct atlas_server *s = c->srv;
+	double next_check = serve_now() + EMBED_WAIT_MS / 1e3;
 	for (int i = 0; i < q->n_in; i++) {
 		struct embed_in *in = &q->in[i];
 		while (!in->done) {
@@ -252,11 +256,14 @@ static int wait_all(struct conn *c, struct embed_req *q, struct serve_err *e)
 						     "the server is shutting down; the request was "
 						     "cancelled");
 			struct atlas_sched_chunk ch;
-			int got = atlas_sreq_take(in->r, EMBED_WAIT_MS, &ch);
+			atlas_sreq_take(in->r, EMBED_WAIT_MS, &ch);
 			in->done = ch.done;
 			atlas_sched_chunk_free(&ch);
+			if (serve_now() < next_check)
+				continue;
+			next_check = serve_now() + EMBED_WAIT_MS / 1e3;
 			/* the connection is suspended while this worker runs: ours to poll */
-			if (!got && serve_client_gone(c->mc))
+			if (serve_client_gone(c->mc))
 				return 1;
 		}
 		struct atlas_sreq_result res;
@@ -391,6 +398,9 @@ enum MHD_Result serve_embeddings(struct conn *c)
 		rc = submit(s, &q, &e);
 	if (!rc)
 		rc = wait_all(c, &q, &e);
+	if (rc > 0)
+		serve_log("embeddings: the client went away; %d input%s cancelled", q.n_in,
+			  q.n_in == 1 ? "" : "s");
 	if (rc) {
 		embed_req_free(&q);
 		return rc > 0 ? MHD_NO : serve_reply_err(c, &e);
@@ -400,9 +410,9 @@ enum MHD_Result serve_embeddings(struct conn *c)
 	serve_limits_charge(&s->limits, c->client, tokens);
 	char id[64];
 	serve_new_id(s, "embd-", id, sizeof(id));
-	serve_log("%s: %d input%s, %lld tokens, %s pooling, total %.1f ms", id, q.n_in,
-		  q.n_in == 1 ? "" : "s", (long long)tokens, atlas_pooling_name(ec->pooling),
-		  (serve_now() - t0) * 1e3);
+	serve_log("%s: %d input%s, %lld token%s, %s pooling, total %.1f ms", id, q.n_in,
+		  q.n_in == 1 ? "" : "s", (long long)tokens, tokens == 1 ? "" : "s",
+		  atlas_pooling_name(ec->pooling), (serve_now() - t0) * 1e3);
 	embed_req_free(&q);
 	return serve_reply_json(c, 200, o);
 }

@@ -215,3 +215,18 @@ save() {
 	http GET "$E_URL/health"
 	expect_eq "$status_code" 200
 }
+
+@test "a client that leaves cancels its inputs, and the server goes on" {
+	node -e 'console.log(JSON.stringify({input: Array(2000).fill("word ".repeat(50))}))' >"$BATS_TEST_TMPDIR/big.json"
+	curl -s -m 0.5 -H 'Content-Type: application/json' --data-binary @"$BATS_TEST_TMPDIR/big.json" \
+		"$E_URL/v1/embeddings" >/dev/null || true
+	local i
+	for i in $(seq 200); do
+		grep -q 'the client went away; 2000 inputs cancelled' "$E_LOG" && break
+		sleep 0.05
+	done
+	expect_contains "$(cat "$E_LOG")" 'the client went away; 2000 inputs cancelled'
+	http POST "$E_URL/v1/embeddings" '{"input":"a"}'
+	expect_eq "$status_code" 200
+	expect_eq "$(metric "$E_URL" atlas_kv_blocks_free)" "$(metric "$E_URL" atlas_kv_blocks_total)" "KV blocks all free"
+}
