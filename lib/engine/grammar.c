@@ -37,6 +37,11 @@
 #define MAX_WALK_WORK (64 << 20)    /* stack steps of one mask's walks */
 #define MAX_DEPTH 512		    /* frames of one stack */
 #define MAX_STACKS 1024		    /* live stacks (parses) at one point */
+/* Cache walkers of one grammar, i.e. threads computing entries at once
+ * (a test build may lower it, to exercise the wait for one). */
+#ifndef MAX_WALKERS
+#define MAX_WALKERS 64
+#endif
 
 enum { E_EPS, E_CLASS, E_CALL }; /* edge kinds, in the order edges are grouped */
 
@@ -94,12 +99,21 @@ struct atlas_grammar {
 	int32_t n_ranges, cap_ranges;
 	int32_t *clo; /* closure lists (see gstate) */
 	int32_t n_clo;
-	uint32_t *follow;      /* per rule, 8 words: bytes that may follow it */
-	pthread_mutex_t mu;    /* guards cache writes and ciw */
-	bool mu_ok;	       /* mu was initialized */
-	struct gcache **cache; /* per state, NULL until first needed */
-	struct gwalk *ciw;     /* the walker that fills the cache */
-	int extra_refs;                      /* references beyond the first (atomic) */
+	uint32_t *follow; /* per rule, 8 words: bytes that may follow it */
+	/* The mask cache (see "the mask cache" below): entries of different
+	 * states are computed at once by different threads; mu is held only
+	 * to claim a state or a walker, never during a computation. */
+	struct gcache **cache; /* per state, NULL until first needed; set once,
+				* atomically (release), and read without mu */
+	pthread_mutex_t mu;    /* guards busy, idle, n_idle, n_walkers */
+	pthread_cond_t cv;     /* broadcast when a state's computation ends
+				* or a walker comes back */
+	bool mu_ok;	       /* mu and cv were initialized */
+	uint8_t *busy;	       /* per state: some thread is computing its entry */
+	struct gwalk **idle;   /* cache walkers not in use, [MAX_WALKERS] */
+	int32_t n_idle;	       /* entries of idle */
+	int32_t n_walkers;     /* cache walkers that exist (idle or in use) */
+	int extra_refs;	       /* references beyond the first (atomic) */
 };
 
 static int grammar_cache_init(struct atlas_grammar *g);
@@ -2126,15 +2140,47 @@ static void level_one(struct gwalk *w, int32_t base, int64_t off, int32_t top, i
 	w->ent[off] = (struct gentry){top, parent};
 }
 
-/* ---- the mask cache ---- */
+/* ---- the mask cache ----
+ *
+ * An entry is a pure function of the grammar, the vocabulary and its
+ * state, so any thread may compute it. Concurrency: a thread that needs
+ * an absent entry claims its state (busy[s], under mu), takes a cache
+ * walker from the grammar's pool, drops mu, walks the vocabulary, and
+ * under mu again publishes the entry (an atomic release store that
+ * lock-free readers pair with an acquire load), returns the walker and
+ * wakes the waiters. A thread that finds the state busy waits on cv
+ * instead of computing it twice (the requests of a batch often reach the
+ * same state in the same step); if the computation failed, a waiter
+ * computes it itself, so that every failing call leaves its own message
+ * on its own thread. States that differ are computed in parallel.
+ *
+ * Walkers are not shared: each has its own frame pool and its own
+ * transition memo, whose sets name that pool's frames by id (sharing the
+ * memo would mean sharing the pool, under a lock taken on every step).
+ * A memo only saves work (a hit gives the level the walk would compute),
+ * so an entry comes out the same whichever walker computes it; only the
+ * work a walk counts against MAX_WALK_WORK depends on how warm the memo
+ * is, as it already did on the order in which states were reached.
+ *
+ * The pool holds walkers between computations: a new walker is made only
+ * when none is idle, so there are never more than the threads that ever
+ * computed at once, and at most MAX_WALKERS (past that a thread waits for
+ * one to come back). A walker costs 16 bytes per state plus its memo (at
+ * most MEMO_SETS sets); all are freed with the grammar. */
 
 static int grammar_cache_init(struct atlas_grammar *g)
 {
 	g->cache = calloc((size_t)g->n_states + 1, sizeof(*g->cache));
-	if (!g->cache)
+	g->busy = calloc((size_t)g->n_states + 1, 1);
+	g->idle = calloc(MAX_WALKERS, sizeof(*g->idle));
+	if (!g->cache || !g->busy || !g->idle)
 		return atlas_error(ATLAS_ENOMEM, "out of memory");
 	if (pthread_mutex_init(&g->mu, NULL))
 		return atlas_error(ATLAS_ENOMEM, "cannot create a mutex");
+	if (pthread_cond_init(&g->cv, NULL)) {
+		pthread_mutex_destroy(&g->mu);
+		return atlas_error(ATLAS_ENOMEM, "cannot create a condition variable");
+	}
 	g->mu_ok = true;
 	return 0;
 }
@@ -2148,17 +2194,45 @@ static void cache_free(struct gcache *c)
 	}
 }
 
-static struct gcache *cache_compute(struct atlas_grammar *g, int32_t s)
+static void cache_walker_free(struct gwalk *w)
 {
-	if (!g->ciw) {
-		g->ciw = malloc(sizeof(*g->ciw));
-		if (!g->ciw || walk_init(g->ciw, g)) {
-			free(g->ciw);
-			g->ciw = NULL;
-			return NULL;
-		}
+	if (w) {
+		memo_free(w->memo);
+		walk_release(w);
+		free(w);
 	}
-	struct gwalk *w = g->ciw;
+}
+
+/* A cache walker for the calling thread: an idle one, else a new one
+ * while fewer than MAX_WALKERS exist, else the next one returned. Called
+ * with g->mu held (it may wait, and it drops mu while allocating).
+ * NULL with a message when out of memory. */
+static struct gwalk *walker_take(struct atlas_grammar *g)
+{
+	while (!g->n_idle && g->n_walkers >= MAX_WALKERS)
+		pthread_cond_wait(&g->cv, &g->mu);
+	if (g->n_idle)
+		return g->idle[--g->n_idle];
+	g->n_walkers++; /* the slot is ours while we allocate */
+	pthread_mutex_unlock(&g->mu);
+	struct gwalk *w = malloc(sizeof(*w));
+	if (!w)
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+	else if (walk_init(w, g))
+		cache_walker_free(w), w = NULL;
+	pthread_mutex_lock(&g->mu);
+	if (!w) {
+		g->n_walkers--;
+		pthread_cond_broadcast(&g->cv); /* a thread may wait for the slot */
+	}
+	return w;
+}
+
+/* State s's entry, computed with walker w (owned by the calling thread
+ * for the time of the call; its memo is kept for the next state). NULL
+ * with a message when out of memory or past the work limit. */
+static struct gcache *cache_compute(struct atlas_grammar *g, struct gwalk *w, int32_t s)
+{
 	struct gcache *c = calloc(1, sizeof(*c));
 	if (c)
 		c->acc = calloc((size_t)g->v->n_words, sizeof(uint32_t));
@@ -2185,8 +2259,9 @@ static struct gcache *cache_compute(struct atlas_grammar *g, int32_t s)
 	return c;
 }
 
-/* The cache entry of state s, computed on first use. NULL when out of
- * memory. Readers without the lock see either NULL or a finished entry. */
+/* The cache entry of state s, computed on first use (see above for who
+ * computes it). NULL with a message when out of memory or past the work
+ * limit. Readers without the lock see either NULL or a finished entry. */
 static struct gcache *cache_get(const struct atlas_grammar *cg, int32_t s)
 {
 	struct atlas_grammar *g = (struct atlas_grammar *)cg; /* the cache is mutable */
@@ -2194,9 +2269,24 @@ static struct gcache *cache_get(const struct atlas_grammar *cg, int32_t s)
 	if (c)
 		return c;
 	pthread_mutex_lock(&g->mu);
-	c = g->cache[s];
-	if (!c && (c = cache_compute(g, s)))
+	while (!(c = __atomic_load_n(&g->cache[s], __ATOMIC_RELAXED)) && g->busy[s])
+		pthread_cond_wait(&g->cv, &g->mu);
+	if (c) {
+		pthread_mutex_unlock(&g->mu);
+		return c;
+	}
+	g->busy[s] = 1;
+	struct gwalk *w = walker_take(g);
+	pthread_mutex_unlock(&g->mu);
+	if (w)
+		c = cache_compute(g, w, s);
+	pthread_mutex_lock(&g->mu);
+	if (w)
+		g->idle[g->n_idle++] = w;
+	if (c)
 		__atomic_store_n(&g->cache[s], c, __ATOMIC_RELEASE);
+	g->busy[s] = 0;
+	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
 	return c;
 }
@@ -2207,6 +2297,7 @@ struct atlas_grammar *atlas_grammar_ref(struct atlas_grammar *g)
 	return g;
 }
 
+/* With the last reference no matcher runs, so every walker is idle. */
 void atlas_grammar_free(struct atlas_grammar *g)
 {
 	if (!g)
@@ -2215,15 +2306,14 @@ void atlas_grammar_free(struct atlas_grammar *g)
 		return; /* others still hold it */
 	for (int32_t s = 0; g->cache && s < g->n_states; s++)
 		cache_free(g->cache[s]);
-	if (g->ciw) {
-		memo_free(g->ciw->memo);
-		walk_release(g->ciw);
-		free(g->ciw);
-	}
-	if (g->mu_ok)
+	for (int32_t k = 0; k < g->n_idle; k++)
+		cache_walker_free(g->idle[k]);
+	if (g->mu_ok) {
+		pthread_cond_destroy(&g->cv);
 		pthread_mutex_destroy(&g->mu);
-	free(g->cache), free(g->rules), free(g->states), free(g->edges), free(g->classes);
-	free(g->ranges), free(g->clo), free(g->follow);
+	}
+	free(g->cache), free(g->busy), free(g->idle), free(g->rules), free(g->states);
+	free(g->edges), free(g->classes), free(g->ranges), free(g->clo), free(g->follow);
 	free(g);
 }
 

@@ -7,8 +7,9 @@
  *   - atlas_grammar_vocab: the tokenizer's byte strings in the form the
  *     matcher walks (built once per tokenizer, shared, immutable);
  *   - atlas_grammar: one compiled grammar (immutable, shareable across
- *     threads; it caches per-automaton-state token masks, under its own
- *     lock, so the mask work a state needs is done once);
+ *     threads; it caches per-automaton-state token masks, each computed
+ *     once by the first thread that needs it while other threads compute
+ *     other states' masks at the same time);
  *   - atlas_grammar_matcher: one request's position in the grammar.
  *
  * The grammar text format (close to llama.cpp's GBNF, written from its
@@ -139,7 +140,10 @@ int64_t atlas_grammar_mask_words(const struct atlas_grammar_vocab *v);
  * EOS id was given), or a negative ATLAS_E* code with a message (out of
  * memory, or a grammar so ambiguous that the walk passed its work limit).
  * Thread-compatible: one matcher per thread; matchers of one grammar may
- * run on several threads at once (the shared cache has its own lock). */
+ * run on several threads at once (the shared cache is thread-safe: a
+ * thread that needs a state's entry while another computes it waits for
+ * it; entries of different states are computed in parallel, with up to
+ * 64 walkers per grammar, kept until atlas_grammar_free). */
 int64_t atlas_grammar_fill_mask(struct atlas_grammar_matcher *m, uint32_t *mask);
 
 /* Advance by token `id`. 0, or ATLAS_EINVAL when the token is not allowed

@@ -1,8 +1,10 @@
 /* test-grammar.c - grammar-constrained decoding (lib/engine/grammar*.c):
  * the parser's errors, what the matcher accepts, token masks against a
  * brute-force check over the whole vocabulary, JSON schema and regex
- * conversion, random walks that must produce valid JSON, and the timing
- * targets with the Qwen3 tokenizer when its files are in tests/.cache. */
+ * conversion, random walks that must produce valid JSON, a cache filled
+ * by eight threads at once giving the masks one thread gives, and the
+ * timing targets with the Qwen3 tokenizer when its files are in
+ * tests/.cache. */
 #include <json.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -853,6 +855,206 @@ static void test_perf_qwen3(void)
 	atlas_tok_free(q);
 }
 
+/* ---- the cache filled by several threads at once ----
+ *
+ * Eight random paths through schema20 are walked once on one thread with
+ * a fresh grammar, recording the mask at every position; then a fresh
+ * grammar is filled by one thread walking all eight (timed), and another
+ * by eight threads walking one path each (timed), whose masks must equal
+ * the recorded ones bit for bit whichever thread computed the cache
+ * entries they came from. */
+
+#define PAR_THREADS 8
+
+struct par_path {
+	int32_t *ids;	 /* the path's tokens */
+	int n;		 /* how many */
+	uint32_t *masks; /* the mask before each token and after the last: [n + 1][words] */
+};
+
+struct par_job {
+	struct atlas_grammar *g;     /* shared by the threads */
+	const struct par_path *path; /* the paths this thread walks */
+	int n_paths;		     /* how many */
+	int64_t words;		     /* mask words */
+	pthread_barrier_t *start;    /* all threads begin at once */
+	double t0, t1;		     /* when the thread began and ended its walk */
+	int mismatches;		     /* masks unlike the recorded ones, or failures */
+};
+
+/* Token k of a random path at this mask: half the time one that begins
+ * with a byte of JSON's structure (so that strings and objects end and
+ * the path reaches many states), else any; -1 if none. first[id] is the
+ * token's first byte, -1 for special tokens. */
+static int32_t par_pick(const uint32_t *mask, int64_t nv, const int16_t *first, uint64_t *r)
+{
+	int64_t n_any = 0, n_st = 0;
+	for (int64_t id = 0; id < nv; id++)
+		if (bit(mask, id) && first[id] >= 0) {
+			n_any++;
+			n_st += strchr("\"{}[],:", first[id]) != NULL;
+		}
+	*r = *r * 6364136223846793005ull + 1442695040888963407ull;
+	bool st = n_st && (*r >> 33) % 2;
+	int64_t k = (int64_t)((*r >> 20) % (uint64_t)(st ? n_st : n_any ? n_any : 1));
+	for (int64_t id = 0; id < nv; id++)
+		if (bit(mask, id) && first[id] >= 0 &&
+		    (!st || strchr("\"{}[],:", first[id]) != NULL) && k-- == 0)
+			return (int32_t)id;
+	return -1;
+}
+
+/* Walk the job's paths, comparing the masks with the recorded ones. */
+static void par_walk(struct par_job *j)
+{
+	uint32_t *mask = calloc((size_t)j->words, 4);
+	for (int p = 0; p < j->n_paths; p++) {
+		const struct par_path *pa = &j->path[p];
+		struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(j->g);
+		for (int k = 0; m && k <= pa->n; k++) {
+			const uint32_t *want = pa->masks + (size_t)k * (size_t)j->words;
+			if (atlas_grammar_fill_mask(m, mask) < 0 ||
+			    memcmp(mask, want, sizeof(uint32_t) * (size_t)j->words) ||
+			    (k < pa->n && atlas_grammar_accept(m, pa->ids[k]))) {
+				j->mismatches++;
+				break;
+			}
+		}
+		j->mismatches += !m;
+		atlas_grammar_matcher_free(m);
+	}
+	free(mask);
+}
+
+static void *par_thread(void *arg)
+{
+	struct par_job *j = arg;
+	pthread_barrier_wait(j->start);
+	j->t0 = atlas_now();
+	par_walk(j);
+	j->t1 = atlas_now();
+	return NULL;
+}
+
+/* Milliseconds (from the first thread's start to the last one's end) to
+ * walk the paths on a fresh grammar from `text` with `threads` threads (1
+ * or PAR_THREADS); mismatches added to *bad. */
+static double par_fill(const char *text, struct atlas_grammar_vocab *v,
+		       const struct par_path *paths, int threads, int *bad)
+{
+	struct atlas_grammar *g = atlas_grammar_compile(text, strlen(text), v);
+	CHECK(g != NULL);
+	if (!g)
+		return 0;
+	struct par_job jobs[PAR_THREADS];
+	pthread_t th[PAR_THREADS];
+	pthread_barrier_t start;
+	pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+	for (int k = 0; k < threads; k++) {
+		jobs[k] = (struct par_job){.g = g,
+					   .path = paths + k,
+					   .n_paths = threads == 1 ? PAR_THREADS : 1,
+					   .words = atlas_grammar_mask_words(v),
+					   .start = &start};
+		CHECK_EQ_INT(pthread_create(&th[k], NULL, par_thread, &jobs[k]), 0);
+	}
+	pthread_barrier_wait(&start);
+	double t0 = 1e300, t1 = 0;
+	for (int k = 0; k < threads; k++) {
+		pthread_join(th[k], NULL);
+		*bad += jobs[k].mismatches;
+		t0 = jobs[k].t0 < t0 ? jobs[k].t0 : t0;
+		t1 = jobs[k].t1 > t1 ? jobs[k].t1 : t1;
+	}
+	double ms = (t1 - t0) * 1e3;
+	pthread_barrier_destroy(&start);
+	atlas_grammar_free(g);
+	return ms;
+}
+
+static void par_check(struct atlas_tok *t, struct atlas_grammar_vocab *v, const char *name, int len)
+{
+	int64_t nv = atlas_grammar_vocab_size(v), nt = atlas_tok_vocab_size(t);
+	int64_t words = atlas_grammar_mask_words(v);
+	int16_t *first = malloc(sizeof(int16_t) * (size_t)nv);
+	for (int64_t id = 0; id < nv; id++) {
+		size_t pl = 0;
+		const char *p = id < nt && !atlas_tok_is_special(t, (int32_t)id)
+				    ? atlas_tok_piece(t, (int32_t)id, &pl)
+				    : NULL;
+		first[id] = p && pl ? (int16_t)(unsigned char)p[0] : -1;
+	}
+	char *schema = schema20();
+	json_object *js = json_tokener_parse(schema);
+	char *text = atlas_json_schema_grammar(js, "", NULL);
+	struct atlas_grammar *g = text ? atlas_grammar_compile(text, strlen(text), v) : NULL;
+	CHECK(g != NULL);
+	struct par_path paths[PAR_THREADS] = {0};
+	int positions = 0;
+	for (int p = 0; g && p < PAR_THREADS; p++) {
+		/* record path p on one thread with the reference grammar */
+		struct par_path *pa = &paths[p];
+		pa->ids = calloc((size_t)len, sizeof(int32_t));
+		pa->masks = calloc((size_t)(len + 1) * (size_t)words, 4);
+		struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(g);
+		uint64_t r = 0x9e3779b97f4a7c15ull * (uint64_t)(p + 1);
+		while (m) {
+			uint32_t *mask = pa->masks + (size_t)pa->n * (size_t)words;
+			CHECK(atlas_grammar_fill_mask(m, mask) >= 0);
+			int32_t id = pa->n < len ? par_pick(mask, nv, first, &r) : -1;
+			if (id < 0)
+				break;
+			CHECK_EQ_INT(atlas_grammar_accept(m, id), 0);
+			pa->ids[pa->n++] = id;
+		}
+		positions += pa->n + 1;
+		atlas_grammar_matcher_free(m);
+	}
+	atlas_grammar_free(g);
+	int bad1 = 0, bad8 = 0;
+	double t1 = 1e300, t8 = 1e300; /* best of three: the machine may be busy */
+	for (int k = 0; text && k < 3; k++) {
+		double a = par_fill(text, v, paths, 1, &bad1);
+		double b = par_fill(text, v, paths, PAR_THREADS, &bad8);
+		t1 = a < t1 ? a : t1;
+		t8 = b < t8 ? b : t8;
+	}
+	CHECK_EQ_INT(bad1, 0);
+	CHECK_EQ_INT(bad8, 0);
+	printf("# %s: %d paths, %d masks; a fresh grammar filled by 1 thread %.1f ms, by %d "
+	       "threads %.1f ms (%.2fx; best of 3)\n",
+	       name, PAR_THREADS, positions, t1, PAR_THREADS, t8, t8 > 0 ? t1 / t8 : 0);
+	for (int p = 0; p < PAR_THREADS; p++)
+		free(paths[p].ids), free(paths[p].masks);
+	free(text);
+	json_object_put(js);
+	free(schema);
+	free(first);
+}
+
+static void test_parallel_cache(void)
+{
+	par_check(tok, vocab, "default vocab", 64);
+	char dir[1024];
+	struct stat st;
+	snprintf(dir, sizeof(dir), "%s/%s", harness_srcdir(), QWEN3_DIR);
+	if (stat(dir, &st)) {
+		printf("# skip qwen3: no %s\n", QWEN3_DIR);
+		return;
+	}
+	struct atlas_tok *q = atlas_tok_load(dir);
+	CHECK(q != NULL);
+	if (!q)
+		return;
+	int32_t eos[2] = {atlas_tok_lookup(q, "<|im_end|>"), atlas_tok_lookup(q, "<|endoftext|>")};
+	struct atlas_grammar_vocab *v = atlas_grammar_vocab_new(q, 151936, eos, 2);
+	CHECK(v != NULL);
+	if (v)
+		par_check(q, v, "qwen3", getenv("ATLAS_SAN") ? 16 : 40);
+	atlas_grammar_vocab_free(v);
+	atlas_tok_free(q);
+}
+
 int main(void)
 {
 	setup();
@@ -866,6 +1068,7 @@ int main(void)
 	RUN(test_regex);
 	RUN(test_random_walk);
 	RUN(test_threads);
+	RUN(test_parallel_cache);
 	RUN(test_perf_default);
 	RUN(test_perf_qwen3);
 	atlas_grammar_vocab_free(vocab);
