@@ -4,7 +4,7 @@
  * the shared pieces (string, number, any value) become rules named
  * <prefix><something>. Whitespace is written inline (WS),
  * rather than as a rule: a token such as ` "name` then stays inside one
- * rule, which is what lets the mask cache decide it (grammar.c).
+ * rule, which is what lets the mask cache decide it (grammar_match.c).
  *
  * What is exact and what is not:
  *   - properties keep the schema's order; optional ones may be left out;
