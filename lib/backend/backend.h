@@ -63,6 +63,33 @@ struct atlas_fused_desc {
 	const float *inv_freq;       /* [hd/2] */
 };
 
+/* One layer's mixture-of-experts MLP for the moe op: shapes and backend
+ * pointers, no family names (lib/model/README-moe.md). Every matrix is
+ * [N, K] as for matmul, in wdt. */
+struct atlas_moe_desc {
+	int64_t n_experts;      /* E, experts in the layer */
+	int64_t top_k;          /* experts each token goes through, <= E */
+	int64_t D;              /* model width */
+	int64_t F;              /* each expert's MLP width */
+	int64_t Fs;             /* the shared expert's width, 0: none */
+	bool norm_topk;         /* renormalise the top-k weights to sum 1 */
+	enum atlas_dtype wdt;   /* dtype of every matrix below */
+	const void *router;     /* [E, D] */
+	const void *const *wg;  /* host array [E] of expert gate matrices [F, D] */
+	const void *const *wu;  /* host array [E] of expert up matrices [F, D] */
+	const void *const *wd;  /* host array [E] of expert down matrices [D, F] */
+	const void *sg, *su, *sd; /* shared expert [Fs, D] x2, [D, Fs]; NULL if Fs 0 */
+	const void *sgate;      /* the shared expert's gate [1, D]; NULL if Fs 0 */
+};
+
+/* Scratch bytes the moe op needs for T rows (FP32: router
+ * probabilities, the gate and up rows of the widest MLP, the sum). */
+static inline size_t atlas_moe_scratch_bytes(const struct atlas_moe_desc *d, int64_t T)
+{
+	int64_t f = d->F > d->Fs ? d->F : d->Fs;
+	return (size_t)T * (size_t)(d->n_experts + 2 * f + d->D) * sizeof(float);
+}
+
 /* One row's sampling settings for the on-device sampler. The uniform u
  * comes from the host's seeded generator, so a backend's choice equals
  * the host sampler's for the same logits (see atlas_sample_pick). */
@@ -195,6 +222,19 @@ struct atlas_backend {
 	/* Optional: the model is known; choose kernels for its family and
 	 * weight type ("bf16", "f16", "f32"), falling back to common ones. */
 	int (*specialize)(struct atlas_backend *be, const char *family, const char *quant);
+
+	/* Optional: the mixture-of-experts MLP of one layer (d), each row on
+	 * its own, so a row's result does not depend on the others:
+	 *   p = softmax(x W_router^T) over all E experts, in FP32
+	 *   S = the top_k largest p (ties: the lower expert index)
+	 *   w_e = p_e, or p_e / sum over S of p when d->norm_topk
+	 *   out = sum over e in S, by ascending e, of w_e * down_e(silu(gate_e x) * up_e x)
+	 *       (+ sigmoid(x . sgate) * the shared expert's MLP of x when Fs > 0)
+	 * x, out [T, D] in act_dtype (out must not alias x); scratch:
+	 * atlas_moe_scratch_bytes(d, T) bytes of backend memory. NULL: the
+	 * backend runs no MoE model (the model refuses them at load). */
+	int (*moe)(struct atlas_backend *be, void *out, const void *x,
+		   const struct atlas_moe_desc *d, int64_t T, void *scratch);
 
 	/* --- optional fused ops (NULL: the model runs the plain ops they
 	 * stand for; a backend offers them where one launch beats several) */

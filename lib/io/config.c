@@ -318,6 +318,120 @@ static int parse_misc(struct json_object *o, const char *where, struct atlas_con
 	return 0;
 }
 
+/* Routing variants of other MoE families (DeepSeek V2/V3, ...) that
+ * Atlas does not compute: refused by name rather than run as plain
+ * softmax top-k, which would give plausible but wrong output. A field
+ * set to its neutral value (softmax, greedy, 1 group, no shared experts,
+ * scale 1, no leading dense layers) is accepted. */
+static int refuse_moe_variants(struct json_object *o, const char *where)
+{
+	const char *s;
+	int64_t n;
+	double d;
+	int rc;
+	if ((rc = atlas_json_string(o, "scoring_func", where, &s)) < 0)
+		return rc;
+	if (rc > 0 && strcmp(s, "softmax"))
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: MoE routing with scoring_func '%s' is not supported "
+				   "(supported: softmax top-k)", where, s);
+	if ((rc = atlas_json_string(o, "topk_method", where, &s)) < 0)
+		return rc;
+	if (rc > 0 && strcmp(s, "greedy"))
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: MoE routing with topk_method '%s' is not supported "
+				   "(supported: softmax top-k)", where, s);
+	static const char *const counts[] = {"n_group", "topk_group"};
+	for (int i = 0; i < 2; i++) {
+		if ((rc = atlas_json_int(o, counts[i], where, &n)) < 0)
+			return rc;
+		if (rc > 0 && n > 1)
+			return atlas_error(ATLAS_EUNSUPPORTED,
+					   "%s: grouped MoE routing (%s %" PRId64 ") is not supported",
+					   where, counts[i], n);
+	}
+	static const char *const zeros[] = {"n_shared_experts", "first_k_dense_replace"};
+	for (int i = 0; i < 2; i++) {
+		if ((rc = atlas_json_int(o, zeros[i], where, &n)) < 0)
+			return rc;
+		if (rc > 0 && n != 0)
+			return atlas_error(ATLAS_EUNSUPPORTED,
+					   "%s: MoE field '%s' (%" PRId64 ") is not supported", where,
+					   zeros[i], n);
+	}
+	if ((rc = atlas_json_double(o, "routed_scaling_factor", where, &d)) < 0)
+		return rc;
+	if (rc > 0 && d != 1.0)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: MoE field 'routed_scaling_factor' (%g) is not supported", where,
+				   d);
+	return 0;
+}
+
+/* The mixture-of-experts fields (all absent in a dense model). */
+static int parse_moe(struct json_object *o, const char *where, struct atlas_config *c)
+{
+	struct json_object *arr;
+	const char *key = "num_experts";
+	int rc;
+
+	c->decoder_sparse_step = 1;
+	if ((rc = refuse_moe_variants(o, where)))
+		return rc;
+	if ((rc = atlas_json_int(o, key, where, &c->num_experts)) == 0) {
+		key = "num_local_experts";
+		rc = atlas_json_int(o, key, where, &c->num_experts);
+	}
+	if (rc < 0)
+		return rc;
+	if (c->num_experts < 0)
+		return atlas_error(ATLAS_EFORMAT, "%s: field '%s' must not be negative", where, key);
+	if (!c->num_experts)
+		return 0;
+	if ((rc = req_int(o, "num_experts_per_tok", where, &c->experts_per_tok)))
+		return rc;
+	if (c->experts_per_tok > c->num_experts)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: num_experts_per_tok (%" PRId64 ") is greater than %s (%" PRId64
+				   ")", where, c->experts_per_tok, key, c->num_experts);
+	c->moe_intermediate_size = c->intermediate_size;
+	if ((rc = opt_int(o, "moe_intermediate_size", where, &c->moe_intermediate_size)) ||
+	    (rc = opt_int(o, "decoder_sparse_step", where, &c->decoder_sparse_step)) ||
+	    (rc = atlas_json_bool(o, "norm_topk_prob", where, &c->norm_topk_prob)) < 0)
+		return rc;
+	rc = atlas_json_int(o, "shared_expert_intermediate_size", where,
+			    &c->shared_expert_intermediate_size);
+	if (rc < 0)
+		return rc;
+	if (c->shared_expert_intermediate_size < 0)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: field 'shared_expert_intermediate_size' must not be negative",
+				   where);
+	if ((rc = atlas_json_array(o, "mlp_only_layers", where, &arr)) < 0)
+		return rc;
+	for (size_t i = 0; rc > 0 && i < json_object_array_length(arr); i++) {
+		struct json_object *e = json_object_array_get_idx(arr, i);
+		int64_t l = e && json_object_is_type(e, json_type_int) ? json_object_get_int64(e) : -1;
+		if (l < 0 || l >= c->num_layers || l >= ATLAS_MAX_MLP_ONLY)
+			return atlas_error(ATLAS_EFORMAT,
+					   "%s: field 'mlp_only_layers' must list layer indices "
+					   "0..%" PRId64, where,
+					   (c->num_layers < ATLAS_MAX_MLP_ONLY ? c->num_layers
+									       : ATLAS_MAX_MLP_ONLY) - 1);
+		c->mlp_only[l / 64] |= (uint64_t)1 << (l % 64);
+	}
+	return 0;
+}
+
+bool atlas_config_layer_is_moe(const struct atlas_config *c, int64_t l)
+{
+	if (c->num_experts <= 0 || l < 0 || l >= c->num_layers)
+		return false;
+	if (l < ATLAS_MAX_MLP_ONLY && (c->mlp_only[l / 64] >> (l % 64) & 1))
+		return false;
+	return c->decoder_sparse_step <= 1 || (l + 1) % c->decoder_sparse_step == 0;
+}
+
 int atlas_config_parse(const char *json, const char *name, struct atlas_config *out)
 {
 	struct json_object *o;
@@ -328,8 +442,9 @@ int atlas_config_parse(const char *json, const char *name, struct atlas_config *
 	if (!o)
 		return ATLAS_EFORMAT;
 	if (!(rc = parse_misc(o, name, out)) && !(rc = parse_shape(o, name, out)) &&
-	    !(rc = parse_rope_fields(o, name, out)) && !(rc = parse_bos(o, name, &out->bos_id)))
-		rc = parse_eos(o, name, out->eos_ids, &out->n_eos);
+	    !(rc = parse_rope_fields(o, name, out)) && !(rc = parse_bos(o, name, &out->bos_id)) &&
+	    !(rc = parse_eos(o, name, out->eos_ids, &out->n_eos)))
+		rc = parse_moe(o, name, out);
 	json_object_put(o);
 	return rc;
 }

@@ -11,6 +11,8 @@
 #include "../core/dtype.h"
 
 #define ATLAS_MAX_EOS 8
+/* layers that mlp_only_layers can name (bits of atlas_config.mlp_only) */
+#define ATLAS_MAX_MLP_ONLY 256
 
 enum atlas_rope_type {
 	ATLAS_ROPE_DEFAULT = 0, /* plain RoPE */
@@ -45,6 +47,17 @@ struct atlas_config {
 	int32_t bos_id;             /* "bos_token_id", -1 if absent */
 	int32_t eos_ids[ATLAS_MAX_EOS]; /* "eos_token_id" (int or list) */
 	int n_eos;                  /* entries in eos_ids */
+	/* mixture of experts (lib/model/README-moe.md); num_experts 0: dense */
+	int64_t num_experts;        /* "num_experts" or "num_local_experts" */
+	int64_t experts_per_tok;    /* "num_experts_per_tok" (top k) */
+	int64_t moe_intermediate_size; /* "moe_intermediate_size": each expert's
+				     * MLP width (default intermediate_size, as
+				     * Mixtral sizes its experts) */
+	bool norm_topk_prob;        /* renormalise the top-k weights to sum 1 */
+	int64_t decoder_sparse_step; /* layer l is MoE when (l+1) % step == 0
+				     * (default 1) and l is not mlp_only */
+	uint64_t mlp_only[ATLAS_MAX_MLP_ONLY / 64]; /* "mlp_only_layers" as bits */
+	int64_t shared_expert_intermediate_size; /* Qwen2-MoE's shared expert, 0: none */
 };
 
 /* Sampling defaults as transformers' GenerationConfig defines them. */
@@ -93,8 +106,19 @@ const char *atlas_pooling_name(enum atlas_pooling p);
 
 /* Parse `dir`/config.json into *out. Returns 0, or a negative ATLAS_E*
  * with a message naming the file and the field (missing required field,
- * wrong type, value out of range). */
+ * wrong type, value out of range). MoE fields: num_experts_per_tok
+ * greater than num_experts, or an mlp_only_layers entry out of range, is
+ * ATLAS_EFORMAT; a routing variant Atlas does not compute (DeepSeek's
+ * topk_method, n_group / topk_group, scoring_func other than softmax,
+ * n_shared_experts, routed_scaling_factor, first_k_dense_replace) is
+ * ATLAS_EUNSUPPORTED naming the field. */
 int atlas_config_load(const char *dir, struct atlas_config *out);
+
+/* Whether layer l's MLP is a mixture of experts: the model has experts,
+ * l is not in mlp_only_layers and (l + 1) is a multiple of
+ * decoder_sparse_step (transformers' Qwen2/Qwen3-MoE rule; Mixtral
+ * configs leave both at their defaults, so every layer is MoE). */
+bool atlas_config_layer_is_moe(const struct atlas_config *c, int64_t l);
 
 /* Same, from a JSON string (`name` is used in messages). */
 int atlas_config_parse(const char *json, const char *name, struct atlas_config *out);

@@ -1,8 +1,9 @@
-/* decoder.c - the generic dense decoder: load and check weights.
+/* decoder.c - the generic decoder: load and check weights.
  *
- * One pre-norm transformer for every dense family; family.h flags switch
- * the differences (QKV bias, q/k norm, sliding window). The forward pass
- * reads like the paper:
+ * One pre-norm transformer for every family; family.h flags switch the
+ * differences (QKV bias, q/k norm, sliding window, a mixture-of-experts
+ * MLP in the layers the config makes sparse: moe.c binds those). The
+ * forward pass reads like the paper:
  *
  *   x = embed(ids)
  *   for each layer:
@@ -86,6 +87,7 @@ int64_t atlas_model_weight_bytes(const struct atlas_model *m)
 			w = all[i];
 			n += (int64_t)w->nbytes;
 		}
+		n += atlas_moe_bytes_per_token(m, l);
 	}
 	return n;
 }
@@ -175,6 +177,12 @@ static int bind(struct atlas_model *m, struct weight *w, const char *name,
 	return bind_slice(m, w, name, d0, d1, required, NULL);
 }
 
+int atlas_decoder_bind(struct atlas_model *m, struct weight *w, const char *name, int64_t d0,
+		       int64_t d1, int required)
+{
+	return bind_slice(m, w, name, d0, d1, required, NULL);
+}
+
 static int bind_layer(struct atlas_model *m, int64_t l)
 {
 	const struct atlas_config *c = &m->cfg;
@@ -217,13 +225,18 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 		B(qn, "self_attn.q_norm.weight", hd, -1, 1, NULL);
 		B(kn, "self_attn.k_norm.weight", hd, -1, 1, NULL);
 	}
-	B(wg, "mlp.gate_proj.weight", F, D, 1, &f_rows);
-	B(wu, "mlp.up_proj.weight", F, D, 1, &f_rows);
-	B(wd, "mlp.down_proj.weight", D, F, 1, &d_cols);
-	B(bg, "mlp.gate_proj.bias", F, -1, c->mlp_bias, &fb);
-	B(bu, "mlp.up_proj.bias", F, -1, c->mlp_bias, &fb);
-	if (first)
-		B(bd, "mlp.down_proj.bias", D, -1, c->mlp_bias, NULL);
+	if (m->moe && atlas_config_layer_is_moe(c, l)) {
+		if (!rc)
+			rc = atlas_moe_bind_layer(m, l);
+	} else {
+		B(wg, "mlp.gate_proj.weight", F, D, 1, &f_rows);
+		B(wu, "mlp.up_proj.weight", F, D, 1, &f_rows);
+		B(wd, "mlp.down_proj.weight", D, F, 1, &d_cols);
+		B(bg, "mlp.gate_proj.bias", F, -1, c->mlp_bias, &fb);
+		B(bu, "mlp.up_proj.bias", F, -1, c->mlp_bias, &fb);
+		if (first)
+			B(bd, "mlp.down_proj.bias", D, -1, c->mlp_bias, NULL);
+	}
 #undef B
 	/* a bias and its matrix must agree in dtype: the matmul op takes one */
 	const struct weight *pairs[][2] = {{&L->wq, &L->bq}, {&L->wk, &L->bk},
@@ -304,6 +317,19 @@ int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_
 	return fam->check ? fam->check(c) : 0;
 }
 
+/* The moe op's scratch for max_tokens rows (0: a dense model). */
+static size_t moe_scratch_bytes(const struct atlas_model *m)
+{
+	const struct atlas_config *c = &m->cfg;
+	if (!m->fam->moe || c->num_experts <= 0)
+		return 0;
+	const struct atlas_moe_desc d = {
+	    .n_experts = c->num_experts, .D = c->hidden_size, .F = c->moe_intermediate_size,
+	    .Fs = m->fam->moe->shared_expert ? c->shared_expert_intermediate_size : 0,
+	};
+	return atlas_moe_scratch_bytes(&d, m->max_tokens);
+}
+
 #define ALLOC(ptr, bytes) \
 	do { \
 		if (!((ptr) = m->be->alloc(m->be, (bytes)))) \
@@ -331,6 +357,10 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 	ALLOC(m->logits, m->max_tokens * c->vocab_size * sizeof(float));
 	ALLOC(m->sel, m->max_seqs * c->hidden_size * a);
 	ALLOC(m->inv_freq, hd2 * sizeof(float));
+	if (moe_scratch_bytes(m))
+		ALLOC(m->moe_scratch, moe_scratch_bytes(m));
+	if (moe_scratch_bytes(m) && m->comm->rank > 0)
+		ALLOC(m->moe_zero, m->max_tokens * c->hidden_size * a);
 	atlas_rope_inv_freq(c, freq);
 	if (m->be->upload(m->be, m->inv_freq, freq, hd2 * sizeof(float))) {
 		free(freq);
@@ -349,6 +379,10 @@ static size_t rank_bytes(const struct atlas_model *m, const struct atlas_tensor_
 	const struct atlas_config *c = &m->cfg;
 	size_t b = t->nbytes, pl = strlen(m->tprefix);
 	if (strncmp(t->name, m->tprefix, pl) || strncmp(t->name + pl, "layers.", 7))
+		return b;
+	/* MoE weights are whole on every rank (forward.c) */
+	if (strstr(t->name, ".experts.") || strstr(t->name, ".shared_expert") ||
+	    strstr(t->name, "mlp.gate.") || strstr(t->name, "block_sparse_moe."))
 		return b;
 	if (strstr(t->name, ".q_proj.") || strstr(t->name, ".o_proj.weight"))
 		return b / (size_t)c->num_heads * (size_t)m->H_loc;
@@ -380,7 +414,8 @@ static int size_memory(struct atlas_model *m)
 	size_t act = rows * a * (size_t)(3 * c->hidden_size + 2 * qd + 2 * kvd +
 					 2 * m->F_loc) +
 		     rows * 4 * (size_t)c->vocab_size +
-		     (size_t)m->max_seqs * (size_t)c->hidden_size * a + 16 * pad;
+		     (size_t)m->max_seqs * (size_t)c->hidden_size * a + moe_scratch_bytes(m) +
+		     16 * pad;
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) *
 		    (size_t)kvd * a;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
@@ -420,6 +455,13 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
 	atlas_decoder_size(m, p);
+	if (m->fam->moe && !be->moe) {
+		atlas_error(ATLAS_EUNSUPPORTED,
+			    "'%s' is a mixture-of-experts model: MoE models run on the CPU backend "
+			    "for now (backend '%s' has no MoE op; use --device cpu)",
+			    m->fam->name, be->name);
+		goto fail;
+	}
 	if (m->max_ctx > c->max_position)
 		atlas_warn("context %lld is longer than the model's max_position_embeddings %lld; "
 			   "output past that is untested territory for the model",
@@ -438,7 +480,9 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	if (size_memory(m))
 		goto fail;
 	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));
-	if (!m->layers) {
+	if (m->fam->moe)
+		m->moe = calloc((size_t)c->num_layers, sizeof(*m->moe));
+	if (!m->layers || (m->fam->moe && !m->moe)) {
 		atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -470,6 +514,11 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		   m->fam->name, m->emb.pooling ? " embedding" : "", dir, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads,
 		   (long long)c->vocab_size, (long long)m->max_ctx);
+	if (m->moe)
+		atlas_info("mixture of experts: %lld experts, top %lld, expert width %lld%s",
+			   (long long)c->num_experts, (long long)c->experts_per_tok,
+			   (long long)c->moe_intermediate_size,
+			   m->fam->moe->shared_expert ? ", a shared expert" : "");
 	if (m->comm->world > 1)
 		atlas_info("tensor-parallel rank %d of %d: q heads %lld.., kv heads %lld.. (%lld), "
 			   "MLP rows %lld..%lld", m->comm->rank, m->comm->world, (long long)m->q0,
@@ -496,6 +545,11 @@ static void release(struct atlas_model *m, struct weight *w)
 	w->own = NULL;
 }
 
+void atlas_decoder_release(struct atlas_model *m, struct weight *w)
+{
+	release(m, w);
+}
+
 void atlas_model_free(struct atlas_model *m)
 {
 	if (!m)
@@ -510,13 +564,14 @@ void atlas_model_free(struct atlas_model *m)
 		}
 		free(m->layers);
 	}
+	atlas_moe_release(m);
 	if (m->lm_head.p != m->embed.p)
 		release(m, &m->lm_head);
 	release(m, &m->embed);
 	release(m, &m->norm);
 	atlas_kvpool_release(m);
 	void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u,
-		m->logits, m->sel, m->inv_freq};
+		m->logits, m->sel, m->inv_freq, m->moe_scratch, m->moe_zero};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);

@@ -27,6 +27,22 @@ struct layer {
 	struct weight bg, bu, bd;       /* MLP biases, or absent */
 };
 
+/* A layer's mixture-of-experts MLP (moe.c), bound in place of the dense
+ * wg/wu/wd in the layers the config makes sparse. */
+struct moe_layer {
+	struct atlas_moe_desc d;        /* what the backend's moe op reads
+					 * (d.n_experts 0: a dense layer) */
+	const void **ptrs;              /* host [3 * E]: d.wg, d.wu, d.wd point
+					 * at its thirds (into the fused
+					 * tensors when the checkpoint has them) */
+	struct weight router;           /* [E, D] */
+	struct weight sg, su, sd, sgate; /* shared expert [Fs, D] x2, [D, Fs],
+					 * gate [1, D], or absent */
+	struct weight *w;               /* host [nw]: the expert tensors bound
+					 * (3 per expert, or the 2 fused ones) */
+	int64_t nw;                     /* entries of w */
+};
+
 /* Words of the step header that rank 0 broadcasts before every step
  * (forward.c): op, items, tokens, max_keys, then the shapes the ranks
  * must share, the rest zero. */
@@ -88,6 +104,14 @@ struct atlas_model {
 	struct atlas_embed_config emb;    /* sentence-transformers pooling; pooling
 					   * NONE for a generation model */
 	struct layer *layers;             /* [num_layers] */
+	struct moe_layer *moe;            /* [num_layers] for an MoE family (dense
+					   * layers have moe[l].d.n_experts 0),
+					   * else NULL */
+	void *moe_scratch;                /* backend, atlas_moe_scratch_bytes
+					   * for max_tokens rows, or NULL */
+	void *moe_zero;                   /* backend zeros [max_tokens, D] act:
+					   * a rank > 0's share of an MoE layer's
+					   * output (forward.c), or NULL */
 	float *inv_freq;                  /* backend [hd/2] */
 	size_t act;                       /* bytes per activation element */
 	/* activation buffers, max_tokens rows each */
@@ -164,6 +188,24 @@ int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm);
  * zero fields: the defaults) and m->cfg. */
 void atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p);
 int atlas_decoder_alloc_buffers(struct atlas_model *m);
+
+/* decoder.c, for moe.c: bind tensor `name` of shape [d0] or [d0, d1]
+ * (d1 < 0: 1-D) whole into w, an error naming it when it is missing
+ * (and required), of another shape or of a dtype the backend cannot
+ * read; and give a weight back. */
+int atlas_decoder_bind(struct atlas_model *m, struct weight *w, const char *name, int64_t d0,
+		       int64_t d1, int required);
+void atlas_decoder_release(struct atlas_model *m, struct weight *w);
+
+/* moe.c: layer l's mixture-of-experts weights (when the config makes it
+ * sparse) into m->moe[l]; 0, or an error naming the tensor that is
+ * missing or has the wrong shape or dtype. m->moe is allocated. */
+int atlas_moe_bind_layer(struct atlas_model *m, int64_t l);
+/* moe.c: give back m->moe's weights and arrays. */
+void atlas_moe_release(struct atlas_model *m);
+/* moe.c: bytes of layer l's MoE weights one token reads (router, top_k
+ * experts, shared expert). */
+int64_t atlas_moe_bytes_per_token(const struct atlas_model *m, int64_t l);
 
 /* kvpool.c: allocate the pool and staging buffers / release them. */
 int atlas_kvpool_init(struct atlas_model *m);

@@ -1,4 +1,4 @@
-/* family.c - the table of supported dense decoder families. */
+/* family.c - the table of supported decoder families. */
 #include "family.h"
 
 #include <string.h>
@@ -11,6 +11,9 @@ static const struct atlas_family *const families[] = {
 	&atlas_family_mistral,
 	&atlas_family_qwen2,
 	&atlas_family_qwen3,
+	&atlas_family_qwen3_moe,
+	&atlas_family_qwen2_moe,
+	&atlas_family_mixtral,
 };
 #define NFAM (sizeof(families) / sizeof(families[0]))
 
@@ -24,7 +27,7 @@ static int in_list(const char *const *list, const char *s)
 
 const char *atlas_model_supported(void)
 {
-	return "llama, mistral, qwen2, qwen3";
+	return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen2_moe, mixtral";
 }
 
 const struct atlas_family *atlas_family_find(const struct atlas_config *c)

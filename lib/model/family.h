@@ -1,15 +1,38 @@
-/* family.h - what distinguishes one dense decoder family from another.
+/* family.h - what distinguishes one decoder family from another.
  *
  * The generic decoder (decoder.c) reads these flags; each family is one
- * small file (llama.c, mistral.c, qwen2.c, qwen3.c) defining its struct,
- * and family.c lists them. Adding a dense family is one file and one
- * line in that list. */
+ * small file (llama.c, mistral.c, qwen2.c, qwen3.c, and the mixture-of-
+ * experts ones qwen3_moe.c, qwen2_moe.c, mixtral.c) defining its struct,
+ * and family.c lists them. Adding a family is one file and one line in
+ * that list; a new MoE variant is described in README-moe.md. */
 #ifndef ATLAS_MODEL_FAMILY_H
 #define ATLAS_MODEL_FAMILY_H
 
 #include <stdbool.h>
 
 #include "../io/config.h"
+
+/* Where a family keeps the tensors of a mixture-of-experts MLP and how it
+ * routes. The decoder binds the names (per expert, as the Hub ships them,
+ * or the 3-D fused tensors transformers 5 may write) and hands the backend
+ * only shapes and pointers (atlas_moe_desc): no backend knows families.
+ * Which layers are MoE is the config's business
+ * (atlas_config_layer_is_moe). */
+struct atlas_moe_family {
+	const char *block;      /* module of the MoE MLP under layers.L: "mlp" */
+	const char *alt_block;  /* another spelling accepted, or NULL (Mixtral's
+				 * "block_sparse_moe" on the Hub, "mlp" as
+				 * transformers 5 renames it) */
+	const char *gate, *up, *down; /* each expert's projections under
+				 * experts.E: "gate_proj", "up_proj",
+				 * "down_proj" (Mixtral: "w1", "w3", "w2") */
+	bool always_norm;       /* renormalise the top-k weights whatever
+				 * norm_topk_prob says (Mixtral) */
+	bool shared_expert;     /* a shared expert (shared_expert.{gate,up,
+				 * down}_proj, width shared_expert_intermediate_
+				 * size) added to every token, scaled by
+				 * sigmoid(x . shared_expert_gate) (Qwen2-MoE) */
+};
 
 struct atlas_family {
 	const char *name;                   /* "qwen3" */
@@ -18,6 +41,8 @@ struct atlas_family {
 	bool qkv_bias;      /* q/k/v projections always carry a bias (Qwen2) */
 	bool qk_norm;       /* per-head RMSNorm of q and k before RoPE (Qwen3) */
 	bool use_window;    /* honour config sliding_window in attention (Mistral) */
+	const struct atlas_moe_family *moe; /* the MoE MLP of the layers the config
+				 * makes sparse; NULL: a dense family */
 	/* Family-specific refusals of a parsed config; 0 or ATLAS_E* with a
 	 * message. May be NULL. */
 	int (*check)(const struct atlas_config *c);
@@ -27,6 +52,9 @@ extern const struct atlas_family atlas_family_llama;
 extern const struct atlas_family atlas_family_mistral;
 extern const struct atlas_family atlas_family_qwen2;
 extern const struct atlas_family atlas_family_qwen3;
+extern const struct atlas_family atlas_family_qwen3_moe;
+extern const struct atlas_family atlas_family_qwen2_moe;
+extern const struct atlas_family atlas_family_mixtral;
 
 /* The family for a config (by model_type, then by architectures), or
  * NULL with a message that lists the supported ones. */

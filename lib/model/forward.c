@@ -12,7 +12,8 @@
  *     rope(q, k); store k, v in the paged cache
  *     x += attention(q, cache) Wo
  *     h = rmsnorm(x)
- *     x += (silu(h Wg) * h Wu) Wd
+ *     x += (silu(h Wg) * h Wu) Wd         (or the backend's moe op in a
+ *                                          layer the config makes sparse)
  *   logits = rmsnorm(x) Wlm               (last row of each item, or all)
  *
  * A one-token step (T = 1) runs the whole layer loop as the backend's
@@ -24,7 +25,8 @@
  * Tensor parallelism (lib/comm/README-tp.md): every rank holds its slice
  * of the heads and MLP rows (m->H_loc, Hkv_loc, F_loc), so the o and down
  * products are partial sums, completed by the two all_reduce_sum calls
- * of each layer; the code is the same for one rank (whose collectives
+ * of each layer (an MoE layer's experts are not split: rank 0 computes
+ * it and the others contribute zeros); the code is the same for one rank (whose collectives
  * are no-ops). Rank 0 drives the steps and broadcasts each one's header
  * and token metadata before running it; the other ranks run the same
  * body in atlas_model_follow. Only rank 0 computes logits.
@@ -101,6 +103,16 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 	/* o is this rank's partial sum over its heads (bo on rank 0 only) */
 	TRY(comm->all_reduce_sum(comm, m->o, T * D, be->act_dtype, be));
 	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln2.p, L->ln2.dtype, T, D, eps));
+	if (m->moe && m->moe[l].d.n_experts) {
+		/* every rank holds all the experts (README-moe.md): rank 0
+		 * computes the layer's MoE output, the others add zeros, so
+		 * the sum is rank 0's bits for any world size */
+		if (comm->rank == 0)
+			TRY(be->moe(be, m->o, m->h, &m->moe[l].d, T, m->moe_scratch));
+		else
+			TRY(be->copy(be, m->o, m->moe_zero, (size_t)(T * D) * m->act));
+		return comm->all_reduce_sum(comm, m->o, T * D, be->act_dtype, be);
+	}
 	if (be->matmul_swiglu && !L->bg.p && !L->bu.p && L->wg.dtype == L->wu.dtype) {
 		TRY(be->matmul_swiglu(be, m->g, m->h, L->wg.p, L->wu.p, L->wg.dtype, T, F, D, m->u));
 	} else {
@@ -289,7 +301,8 @@ static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_b
 {
 	struct atlas_backend *be = m->be;
 	const struct atlas_config *c = &m->cfg;
-	if (m->no_graphs || !be->capture_begin || !be->replay)
+	/* MoE models run op by op (on the CPU backend for now) */
+	if (m->no_graphs || m->moe || !be->capture_begin || !be->replay)
 		return 0;
 	if (!m->graphs && !(m->graphs = calloc((size_t)m->max_seqs + 1, sizeof(void *))))
 		return 0;
@@ -428,7 +441,9 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 	struct atlas_backend *be = m->be;
 	const struct atlas_config *c = &m->cfg;
 	const int64_t nl = c->num_layers;
-	if (!be->fused_prepare || m->comm->world != 1 || be->act_dtype != ATLAS_DTYPE_BF16 || nl < 1)
+	/* the fused stack is dense-only: an MoE model never reaches it */
+	if (!be->fused_prepare || m->comm->world != 1 || be->act_dtype != ATLAS_DTYPE_BF16 ||
+	    nl < 1 || m->moe)
 		return;
 	const struct layer *L0 = &m->layers[0];
 	const enum atlas_dtype wdt = L0->wq.dtype, nwdt = L0->ln1.dtype;

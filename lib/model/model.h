@@ -34,7 +34,9 @@ struct atlas_model_params {
 	 * or the one kv head its q heads read when Hkv < P), the matching
 	 * columns of o, rows [r*F/P, ...) of gate/up and those columns of
 	 * down; o and down biases on rank 0 only; norms, embeddings and the
-	 * output head whole (lib/comm/README-tp.md). Needs H % P == 0,
+	 * output head whole (lib/comm/README-tp.md); a mixture-of-experts
+	 * layer's router and experts whole too (rank 0 computes the layer,
+	 * lib/model/README-moe.md). Needs H % P == 0,
 	 * Hkv % P == 0 or P % Hkv == 0, and F % P == 0. Every rank must be
 	 * loaded with the same parameters. */
 	struct atlas_comm *comm;

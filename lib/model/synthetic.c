@@ -126,6 +126,12 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam) ||
 	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
+	if (m->fam->moe) {
+		atlas_error(ATLAS_EUNSUPPORTED,
+			    "synthetic mixture-of-experts models ('%s') are not available yet",
+			    m->fam->name);
+		goto fail;
+	}
 	atlas_decoder_size(m, p);
 	if (be->reserve && be->reserve(be, footprint(m)))
 		goto fail;

@@ -1,4 +1,7 @@
-/* tensors.c - enumerate the tensors of a dense decoder (see tensors.h).
+/* tensors.c - enumerate the tensors of a decoder (see tensors.h).
+ * Mixture-of-experts layers are listed in the Hub's per-expert layout;
+ * the validator also accepts the other layouts moe.c binds (the fused
+ * 3-D experts, the family's other block name).
  * Keep in step with bind_layer() and atlas_model_load() in decoder.c:
  * tests/unit/test-tensors.c loads every golden model and checks that
  * this list and the loader agree. */
@@ -57,12 +60,41 @@ static int layer(const struct atlas_config *c, const struct atlas_family *fam, c
 		X("self_attn.q_norm.weight", hd, -1, true);
 		X("self_attn.k_norm.weight", hd, -1, true);
 	}
-	X("mlp.gate_proj.weight", F, D, true);
-	X("mlp.up_proj.weight", F, D, true);
-	X("mlp.down_proj.weight", D, F, true);
-	XB("mlp.gate_proj", F, c->mlp_bias);
-	XB("mlp.up_proj", F, c->mlp_bias);
-	XB("mlp.down_proj", D, c->mlp_bias);
+	if (fam->moe && atlas_config_layer_is_moe(c, l)) {
+		const struct atlas_moe_family *f = fam->moe;
+		const int64_t E = c->num_experts, Fe = c->moe_intermediate_size;
+		const int64_t Fs = f->shared_expert ? c->shared_expert_intermediate_size : 0;
+		char s[128];
+#define XM(rest, d0, d1) \
+	do { \
+		snprintf(s, sizeof(s), "%s.%s", f->block, rest); \
+		X(s, d0, d1, true); \
+	} while (0)
+		XM("gate.weight", E, D);
+		for (int64_t e = 0; e < E && !rc; e++) {
+			char r[96];
+			snprintf(r, sizeof(r), "experts.%lld.%s.weight", (long long)e, f->gate);
+			XM(r, Fe, D);
+			snprintf(r, sizeof(r), "experts.%lld.%s.weight", (long long)e, f->up);
+			XM(r, Fe, D);
+			snprintf(r, sizeof(r), "experts.%lld.%s.weight", (long long)e, f->down);
+			XM(r, D, Fe);
+		}
+		if (Fs) {
+			XM("shared_expert.gate_proj.weight", Fs, D);
+			XM("shared_expert.up_proj.weight", Fs, D);
+			XM("shared_expert.down_proj.weight", D, Fs);
+			XM("shared_expert_gate.weight", 1, D);
+		}
+#undef XM
+	} else {
+		X("mlp.gate_proj.weight", F, D, true);
+		X("mlp.up_proj.weight", F, D, true);
+		X("mlp.down_proj.weight", D, F, true);
+		XB("mlp.gate_proj", F, c->mlp_bias);
+		XB("mlp.up_proj", F, c->mlp_bias);
+		XB("mlp.down_proj", D, c->mlp_bias);
+	}
 #undef X
 #undef XB
 	return rc;
@@ -103,6 +135,7 @@ int atlas_model_expected_tensors(const struct atlas_config *c, const struct atla
 
 struct vstate {
 	struct atlas_st *st;   /* the checkpoint */
+	const struct atlas_family *fam; /* its family */
 	unsigned char *seen;   /* [count] tensor i was expected */
 	atlas_finding_fn fn;   /* where findings go */
 	void *arg;             /* its argument */
@@ -139,12 +172,61 @@ static bool float_dtype(enum atlas_dtype d)
 	return d == ATLAS_DTYPE_F32 || d == ATLAS_DTYPE_F16 || d == ATLAS_DTYPE_BF16;
 }
 
+static void mark_seen(struct vstate *v, const struct atlas_tensor_info *t)
+{
+	for (int64_t i = 0; t && i < atlas_st_count(v->st); i++)
+		if (atlas_st_get(v->st, i) == t)
+			v->seen[i] = 1;
+}
+
+/* An MoE tensor the checkpoint holds in another layout moe.c reads: under
+ * the family's other block name, or inside the fused 3-D experts of its
+ * layer (whose shapes the loader checks). Marks what it finds as seen. */
+static bool moe_elsewhere(struct vstate *v, const char *name)
+{
+	const struct atlas_moe_family *f = v->fam->moe;
+	char alt[256], base[256];
+	if (!f)
+		return false;
+	size_t bl = strlen(f->block);
+	const char *b = strstr(name, f->block);
+	snprintf(base, sizeof(base), "%s", name);
+	if (f->alt_block && b && b > name && b[-1] == '.' && b[bl] == '.') {
+		snprintf(alt, sizeof(alt), "%.*s%s%s", (int)(b - name), name, f->alt_block, b + bl);
+		const struct atlas_tensor_info *t = atlas_st_find(v->st, alt);
+		if (t) {
+			mark_seen(v, t);
+			return true;
+		}
+		snprintf(base, sizeof(base), "%s", alt); /* the fused tensors may use it too */
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		const char *src = pass ? name : base;
+		const char *x = strstr(src, ".experts.");
+		if (!x || x[9] < '0' || x[9] > '9')
+			continue;
+		char gu[256], dn[256];
+		snprintf(gu, sizeof(gu), "%.*s.experts.gate_up_proj", (int)(x - src), src);
+		snprintf(dn, sizeof(dn), "%.*s.experts.down_proj", (int)(x - src), src);
+		const struct atlas_tensor_info *t1 = atlas_st_find(v->st, gu);
+		const struct atlas_tensor_info *t2 = atlas_st_find(v->st, dn);
+		if (t1 && t2) {
+			mark_seen(v, t1);
+			mark_seen(v, t2);
+			return true;
+		}
+	}
+	return false;
+}
+
 static int check_one(void *arg, const struct atlas_expected_tensor *e)
 {
 	struct vstate *v = arg;
 	const struct atlas_tensor_info *t = atlas_st_find(v->st, e->name);
 	char got[128], want[64];
 
+	if (!t && moe_elsewhere(v, e->name))
+		return 0;
 	if (!t) {
 		if (e->required)
 			finding(v, ATLAS_FINDING_PROBLEM, "tensor '%s' is missing", e->name);
@@ -207,6 +289,7 @@ int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg)
 		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
 		return v.problems;
 	}
+	v.fam = fam;
 	check_config(&v, &c, fam);
 	struct atlas_embed_config emb;
 	if (atlas_embed_config_load(dir, &emb))

@@ -1,5 +1,6 @@
 /* cpu.c - the CPU backend: memory, copies, kernel-set choice and the ops
- * table. The ops live in cpu_matmul.c, cpu_ops.c and cpu_attention.c.
+ * table. The ops live in cpu_matmul.c, cpu_ops.c, cpu_attention.c and
+ * cpu_moe.c.
  *
  * Backend memory is plain host memory (64-byte aligned, zeroed), weights
  * are used in place (zero copy from the mmap), and every op runs
@@ -250,6 +251,7 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 	    .add = atlas_cpu_add,
 	    .to_f32 = cpu_to_f32,
 	    .sample = cpu_sample,
+	    .moe = atlas_cpu_moe,
 	};
 	const char *cw = getenv("ATLAS_CPU_COPY_WEIGHTS");
 	if (cw && !strcmp(cw, "1"))

@@ -89,6 +89,8 @@ int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, cons
 int atlas_cpu_swiglu(struct atlas_backend *be, void *out, const void *gate, const void *up,
 		     int64_t T, int64_t F);
 int atlas_cpu_add(struct atlas_backend *be, void *y, const void *x, int64_t n);
+int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
+		  const struct atlas_moe_desc *d, int64_t T, void *scratch);
 
 /* Matmul kernels over rows [n0, n1) of W. x [T,K] f32, out [T,N] f32,
  * W [N,K] and bias [N] (or NULL) in wdt. "gemv" streams W once for all T
