@@ -359,7 +359,7 @@ static int get_str(json_object *b, const char *k, const char **out, struct serve
 
 /* The one constraint of the request as grammar text (NULL: none), with
  * the field it came from in *field. */
-static char *constraint(struct atlas_server *s, json_object *b, struct serve_gen *g,
+static char *constraint(json_object *b, struct serve_gen *g,
 			enum choice ch, const char *name, bool parallel, const char **field,
 			int *rc, struct serve_err *e)
 {
@@ -413,7 +413,6 @@ static char *constraint(struct atlas_server *s, json_object *b, struct serve_gen
 					    atlas_errmsg());
 		return text;
 	}
-	(void)s;
 	return NULL;
 }
 
@@ -451,7 +450,7 @@ int serve_agent_parse(struct atlas_server *s, json_object *b, int kind, struct s
 	g->ag.reasoning = s->reasoning && kind != JOB_COMPLETION;
 	const char *field;
 	int rc;
-	char *text = constraint(s, b, g, ch, name, parallel, &field, &rc, e);
+	char *text = constraint(b, g, ch, name, parallel, &field, &rc, e);
 	if (rc)
 		return -1;
 	if (!text)
