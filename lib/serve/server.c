@@ -87,12 +87,16 @@ static int load(struct atlas_server *s)
 	if (s->p.tp > 1)
 		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
 	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens, "
-		  "%lld sequences and %lld tokens per step, prefix cache %s, tool calls %s%s",
+		  "%lld sequences and %lld tokens per step, prefix cache %s, tool calls %s%s%s%s",
 		  s->served_name, s->be->name, tp_note, (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
 		  (long long)atlas_model_block_size(s->model), (long long)s->p.max_seqs,
 		  (long long)s->p.max_batch_tokens, s->p.no_prefix_cache ? "off" : "on",
-		  atlas_toolfmt_name(s->toolfmt), s->reasoning ? ", reasoning <think>" : "");
+		  atlas_toolfmt_name(s->toolfmt), s->reasoning ? ", reasoning <think>" : "",
+		  atlas_session_is_embedding(s->ses) ? ", embeddings pooled by " : "",
+		  atlas_session_is_embedding(s->ses)
+		      ? atlas_pooling_name(atlas_session_embed(s->ses)->pooling)
+		      : "");
 	/* published last: stop() reads it once the state says ready */
 	s->sched = atlas_session_sched(s->ses);
 	return 0;
