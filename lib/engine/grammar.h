@@ -77,6 +77,14 @@ struct atlas_grammar *atlas_grammar_compile(const char *text, size_t len,
 struct atlas_grammar *atlas_grammar_ref(struct atlas_grammar *g);
 void atlas_grammar_free(struct atlas_grammar *g);
 
+/* Allow the special token `id`, whose text is text[0..len), wherever `g`
+ * accepts that text: a tool-call marker that the tokenizer has as one
+ * special token (Mistral's [TOOL_CALLS], Llama 3's <|python_tag|>), which
+ * masks otherwise never allow. The text stays allowed as ordinary tokens
+ * too. At most 8 per grammar; call before the grammar's first matcher
+ * (it is not thread-safe). 0, or ATLAS_EINVAL / ATLAS_ENOMEM. */
+int atlas_grammar_allow_special(struct atlas_grammar *g, int32_t id, const char *text, size_t len);
+
 /* Grammar text from a JSON schema: rules whose names all begin with
  * `prefix` (an identifier-like string, may be "") and whose start rule is
  * `<prefix>root`, so that several schemas can share one grammar (a

@@ -76,6 +76,8 @@ struct grule {
 struct gcache; /* a state's mask cache entry (grammar_match.c) */
 struct gwalk;  /* a walker over bytes (grammar_match.c) */
 
+#define GRAMMAR_MAX_SPECIAL 8 /* special tokens a grammar may allow by text */
+
 struct atlas_grammar {
 	const struct atlas_grammar_vocab *v; /* the vocabulary masks are for */
 	struct grule *rules;		     /* rules by id */
@@ -106,6 +108,12 @@ struct atlas_grammar {
 	int32_t n_idle;	       /* entries of idle */
 	int32_t n_walkers;     /* cache walkers that exist (idle or in use) */
 	int extra_refs;	       /* references beyond the first (atomic) */
+	/* special tokens allowed wherever the grammar accepts their text
+	 * (atlas_grammar_allow_special: a tool-call marker that is one) */
+	int n_special;
+	int32_t special_id[GRAMMAR_MAX_SPECIAL];
+	char *special_text[GRAMMAR_MAX_SPECIAL];
+	int32_t special_len[GRAMMAR_MAX_SPECIAL];
 };
 
 /* Set up g's mask cache once the automaton is built (grammar_match.c).

@@ -989,6 +989,8 @@ void atlas_grammar_free(struct atlas_grammar *g)
 	}
 	free(g->cache), free(g->busy), free(g->idle), free(g->rules), free(g->states);
 	free(g->edges), free(g->classes), free(g->ranges), free(g->clo), free(g->follow);
+	for (int i = 0; i < g->n_special; i++)
+		free(g->special_text[i]);
 	free(g);
 }
 
@@ -1151,9 +1153,52 @@ int atlas_grammar_accept(struct atlas_grammar_matcher *m, int32_t id)
 		return 0;
 	}
 	int32_t k = v->pos[id];
+	for (int i = 0; k < 0 && i < m->g->n_special; i++)
+		if (m->g->special_id[i] == id)
+			return atlas_grammar_accept_bytes(m, m->g->special_text[i],
+							  (size_t)m->g->special_len[i]);
 	if (k < 0)
 		return atlas_error(ATLAS_EINVAL, "grammar: token %d is never allowed", (int)id);
 	return atlas_grammar_accept_bytes(m, v->bytes + v->off[k], (size_t)v->len[k]);
+}
+
+int atlas_grammar_allow_special(struct atlas_grammar *g, int32_t id, const char *text, size_t len)
+{
+	if (id < 0 || id >= g->v->n_vocab || !len || len > 256 || g->v->pos[id] >= 0 ||
+	    is_eos(g->v, id))
+		return atlas_error(ATLAS_EINVAL, "grammar: token %d cannot be allowed as a special "
+				   "token", (int)id);
+	for (int i = 0; i < g->n_special; i++)
+		if (g->special_id[i] == id)
+			return 0;
+	if (g->n_special == GRAMMAR_MAX_SPECIAL)
+		return atlas_error(ATLAS_EINVAL, "grammar: at most %d special tokens",
+				   GRAMMAR_MAX_SPECIAL);
+	char *t = malloc(len);
+	if (!t)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	memcpy(t, text, len);
+	g->special_id[g->n_special] = id;
+	g->special_text[g->n_special] = t;
+	g->special_len[g->n_special++] = (int32_t)len;
+	return 0;
+}
+
+/* The special tokens of allow_special whose text fits here: each tried on
+ * a copy of the matcher (a few, so a copy each is cheap enough). */
+static int special_bits(struct atlas_grammar_matcher *m, uint32_t *mask)
+{
+	const struct atlas_grammar *g = m->g;
+	for (int i = 0; i < g->n_special; i++) {
+		struct atlas_grammar_matcher *c = atlas_grammar_matcher_copy(m);
+		if (!c)
+			return ATLAS_ENOMEM;
+		if (!atlas_grammar_accept_bytes(c, g->special_text[i], (size_t)g->special_len[i]))
+			mask[g->special_id[i] >> 5] |= 1u << (g->special_id[i] & 31);
+		atlas_grammar_matcher_free(c);
+	}
+	atlas_error_clear();
+	return 0;
 }
 
 bool atlas_grammar_can_end(const struct atlas_grammar_matcher *m)
@@ -1203,6 +1248,8 @@ int64_t atlas_grammar_fill_mask(struct atlas_grammar_matcher *m, uint32_t *mask)
 				    : walk(w, 1, c->ctx, c->n_ctx, WALK_FULL, mask, NULL, NULL);
 		}
 	}
+	if (!rc && m->g->n_special)
+		rc = special_bits(m, mask);
 	if (rc)
 		return rc;
 	if (atlas_grammar_can_end(m))

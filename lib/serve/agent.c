@@ -48,6 +48,26 @@ static struct atlas_grammar *lookup(struct serve_grammars *t, const char *text, 
 	return NULL;
 }
 
+/* The markers of the server's tool-call syntax that the tokenizer has as
+ * special tokens become tokens the grammar may use where it spells them
+ * (a real model writes [TOOL_CALLS] as its one token, never as "[", "TOOL"
+ * ...). The set depends only on the server, so a grammar's text still
+ * identifies it in the table. */
+static int allow_markers(struct atlas_server *s, struct atlas_grammar *g)
+{
+	static const char *const markers[] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]",
+					      "<|python_tag|>", "<tool_call>", "</tool_call>"};
+	if (s->toolfmt == ATLAS_TOOLFMT_NONE)
+		return 0;
+	for (size_t i = 0; i < sizeof(markers) / sizeof(markers[0]); i++) {
+		int32_t id = atlas_tok_lookup(s->tok, markers[i]);
+		if (id >= 0 && atlas_tok_is_special(s->tok, id) &&
+		    atlas_grammar_allow_special(g, id, markers[i], strlen(markers[i])))
+			return -1;
+	}
+	return 0;
+}
+
 /* The compiled grammar of `text` (a new reference), from the table or
  * compiled now; NULL with a message. */
 static struct atlas_grammar *grammar_for(struct atlas_server *s, const char *text)
@@ -64,6 +84,10 @@ static struct atlas_grammar *grammar_for(struct atlas_server *s, const char *tex
 	 * same text, and the second simply replaces nothing */
 	if (!(g = atlas_grammar_compile(text, len, s->gvocab)))
 		return NULL;
+	if (allow_markers(s, g)) {
+		atlas_grammar_free(g);
+		return NULL;
+	}
 	char *copy = malloc(len + 1);
 	if (!copy)
 		return g; /* unshared, still usable */

@@ -1055,6 +1055,48 @@ static void test_parallel_cache(void)
 	atlas_tok_free(q);
 }
 
+/* A special token allowed by its text (a tool-call marker that is one
+ * token): in the mask exactly where the grammar spells its text, accepted
+ * as that text; never elsewhere, and never without allow_special. */
+static void test_special_marker(void)
+{
+	int32_t im = atlas_tok_lookup(tok, "<|im_start|>"), end = atlas_tok_lookup(tok, "<|im_end|>");
+	CHECK(im >= 0 && atlas_tok_is_special(tok, im));
+	int64_t W = atlas_grammar_mask_words(vocab);
+	uint32_t *mask = calloc((size_t)W, 4);
+	struct atlas_grammar *g = compile("root ::= \"ab\" \"<|im_start|>\" [a-z]+");
+	CHECK(g != NULL);
+	if (!g || !mask) {
+		free(mask);
+		return;
+	}
+	/* before allowing it: never in a mask, never accepted */
+	struct atlas_grammar_matcher *m = atlas_grammar_matcher_new(g);
+	CHECK_EQ_INT(atlas_grammar_accept_bytes(m, "ab", 2), 0);
+	memset(mask, 0, (size_t)W * 4);
+	CHECK(atlas_grammar_fill_mask(m, mask) > 0);
+	CHECK(!(mask[im >> 5] >> (im & 31) & 1));
+	CHECK(atlas_grammar_accept(m, im) != 0);
+	atlas_grammar_matcher_free(m);
+	CHECK(atlas_grammar_allow_special(g, end, "<|im_end|>", 10) == 0);
+	CHECK(atlas_grammar_allow_special(g, im, "<|im_start|>", 12) == 0);
+	CHECK(atlas_grammar_allow_special(g, eos_id, "<|endoftext|>", 13) != 0); /* EOS: no */
+	m = atlas_grammar_matcher_new(g);
+	memset(mask, 0, (size_t)W * 4);
+	CHECK(atlas_grammar_fill_mask(m, mask) > 0); /* at the start: not yet */
+	CHECK(!(mask[im >> 5] >> (im & 31) & 1));
+	CHECK_EQ_INT(atlas_grammar_accept_bytes(m, "ab", 2), 0);
+	memset(mask, 0, (size_t)W * 4);
+	CHECK(atlas_grammar_fill_mask(m, mask) > 0);
+	CHECK(mask[im >> 5] >> (im & 31) & 1);	 /* here: allowed */
+	CHECK(!(mask[end >> 5] >> (end & 31) & 1)); /* its text does not fit */
+	CHECK_EQ_INT(atlas_grammar_accept(m, im), 0);
+	CHECK(atlas_grammar_accept_bytes(m, "x", 1) == 0 && atlas_grammar_can_end(m));
+	atlas_grammar_matcher_free(m);
+	atlas_grammar_free(g);
+	free(mask);
+}
+
 int main(void)
 {
 	setup();
@@ -1068,6 +1110,7 @@ int main(void)
 	RUN(test_regex);
 	RUN(test_random_walk);
 	RUN(test_threads);
+	RUN(test_special_marker);
 	RUN(test_parallel_cache);
 	RUN(test_perf_default);
 	RUN(test_perf_qwen3);
