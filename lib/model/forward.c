@@ -26,8 +26,8 @@
  * of the heads and MLP rows (m->H_loc, Hkv_loc, F_loc), so the o and down
  * products are partial sums, completed by the two all_reduce_sum calls
  * of each layer (an MoE layer's experts are not split: rank 0 computes
- * it and the others contribute zeros); the code is the same for one rank (whose collectives
- * are no-ops). Rank 0 drives the steps and broadcasts each one's header
+ * it and the others contribute zeros); the code is the same for one
+ * rank (whose collectives are no-ops). Rank 0 drives the steps and broadcasts each one's header
  * and token metadata before running it; the other ranks run the same
  * body in atlas_model_follow. Only rank 0 computes logits.
  */
