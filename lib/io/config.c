@@ -394,6 +394,11 @@ static int parse_moe(struct json_object *o, const char *where, struct atlas_conf
 		return atlas_error(ATLAS_EFORMAT,
 				   "%s: num_experts_per_tok (%" PRId64 ") is greater than %s (%" PRId64
 				   ")", where, c->experts_per_tok, key, c->num_experts);
+	if (c->num_experts > ATLAS_MAX_EXPERTS || c->experts_per_tok > ATLAS_MAX_TOP_K)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: %" PRId64 " experts, top %" PRId64 ": at most %d experts and "
+				   "top %d are supported", where, c->num_experts, c->experts_per_tok,
+				   ATLAS_MAX_EXPERTS, ATLAS_MAX_TOP_K);
 	c->moe_intermediate_size = c->intermediate_size;
 	if ((rc = opt_int(o, "moe_intermediate_size", where, &c->moe_intermediate_size)) ||
 	    (rc = opt_int(o, "decoder_sparse_step", where, &c->decoder_sparse_step)) ||

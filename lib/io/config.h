@@ -13,6 +13,9 @@
 #define ATLAS_MAX_EOS 8
 /* layers that mlp_only_layers can name (bits of atlas_config.mlp_only) */
 #define ATLAS_MAX_MLP_ONLY 256
+/* the most experts per layer and per token a config may ask for */
+#define ATLAS_MAX_EXPERTS 65536
+#define ATLAS_MAX_TOP_K 64
 
 enum atlas_rope_type {
 	ATLAS_ROPE_DEFAULT = 0, /* plain RoPE */

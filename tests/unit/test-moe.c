@@ -357,6 +357,10 @@ static void test_config(void)
 	refused(",\"num_local_experts\":2,\"num_experts_per_tok\":3", ATLAS_EFORMAT,
 		"greater than num_local_experts (2)");
 	refused(",\"num_experts\":4", ATLAS_EFORMAT, "'num_experts_per_tok'");
+	refused(",\"num_experts\":100000,\"num_experts_per_tok\":2", ATLAS_EUNSUPPORTED,
+		"at most 65536 experts");
+	refused(",\"num_experts\":128,\"num_experts_per_tok\":65", ATLAS_EUNSUPPORTED,
+		"top 64 are supported");
 	refused(",\"num_experts\":4,\"num_experts_per_tok\":2,\"mlp_only_layers\":[4]",
 		ATLAS_EFORMAT, "mlp_only_layers");
 	refused(",\"num_experts\":4,\"num_experts_per_tok\":2,\"topk_method\":\"noaux_tc\"",

@@ -61,7 +61,7 @@ static int mlp_row(struct atlas_backend *be, float *acc, const float *x, const v
 }
 
 /* Top k of at most this many experts per token (the selection lives on
- * the stack). */
+ * the stack; config.c refuses more: ATLAS_MAX_TOP_K). */
 #define MAX_TOP_K 64
 
 int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
