@@ -110,6 +110,8 @@ void atlas_sreq_pool(struct atlas_sched *s, struct atlas_sreq *r,
 		     const struct atlas_batch_item *it);
 /* Finish `r` (under s->mu): release its sequence, sampler and stopper,
  * publish the outcome, drop the engine's reference. rc/msg for errors. */
+/* Drop a reference to r (under s->mu), freeing it with the last. */
+void atlas_sreq_unref(struct atlas_sreq *r);
 void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_finish f,
 		       int rc, const char *msg);
 

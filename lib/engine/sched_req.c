@@ -38,6 +38,12 @@ static void sreq_free(struct atlas_sreq *r)
 	free(r);
 }
 
+void atlas_sreq_unref(struct atlas_sreq *r)
+{
+	if (--r->refs == 0)
+		sreq_free(r);
+}
+
 int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 		       struct atlas_sreq **out)
 {

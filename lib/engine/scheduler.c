@@ -343,6 +343,11 @@ int atlas_sched_step(struct atlas_sched *s)
 		 * request that ends frees its sequence) */
 		for (int64_t i = 0; s->prefix && i < n; i++)
 			atlas_seq_publish_prefix(s->items[i].seq, s->item_req[i]->hist);
+		/* a request finished below while its submitter has already let
+		 * go (cancelled during the forward) would be freed at once, yet
+		 * it is still in the running list: hold it until it is out */
+		for (int64_t i = 0; i < n; i++)
+			s->item_req[i]->refs++;
 		for (int64_t i = 0; i < n; i++) {
 			struct atlas_sreq *r = s->item_req[i];
 			if (s->items[i].hidden)
@@ -355,6 +360,8 @@ int atlas_sched_step(struct atlas_sched *s)
 		for (int64_t j = s->n_running - 1; j >= 0; j--)
 			if (s->running[j]->done)
 				list_remove(s->running, &s->n_running, j);
+		for (int64_t i = 0; i < n; i++)
+			atlas_sreq_unref(s->item_req[i]);
 	}
 	update_gauges(s);
 	pthread_mutex_unlock(&s->mu);
