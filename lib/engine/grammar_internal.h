@@ -122,6 +122,29 @@ int grammar_cache_init(struct atlas_grammar *g);
 
 /* p grown to hold `need` elements of elem bytes (capacity *cap, doubled
  * as needed): the new pointer, or NULL (p untouched) when out of memory. */
+/* A hex digit's value, or -1. */
+static inline int grammar_hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
+		return (c | 0x20) - 'a' + 10;
+	return -1;
+}
+
+/* The one-letter control escapes the grammar text and regexes share
+ * (\n \t \r \f \v \0): true with the code point in *cp. */
+static inline bool grammar_control_escape(char e, uint32_t *cp)
+{
+	static const char from[] = "ntrfv0", to[] = "\n\t\r\f\v";
+	for (int i = 0; i < 6; i++)
+		if (e == from[i]) {
+			*cp = i < 5 ? (uint32_t)(unsigned char)to[i] : 0;
+			return true;
+		}
+	return false;
+}
+
 static inline void *grow(void *p, int32_t *cap, int32_t need, size_t elem)
 {
 	if (need <= *cap)

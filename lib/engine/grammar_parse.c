@@ -259,17 +259,6 @@ static bool is_name_char(char c)
 	       c == '_' || c == '-';
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* One (possibly escaped) code point of a literal or class into *cp. */
 static int parse_char(struct parser *p, uint32_t *cp)
 {
@@ -287,26 +276,10 @@ static int parse_char(struct parser *p, uint32_t *cp)
 	if (++p->i >= p->len)
 		return perr(p, at, "unexpected end of grammar");
 	c = (unsigned char)p->s[p->i++];
+	if (grammar_control_escape((char)c, cp))
+		return 0;
 	int digits = 0;
 	switch (c) {
-	case 'n':
-		*cp = '\n';
-		return 0;
-	case 't':
-		*cp = '\t';
-		return 0;
-	case 'r':
-		*cp = '\r';
-		return 0;
-	case 'f':
-		*cp = '\f';
-		return 0;
-	case 'v':
-		*cp = '\v';
-		return 0;
-	case '0':
-		*cp = 0;
-		return 0;
 	case 'x':
 		digits = 2;
 		break;
@@ -341,7 +314,7 @@ static int parse_char(struct parser *p, uint32_t *cp)
 	}
 	uint32_t v = 0;
 	for (int k = 0; k < digits; k++) {
-		int h = p->i < p->len ? hexval(p->s[p->i]) : -1;
+		int h = p->i < p->len ? grammar_hexval(p->s[p->i]) : -1;
 		if (h < 0)
 			return perr(p, at, "bad hex escape");
 		v = v * 16 + (uint32_t)h;

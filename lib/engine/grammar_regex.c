@@ -212,15 +212,6 @@ static int add_shorthand(struct rx *r, struct cset *c, char e)
 	return rc;
 }
 
-static int hexdig(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if ((c | 0x20) >= 'a' && (c | 0x20) <= 'f')
-		return (c | 0x20) - 'a' + 10;
-	return -1;
-}
-
 /* One escape after '\' (r->i is past the backslash): a code point into
  * *cp, or a shorthand class added to c (then *cp = UINT32_MAX). */
 static int parse_escape(struct rx *r, struct cset *c, uint32_t *cp)
@@ -229,6 +220,8 @@ static int parse_escape(struct rx *r, struct cset *c, uint32_t *cp)
 		return rerr(r, "trailing backslash");
 	char e = r->s[r->i++];
 	*cp = UINT32_MAX;
+	if (grammar_control_escape(e, cp))
+		return 0;
 	switch (e) {
 	case 'd':
 	case 'D':
@@ -237,24 +230,6 @@ static int parse_escape(struct rx *r, struct cset *c, uint32_t *cp)
 	case 's':
 	case 'S':
 		return add_shorthand(r, c, e);
-	case 'n':
-		*cp = '\n';
-		return 0;
-	case 't':
-		*cp = '\t';
-		return 0;
-	case 'r':
-		*cp = '\r';
-		return 0;
-	case 'f':
-		*cp = '\f';
-		return 0;
-	case 'v':
-		*cp = '\v';
-		return 0;
-	case '0':
-		*cp = 0;
-		return 0;
 	case 'b':
 	case 'B':
 		return rerr(r, "word boundaries are not supported");
@@ -266,9 +241,9 @@ static int parse_escape(struct rx *r, struct cset *c, uint32_t *cp)
 		int k = 0;
 		if (brace)
 			r->i++;
-		for (; r->i < r->n && (brace || k < digits) && hexdig(r->s[r->i]) >= 0 && k < 8;
+		for (; r->i < r->n && (brace || k < digits) && grammar_hexval(r->s[r->i]) >= 0 && k < 8;
 		     k++)
-			v = v * 16 + (uint32_t)hexdig(r->s[r->i++]);
+			v = v * 16 + (uint32_t)grammar_hexval(r->s[r->i++]);
 		if (brace && (r->i >= r->n || r->s[r->i++] != '}'))
 			return rerr(r, "bad \\x{...} escape");
 		if (!k || (!brace && k != digits) || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
