@@ -8,6 +8,7 @@
  * first computed), so they are spread over the process's thread pool,
  * which the CUDA backend leaves idle. Each mask depends only on its own
  * request, so the result is the same however they are spread. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -39,14 +40,26 @@ static void range(void *ctx, int64_t b, int64_t e)
 		one(j->s, j->r[i]);
 }
 
+/* Does item i sample from a constrained request? */
+static bool needs_mask(const struct atlas_sched *s, int64_t i)
+{
+	const struct atlas_sreq *r = s->item_req[i];
+	const struct atlas_batch_item *it = &s->items[i];
+	return (it->logits || it->sample) && (r->gm || r->mask);
+}
+
 void atlas_sched_masks(struct atlas_sched *s)
 {
+	int64_t first = 0;
+	while (first < s->n_items && !needs_mask(s, first))
+		first++;
+	if (first == s->n_items)
+		return; /* the usual step: nothing constrained, nothing to allocate */
 	struct mask_job *j = malloc(sizeof(*j));
 	int n = 0;
-	for (int64_t i = 0; i < s->n_items; i++) {
+	for (int64_t i = first; i < s->n_items; i++) {
 		struct atlas_sreq *r = s->item_req[i];
-		const struct atlas_batch_item *it = &s->items[i];
-		if (!(it->logits || it->sample) || !(r->gm || r->mask))
+		if (!needs_mask(s, i))
 			continue;
 		if (!j || n == (int)(sizeof(j->r) / sizeof(j->r[0])))
 			one(s, r); /* (no memory, or past the list: inline) */
