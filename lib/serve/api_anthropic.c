@@ -211,19 +211,32 @@ static int tools_of(json_object *b, json_object *out, struct serve_err *e)
 	return 0;
 }
 
+/* Field `key` of b as an object with a string "type": 1 with *obj and *t
+ * set, 0 when absent (or null), -1 with e set when malformed. */
+static int typed_field(json_object *b, const char *key, json_object **obj, const char **t,
+		       struct serve_err *e)
+{
+	json_object *type;
+	if (!json_object_object_get_ex(b, key, obj) || !*obj)
+		return 0;
+	if (!json_object_is_type(*obj, json_type_object) ||
+	    !json_object_object_get_ex(*obj, "type", &type) ||
+	    !json_object_is_type(type, json_type_string))
+		return serve_err_set(e, 400, key, "invalid_type", "'%s' must be an object with a 'type'",
+				     key);
+	*t = json_object_get_string(type);
+	return 1;
+}
+
 /* tool_choice {type: auto|any|tool|none, name, disable_parallel_tool_use}
  * as OpenAI's tool_choice and parallel_tool_calls. */
 static int choice_of(json_object *b, json_object *out, struct serve_err *e)
 {
-	json_object *tc, *type, *name, *dp;
-	if (!json_object_object_get_ex(b, "tool_choice", &tc) || !tc)
-		return 0;
-	if (!json_object_is_type(tc, json_type_object) ||
-	    !json_object_object_get_ex(tc, "type", &type) ||
-	    !json_object_is_type(type, json_type_string))
-		return serve_err_set(e, 400, "tool_choice", "invalid_type",
-				     "'tool_choice' must be an object with a 'type'");
-	const char *t = json_object_get_string(type);
+	json_object *tc, *name, *dp;
+	const char *t;
+	int r = typed_field(b, "tool_choice", &tc, &t, e);
+	if (r <= 0)
+		return r;
 	if (!strcmp(t, "auto") || !strcmp(t, "none")) {
 		json_object_object_add(out, "tool_choice", json_object_new_string(t));
 	} else if (!strcmp(t, "any")) {
@@ -252,15 +265,11 @@ static int choice_of(json_object *b, json_object *out, struct serve_err *e)
 /* thinking {type: enabled, budget_tokens} | {type: disabled}. */
 static int thinking_of(json_object *b, json_object *out, struct serve_gen *g, struct serve_err *e)
 {
-	json_object *th, *type, *budget;
-	if (!json_object_object_get_ex(b, "thinking", &th) || !th)
-		return 0;
-	if (!json_object_is_type(th, json_type_object) ||
-	    !json_object_object_get_ex(th, "type", &type) ||
-	    !json_object_is_type(type, json_type_string))
-		return serve_err_set(e, 400, "thinking", "invalid_type",
-				     "'thinking' must be an object with a 'type'");
-	const char *t = json_object_get_string(type);
+	json_object *th, *budget;
+	const char *t;
+	int r = typed_field(b, "thinking", &th, &t, e);
+	if (r <= 0)
+		return r;
 	if (!strcmp(t, "disabled")) {
 		json_object_object_add(out, "enable_thinking", json_object_new_boolean(0));
 		return 0;
