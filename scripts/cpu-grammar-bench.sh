@@ -15,12 +15,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for i in $(seq 64); do echo "{\"prompt\": \"Record $i of the catalogue, as JSON:\"}"; done >"$tmp/p32.jsonl"
 head -2 "$tmp/p32.jsonl" >"$tmp/p1.jsonl"
-step_ms() {
-	awk -v lo="$1" -v hi="$2" '/generated [0-9]+ tokens in/ { k++; if (k < lo || k > hi) next
-		for (i = 1; i <= NF; i++) if ($i == "generated") { n = $(i + 1); t = $(i + 4) }
-		ms = t / (n - 1); if (ms > worst) worst = ms } END { printf "%.3f", worst }'
-}
-pct() { awk -v f="$1" -v s="$2" 'BEGIN { printf "%+.1f%%", (s / f - 1) * 100 }'; }
+. "$src/scripts/grammar-bench-lib.sh"
 echo "| batch | free ms/step | constrained, first pass | cost | constrained, warm | cost |"
 echo "|---|---|---|---|---|---|"
 for b in 1 32; do

@@ -31,15 +31,7 @@ summary=$out/summary.md
 	echo "| batch | free ms/step | constrained, first pass | cost | constrained, warm | cost |"
 	echo "|---|---|---|---|---|---|"
 } >"$summary"
-# per-step decode time of the prompts numbered [lo, hi] (the order of the
-# timing lines is the input order): generation time after the first token
-# over the steps after the first, the slowest of them (they run together)
-step_ms() {
-	awk -v lo="$1" -v hi="$2" '/generated [0-9]+ tokens in/ { k++; if (k < lo || k > hi) next
-		for (i = 1; i <= NF; i++) if ($i == "generated") { n = $(i + 1); t = $(i + 4) }
-		ms = t / (n - 1); if (ms > worst) worst = ms } END { printf "%.3f", worst }'
-}
-pct() { awk -v f="$1" -v s="$2" 'BEGIN { printf "%+.1f%%", (s / f - 1) * 100 }'; }
+. "$src/scripts/grammar-bench-lib.sh"
 # batch b: 2b prompts, b at a time; the first b pass through the grammar
 # first (its mask cache fills), the second b find it warm, as requests
 # with the same schema do in a server (atlas-serve keeps compiled grammars)
