@@ -98,8 +98,11 @@ wait_exit() {
 }
 
 @test "SIGTERM and SIGINT stop the followers: exit 0 within 20 s" {
-	local log=$BATS_TEST_TMPDIR/stop.log pid sig port
+	local log pid sig port
 	for sig in TERM INT; do
+		# a log per signal: the first server's "ready" must not be read
+		# before the shell has truncated the file for the second
+		log=$BATS_TEST_TMPDIR/stop-$sig.log
 		atlas-serve --port 0 --device cpu --tp 2 >/dev/null 2>"$log" 3>&- &
 		pid=$!
 		for i in $(seq 600); do
