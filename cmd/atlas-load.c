@@ -190,6 +190,7 @@ static int inspect(const struct opts *o, const char *dir)
 		json_object_object_add(j, "layers", json_object_new_int64(c.num_layers));
 		json_object_object_add(j, "hidden_size", json_object_new_int64(c.hidden_size));
 		json_object_object_add(j, "vocab_size", json_object_new_int64(c.vocab_size));
+		json_object_object_add(j, "moe", atlas_ckpt_moe_json(&c));
 		json_object_object_add(j, "tokenizer", json_object_new_string(ci.tokenizer_type));
 		json_object_object_add(j, "chat_template", json_object_new_boolean(ci.chat_template));
 		for (char *p = targets, *e; *p; p = e ? e + 2 : p + strlen(p)) {
@@ -240,6 +241,10 @@ static int inspect(const struct opts *o, const char *dir)
 	       "vocab %lld\n",
 	       (long long)c.num_layers, (long long)c.hidden_size, (long long)c.num_heads,
 	       (long long)c.num_kv_heads, (long long)c.head_dim, (long long)c.vocab_size);
+	char *moe = atlas_ckpt_moe_text(&c);
+	if (moe)
+		fputs(moe, stdout);
+	free(moe);
 	printf("tokenizer:       %s\n", ci.tokenizer_type[0] ? ci.tokenizer_type : "none");
 	printf("chat template:   %s\n", ci.chat_template ? "yes" : "no");
 	printf("kernel targets:  %s\n", cpu_only ? "none (CPU-only build)"

@@ -35,4 +35,18 @@ struct atlas_ckpt_info {
  * (unreadable checkpoint). A missing tokenizer leaves the fields empty. */
 int atlas_ckpt_inspect(const char *dir, struct atlas_ckpt_info *out);
 
+struct atlas_config;
+struct json_object;
+/* What inspect shows of a mixture-of-experts config: the lines
+ * "experts:", "shared expert:" (when there is one) and "dense layers:"
+ * (the layers mlp_only_layers or decoder_sparse_step leave dense, as
+ * ranges, or "none"), malloc'd, caller frees; NULL for a dense config or
+ * out of memory. */
+char *atlas_ckpt_moe_text(const struct atlas_config *c);
+/* The same as a new JSON object {"experts", "top_k", "expert_width",
+ * "shared_expert_width" (null: none), "norm_topk_prob" (the config's;
+ * Mixtral renormalises whatever it says), "dense_layers" [indices]}
+ * owned by the caller, or NULL for a dense config. */
+struct json_object *atlas_ckpt_moe_json(const struct atlas_config *c);
+
 #endif

@@ -1,5 +1,6 @@
 /* convert_inspect.c - the checkpoint summary atlas-load inspect prints
- * (see convert.h): counts per dtype, tokenizer type, chat template. */
+ * (see convert.h): counts per dtype, tokenizer type, chat template, and a
+ * mixture-of-experts config's experts and dense layers. */
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include "../core/error.h"
+#include "config.h"
 #include "convert.h"
 #include "file.h"
 #include "json_util.h"
@@ -63,4 +65,67 @@ int atlas_ckpt_inspect(const char *dir, struct atlas_ckpt_info *out)
 		out->chat_template = true;
 	free(jinja);
 	return 0;
+}
+
+/* Layers [a, b] as "a" or "a-b", after ", " unless first. */
+static void put_range(FILE *f, int64_t a, int64_t b, bool first)
+{
+	fprintf(f, "%s%lld", first ? "" : ", ", (long long)a);
+	if (b > a)
+		fprintf(f, "-%lld", (long long)b);
+}
+
+char *atlas_ckpt_moe_text(const struct atlas_config *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	bool first = true;
+	if (c->num_experts <= 0)
+		return NULL;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	fprintf(f, "experts:         %lld per sparse layer, top %lld, expert width %lld\n",
+		(long long)c->num_experts, (long long)c->experts_per_tok,
+		(long long)c->moe_intermediate_size);
+	if (c->shared_expert_intermediate_size > 0)
+		fprintf(f, "shared expert:   width %lld\n",
+			(long long)c->shared_expert_intermediate_size);
+	fprintf(f, "dense layers:    ");
+	for (int64_t l = 0, a = -1; l <= c->num_layers; l++) {
+		bool dense = l < c->num_layers && !atlas_config_layer_is_moe(c, l);
+		if (dense && a < 0)
+			a = l;
+		if (!dense && a >= 0) {
+			put_range(f, a, l - 1, first);
+			first = false;
+			a = -1;
+		}
+	}
+	fprintf(f, "%s\n", first ? "none" : "");
+	if (fclose(f)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+struct json_object *atlas_ckpt_moe_json(const struct atlas_config *c)
+{
+	if (c->num_experts <= 0)
+		return NULL;
+	struct json_object *o = json_object_new_object(), *dense = json_object_new_array();
+	json_object_object_add(o, "experts", json_object_new_int64(c->num_experts));
+	json_object_object_add(o, "top_k", json_object_new_int64(c->experts_per_tok));
+	json_object_object_add(o, "expert_width", json_object_new_int64(c->moe_intermediate_size));
+	json_object_object_add(o, "shared_expert_width",
+			       c->shared_expert_intermediate_size > 0
+				       ? json_object_new_int64(c->shared_expert_intermediate_size)
+				       : NULL);
+	json_object_object_add(o, "norm_topk_prob", json_object_new_boolean(c->norm_topk_prob));
+	for (int64_t l = 0; l < c->num_layers; l++)
+		if (!atlas_config_layer_is_moe(c, l))
+			json_object_array_add(dense, json_object_new_int64(l));
+	json_object_object_add(o, "dense_layers", dense);
+	return o;
 }
