@@ -60,6 +60,14 @@ int64_t atlas_model_max_context(const struct atlas_model *m);
 /* Bytes of weights read per decode step (all matrices but the embedding
  * table, plus the output head), for roofline arithmetic. */
 int64_t atlas_model_weight_bytes(const struct atlas_model *m);
+/* For a mixture-of-experts model, whose batched steps read as many
+ * experts as their rows route to: the bytes of one routed expert (gate,
+ * up and down; every sparse layer's experts are the same size), and the
+ * part of atlas_model_weight_bytes that is routed experts (top_k in each
+ * sparse layer). A step that reads X (layer, expert) pairs reads
+ * weight_bytes - routed_bytes + X * expert_bytes. 0 for a dense model. */
+int64_t atlas_model_expert_bytes(const struct atlas_model *m);
+int64_t atlas_model_routed_bytes(const struct atlas_model *m);
 
 /* A model of the shape `cfg` (a family by cfg->model_type, as from
  * config.json) whose weights are random values the backend makes itself

@@ -184,7 +184,9 @@ int atlas_moe_bind_layer(struct atlas_model *m, int64_t l)
 	return 0;
 }
 
-int64_t atlas_moe_bytes_per_token(const struct atlas_model *m, int64_t l)
+/* Bytes of one of layer l's routed experts (0: a dense layer). The
+ * tensors bound hold every expert alike, whichever the layout. */
+static int64_t expert_bytes(const struct atlas_model *m, int64_t l)
 {
 	const struct moe_layer *ml = m->moe ? &m->moe[l] : NULL;
 	if (!ml || !ml->d.n_experts)
@@ -192,9 +194,33 @@ int64_t atlas_moe_bytes_per_token(const struct atlas_model *m, int64_t l)
 	int64_t all = 0;
 	for (int64_t i = 0; i < ml->nw; i++)
 		all += (int64_t)ml->w[i].nbytes;
+	return all / ml->d.n_experts;
+}
+
+int64_t atlas_moe_bytes_per_token(const struct atlas_model *m, int64_t l)
+{
+	const struct moe_layer *ml = m->moe ? &m->moe[l] : NULL;
+	if (!ml || !ml->d.n_experts)
+		return 0;
 	return (int64_t)(ml->router.nbytes + ml->sg.nbytes + ml->su.nbytes + ml->sd.nbytes +
 			 ml->sgate.nbytes) +
-	       all / ml->d.n_experts * ml->d.top_k;
+	       expert_bytes(m, l) * ml->d.top_k;
+}
+
+int64_t atlas_model_expert_bytes(const struct atlas_model *m)
+{
+	for (int64_t l = 0; l < m->cfg.num_layers; l++)
+		if (expert_bytes(m, l))
+			return expert_bytes(m, l);
+	return 0;
+}
+
+int64_t atlas_model_routed_bytes(const struct atlas_model *m)
+{
+	int64_t n = 0;
+	for (int64_t l = 0; l < m->cfg.num_layers; l++)
+		n += expert_bytes(m, l) * (m->moe ? m->moe[l].d.top_k : 0);
+	return n;
 }
 
 void atlas_moe_release(struct atlas_model *m)

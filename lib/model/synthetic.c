@@ -5,7 +5,10 @@
  * of random checkpoint would take minutes, so the weights are filled on
  * the device (be->fill_random) straight into the backend's arena; the
  * rest (activation buffers, KV pool, forward steps) is the ordinary
- * decoder's, through decoder_internal.h. All weights are BF16. */
+ * decoder's, through decoder_internal.h. All weights are BF16. A
+ * mixture-of-experts family gets a router and every expert in the layers
+ * its config makes sparse (m->moe, as moe.c binds a checkpoint's), the
+ * dense MLP in the others. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +46,55 @@ static int make_matrix(struct atlas_model *m, struct weight *w, int64_t N, int64
 	return make(m, w, N, K, -a, a, seed);
 }
 
+/* Layer l's mixture-of-experts MLP into m->moe[l], laid out as
+ * transformers 5 saves it (moe.c's fused layout): one [E, 2F, D] tensor
+ * of every expert's gate then up rows and one [E, D, F] of the downs,
+ * two allocations and fills per layer instead of 3E; the description
+ * points into them, so atlas_moe_release gives them back like bound
+ * ones. Seeds s + 12.. continue make_layer's. */
+static int make_moe(struct atlas_model *m, int64_t l, uint64_t s)
+{
+	const struct atlas_config *c = &m->cfg;
+	const struct atlas_moe_family *f = m->fam->moe;
+	struct moe_layer *ml = &m->moe[l];
+	const int64_t E = c->num_experts, D = c->hidden_size, F = c->moe_intermediate_size;
+	const int64_t Fs = f->shared_expert ? c->shared_expert_intermediate_size : 0;
+	int rc;
+	ml->d = (struct atlas_moe_desc){
+	    .n_experts = E, .top_k = c->experts_per_tok, .D = D, .F = F, .Fs = Fs,
+	    .norm_topk = f->always_norm || c->norm_topk_prob, .wdt = ATLAS_DTYPE_BF16,
+	};
+	ml->nw = 2;
+	ml->ptrs = calloc((size_t)(3 * E), sizeof(*ml->ptrs));
+	ml->w = calloc(2, sizeof(*ml->w));
+	if (!ml->ptrs || !ml->w)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	if ((rc = make_matrix(m, &ml->router, E, D, s + 12)) ||
+	    (rc = make_matrix(m, &ml->w[0], E * 2 * F, D, s + 13)) ||
+	    (rc = make_matrix(m, &ml->w[1], E * D, F, s + 14)))
+		return rc;
+	if (Fs && ((rc = make_matrix(m, &ml->sg, Fs, D, s + 15)) ||
+		   (rc = make_matrix(m, &ml->su, Fs, D, s + 16)) ||
+		   (rc = make_matrix(m, &ml->sd, D, Fs, s + 17)) ||
+		   (rc = make_matrix(m, &ml->sgate, 1, D, s + 18))))
+		return rc;
+	for (int64_t e = 0; e < E; e++) {
+		const char *gu = (const char *)ml->w[0].p + (size_t)(e * 2 * F * D) * 2;
+		ml->ptrs[e] = gu;
+		ml->ptrs[E + e] = gu + (size_t)(F * D) * 2;
+		ml->ptrs[2 * E + e] = (const char *)ml->w[1].p + (size_t)(e * D * F) * 2;
+	}
+	ml->d.router = ml->router.p;
+	ml->d.wg = ml->ptrs;
+	ml->d.wu = ml->ptrs + E;
+	ml->d.wd = ml->ptrs + 2 * E;
+	ml->d.sg = ml->sg.p;
+	ml->d.su = ml->su.p;
+	ml->d.sd = ml->sd.p;
+	ml->d.sgate = ml->sgate.p;
+	return 0;
+}
+
 static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 {
 	const struct atlas_config *c = &m->cfg;
@@ -73,6 +125,8 @@ static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 		if (!rc)
 			rc = make(m, &L->bv, kvd, 0, -0.1f, 0.1f, s + 11);
 	}
+	if (!rc && m->moe && atlas_config_layer_is_moe(c, l))
+		return make_moe(m, l, s);
 	if (!rc)
 		rc = make_matrix(m, &L->wg, F, D, s + 12);
 	if (!rc)
@@ -82,20 +136,43 @@ static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 	return rc;
 }
 
+/* The moe op's description of a sparse layer of m without its pointers
+ * (shapes only), or all zeros for a dense family. */
+static struct atlas_moe_desc moe_shape(const struct atlas_model *m)
+{
+	const struct atlas_config *c = &m->cfg;
+	const struct atlas_moe_family *f = m->fam->moe;
+	if (!f)
+		return (struct atlas_moe_desc){0};
+	return (struct atlas_moe_desc){
+	    .n_experts = c->num_experts, .top_k = c->experts_per_tok, .D = c->hidden_size,
+	    .F = c->moe_intermediate_size,
+	    .Fs = f->shared_expert ? c->shared_expert_intermediate_size : 0};
+}
+
 /* Bytes the model will hold, as decoder.c's size_memory counts them. */
 static size_t footprint(const struct atlas_model *m)
 {
 	const struct atlas_config *c = &m->cfg;
+	const struct atlas_moe_desc md = moe_shape(m);
 	size_t a = m->act, pad = 256;
 	int64_t D = c->hidden_size, F = m->F_loc, hd = c->head_dim;
 	int64_t qd = m->H_loc * hd, kvd = m->Hkv_loc * hd;
-	size_t per_layer = (size_t)(2 * D + 2 * hd + qd * D + 2 * kvd * D + D * qd + 3 * F * D +
-				    qd + 2 * kvd) * 2 + 16 * pad;
-	size_t w = per_layer * (size_t)c->num_layers +
-		   (size_t)(c->vocab_size * D * (c->tie_embeddings ? 1 : 2) + D) * 2 + 4 * pad;
+	size_t attn = (size_t)(2 * D + 2 * hd + qd * D + 2 * kvd * D + D * qd + qd + 2 * kvd) * 2 +
+		      16 * pad;
+	/* a sparse layer holds every expert (whole on every rank), its
+	 * router and the shared expert with its gate, instead of the MLP */
+	size_t dense = (size_t)(3 * F * D) * 2;
+	size_t sparse = (size_t)(md.n_experts * D + 3 * md.n_experts * md.F * D +
+				 (md.Fs ? 3 * md.Fs * D + D : 0)) * 2;
+	size_t w = (size_t)(c->vocab_size * D * (c->tie_embeddings ? 1 : 2) + D) * 2 + 4 * pad;
+	for (int64_t l = 0; l < c->num_layers; l++)
+		w += attn + (md.n_experts && atlas_config_layer_is_moe(c, l) ? sparse : dense);
 	size_t rows = (size_t)m->max_tokens;
 	size_t act = rows * a * (size_t)(3 * D + 2 * qd + 2 * kvd + 2 * F) +
-		     rows * 4 * (size_t)c->vocab_size + (size_t)m->max_seqs * (size_t)D * a + 16 * pad;
+		     rows * 4 * (size_t)c->vocab_size + (size_t)m->max_seqs * (size_t)D * a +
+		     (md.n_experts ? atlas_moe_scratch_bytes(&md, m->max_tokens) : 0) +
+		     (md.n_experts && m->comm->rank > 0 ? rows * (size_t)D * a : 0) + 16 * pad;
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * (size_t)kvd * a;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
@@ -126,10 +203,10 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam) ||
 	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
-	if (m->fam->moe) {
+	if (m->fam->moe && !be->moe) {
 		atlas_error(ATLAS_EUNSUPPORTED,
-			    "synthetic mixture-of-experts models ('%s') are not available yet",
-			    m->fam->name);
+			    "'%s' is a mixture-of-experts model and backend '%s' has no MoE op",
+			    m->fam->name, be->name);
 		goto fail;
 	}
 	atlas_decoder_size(m, p);
@@ -137,7 +214,10 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 		goto fail;
 	if (be->specialize && be->specialize(be, m->fam->name, "bf16"))
 		goto fail;
-	if (!(m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers)))) {
+	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));
+	if (m->fam->moe)
+		m->moe = calloc((size_t)c->num_layers, sizeof(*m->moe));
+	if (!m->layers || (m->fam->moe && !m->moe)) {
 		atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -158,6 +238,11 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 		   m->fam->name, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads, (long long)c->vocab_size,
 		   (long long)atlas_model_weight_bytes(m));
+	if (m->moe)
+		atlas_info("mixture of experts: %lld experts, top %lld, expert width %lld%s",
+			   (long long)c->num_experts, (long long)c->experts_per_tok,
+			   (long long)c->moe_intermediate_size,
+			   m->fam->moe->shared_expert ? ", a shared expert" : "");
 	return m;
 fail:
 	atlas_error_wrap(ATLAS_EINVAL, "cannot make a synthetic %s model", c->model_type);
