@@ -82,12 +82,20 @@ struct atlas_moe_desc {
 	const void *sgate;      /* the shared expert's gate [1, D]; NULL if Fs 0 */
 };
 
-/* Scratch bytes the moe op needs for T rows (FP32: router
- * probabilities, the gate and up rows of the widest MLP, the sum). */
+/* Scratch bytes the moe op needs for T rows, on any backend: the CPU's
+ * FP32 router probabilities, gate and up rows of the widest MLP and the
+ * sum, or the CUDA op's routing (ids, weights, groups), its bf16 expert
+ * rows h [T k, F] and y [T k, D] and the shared expert's rows, each
+ * region 256-byte aligned; whichever is larger. */
 static inline size_t atlas_moe_scratch_bytes(const struct atlas_moe_desc *d, int64_t T)
 {
-	int64_t f = d->F > d->Fs ? d->F : d->Fs;
-	return (size_t)T * (size_t)(d->n_experts + 2 * f + d->D) * sizeof(float);
+	const size_t t = (size_t)T, k = (size_t)d->top_k, e = (size_t)d->n_experts;
+	const size_t D = (size_t)d->D, F = (size_t)d->F, Fs = (size_t)d->Fs;
+	const size_t f = F > Fs ? F : Fs;
+	const size_t cpu = t * (e + 2 * f + D) * sizeof(float);
+	const size_t gpu = 12 * t * k + 4 * t + 8 * (e + 1) + 2 * t * k * (F + D) +
+			   2 * t * (2 * Fs + D) + 16 * 256;
+	return cpu > gpu ? cpu : gpu;
 }
 
 /* One row's sampling settings for the on-device sampler. The uniform u
@@ -120,6 +128,9 @@ struct atlas_backend {
 				     * the same bits whatever else is in the batch
 				     * (one kernel per op for all T, no T-dependent
 				     * paths); the server sets it */
+	int moe_max_experts;        /* the most experts a layer may have for the
+				     * moe op (0: no limit); models with more are
+				     * refused at load */
 
 	/* --- lifetime and memory --------------------------------------- */
 
@@ -235,6 +246,12 @@ struct atlas_backend {
 	 * backend runs no MoE model (the model refuses them at load). */
 	int (*moe)(struct atlas_backend *be, void *out, const void *x,
 		   const struct atlas_moe_desc *d, int64_t T, void *scratch);
+	/* Optional: how many experts' weights the moe op has read since the
+	 * last call (each call adds the number of distinct experts its rows
+	 * chose: an expert chosen by several rows of one call is read once),
+	 * then resets the count; waits for queued work. The benchmarks' floor
+	 * for batched MoE decode counts these bytes. NULL: not counted. */
+	int64_t (*moe_experts_read)(struct atlas_backend *be);
 
 	/* --- optional fused ops (NULL: the model runs the plain ops they
 	 * stand for; a backend offers them where one launch beats several) */

@@ -324,8 +324,8 @@ static size_t moe_scratch_bytes(const struct atlas_model *m)
 	if (!m->fam->moe || c->num_experts <= 0)
 		return 0;
 	const struct atlas_moe_desc d = {
-	    .n_experts = c->num_experts, .D = c->hidden_size, .F = c->moe_intermediate_size,
-	    .Fs = m->fam->moe->shared_expert ? c->shared_expert_intermediate_size : 0,
+	    .n_experts = c->num_experts, .top_k = c->experts_per_tok, .D = c->hidden_size,
+	    .F = c->moe_intermediate_size, .Fs = m->fam->moe->shared_expert ? c->shared_expert_intermediate_size : 0,
 	};
 	return atlas_moe_scratch_bytes(&d, m->max_tokens);
 }
@@ -457,9 +457,16 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	atlas_decoder_size(m, p);
 	if (m->fam->moe && !be->moe) {
 		atlas_error(ATLAS_EUNSUPPORTED,
-			    "'%s' is a mixture-of-experts model: MoE models run on the CPU backend "
-			    "for now (backend '%s' has no MoE op; use --device cpu)",
+			    "'%s' is a mixture-of-experts model and backend '%s' has no MoE op "
+			    "(use --device cpu)",
 			    m->fam->name, be->name);
+		goto fail;
+	}
+	if (m->fam->moe && be->moe_max_experts && c->num_experts > be->moe_max_experts) {
+		atlas_error(ATLAS_EUNSUPPORTED,
+			    "'%s' has %lld experts a layer; backend '%s' runs at most %d "
+			    "(use --device cpu)", m->fam->name, (long long)c->num_experts,
+			    be->name, be->moe_max_experts);
 		goto fail;
 	}
 	if (m->max_ctx > c->max_position)

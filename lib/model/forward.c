@@ -301,8 +301,10 @@ static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_b
 {
 	struct atlas_backend *be = m->be;
 	const struct atlas_config *c = &m->cfg;
-	/* MoE models run op by op (on the CPU backend for now) */
-	if (m->no_graphs || m->moe || !be->capture_begin || !be->replay)
+	/* an MoE layer's launches depend only on n too (the CUDA moe op
+	 * sizes its grids for the worst routing), so MoE steps are recorded
+	 * as well */
+	if (m->no_graphs || !be->capture_begin || !be->replay)
 		return 0;
 	if (!m->graphs && !(m->graphs = calloc((size_t)m->max_seqs + 1, sizeof(void *))))
 		return 0;

@@ -20,6 +20,7 @@
 #include "../unit/harness.h"
 
 #define TOL 1e-2
+#define ATLAS_MOE_TEST_MAXE 128
 
 static struct atlas_backend *cpu, *gpu;
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -839,6 +840,135 @@ static void test_invariant(void)
 	gpu->batch_invariant = false;
 }
 
+/* One MoE layer's weights on both backends. The router rows are one-hot
+ * with a power-of-two value, so every logit is a product that BF16 holds
+ * exactly: the GPU (which rounds logits to BF16, as the matmul op does)
+ * and the CPU (FP32) choose the same experts, and the comparison measures
+ * the expert products and their sum, not a routing flip. */
+struct moe_case {
+	struct atlas_moe_desc hd, gd; /* CPU (host pointers), GPU (device) */
+	struct wbuf router, sgate, w[3][ATLAS_MOE_TEST_MAXE], s[3];
+	const void *hp[3][ATLAS_MOE_TEST_MAXE], *gp[3][ATLAS_MOE_TEST_MAXE];
+};
+
+static void moe_make(struct moe_case *m, int64_t E, int64_t K, int64_t D, int64_t F, int64_t Fs,
+		     bool norm, enum atlas_dtype dt)
+{
+	memset(m, 0, sizeof(*m));
+	float *r = calloc((size_t)(E * D), sizeof(float));
+	for (int64_t e = 0; e < E; e++)
+		r[e * D + (e * 7) % D] = (float)(1 << (e % 4));
+	m->router = (struct wbuf){malloc((size_t)(E * D) * atlas_dtype_size(dt)), NULL, dt};
+	for (int64_t i = 0; i < E * D; i++) {
+		if (dt == ATLAS_DTYPE_BF16)
+			((uint16_t *)m->router.h)[i] = atlas_f32_to_bf16(r[i]);
+		else if (dt == ATLAS_DTYPE_F16)
+			((uint16_t *)m->router.h)[i] = atlas_f32_to_f16(r[i]);
+		else
+			((float *)m->router.h)[i] = r[i];
+	}
+	m->router.d = gpu->weight_upload(gpu, m->router.h, (size_t)(E * D) * atlas_dtype_size(dt));
+	free(r);
+	for (int64_t e = 0; e < E; e++)
+		for (int i = 0; i < 3; i++) {
+			m->w[i][e] = mkw(dt, F * D, 1.0f / sqrtf((float)(i == 2 ? F : D)));
+			m->hp[i][e] = m->w[i][e].h;
+			m->gp[i][e] = m->w[i][e].d;
+		}
+	if (Fs) {
+		for (int i = 0; i < 3; i++)
+			m->s[i] = mkw(dt, Fs * D, 1.0f / sqrtf((float)(i == 2 ? Fs : D)));
+		m->sgate = mkw(dt, D, 1.0f / sqrtf((float)D));
+	}
+	m->hd = (struct atlas_moe_desc){
+	    .n_experts = E, .top_k = K, .D = D, .F = F, .Fs = Fs, .norm_topk = norm, .wdt = dt,
+	    .router = m->router.h, .wg = m->hp[0], .wu = m->hp[1], .wd = m->hp[2],
+	    .sg = m->s[0].h, .su = m->s[1].h, .sd = m->s[2].h, .sgate = m->sgate.h};
+	m->gd = m->hd;
+	m->gd.router = m->router.d;
+	m->gd.wg = m->gp[0], m->gd.wu = m->gp[1], m->gd.wd = m->gp[2];
+	m->gd.sg = m->s[0].d, m->gd.su = m->s[1].d, m->gd.sd = m->s[2].d, m->gd.sgate = m->sgate.d;
+}
+
+static void moe_free(struct moe_case *m)
+{
+	freew(&m->router);
+	for (int64_t e = 0; e < m->hd.n_experts; e++)
+		for (int i = 0; i < 3; i++)
+			freew(&m->w[i][e]);
+	if (m->hd.Fs) {
+		for (int i = 0; i < 3; i++)
+			freew(&m->s[i]);
+		freew(&m->sgate);
+	}
+}
+
+/* The moe op against the CPU's; then each row computed alone must give
+ * the same bits as in the batch (batch invariance), and a one-row call
+ * reads exactly top_k experts. */
+static void test_moe(void)
+{
+	static const struct {
+		int64_t E, K, D, F, Fs, T;
+		bool norm;
+		enum atlas_dtype dt;
+	} cs[] = {
+	    {16, 4, 256, 96, 0, 1, true, ATLAS_DTYPE_BF16},
+	    {128, 8, 512, 128, 0, 7, true, ATLAS_DTYPE_BF16},
+	    {60, 4, 256, 64, 0, 37, false, ATLAS_DTYPE_BF16},
+	    {8, 2, 264, 200, 0, 70, true, ATLAS_DTYPE_BF16},
+	    {4, 2, 128, 64, 0, 300, true, ATLAS_DTYPE_BF16},
+	    {16, 4, 256, 96, 160, 9, false, ATLAS_DTYPE_BF16},
+	    {8, 2, 100, 52, 0, 5, true, ATLAS_DTYPE_BF16}, /* K % 8 != 0: the any-dtype kernel */
+	    {8, 2, 128, 64, 48, 3, true, ATLAS_DTYPE_F32},
+	    {8, 3, 128, 64, 0, 11, false, ATLAS_DTYPE_F16},
+	};
+	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
+		const int64_t T = cs[i].T, D = cs[i].D;
+		struct moe_case *m = malloc(sizeof(*m));
+		moe_make(m, cs[i].E, cs[i].K, D, cs[i].F, cs[i].Fs, cs[i].norm, cs[i].dt);
+		struct buf x = mkbuf(T * D, 1.0f), o = mkbuf(T * D, 1.0f), o1 = mkbuf(D, 1.0f);
+		float *ref = malloc((size_t)(T * D) * 4);
+		void *hs = malloc(atlas_moe_scratch_bytes(&m->hd, T));
+		void *gs = gpu->alloc(gpu, atlas_moe_scratch_bytes(&m->gd, T));
+		char what[160];
+		poison(&o);
+		CHECK_EQ_INT(cpu->moe(cpu, ref, x.h, &m->hd, T, hs), 0);
+		CHECK_EQ_INT(gpu->moe(gpu, o.d, x.d, &m->gd, T, gs), 0);
+		snprintf(what, sizeof(what), "moe T=%lld E=%lld k=%lld D=%lld F=%lld Fs=%lld%s %s",
+			 (long long)T, (long long)cs[i].E, (long long)cs[i].K, (long long)D,
+			 (long long)cs[i].F, (long long)cs[i].Fs, cs[i].norm ? " norm" : "",
+			 wname(cs[i].dt));
+		compare(what, &o, ref, T * D);
+		/* each row alone */
+		uint16_t *all = malloc((size_t)(T * D) * 2), *one = malloc((size_t)D * 2);
+		int64_t diff = 0;
+		CHECK_EQ_INT(gpu->download(gpu, all, o.d, (size_t)(T * D) * 2), 0);
+		for (int64_t t = 0; t < T; t++) {
+			const void *xt = (const char *)x.d + (size_t)(t * D) * 2;
+			CHECK_EQ_INT(gpu->moe_experts_read(gpu) >= 0, 1);
+			CHECK_EQ_INT(gpu->moe(gpu, o1.d, xt, &m->gd, 1, gs), 0);
+			if (t == 0 && !cs[i].Fs)
+				CHECK_EQ_INT((int)gpu->moe_experts_read(gpu), (int)cs[i].K);
+			CHECK_EQ_INT(gpu->download(gpu, one, o1.d, (size_t)D * 2), 0);
+			diff += memcmp(one, all + t * D, (size_t)D * 2) != 0;
+		}
+		printf("# moe T=%lld: %lld rows differ from the row alone\n", (long long)T,
+		       (long long)diff);
+		CHECK(diff == 0);
+		free(all);
+		free(one);
+		free(ref);
+		free(hs);
+		gpu->free(gpu, gs);
+		freebuf(&x);
+		freebuf(&o);
+		freebuf(&o1);
+		moe_free(m);
+		free(m);
+	}
+}
+
 int main(void)
 {
 	cpu = atlas_backend_cpu_new();
@@ -860,6 +990,7 @@ int main(void)
 	RUN(test_graph);
 	RUN(test_fused);
 	RUN(test_invariant);
+	RUN(test_moe);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);
 	gpu->destroy(gpu);

@@ -51,6 +51,14 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_DECODE_FUSED] = "atlas_decode_fused",
 	[ATLAS_CK_ARGMAX] = "atlas_argmax",
 	[ATLAS_CK_MASK_LOGITS] = "atlas_mask_logits",
+	[ATLAS_CK_MOE_ROUTE] = "atlas_moe_route",
+	[ATLAS_CK_MOE_GROUP] = "atlas_moe_group",
+	[ATLAS_CK_MOE_GEMV8] = "atlas_moe_gemv8",
+	[ATLAS_CK_MOE_GEMV16] = "atlas_moe_gemv16",
+	[ATLAS_CK_MOE_GEMV32] = "atlas_moe_gemv32",
+	[ATLAS_CK_MOE_GEMV64] = "atlas_moe_gemv64",
+	[ATLAS_CK_MOE_GEMV_ANY] = "atlas_moe_gemv_any",
+	[ATLAS_CK_MOE_COMBINE] = "atlas_moe_combine",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -68,6 +76,15 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_DECODE_FUSED] = 1, /* its shared memory is set by fused_prepare */
 	[ATLAS_CK_ARGMAX] = 1,
 	[ATLAS_CK_MASK_LOGITS] = 1, /* without it, masked rows are refused */
+	/* without them the moe op fails with the kernel's name */
+	[ATLAS_CK_MOE_ROUTE] = 1,
+	[ATLAS_CK_MOE_GROUP] = 1,
+	[ATLAS_CK_MOE_GEMV8] = 1,
+	[ATLAS_CK_MOE_GEMV16] = 1,
+	[ATLAS_CK_MOE_GEMV32] = 1,
+	[ATLAS_CK_MOE_GEMV64] = 1,
+	[ATLAS_CK_MOE_GEMV_ANY] = 1,
+	[ATLAS_CK_MOE_COMBINE] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -81,6 +98,10 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC32] = ATLAS_GTC_SMEM(4),
 	[ATLAS_CK_GEMV_TC64] = ATLAS_GTC_SMEM(8),
 	[ATLAS_CK_GEMV_BULK] = ATLAS_GBK_SMEM_MAX,
+	[ATLAS_CK_MOE_GEMV8] = ATLAS_GTC_SMEM(1),
+	[ATLAS_CK_MOE_GEMV16] = ATLAS_GTC_SMEM(2),
+	[ATLAS_CK_MOE_GEMV32] = ATLAS_GTC_SMEM(4),
+	[ATLAS_CK_MOE_GEMV64] = ATLAS_GTC_SMEM(8),
 };
 
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
@@ -419,6 +440,7 @@ static void cuda_destroy(struct atlas_backend *be)
 	if (c) {
 		cudaStreamSynchronize(c->stream);
 		atlas_cuda_bench_release(c);
+		atlas_cuda_moe_release(c);
 		if (c->lib_loaded)
 			cudaLibraryUnload(c->lib);
 		if (c->arena)

@@ -40,6 +40,14 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_DECODE_FUSED, /* decode_fused.cu: a one-token step's layers */
 	ATLAS_CK_ARGMAX,       /* sample.cu: greedy rows over many blocks */
 	ATLAS_CK_MASK_LOGITS,  /* sample.cu: grammar masks applied to logits */
+	ATLAS_CK_MOE_ROUTE,    /* moe.cu: router, softmax, top-k */
+	ATLAS_CK_MOE_GROUP,    /* moe.cu: assignments grouped by expert */
+	ATLAS_CK_MOE_GEMV8,    /* moe.cu: the expert products, 8/16/32/64 tokens a pass */
+	ATLAS_CK_MOE_GEMV16,
+	ATLAS_CK_MOE_GEMV32,
+	ATLAS_CK_MOE_GEMV64,
+	ATLAS_CK_MOE_GEMV_ANY, /* moe.cu: the expert products, any weight dtype */
+	ATLAS_CK_MOE_COMBINE,  /* moe.cu: weighted sum of a token's experts */
 	ATLAS_CK_COUNT,
 };
 
@@ -127,6 +135,12 @@ struct cuda_ctx {
 	int prof_n;                   /* launches timed so far */
 	cudaEvent_t *prof_ev;         /* [2 * ATLAS_CUDA_PROF_MAX] start/stop pairs */
 	unsigned char *prof_k;        /* [ATLAS_CUDA_PROF_MAX] kernel of each pair */
+	struct cuda_moe_tab *moe_tabs; /* device copies of MoE layers' expert
+				       * pointer arrays (cuda_moe.c) */
+	int moe_ntabs, moe_tabs_cap;  /* entries used, allocated */
+	unsigned long long *moe_reads; /* device counter: experts read (the
+				       * moe_experts_read op), NULL until the
+				       * first moe op */
 };
 
 /* Launch kernel k on the backend's stream, grid (gx, gy), 1-D blocks;
@@ -192,6 +206,13 @@ int atlas_cuda_attention_prefill(struct cuda_ctx *c, void *out, const void *q, c
 void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fused_desc *d);
 int atlas_cuda_fused_decode(struct atlas_backend *be, void *fused);
 void atlas_cuda_fused_release(struct atlas_backend *be, void *fused);
+
+/* The moe op and its expert-read counter (cuda_moe.c), and freeing what
+ * they hold at destroy. */
+int atlas_cuda_moe(struct atlas_backend *be, void *out, const void *x,
+		   const struct atlas_moe_desc *d, int64_t T, void *scratch);
+int64_t atlas_cuda_moe_experts_read(struct atlas_backend *be);
+void atlas_cuda_moe_release(struct cuda_ctx *c);
 
 /* Fill the op pointers of be. */
 void atlas_cuda_ops_init(struct atlas_backend *be);

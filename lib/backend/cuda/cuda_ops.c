@@ -575,6 +575,9 @@ void atlas_cuda_ops_init(struct atlas_backend *be)
 	be->add = op_add;
 	be->to_f32 = op_to_f32;
 	be->sample = op_sample;
+	be->moe = atlas_cuda_moe;
+	be->moe_experts_read = atlas_cuda_moe_experts_read;
+	be->moe_max_experts = ATLAS_MOE_MAX_E;
 	be->fused_prepare = atlas_cuda_fused_prepare;
 	be->fused_decode = atlas_cuda_fused_decode;
 	be->fused_release = atlas_cuda_fused_release;

@@ -70,6 +70,34 @@ struct atlas_tcg_args {
 #define ATLAS_GTC_STAGES(nt8) ((nt8) <= 2 ? 8 : 4)
 #define ATLAS_GTC_SMEM(nt8) (8 * ATLAS_GTC_STAGES(nt8) * (2 + (nt8)) * 32 * 16)
 
+/* moe.cu: the most experts a layer may have and choose per token on the
+ * CUDA backend (routing keeps a token's probabilities in shared memory;
+ * atlas_moe_group gives each expert a thread), and the group kernel's
+ * block. */
+#define ATLAS_MOE_MAX_E 1024
+#define ATLAS_MOE_MAX_K 64
+#define ATLAS_MOE_GROUP_THREADS 1024
+
+/* atlas_moe_gemv*: the expert products of one moe op (moe.cu). Block
+ * (row tile x, slot y) multiplies the rows of expert act[y] (when y <
+ * act[E]) with the x rows of its group's assignments. Dynamic shared
+ * memory ATLAS_GTC_SMEM(nt8), as atlas_gemv_tc*. */
+struct atlas_moe_args {
+	const void *x;           /* bf16 [*, K]: row a / xdiv for assignment a */
+	void *out;               /* bf16 [T * top_k, N]: row a for assignment a */
+	const void *const *w0;   /* device array [E]: gate (swiglu) or the matrix, [N, K] bf16 */
+	const void *const *w1;   /* device array [E]: up (swiglu), else NULL */
+	const int *list;         /* assignments grouped by expert (atlas_moe_group) */
+	const int *off;          /* [E + 1]: expert e's group is list[off[e] .. off[e + 1]) */
+	const int *act;          /* [E + 1]: chosen experts ascending, act[E] their count */
+	long long N, K;          /* output rows (features with swiglu), columns */
+	int E;                   /* experts in the layer */
+	int wdt;                 /* weight dtype (atlas_moe_gemv_any; the others take BF16) */
+	int xdiv;                /* top_k for gate/up (x is per token), 1 for down */
+	int rpb;                 /* warp tiles per block: 1, 2, 4 or 8 */
+	int swiglu;              /* 1: out = silu(x w0^T) * (x w1^T), 8 features a warp tile */
+};
+
 /* atlas_gemv_bulk: stages of its bulk-copy ring, columns per row slice,
  * and its dynamic shared memory for T rows of x of K columns (T <= 2). */
 #define ATLAS_GBK_STAGES 8

@@ -1,0 +1,485 @@
+/* moe.cu - the mixture-of-experts MLP (the moe op of backend.h) as four
+ * steps, each a kernel whose launch shape depends only on T and the
+ * layer's shapes (so a decode graph can record it):
+ *
+ *   atlas_moe_route    one block per token: router logits (rounded to
+ *                      bf16, as the matmul op rounds them), FP32 softmax
+ *                      over all E experts, the top k (ties to the lower
+ *                      index) sorted ascending, their weights (renormalised
+ *                      when asked), and the shared expert's gate logit
+ *   atlas_moe_group    one block: the T * k (token, expert) assignments
+ *                      grouped by expert (a counting sort), the list of
+ *                      experts chosen at all, in ascending order
+ *   atlas_moe_gemv*    the expert products: block (row tile, slot) takes
+ *                      the slot-th chosen expert and multiplies its
+ *                      weight rows with every token of its group, so an
+ *                      expert chosen by several tokens of the step is read
+ *                      once (per 8 * NT8 tokens); gate and up with swiglu
+ *                      into h [T * k, F], then down into y [T * k, D]
+ *   atlas_moe_combine  one block per token: the k rows of y weighted and
+ *                      added in ascending expert order (+ the shared
+ *                      expert, scaled by the sigmoid of its gate)
+ *
+ * Batch invariance: every (token, expert) product is the tensor-core GEMV
+ * of gemv_tc.cu, whose sum order for a row depends on neither the number
+ * of tokens nor a token's place among them, and the host fixes rows per
+ * block from the weight's shape alone; routing and the combine are per
+ * token. A token's output therefore does not depend on its batch-mates.
+ * The order of tokens inside a group (set by atomics) changes nothing.
+ */
+#include "common.cuh"
+#include "../../../lib/backend/cuda/kernel_args.h"
+
+#define MOE_THREADS 256
+
+/* Full-warp sum and max in a fixed butterfly order (deterministic). */
+static __device__ __forceinline__ float moe_wsum(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+static __device__ __forceinline__ float moe_wmax(float v)
+{
+#pragma unroll
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+/* x . w over D elements by one warp (x bf16, w in wdt). BF16 weights
+ * with D % 8 == 0 and 16-byte alignment: lane l takes the 8-element
+ * groups l, l + 32, ...; otherwise elements l, l + 32, ... Fixed order. */
+static __device__ __forceinline__ float moe_dot(const bf16 *x, const void *w, int wdt, long long D,
+						int lane)
+{
+	float s = 0.0f;
+	if (wdt == ATLAS_WDT_BF16 && D % 8 == 0 && atlas_aligned(x, 16) && atlas_aligned(w, 16)) {
+		for (long long k = (long long)lane * 8; k < D; k += 256) {
+			float a[8], b[8];
+			atlas_unpack8(*(const uint4 *)(x + k), a);
+			atlas_unpack8(__ldg((const uint4 *)((const bf16 *)w + k)), b);
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				s = fmaf(a[i], b[i], s);
+		}
+	} else {
+		for (long long k = lane; k < D; k += 32)
+			s = fmaf(atlas_bf(x[k]), atlas_wload(w, wdt, k), s);
+	}
+	return moe_wsum(s);
+}
+
+/* ids, wts [T, K]: token t's experts (ascending) and weights; sgl [T]:
+ * the shared expert's gate logit (sgate non-NULL). router [E, D] and
+ * sgate [D] in wdt. E <= ATLAS_MOE_MAX_E, K <= ATLAS_MOE_MAX_K (the host
+ * checks). */
+extern "C" __global__ void __launch_bounds__(MOE_THREADS)
+atlas_moe_route(const bf16 *x, const void *router, const void *sgate, int wdt, long long T, int E,
+		long long D, int K, int norm, int *ids, float *wts, float *sgl)
+{
+	__shared__ float p[ATLAS_MOE_MAX_E];
+	__shared__ int sel[ATLAS_MOE_MAX_K];
+	__shared__ float selp[ATLAS_MOE_MAX_K];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const long long t = blockIdx.x;
+	ATLAS_PDL_ENTRY();
+	const bf16 *xr = x + t * D;
+	const int n = E + (sgate ? 1 : 0);
+	for (int e = warp; e < n; e += MOE_THREADS / 32) {
+		const void *w = e < E ? (const char *)router + (long long)e * D * atlas_wsize(wdt) : sgate;
+		const float s = moe_dot(xr, w, wdt, D, lane);
+		const float v = atlas_bf(atlas_tobf(s)); /* the matmul op's rounding */
+		if (lane == 0) {
+			if (e < E)
+				p[e] = v;
+			else
+				sgl[t] = v;
+		}
+	}
+	__syncthreads();
+	if (warp)
+		return;
+	/* softmax over all experts, in FP32 */
+	float mx = -INFINITY;
+	for (int e = lane; e < E; e += 32)
+		mx = fmaxf(mx, p[e]);
+	mx = moe_wmax(mx);
+	float sum = 0.0f;
+	for (int e = lane; e < E; e += 32) {
+		const float v = expf(p[e] - mx);
+		p[e] = v;
+		sum += v;
+	}
+	sum = moe_wsum(sum);
+	for (int e = lane; e < E; e += 32)
+		p[e] /= sum;
+	__syncwarp();
+	/* top k by k rounds of a warp argmax; a taken expert becomes -1
+	 * (probabilities are >= 0), ties go to the lower index */
+	for (int j = 0; j < K; j++) {
+		float bv = -2.0f;
+		int bi = E;
+		for (int e = lane; e < E; e += 32)
+			if (p[e] > bv) /* ascending e: the first of equals stays */
+				bv = p[e], bi = e;
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+			if (ov > bv || (ov == bv && oi < bi))
+				bv = ov, bi = oi;
+		}
+		if (lane == 0) {
+			sel[j] = bi;
+			selp[j] = bv;
+			p[bi] = -1.0f;
+		}
+		__syncwarp();
+	}
+	if (lane == 0) {
+		/* ascending expert order: the order the outputs are added in */
+		for (int j = 1; j < K; j++)
+			for (int i = j; i > 0 && sel[i - 1] > sel[i]; i--) {
+				const int si = sel[i];
+				const float sp = selp[i];
+				sel[i] = sel[i - 1], selp[i] = selp[i - 1];
+				sel[i - 1] = si, selp[i - 1] = sp;
+			}
+		float ksum = 0.0f;
+		for (int j = 0; j < K; j++)
+			ksum += selp[j];
+		for (int j = 0; j < K; j++) {
+			ids[t * K + j] = sel[j];
+			wts[t * K + j] = norm ? selp[j] / ksum : selp[j];
+		}
+	}
+}
+
+/* Exclusive prefix sum of v over the block's threads (blockDim.x a
+ * multiple of 32, at most 1024); *total gets the sum. ws: 32 ints. */
+static __device__ int moe_scan(int v, int *ws, int *total)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+	int inc = v;
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		const int u = __shfl_up_sync(0xffffffffu, inc, o);
+		if (lane >= o)
+			inc += u;
+	}
+	if (lane == 31)
+		ws[warp] = inc;
+	__syncthreads();
+	if (warp == 0) {
+		int w = lane < nw ? ws[lane] : 0;
+#pragma unroll
+		for (int o = 1; o < 32; o <<= 1) {
+			const int u = __shfl_up_sync(0xffffffffu, w, o);
+			if (lane >= o)
+				w += u;
+		}
+		ws[lane] = w; /* inclusive over warps */
+	}
+	__syncthreads();
+	*total = ws[nw - 1];
+	const int r = (warp ? ws[warp - 1] : 0) + inc - v;
+	__syncthreads(); /* ws may be reused */
+	return r;
+}
+
+/* One block of ATLAS_MOE_GROUP_THREADS (>= E). From ids [n = T * K]:
+ * off [E + 1] the start of each expert's group in list, list [n] the
+ * assignments (t * K + j) of each group, act [E] the chosen experts in
+ * ascending order and act[E] their count; *reads += that count. */
+extern "C" __global__ void __launch_bounds__(ATLAS_MOE_GROUP_THREADS)
+atlas_moe_group(const int *ids, long long n, int E, int *off, int *list, int *act,
+		unsigned long long *reads)
+{
+	__shared__ int cnt[ATLAS_MOE_MAX_E], cur[ATLAS_MOE_MAX_E], ws[32];
+	const int e = threadIdx.x;
+	ATLAS_PDL_ENTRY();
+	if (e < E)
+		cnt[e] = 0;
+	__syncthreads();
+	for (long long i = threadIdx.x; i < n; i += blockDim.x)
+		atomicAdd(&cnt[ids[i]], 1);
+	__syncthreads();
+	const int c = e < E ? cnt[e] : 0;
+	int total, nact;
+	const int o = moe_scan(c, ws, &total);
+	const int a = moe_scan(c > 0, ws, &nact);
+	if (e < E) {
+		off[e] = o;
+		cur[e] = o;
+		if (c > 0)
+			act[a] = e;
+	}
+	if (e == 0) {
+		off[E] = total;
+		act[E] = nact;
+		if (reads)
+			atomicAdd(reads, (unsigned long long)nact);
+	}
+	__syncthreads();
+	for (long long i = threadIdx.x; i < n; i += blockDim.x)
+		list[atomicAdd(&cur[ids[i]], 1)] = (int)i;
+}
+
+static __device__ __forceinline__ void moe_mma(float (&d)[4], unsigned a0, unsigned a1,
+					       unsigned a2, unsigned a3, unsigned b0, unsigned b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ void moe_cp(void *s, const void *p, bool ok)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(p), "r"(ok ? 16 : 0)
+		     : "memory");
+}
+
+/* The expert products, gemv_tc.cu's tensor-core GEMV (its comment has
+ * the fragment layout) with two changes: the weight is the slot-th chosen
+ * expert's (blockIdx.y), and token column t of a pass is assignment
+ * list[off[e] + c0 + t], whose x row is assignment / xdiv (the token for
+ * gate and up, the assignment's own h row for down). A group of more than
+ * 8 * NT8 tokens takes several passes over the weights. The sum order of
+ * a (row, token) is gemv_tc's: chunks of 32 columns split into wpr
+ * contiguous ranges, ranges added in warp order. */
+template <int NT8>
+static __device__ __forceinline__ void moe_gemv_impl(const atlas_moe_args &a)
+{
+	__shared__ float red[8][16][8 * NT8 + 1];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
+	const int wpr = 8 / rpb, ks = warp % wpr, tile = warp / wpr;
+	const int fpt = a.swiglu ? 8 : 16;
+	const long long K = a.K, N = a.N;
+	ATLAS_PDL_ENTRY();
+	const int slot = blockIdx.y;
+	if (slot >= a.act[a.E])
+		return;
+	const int e = a.act[slot];
+	const int g0 = a.off[e], gn = a.off[e + 1] - g0;
+	const long long b = blockIdx.x;
+	const long long f0 = (b * rpb + tile) * fpt;
+	const bf16 *wr0, *wr1;
+	bool ok0, ok1;
+	if (a.swiglu) {
+		ok0 = ok1 = f0 + g < N;
+		wr0 = (const bf16 *)a.w0[e] + (ok0 ? f0 + g : 0) * K;
+		wr1 = (const bf16 *)a.w1[e] + (ok1 ? f0 + g : 0) * K;
+	} else {
+		ok0 = f0 + g < N;
+		ok1 = f0 + g + 8 < N;
+		wr0 = (const bf16 *)a.w0[e] + (ok0 ? f0 + g : 0) * K;
+		wr1 = (const bf16 *)a.w0[e] + (ok1 ? f0 + g + 8 : 0) * K;
+	}
+	const long long nch = (K + 31) / 32;
+	const long long cpw = (nch + wpr - 1) / wpr;
+	const long long ch0 = ks * cpw, ch1 = ch0 + cpw < nch ? ch0 + cpw : nch;
+	constexpr int S = ATLAS_GTC_STAGES(NT8);
+	extern __shared__ uint4 moe_ring[];
+	uint4 *ring = moe_ring + (size_t)warp * S * (2 + NT8) * 32 + lane;
+	const bf16 *x = (const bf16 *)a.x;
+
+	for (int c0 = 0; c0 < gn; c0 += 8 * NT8) {
+		/* x rows of this lane's token columns g, 8 + g, ... (-1: none) */
+		int xrow[NT8];
+#pragma unroll
+		for (int j = 0; j < NT8; j++) {
+			const int t = c0 + 8 * j + g;
+			xrow[j] = t < gn ? a.list[g0 + t] / a.xdiv : -1;
+		}
+		/* (a macro, not a lambda: a lambda capturing xrow puts it on the
+		 * stack) */
+#define MOE_ISSUE(CH, ST) \
+	do { \
+		const long long k_ = (CH) * 32 + 8 * c; \
+		const bool kok_ = (CH) < ch1 && k_ < K; \
+		uint4 *r_ = ring + (ST) * (2 + NT8) * 32; \
+		moe_cp(r_, kok_ && ok0 ? wr0 + k_ : wr0, kok_ && ok0); \
+		moe_cp(r_ + 32, kok_ && ok1 ? wr1 + k_ : wr1, kok_ && ok1); \
+		_Pragma("unroll") for (int j_ = 0; j_ < NT8; j_++) { \
+			const bool ok_ = kok_ && xrow[j_] >= 0; \
+			moe_cp(r_ + (2 + j_) * 32, ok_ ? x + (long long)xrow[j_] * K + k_ : x, ok_); \
+		} \
+	} while (0)
+#pragma unroll
+		for (int st = 0; st < S; st++) {
+			MOE_ISSUE(ch0 + st, st);
+			asm volatile("cp.async.commit_group;" ::: "memory");
+		}
+		float acc[2][NT8][4];
+#pragma unroll
+		for (int p = 0; p < 2; p++)
+#pragma unroll
+			for (int j = 0; j < NT8; j++)
+				acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0.0f;
+		/* chunks alternate between two accumulators (two independent mma
+		 * chains); unrolled by two so that the choice is static and acc
+		 * stays in registers */
+		int st = 0;
+#define MOE_STEP(P, CH) \
+	do { \
+		asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory"); \
+		const uint4 *r_ = ring + st * (2 + NT8) * 32; \
+		const uint4 wa_ = r_[0], wb_ = r_[32]; \
+		_Pragma("unroll") for (int j_ = 0; j_ < NT8; j_++) { \
+			const uint4 xb_ = r_[(2 + j_) * 32]; \
+			moe_mma(acc[P][j_], wa_.x, wb_.x, wa_.y, wb_.y, xb_.x, xb_.y); \
+			moe_mma(acc[P][j_], wa_.z, wb_.z, wa_.w, wb_.w, xb_.z, xb_.w); \
+		} \
+		MOE_ISSUE((CH) + S, st); \
+		asm volatile("cp.async.commit_group;" ::: "memory"); \
+		st = st + 1 == S ? 0 : st + 1; \
+	} while (0)
+		for (long long ch = ch0; ch < ch1; ch += 2) {
+			MOE_STEP(0, ch);
+			if (ch + 1 < ch1)
+				MOE_STEP(1, ch + 1);
+		}
+#undef MOE_STEP
+		asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+		for (int j = 0; j < NT8; j++)
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+				acc[0][j][q] += acc[1][j][q];
+#pragma unroll
+		for (int j = 0; j < NT8; j++) {
+			red[warp][g][8 * j + 2 * c] = acc[0][j][0];
+			red[warp][g][8 * j + 2 * c + 1] = acc[0][j][1];
+			red[warp][g + 8][8 * j + 2 * c] = acc[0][j][2];
+			red[warp][g + 8][8 * j + 2 * c + 1] = acc[0][j][3];
+		}
+		__syncthreads();
+		const int tt = gn - c0 < 8 * NT8 ? gn - c0 : 8 * NT8;
+		const int per = fpt * tt;
+		for (int i = threadIdx.x; i < rpb * per; i += blockDim.x) {
+			const int tl = i / per, r = (i % per) / tt, t = i % tt;
+			const long long f = (b * rpb + tl) * fpt + r;
+			if (f >= N)
+				continue;
+			float v = 0.0f;
+			for (int q = 0; q < wpr; q++)
+				v += red[tl * wpr + q][r][t];
+			if (a.swiglu) {
+				float u = 0.0f;
+				for (int q = 0; q < wpr; q++)
+					u += red[tl * wpr + q][r + 8][t];
+				v = atlas_bf(atlas_tobf(v));
+				u = atlas_bf(atlas_tobf(u));
+				v = v / (1.0f + expf(-v)) * u;
+			}
+			((bf16 *)a.out)[(long long)a.list[g0 + c0 + t] * N + f] = atlas_tobf(v);
+		}
+		__syncthreads(); /* red is rewritten by the next pass */
+	}
+#undef MOE_ISSUE
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) atlas_moe_gemv8(const __grid_constant__ atlas_moe_args a)
+{
+	moe_gemv_impl<1>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) atlas_moe_gemv16(const __grid_constant__ atlas_moe_args a)
+{
+	moe_gemv_impl<2>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) atlas_moe_gemv32(const __grid_constant__ atlas_moe_args a)
+{
+	moe_gemv_impl<4>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) atlas_moe_gemv64(const __grid_constant__ atlas_moe_args a)
+{
+	moe_gemv_impl<8>(a);
+}
+
+/* Any weight dtype, any alignment: warp w of block (x, slot) computes
+ * feature x * 8 + w for every token of the group, one token at a time,
+ * lane-strided over K (the fallback for F32 and F16 experts, and for
+ * shapes the tensor-core kernel does not take). The same contract as
+ * atlas_moe_gemv*, with a.wdt. */
+extern "C" __global__ void __launch_bounds__(256) atlas_moe_gemv_any(const __grid_constant__ atlas_moe_args a)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	ATLAS_PDL_ENTRY();
+	const int slot = blockIdx.y;
+	if (slot >= a.act[a.E])
+		return;
+	const int e = a.act[slot];
+	const int g0 = a.off[e], gn = a.off[e + 1] - g0;
+	const long long f = (long long)blockIdx.x * 8 + warp, K = a.K;
+	if (f >= a.N)
+		return;
+	const int ws = atlas_wsize(a.wdt);
+	const void *w0 = (const char *)a.w0[e] + f * K * ws;
+	const void *w1 = a.swiglu ? (const char *)a.w1[e] + f * K * ws : NULL;
+	for (int t = 0; t < gn; t++) {
+		const int asg = a.list[g0 + t];
+		const bf16 *xr = (const bf16 *)a.x + (long long)(asg / a.xdiv) * K;
+		float v = moe_dot(xr, w0, a.wdt, K, lane);
+		if (a.swiglu) {
+			float u = moe_dot(xr, w1, a.wdt, K, lane);
+			v = atlas_bf(atlas_tobf(v));
+			u = atlas_bf(atlas_tobf(u));
+			v = v / (1.0f + expf(-v)) * u;
+		}
+		if (lane == 0)
+			((bf16 *)a.out)[(long long)asg * a.N + f] = atlas_tobf(v);
+	}
+}
+
+/* out[t] = sum over j (ascending expert) of wts[t, j] * y[t * K + j]
+ * (+ sigmoid(sgl[t]) * ys[t] when ys is non-NULL), in FP32, rounded once.
+ * Grid T, block 256. */
+extern "C" __global__ void __launch_bounds__(MOE_THREADS)
+atlas_moe_combine(bf16 *out, const bf16 *y, const float *wts, const bf16 *ys, const float *sgl,
+		  long long T, int K, long long D)
+{
+	const long long t = blockIdx.x;
+	ATLAS_PDL_ENTRY();
+	const float sg = ys ? 1.0f / (1.0f + expf(-sgl[t])) : 0.0f;
+	const bool vec = D % 8 == 0 && atlas_aligned(out, 16) && atlas_aligned(y, 16) &&
+			 (!ys || atlas_aligned(ys, 16));
+	if (!vec) {
+		for (long long d = threadIdx.x; d < D; d += MOE_THREADS) {
+			float acc = 0.0f;
+			for (int j = 0; j < K; j++)
+				acc += wts[t * K + j] * atlas_bf(y[(t * K + j) * D + d]);
+			if (ys)
+				acc += sg * atlas_bf(ys[t * D + d]);
+			out[t * D + d] = atlas_tobf(acc);
+		}
+		return;
+	}
+	for (long long d = threadIdx.x * 8LL; d < D; d += MOE_THREADS * 8LL) {
+		float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, v[8];
+		for (int j = 0; j < K; j++) {
+			const float w = wts[t * K + j];
+			atlas_unpack8(*(const uint4 *)(y + ((t * K + j) * D + d)), v);
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				acc[i] += w * v[i];
+		}
+		if (ys) {
+			atlas_unpack8(*(const uint4 *)(ys + (t * D + d)), v);
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				acc[i] += sg * v[i];
+		}
+		*(uint4 *)(out + (t * D + d)) = atlas_pack8(acc);
+	}
+}
