@@ -87,6 +87,7 @@ void atlas_cpu_convert(float *dst, const void *w, enum atlas_dtype wdt, int64_t 
 
 static void cpu_destroy(struct atlas_backend *be)
 {
+	free(be->ctx);
 	free(be);
 }
 
@@ -157,7 +158,8 @@ static void cpu_free(struct atlas_backend *be, void *p)
  * and load time, fewer TLB misses while streaming them. */
 static const void *cpu_weight_upload(struct atlas_backend *be, const void *host, size_t bytes)
 {
-	if (!be->ctx)
+	const struct atlas_cpu_ctx *cx = be->ctx;
+	if (!cx->copy_weights)
 		return host;
 	void *p = cpu_alloc_raw(bytes, 0);
 	if (p)
@@ -167,7 +169,8 @@ static const void *cpu_weight_upload(struct atlas_backend *be, const void *host,
 
 static void cpu_weight_release(struct atlas_backend *be, const void *w)
 {
-	if (be->ctx)
+	const struct atlas_cpu_ctx *cx = be->ctx;
+	if (cx->copy_weights)
 		cpu_free_raw(w);
 }
 
@@ -222,13 +225,16 @@ static int cpu_logits(struct atlas_backend *be, float *out, const void *x, const
 struct atlas_backend *atlas_backend_cpu_new(void)
 {
 	struct atlas_backend *be = calloc(1, sizeof(*be));
-	if (!be) {
+	struct atlas_cpu_ctx *cx = calloc(1, sizeof(*cx));
+	if (!be || !cx) {
+		free(be);
+		free(cx);
 		atlas_error(ATLAS_ENOMEM, "cpu: cannot allocate the backend");
 		return NULL;
 	}
 	*be = (struct atlas_backend){
 	    .name = "cpu",
-	    .ctx = NULL, /* non-NULL: copy weights (see cpu_weight_upload) */
+	    .ctx = cx,
 	    .act_dtype = ATLAS_DTYPE_F32,
 	    .destroy = cpu_destroy,
 	    .alloc = cpu_alloc,
@@ -252,10 +258,10 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 	    .to_f32 = cpu_to_f32,
 	    .sample = cpu_sample,
 	    .moe = atlas_cpu_moe,
+	    .moe_experts_read = atlas_cpu_moe_experts_read,
 	};
 	const char *cw = getenv("ATLAS_CPU_COPY_WEIGHTS");
-	if (cw && !strcmp(cw, "1"))
-		be->ctx = be; /* a flag; the CPU backend has no other state */
+	cx->copy_weights = cw && !strcmp(cw, "1");
 	atlas_cpu_isa_get();
 	return be;
 }

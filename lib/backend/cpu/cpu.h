@@ -10,10 +10,21 @@
 #ifndef ATLAS_BACKEND_CPU_H
 #define ATLAS_BACKEND_CPU_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "../backend.h"
+
+/* The CPU backend's state (be->ctx), never NULL once made. The ops run
+ * on the caller's thread (plus the pool), one caller per backend, so the
+ * counter needs no atomics. */
+struct atlas_cpu_ctx {
+	bool copy_weights;      /* ATLAS_CPU_COPY_WEIGHTS=1: weight_upload
+				 * copies into huge pages (cpu.c) */
+	int64_t experts_read;   /* (moe call, distinct expert) pairs since the
+				 * last moe_experts_read (cpu_moe.c) */
+};
 
 /* Kernel sets of the matmul. */
 enum atlas_cpu_isa {
@@ -91,6 +102,7 @@ int atlas_cpu_swiglu(struct atlas_backend *be, void *out, const void *gate, cons
 int atlas_cpu_add(struct atlas_backend *be, void *y, const void *x, int64_t n);
 int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
 		  const struct atlas_moe_desc *d, int64_t T, void *scratch);
+int64_t atlas_cpu_moe_experts_read(struct atlas_backend *be);
 
 /* Matmul kernels over rows [n0, n1) of W. x [T,K] f32, out [T,N] f32,
  * W [N,K] and bias [N] (or NULL) in wdt. "gemv" streams W once for all T

@@ -10,7 +10,8 @@
  * sigmoid gate. Every product is the matmul op with T = 1 (the GEMV,
  * split over threads along N), so a row's bits depend on that row only:
  * batch-invariant by construction. Only the chosen experts' weights are
- * read.
+ * read; the backend counts the distinct experts each call chose
+ * (moe_experts_read) for the benchmarks' bytes-read floor.
  */
 #include "cpu.h"
 
@@ -63,6 +64,33 @@ static int mlp_row(struct atlas_backend *be, float *acc, const float *x, const v
 /* Top k of at most this many experts per token (the selection lives on
  * the stack; config.c refuses more: ATLAS_MAX_TOP_K). */
 #define MAX_TOP_K 64
+/* At most this many experts per layer (config.c's ATLAS_MAX_EXPERTS):
+ * the call's set of chosen experts is a bitmap on the stack (8 KiB). */
+#define MAX_EXPERTS 65536
+
+/* Mark sel[k] in the bitmap `seen`; how many were not marked yet. */
+static int64_t mark(uint64_t *seen, const int32_t *sel, int64_t k)
+{
+	int64_t fresh = 0;
+	for (int64_t j = 0; j < k; j++) {
+		uint64_t bit = 1ull << (sel[j] % 64);
+		fresh += !(seen[sel[j] / 64] & bit);
+		seen[sel[j] / 64] |= bit;
+	}
+	return fresh;
+}
+
+/* The count is of distinct experts per call, not of (row, expert)
+ * pairs: a backend that batches an expert's rows reads its weights once
+ * per call, which is what the benchmarks' floor assumes, even though
+ * this reference computes row by row. */
+int64_t atlas_cpu_moe_experts_read(struct atlas_backend *be)
+{
+	struct atlas_cpu_ctx *cx = be->ctx;
+	int64_t n = cx->experts_read;
+	cx->experts_read = 0;
+	return n;
+}
 
 int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
 		  const struct atlas_moe_desc *d, int64_t T, void *scratch)
@@ -71,7 +99,8 @@ int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
 	int rc = atlas_cpu_check_wdt(d->wdt, "moe");
 	if (rc)
 		return rc;
-	if (T < 0 || E < 1 || K < 1 || K > E || K > MAX_TOP_K || D < 1 || F < 1 || Fs < 0 ||
+	if (T < 0 || E < 1 || E > MAX_EXPERTS || K < 1 || K > E || K > MAX_TOP_K || D < 1 ||
+	    F < 1 || Fs < 0 ||
 	    (Fs && (!d->sg || !d->su || !d->sd || !d->sgate)))
 		return atlas_error(ATLAS_EINVAL,
 				   "cpu moe: bad description T=%lld E=%lld top_k=%lld D=%lld F=%lld "
@@ -79,6 +108,9 @@ int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
 				   (long long)D, (long long)F, (long long)Fs);
 	const int64_t fmax = F > Fs ? F : Fs;
 	float *p = scratch, *g = p + E, *u = g + fmax, *y = u + fmax;
+	uint64_t seen[MAX_EXPERTS / 64];
+	int64_t distinct = 0;
+	memset(seen, 0, (size_t)((E + 63) / 64) * sizeof(seen[0]));
 	for (int64_t t = 0; t < T; t++) {
 		const float *xt = (const float *)x + t * D;
 		float *acc = (float *)out + t * D;
@@ -94,6 +126,7 @@ int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
 		for (int64_t e = 0; e < E; e++)
 			p[e] /= sum;
 		top_k(p, E, K, sel);
+		distinct += mark(seen, sel, K);
 		for (int64_t j = 0; j < K; j++)
 			ksum += p[sel[j]];
 		memset(acc, 0, (size_t)D * sizeof(float));
@@ -113,5 +146,6 @@ int atlas_cpu_moe(struct atlas_backend *be, void *out, const void *x,
 				return rc;
 		}
 	}
+	((struct atlas_cpu_ctx *)be->ctx)->experts_read += distinct;
 	return 0;
 }
