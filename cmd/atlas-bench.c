@@ -45,7 +45,8 @@ static const char usage_text[] =
 	"                        serve --self; default for --self: the shipped model)\n"
 	"  --synthetic SHAPE     random weights of a named shape instead of -m\n"
 	"  --shape SHAPE         kernels: the shapes (default qwen3-8b)\n"
-	"                        shapes: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b\n"
+	"                        shapes: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b,\n"
+	"                        qwen3-30b-a3b, mixtral-8x7b (mixtures of experts)\n"
 	"  --device DEV          auto, cpu or cuda[:N] (default auto)\n"
 	"  -t, --threads N       CPU threads (default: all cores)\n"
 	"  --tp N                decode, prefill, generate, serve --self: tensor\n"
@@ -571,9 +572,10 @@ static int run_model(const struct opts *o, struct atlas_session *ses, struct mod
 						json_object_array_add(res, atlas_bench_prefill_json(&r));
 				} else {
 					struct atlas_bench_decode r;
-					rc = atlas_bench_run_decode(m, o->batch.v[b], o->prompt.v[p],
-								    o->gen.v[g], gen ? 0 : o->warmup,
-								    ceil.copy_gbs, &r);
+					rc = atlas_bench_run_decode(m, be, o->batch.v[b],
+								    o->prompt.v[p], o->gen.v[g],
+								    gen ? 0 : o->warmup, ceil.copy_gbs,
+								    &r);
 					if (!rc)
 						json_object_array_add(res, atlas_bench_decode_json(&r, gen));
 				}

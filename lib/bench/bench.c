@@ -6,6 +6,7 @@
  * real generation pays for. */
 #include "bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,19 +20,33 @@ struct shape {
 	bool tied;          /* lm_head is the embedding */
 	double theta;       /* RoPE base */
 	double eps;         /* RMSNorm epsilon */
+	/* mixture of experts (every layer sparse); experts 0: dense */
+	int64_t experts;    /* routed experts per layer */
+	int64_t top_k;      /* experts per token */
+	int64_t moe_F;      /* each expert's width, 0: F (Mixtral) */
+	bool norm_topk;     /* norm_topk_prob */
+	int64_t shared;     /* shared expert's width, 0: none */
 };
 
 static const struct shape shapes[] = {
-	{"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, true, 1e6, 1e-6},
-	{"qwen3-8b", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, false, 1e6, 1e-6},
-	{"qwen3-32b", "qwen3", 5120, 64, 64, 8, 128, 25600, 151936, false, 1e6, 1e-6},
-	{"llama3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, false, 5e5, 1e-5},
+	{"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, true, 1e6, 1e-6,
+	 0, 0, 0, false, 0},
+	{"qwen3-8b", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, false, 1e6, 1e-6,
+	 0, 0, 0, false, 0},
+	{"qwen3-32b", "qwen3", 5120, 64, 64, 8, 128, 25600, 151936, false, 1e6, 1e-6,
+	 0, 0, 0, false, 0},
+	{"llama3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, false, 5e5, 1e-5,
+	 0, 0, 0, false, 0},
+	{"qwen3-30b-a3b", "qwen3_moe", 2048, 48, 32, 4, 128, 6144, 151936, false, 1e6, 1e-6,
+	 128, 8, 768, true, 0},
+	{"mixtral-8x7b", "mixtral", 4096, 32, 32, 8, 128, 14336, 32000, false, 1e6, 1e-5,
+	 8, 2, 0, false, 0},
 };
 #define NSHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
 const char *atlas_bench_shape_names(void)
 {
-	return "qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b";
+	return "qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b, qwen3-30b-a3b, mixtral-8x7b";
 }
 
 int atlas_bench_shape(const char *name, struct atlas_config *c)
@@ -57,6 +72,13 @@ int atlas_bench_shape(const char *name, struct atlas_config *c)
 		c->max_position = 40960;
 		c->dtype = ATLAS_DTYPE_BF16;
 		c->bos_id = -1;
+		/* as config.c fills them from config.json */
+		c->num_experts = s->experts;
+		c->experts_per_tok = s->top_k;
+		c->moe_intermediate_size = s->moe_F ? s->moe_F : s->F;
+		c->norm_topk_prob = s->norm_topk;
+		c->decoder_sparse_step = 1;
+		c->shared_expert_intermediate_size = s->shared;
 		return 0;
 	}
 	return atlas_error(ATLAS_EINVAL, "unknown shape '%s' (known: %s)", name,
@@ -79,10 +101,34 @@ static double kv_read(const struct atlas_config *c, int64_t p)
 	       2.0;
 }
 
-int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt, int64_t gen,
-			   int64_t warmup, double copy_gbs, struct atlas_bench_decode *r)
+/* The weight bytes of a step for r: the model's figure, or for an MoE
+ * model whose backend counts its expert reads (`reads` over r->gen
+ * steps, < 0: not counted) the experts the steps really read in place
+ * of top_k per sparse layer. Batch 1 reads exactly top_k per layer, so
+ * both give the same bytes there. */
+static void weight_floor(struct atlas_model *m, int64_t reads, struct atlas_bench_decode *r)
+{
+	int64_t all = atlas_model_weight_bytes(m), routed = atlas_model_routed_bytes(m);
+	int64_t one = atlas_model_expert_bytes(m);
+	r->weight_bytes = all;
+	r->moe = one > 0;
+	r->experts_read = -1;
+	r->expert_bytes = (double)routed;
+	if (!r->moe || reads < 0)
+		return;
+	r->experts_read = (double)reads / (double)r->gen;
+	r->expert_bytes = r->experts_read * (double)one;
+	r->weight_bytes = all - routed + (int64_t)llround(r->expert_bytes);
+}
+
+int atlas_bench_run_decode(struct atlas_model *m, struct atlas_backend *be, int64_t batch,
+			   int64_t prompt, int64_t gen, int64_t warmup, double copy_gbs,
+			   struct atlas_bench_decode *r)
 {
 	const struct atlas_config *c = atlas_model_config(m);
+	/* an MoE model's batched steps read the experts their rows route to:
+	 * count them over the timed steps where the backend can */
+	bool count = atlas_model_expert_bytes(m) > 0 && be->moe_experts_read;
 	struct atlas_seq **seqs = calloc((size_t)batch, sizeof(*seqs));
 	struct atlas_batch_item *items = calloc((size_t)batch, sizeof(*items));
 	int32_t *in = calloc((size_t)batch, sizeof(int32_t));
@@ -116,6 +162,8 @@ int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt,
 			.seq = seqs[i], .ids = &in[i], .n = 1, .sample = &greedy, .token = &out[i]};
 	double t0 = 0;
 	for (int64_t s = 0; s < warmup + gen && !rc; s++) {
+		if (s == warmup && count)
+			be->moe_experts_read(be); /* reset, outside the timed span */
 		if (s == warmup)
 			t0 = atlas_bench_now_ms();
 		rc = atlas_model_forward_batch(m, items, batch);
@@ -127,7 +175,7 @@ int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt,
 		r->e2e_tok_s = (double)(batch * (warmup + gen + 1)) / (r->total_ms / 1e3);
 		r->step_ms = ms / (double)gen;
 		r->tok_s = (double)(batch * gen) / (ms / 1e3);
-		r->weight_bytes = atlas_model_weight_bytes(m);
+		weight_floor(m, count ? be->moe_experts_read(be) : -1, r);
 		double kv = 0;
 		for (int64_t s = 0; s < gen; s++) /* token of step s sits at position p */
 			kv += kv_read(c, prompt + warmup + s) * (double)batch;
@@ -149,17 +197,26 @@ done:
 }
 
 /* FLOPs of a T-token prefill from an empty cache: every matrix product
- * (2 per weight per token), attention (QK^T and PV over the causal
- * triangle), and the output head for the last token only. */
+ * (2 per weight per token; in a sparse layer the router, top_k experts
+ * and the shared expert with its gate), attention (QK^T and PV over the
+ * causal triangle), and the output head for the last token only. */
 static double prefill_flops(const struct atlas_config *c, int64_t T)
 {
 	double D = (double)c->hidden_size, F = (double)c->intermediate_size;
 	double qd = (double)(c->num_heads * c->head_dim), kvd = (double)(c->num_kv_heads * c->head_dim);
-	double per_tok = 2.0 * (D * qd + 2 * D * kvd + qd * D + 3 * D * F);
+	double E = (double)c->num_experts, K = (double)c->experts_per_tok;
+	double Fm = (double)c->moe_intermediate_size;
+	double Fs = (double)c->shared_expert_intermediate_size;
+	double attn = 2.0 * (D * qd + 2 * D * kvd + qd * D);
+	double dense = 2.0 * 3 * D * F;
+	double sparse = 2.0 * (E * D + K * 3 * D * Fm + (Fs > 0 ? 3 * D * Fs + D : 0));
 	double pairs = (double)T * (double)(T + 1) / 2.0; /* (query, key) pairs */
-	double att = 4.0 * pairs * qd;
-	return (double)c->num_layers * (per_tok * (double)T + att) +
-	       2.0 * D * (double)c->vocab_size;
+	double att = 4.0 * pairs * qd, sum = 0;
+	for (int64_t l = 0; l < c->num_layers; l++) {
+		double mlp = atlas_config_layer_is_moe(c, l) ? sparse : dense;
+		sum += (attn + mlp) * (double)T + att;
+	}
+	return sum + 2.0 * D * (double)c->vocab_size;
 }
 
 int atlas_bench_run_prefill(struct atlas_model *m, int64_t prompt, int64_t reps,

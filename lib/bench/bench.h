@@ -18,7 +18,8 @@
 #include "../model/model.h"
 
 /* The config of a named real shape ("qwen3-8b", "llama3-8b", "qwen3-0.6b",
- * "qwen3-32b", the table of scripts/make-synthetic.py plus qwen3-32b).
+ * "qwen3-32b", the mixtures of experts "qwen3-30b-a3b" and "mixtral-8x7b";
+ * the table of scripts/make-synthetic.py plus qwen3-32b).
  * 0, or ATLAS_EINVAL with a message listing the names. */
 int atlas_bench_shape(const char *name, struct atlas_config *out);
 /* The names, comma-separated; static string. */
@@ -58,7 +59,8 @@ double atlas_bench_now_ms(void);
 
 /* One decode run: `batch` sequences each prefilled with `prompt` random
  * tokens, then `gen` timed steps of one token per sequence (greedy, on
- * the device), after `warmup` untimed steps. */
+ * the device), after `warmup` untimed steps. be is m's backend (rank
+ * 0's under tensor parallelism: rank 0 computes the MoE layers). */
 struct atlas_bench_decode {
 	int64_t batch, prompt, gen, warmup; /* the parameters */
 	double ttft_ms;         /* prefill of the first sequence to its first token */
@@ -66,13 +68,23 @@ struct atlas_bench_decode {
 	double e2e_tok_s;       /* batch * (warmup + gen + 1) / total_ms */
 	double step_ms;         /* mean time of one decode step */
 	double tok_s;           /* batch * gen / decode time */
-	int64_t weight_bytes;   /* read per step */
+	int64_t weight_bytes;   /* read per step (an MoE model: the experts
+				 * counted, see expert_bytes) */
+	bool moe;               /* the model has routed experts */
+	double expert_bytes;    /* routed experts' bytes of weight_bytes: the
+				 * experts the timed steps read (the backend's
+				 * moe_experts_read) times one expert's bytes,
+				 * per step; top_k per sparse layer when the
+				 * backend does not count */
+	double experts_read;    /* (layer, expert) reads per step, < 0: not
+				 * counted */
 	double kv_bytes;        /* KV cache bytes read per step, mean over steps */
 	double floor_ms;        /* (weights + KV) / copy bandwidth */
 	double roofline;        /* floor_ms / step_ms */
 };
-int atlas_bench_run_decode(struct atlas_model *m, int64_t batch, int64_t prompt, int64_t gen,
-			   int64_t warmup, double copy_gbs, struct atlas_bench_decode *r);
+int atlas_bench_run_decode(struct atlas_model *m, struct atlas_backend *be, int64_t batch,
+			   int64_t prompt, int64_t gen, int64_t warmup, double copy_gbs,
+			   struct atlas_bench_decode *r);
 
 /* One prefill run: a `prompt`-token prompt to its first token, best of
  * `reps` after one warm-up. */

@@ -133,6 +133,17 @@ json_object *atlas_bench_decode_json(const struct atlas_bench_decode *d, bool ge
 		add_d(o, "e2e_tok_s", d->e2e_tok_s);
 	}
 	add_i(o, "weight_bytes", d->weight_bytes);
+	/* MoE: the routed experts' share of weight_bytes and how many
+	 * (layer, expert) reads it is; null for a dense model, and
+	 * experts_read_per_step null when the backend does not count */
+	if (d->moe)
+		add_d(o, "expert_bytes_per_step", d->expert_bytes);
+	else
+		json_object_object_add(o, "expert_bytes_per_step", NULL);
+	if (d->moe && d->experts_read >= 0)
+		add_d(o, "experts_read_per_step", d->experts_read);
+	else
+		json_object_object_add(o, "experts_read_per_step", NULL);
 	add_d(o, "kv_bytes_per_step", d->kv_bytes);
 	add_d(o, "floor_ms", d->floor_ms);
 	add_d(o, "roofline", d->roofline);

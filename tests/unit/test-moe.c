@@ -6,13 +6,15 @@
  * are all copies of one MLP equals the dense Qwen3 model with that MLP,
  * the fused expert layout equals the per-expert one, and a missing or
  * misshapen expert and a backend without the op are refused by name; two
- * tensor-parallel ranks give one rank's bits. */
+ * tensor-parallel ranks give one rank's bits. The op's count of experts
+ * read, and synthetic MoE models with the benchmarks' floor on them. */
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
 #include "harness.h"
 #include "../../lib/backend/backend.h"
+#include "../../lib/bench/bench.h"
 #include "../../lib/comm/comm.h"
 #include "../../lib/core/error.h"
 #include "../../lib/io/config.h"
@@ -295,6 +297,31 @@ static void test_op_bad_desc(void)
 	fill(x, 8, 1.0f);
 	CHECK_EQ_INT(run_op(be, &w, true, false, x, 1, out), ATLAS_EINVAL);
 	CHECK_CONTAINS(atlas_errmsg(), "top_k=5");
+	moe_w_free(&w);
+	be->destroy(be);
+}
+
+/* The backend counts the distinct experts each call reads: two rows
+ * whose top 2 share an expert count their union once, reading the count
+ * resets it, and separate calls add up. */
+static void test_experts_read(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct moe_w w;
+	const int64_t D = 4;
+	moe_w_init(&w, 4, 2, D, 4, 0);
+	for (int64_t e = 0; e < 4; e++) /* expert e answers input e */
+		for (int64_t i = 0; i < D; i++)
+			w.router[e * D + i] = e == i ? 4.0f : 0.0f;
+	float x[8] = {1, 1, 0, 0, 0, 1, 1, 0}, out[8]; /* experts {0, 1}, {1, 2} */
+	CHECK(be->moe_experts_read != NULL);
+	CHECK_EQ_INT(be->moe_experts_read(be), 0);
+	CHECK_EQ_INT(run_op(be, &w, true, false, x, 2, out), 0);
+	CHECK_EQ_INT(be->moe_experts_read(be), 3);
+	CHECK_EQ_INT(be->moe_experts_read(be), 0);
+	CHECK_EQ_INT(run_op(be, &w, true, false, x, 1, out), 0);
+	CHECK_EQ_INT(run_op(be, &w, true, false, x + D, 1, out), 0);
+	CHECK_EQ_INT(be->moe_experts_read(be), 4);
 	moe_w_free(&w);
 	be->destroy(be);
 }
@@ -686,13 +713,107 @@ static void test_model_refusals(void)
 	CHECK(atlas_model_load(write_model("badshape", MOE_BADSHAPE), be, NULL) == NULL);
 	CHECK_CONTAINS(atlas_errmsg(), "model.layers.0.mlp.experts.1.down_proj.weight");
 	CHECK_CONTAINS(atlas_errmsg(), "[16, 13]");
-	/* a backend without the moe op (the mock, like CUDA today) */
+	/* a backend without the moe op (the mock) */
 	struct atlas_backend *mock = atlas_backend_mock_new();
 	atlas_error_clear();
 	CHECK(atlas_model_load(write_model("split", MOE_SPLIT), mock, NULL) == NULL);
-	CHECK_CONTAINS(atlas_errmsg(), "MoE models run on the CPU backend for now");
+	CHECK_CONTAINS(atlas_errmsg(), "is a mixture-of-experts model");
+	CHECK_CONTAINS(atlas_errmsg(), "has no MoE op");
 	mock->destroy(mock);
 	be->destroy(be);
+}
+
+/* --- synthetic models and the benchmarks' floor ---------------------- */
+
+/* A synthetic model of config `json` on the CPU (atlas-bench fills its
+ * weights on the host): the expert bytes it reports, and decode runs
+ * whose floor counts the experts read: at batch 1 exactly top_k per
+ * sparse layer (the model's own figure), at batch 4 between that and
+ * every expert, the bytes following the count. */
+static void check_synthetic(const char *json, int64_t sparse, int64_t one)
+{
+	struct atlas_config c;
+	struct atlas_model_params mp;
+	struct atlas_bench_decode r;
+	/* synthetic weights are backend allocations that the model gives back
+	 * through weight_release, which frees only when weights are copies */
+	setenv("ATLAS_CPU_COPY_WEIGHTS", "1", 1);
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	unsetenv("ATLAS_CPU_COPY_WEIGHTS");
+	atlas_bench_prepare(be);
+	CHECK_EQ_INT(atlas_config_parse(json, "cfg", &c), 0);
+	atlas_model_default_params(&mp);
+	mp.max_seqs = 4;
+	mp.max_tokens = 8;
+	mp.max_context = 32;
+	struct atlas_model *m = atlas_model_synthetic(&c, be, &mp, 1);
+	CHECK(m != NULL);
+	if (!m) {
+		harness_fail(__FILE__, __LINE__, "%s", atlas_errmsg());
+		be->destroy(be);
+		return;
+	}
+	const int64_t K = c.experts_per_tok, all = atlas_model_weight_bytes(m);
+	CHECK_EQ_INT(atlas_model_expert_bytes(m), one);
+	CHECK_EQ_INT(atlas_model_routed_bytes(m), sparse * K * one);
+	CHECK_EQ_INT(atlas_bench_run_decode(m, be, 1, 4, 3, 1, 10.0, &r), 0);
+	CHECK(r.moe);
+	CHECK_NEAR(r.experts_read, (double)(sparse * K), 0);
+	CHECK_NEAR(r.expert_bytes, (double)(sparse * K * one), 0);
+	CHECK_EQ_INT(r.weight_bytes, all);
+	CHECK_EQ_INT(atlas_bench_run_decode(m, be, 4, 4, 3, 1, 10.0, &r), 0);
+	CHECK(r.experts_read >= (double)(sparse * K) &&
+	      r.experts_read <= (double)(sparse * c.num_experts));
+	CHECK(r.experts_read > (double)(sparse * K)); /* 4 random rows spread out */
+	CHECK_NEAR(r.expert_bytes, r.experts_read * (double)one, 1e-6);
+	CHECK_EQ_INT(r.weight_bytes, all - sparse * K * one + llround(r.expert_bytes));
+	json_object *j = atlas_bench_decode_json(&r, false);
+	CHECK_CONTAINS(json_object_to_json_string(j), "\"experts_read_per_step\":");
+	json_object_put(j);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
+static void test_synthetic(void)
+{
+	/* layer 1 dense: 3 sparse layers of 8 experts [8, 16] x2, [16, 8] */
+	check_synthetic("{" MOE_BASE ",\"num_experts\":8,\"num_experts_per_tok\":2,"
+			"\"moe_intermediate_size\":8,\"mlp_only_layers\":[1],"
+			"\"norm_topk_prob\":true}",
+			3, 3 * 8 * 16 * 2);
+	/* Qwen2-MoE: a shared expert, every other layer sparse */
+	check_synthetic("{\"model_type\":\"qwen2_moe\",\"vocab_size\":100,\"hidden_size\":16,"
+			"\"intermediate_size\":32,\"num_hidden_layers\":4,"
+			"\"num_attention_heads\":2,\"num_experts\":6,\"num_experts_per_tok\":2,"
+			"\"moe_intermediate_size\":8,\"decoder_sparse_step\":2,"
+			"\"shared_expert_intermediate_size\":12}",
+			2, 3 * 8 * 16 * 2);
+	/* Mixtral: experts as wide as intermediate_size */
+	check_synthetic("{\"model_type\":\"mixtral\",\"vocab_size\":100,\"hidden_size\":16,"
+			"\"intermediate_size\":12,\"num_hidden_layers\":2,"
+			"\"num_attention_heads\":2,\"num_local_experts\":4,"
+			"\"num_experts_per_tok\":2}",
+			2, 3 * 12 * 16 * 2);
+}
+
+/* The named MoE shapes: their configs as config.json would give them. */
+static void test_bench_shapes(void)
+{
+	struct atlas_config c;
+	CHECK_EQ_INT(atlas_bench_shape("qwen3-30b-a3b", &c), 0);
+	CHECK_STR(c.model_type, "qwen3_moe");
+	CHECK_EQ_INT(c.num_experts, 128);
+	CHECK_EQ_INT(c.experts_per_tok, 8);
+	CHECK_EQ_INT(c.moe_intermediate_size, 768);
+	CHECK(c.norm_topk_prob);
+	CHECK(atlas_config_layer_is_moe(&c, 0) && atlas_config_layer_is_moe(&c, 47));
+	CHECK_EQ_INT(atlas_bench_shape("mixtral-8x7b", &c), 0);
+	CHECK_STR(c.model_type, "mixtral");
+	CHECK_EQ_INT(c.num_experts, 8);
+	CHECK_EQ_INT(c.experts_per_tok, 2);
+	CHECK_EQ_INT(c.moe_intermediate_size, 14336);
+	CHECK_EQ_INT(c.sliding_window, 0);
+	CHECK_CONTAINS(atlas_bench_shape_names(), "qwen3-30b-a3b, mixtral-8x7b");
 }
 
 int main(void)
@@ -700,9 +821,12 @@ int main(void)
 	RUN(test_op_reference);
 	RUN(test_tie_lower_index);
 	RUN(test_op_bad_desc);
+	RUN(test_experts_read);
 	RUN(test_config);
 	RUN(test_models);
 	RUN(test_model_refusals);
 	RUN(test_validate);
+	RUN(test_synthetic);
+	RUN(test_bench_shapes);
 	return harness_done();
 }
