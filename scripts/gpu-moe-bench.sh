@@ -7,7 +7,8 @@
 #   decode-*.json/.txt     atlas-bench decode, Qwen3-30B-A3B shape (and
 #                          Mixtral-8x7B at batch 1): tok/s against the
 #                          floor of the bytes the steps read
-#   profile-*.json/.txt    per-kernel times of batch-1 decode steps
+#   profile-*.json/.txt    per-kernel times of a batch-1 decode step and
+#                          of a 2,048-token prefill
 #   prefill-*.json/.txt    prefill at 512 and 2048 tokens against the
 #                          measured GEMM rate
 #   summary.md             one line per part
@@ -51,7 +52,7 @@ bench() { # NAME ARGS...: one atlas-bench run to NAME.json and NAME.txt
 }
 if has decode; then
 	bench decode-qwen3-30b-a3b decode --synthetic qwen3-30b-a3b --batch 1,8,64 --prompt 128 --gen 128
-	bench profile-qwen3-30b-a3b decode --synthetic qwen3-30b-a3b --batch 1 --prompt 128 --gen 16 --profile
+	bench profile-qwen3-30b-a3b decode --synthetic qwen3-30b-a3b --batch 1 --prompt 2048 --gen 16 --profile
 fi
 if has prefill; then
 	bench prefill-qwen3-30b-a3b prefill --synthetic qwen3-30b-a3b --prompt 512,2048

@@ -84,17 +84,18 @@ struct atlas_moe_desc {
 
 /* Scratch bytes the moe op needs for T rows, on any backend: the CPU's
  * FP32 router probabilities, gate and up rows of the widest MLP and the
- * sum, or the CUDA op's routing (ids, weights, groups), its bf16 expert
- * rows h [T k, F] and y [T k, D] and the shared expert's rows, each
- * region 256-byte aligned; whichever is larger. */
+ * sum, or the CUDA op's routing (FP32 logits, ids, weights, groups, GEMM
+ * tiles), its
+ * bf16 expert rows h and u [T k, F] and y [T k, D] and the shared
+ * expert's rows, each region 256-byte aligned; whichever is larger. */
 static inline size_t atlas_moe_scratch_bytes(const struct atlas_moe_desc *d, int64_t T)
 {
 	const size_t t = (size_t)T, k = (size_t)d->top_k, e = (size_t)d->n_experts;
 	const size_t D = (size_t)d->D, F = (size_t)d->F, Fs = (size_t)d->Fs;
 	const size_t f = F > Fs ? F : Fs;
 	const size_t cpu = t * (e + 2 * f + D) * sizeof(float);
-	const size_t gpu = 12 * t * k + 4 * t + 8 * (e + 1) + 2 * t * k * (F + D) +
-			   2 * t * (2 * Fs + D) + 16 * 256;
+	const size_t gpu = 12 * t * k + 4 * t * (e + 1) + 8 * (e + 1) + 2 * t * k * (2 * F + D) +
+			   2 * t * (2 * Fs + D) + 4 * (t * k / 128 + e + 2) + 16 * 256;
 	return cpu > gpu ? cpu : gpu;
 }
 

@@ -841,10 +841,10 @@ static void test_invariant(void)
 }
 
 /* One MoE layer's weights on both backends. The router rows are one-hot
- * with a power-of-two value, so every logit is a product that BF16 holds
- * exactly: the GPU (which rounds logits to BF16, as the matmul op does)
- * and the CPU (FP32) choose the same experts, and the comparison measures
- * the expert products and their sum, not a routing flip. */
+ * with a power-of-two value, so every logit is exact on both backends
+ * (the CPU's x is the GPU's BF16 x): they choose the same experts, and
+ * the comparison measures the expert products and their sum, not a
+ * routing flip of a near tie. */
 struct moe_case {
 	struct atlas_moe_desc hd, gd; /* CPU (host pointers), GPU (device) */
 	struct wbuf router, sgate, w[3][ATLAS_MOE_TEST_MAXE], s[3];
@@ -922,6 +922,10 @@ static void test_moe(void)
 	    {8, 2, 100, 52, 0, 5, true, ATLAS_DTYPE_BF16}, /* K % 8 != 0: the any-dtype kernel */
 	    {8, 2, 128, 64, 48, 3, true, ATLAS_DTYPE_F32},
 	    {8, 3, 128, 64, 0, 11, false, ATLAS_DTYPE_F16},
+	    /* T >= 128: the grouped wgmma GEMM outside batch-invariant mode */
+	    {128, 8, 512, 256, 0, 200, true, ATLAS_DTYPE_BF16},
+	    {8, 2, 1024, 768, 0, 600, true, ATLAS_DTYPE_BF16},
+	    {16, 4, 256, 96, 160, 130, false, ATLAS_DTYPE_BF16},
 	};
 	for (size_t i = 0; i < sizeof(cs) / sizeof(cs[0]); i++) {
 		const int64_t T = cs[i].T, D = cs[i].D;
@@ -940,7 +944,13 @@ static void test_moe(void)
 			 (long long)cs[i].F, (long long)cs[i].Fs, cs[i].norm ? " norm" : "",
 			 wname(cs[i].dt));
 		compare(what, &o, ref, T * D);
-		/* each row alone */
+		/* batch-invariant mode: the batch again (the GEMV path at every
+		 * T), then each row alone must give the same bits */
+		gpu->batch_invariant = true;
+		poison(&o);
+		CHECK_EQ_INT(gpu->moe(gpu, o.d, x.d, &m->gd, T, gs), 0);
+		snprintf(what + strlen(what), sizeof(what) - strlen(what), " invariant");
+		compare(what, &o, ref, T * D);
 		uint16_t *all = malloc((size_t)(T * D) * 2), *one = malloc((size_t)D * 2);
 		int64_t diff = 0;
 		CHECK_EQ_INT(gpu->download(gpu, all, o.d, (size_t)(T * D) * 2), 0);
@@ -953,6 +963,7 @@ static void test_moe(void)
 			CHECK_EQ_INT(gpu->download(gpu, one, o1.d, (size_t)D * 2), 0);
 			diff += memcmp(one, all + t * D, (size_t)D * 2) != 0;
 		}
+		gpu->batch_invariant = false;
 		printf("# moe T=%lld: %lld rows differ from the row alone\n", (long long)T,
 		       (long long)diff);
 		CHECK(diff == 0);

@@ -288,7 +288,8 @@ static __device__ __forceinline__ void tcg_store1(float *p, float a)
 template <int BN, typename OutT>
 static __device__ __forceinline__ void tcg_store_tile(OutT *out, const float (&acc)[BN / 2],
 						      const bf16 *bias, int m0, int n0, int cw,
-						      long long T, long long N)
+						      long long T, long long N,
+						      const int *rowmap = NULL)
 {
 	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
 	const bool pair_ok = (N & 1) == 0 && atlas_aligned(out, 2 * sizeof(OutT));
@@ -309,7 +310,7 @@ static __device__ __forceinline__ void tcg_store_tile(OutT *out, const float (&a
 			const long long t = r0 + 8 * h;
 			if (t >= T)
 				continue;
-			OutT *p = out + t * N + n;
+			OutT *p = out + (rowmap ? (long long)rowmap[t] : t) * N + n;
 			const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
 			if (two)
 				tcg_store2(p, v0, v1, pair_ok);
@@ -319,8 +320,14 @@ static __device__ __forceinline__ void tcg_store_tile(OutT *out, const float (&a
 	}
 }
 
-/* One 128 x BN tile; see the header comment. */
-template <int BN, int STAGES, typename OutT>
+/* One 128 x BN tile; see the header comment. GROUPED (atlas_moe_gemm_tc):
+ * the tile is tiles[blockIdx.x] of the grouped rows of an MoE layer,
+ * rows off[e] + 128 j .. of expert e (stores masked below off[e + 1],
+ * the next expert's rows in the box being ignored), W is expert e's
+ * (a tensor map in global memory), and output row r goes to rowmap[r]
+ * when rowmap is set. The tile table is written by the previous kernel,
+ * so a grouped block waits for it before its first load. */
+template <int BN, int STAGES, typename OutT, bool GROUPED = false>
 static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 {
 	/* the block's segment and column tile */
@@ -330,7 +337,20 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	OutT *out = (OutT *)ga.out[seg];
 	const tcg_tmap *tx = &ga.map_x, *tw = &ga.map[seg];
 	const bf16 *bias = (const bf16 *)ga.bias[seg];
-	const long long T = ga.T, N = ga.N[seg], K = ga.K;
+	long long T = ga.T;
+	const long long N = ga.N[seg], K = ga.K;
+	int m0 = (int)blockIdx.x * TCG_BM;
+	const int *rowmap = NULL;
+	if constexpr (GROUPED) {
+		ATLAS_PDL_ENTRY();
+		if ((int)blockIdx.x >= *ga.ntiles)
+			return;
+		const int tv = ga.tiles[blockIdx.x], e = tv >> 16;
+		m0 = ga.off[e] + (tv & 0xffff) * TCG_BM;
+		T = ga.off[e + 1];
+		tw = ga.gmap + (long long)seg * ga.E + e;
+		rowmap = ga.rowmap;
+	}
 	float *ws = ga.ws ? ga.ws + ga.ws_off[seg] : NULL;
 	constexpr uint32_t A_BYTES = TCG_BM * TCG_BK * 2;
 	constexpr uint32_t STAGE_BYTES = A_BYTES + BN * TCG_BK * 2;
@@ -339,7 +359,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	const uint32_t bars = base + STAGES * STAGE_BYTES; /* full[s], then empty[s] */
 	const int wg = threadIdx.x >> 7;
 	const int nk = (int)((K + TCG_BK - 1) / TCG_BK);
-	const int m0 = (int)blockIdx.x * TCG_BM, n0 = ty * BN;
+	const int n0 = ty * BN;
 	/* split-K: block z takes K slices [kb0, kb1) */
 	const int kb0 = (int)((long long)blockIdx.z * nk / gridDim.z);
 	const int kb1 = (int)((long long)(blockIdx.z + 1) * nk / gridDim.z);
@@ -439,7 +459,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 		tcg_store_tile<BN, float>(ws + (long long)blockIdx.z * T * N, acc, NULL, m0, n0, cw,
 					  T, N);
 	else /* the result: bias, round, masked stores */
-		tcg_store_tile<BN, OutT>(out, acc, bias, m0, n0, cw, T, N);
+		tcg_store_tile<BN, OutT>(out, acc, bias, m0, n0, cw, T, N, rowmap);
 }
 
 template <typename OutT>
@@ -451,10 +471,23 @@ static __device__ __forceinline__ void tcg_entry(const atlas_tcg_args &ga)
 		tcg_tile<128, 6, OutT>(ga);
 }
 
+static __device__ __forceinline__ void tcg_entry_grouped(const atlas_tcg_args &ga)
+{
+	if (ga.bn == 256)
+		tcg_tile<256, 4, bf16, true>(ga);
+	else
+		tcg_tile<128, 6, bf16, true>(ga);
+}
+
 #else /* not sm_90a: no wgmma; the host never launches these here */
 
 template <typename OutT>
 static __device__ __forceinline__ void tcg_entry(const atlas_tcg_args &ga)
+{
+	__trap();
+}
+
+static __device__ __forceinline__ void tcg_entry_grouped(const atlas_tcg_args &ga)
 {
 	__trap();
 }
@@ -471,6 +504,14 @@ extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
 atlas_gemm_tc_f32(const __grid_constant__ atlas_tcg_args a)
 {
 	tcg_entry<float>(a);
+}
+
+/* The grouped product of an MoE layer's prefill (moe.cu, cuda_moe.c): grid
+ * (tile slots, sum of ny), block 384, TCG_SMEM; see tcg_tile. */
+extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
+atlas_moe_gemm_tc(const __grid_constant__ atlas_tcg_args a)
+{
+	tcg_entry_grouped(a);
 }
 
 /* Segment blockIdx.y of a: out[T,N] (bf16, or float when out_f32) = its

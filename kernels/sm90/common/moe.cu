@@ -72,92 +72,6 @@ static __device__ __forceinline__ float moe_dot(const bf16 *x, const void *w, in
 	return moe_wsum(s);
 }
 
-/* ids, wts [T, K]: token t's experts (ascending) and weights; sgl [T]:
- * the shared expert's gate logit (sgate non-NULL). router [E, D] and
- * sgate [D] in wdt. E <= ATLAS_MOE_MAX_E, K <= ATLAS_MOE_MAX_K (the host
- * checks). */
-extern "C" __global__ void __launch_bounds__(MOE_THREADS)
-atlas_moe_route(const bf16 *x, const void *router, const void *sgate, int wdt, long long T, int E,
-		long long D, int K, int norm, int *ids, float *wts, float *sgl)
-{
-	__shared__ float p[ATLAS_MOE_MAX_E];
-	__shared__ int sel[ATLAS_MOE_MAX_K];
-	__shared__ float selp[ATLAS_MOE_MAX_K];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const long long t = blockIdx.x;
-	ATLAS_PDL_ENTRY();
-	const bf16 *xr = x + t * D;
-	const int n = E + (sgate ? 1 : 0);
-	for (int e = warp; e < n; e += MOE_THREADS / 32) {
-		const void *w = e < E ? (const char *)router + (long long)e * D * atlas_wsize(wdt) : sgate;
-		const float s = moe_dot(xr, w, wdt, D, lane);
-		const float v = atlas_bf(atlas_tobf(s)); /* the matmul op's rounding */
-		if (lane == 0) {
-			if (e < E)
-				p[e] = v;
-			else
-				sgl[t] = v;
-		}
-	}
-	__syncthreads();
-	if (warp)
-		return;
-	/* softmax over all experts, in FP32 */
-	float mx = -INFINITY;
-	for (int e = lane; e < E; e += 32)
-		mx = fmaxf(mx, p[e]);
-	mx = moe_wmax(mx);
-	float sum = 0.0f;
-	for (int e = lane; e < E; e += 32) {
-		const float v = expf(p[e] - mx);
-		p[e] = v;
-		sum += v;
-	}
-	sum = moe_wsum(sum);
-	for (int e = lane; e < E; e += 32)
-		p[e] /= sum;
-	__syncwarp();
-	/* top k by k rounds of a warp argmax; a taken expert becomes -1
-	 * (probabilities are >= 0), ties go to the lower index */
-	for (int j = 0; j < K; j++) {
-		float bv = -2.0f;
-		int bi = E;
-		for (int e = lane; e < E; e += 32)
-			if (p[e] > bv) /* ascending e: the first of equals stays */
-				bv = p[e], bi = e;
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1) {
-			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-			const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-			if (ov > bv || (ov == bv && oi < bi))
-				bv = ov, bi = oi;
-		}
-		if (lane == 0) {
-			sel[j] = bi;
-			selp[j] = bv;
-			p[bi] = -1.0f;
-		}
-		__syncwarp();
-	}
-	if (lane == 0) {
-		/* ascending expert order: the order the outputs are added in */
-		for (int j = 1; j < K; j++)
-			for (int i = j; i > 0 && sel[i - 1] > sel[i]; i--) {
-				const int si = sel[i];
-				const float sp = selp[i];
-				sel[i] = sel[i - 1], selp[i] = selp[i - 1];
-				sel[i - 1] = si, selp[i - 1] = sp;
-			}
-		float ksum = 0.0f;
-		for (int j = 0; j < K; j++)
-			ksum += selp[j];
-		for (int j = 0; j < K; j++) {
-			ids[t * K + j] = sel[j];
-			wts[t * K + j] = norm ? selp[j] / ksum : selp[j];
-		}
-	}
-}
-
 /* Exclusive prefix sum of v over the block's threads (blockDim.x a
  * multiple of 32, at most 1024); *total gets the sum. ws: 32 ints. */
 static __device__ int moe_scan(int v, int *ws, int *total)
@@ -190,22 +104,108 @@ static __device__ int moe_scan(int v, int *ws, int *total)
 	return r;
 }
 
-/* One block of ATLAS_MOE_GROUP_THREADS (>= E). From ids [n = T * K]:
- * off [E + 1] the start of each expert's group in list, list [n] the
- * assignments (t * K + j) of each group, act [E] the chosen experts in
- * ascending order and act[E] their count; *reads += that count. */
-extern "C" __global__ void __launch_bounds__(ATLAS_MOE_GROUP_THREADS)
-atlas_moe_group(const int *ids, long long n, int E, int *off, int *list, int *act,
-		unsigned long long *reads)
+/* Token t's routing by one warp from its FP32 router logits lg [E]: ids,
+ * wts [K] its experts (ascending) and weights. p: E floats of shared
+ * memory for the warp. Softmax over all experts in FP32; top k by k
+ * rounds of a warp argmax, a taken expert becoming -1 (probabilities are
+ * >= 0), ties to the lower index. */
+static __device__ void moe_topk(const float *lg, int E, int K, int norm, float *p, int *ids,
+				float *wts, int lane)
+{
+	float mx = -INFINITY;
+	for (int e = lane; e < E; e += 32)
+		mx = fmaxf(mx, lg[e]);
+	mx = moe_wmax(mx);
+	float sum = 0.0f;
+	for (int e = lane; e < E; e += 32) {
+		const float v = expf(lg[e] - mx);
+		p[e] = v;
+		sum += v;
+	}
+	sum = moe_wsum(sum);
+	for (int e = lane; e < E; e += 32)
+		p[e] /= sum;
+	__syncwarp();
+	int sel = E; /* lane j < K keeps the j-th choice */
+	float selp = 0.0f;
+	for (int j = 0; j < K; j++) {
+		float bv = -2.0f;
+		int bi = E;
+		for (int e = lane; e < E; e += 32)
+			if (p[e] > bv) /* ascending e: the first of equals stays */
+				bv = p[e], bi = e;
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1) {
+			const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+			const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+			if (ov > bv || (ov == bv && oi < bi))
+				bv = ov, bi = oi;
+		}
+		if (lane == (j & 31) && j < 32)
+			sel = bi, selp = bv;
+		if (lane == 0)
+			p[bi] = -1.0f;
+		__syncwarp();
+		if (j >= 32) { /* K > 32: the rest through shared memory below */
+			if (lane == 0)
+				p[bi] = -2.0f - (float)j; /* remember the order: -2 - j */
+			__syncwarp();
+		}
+	}
+	/* ascending expert order (the order the outputs are added in): lane
+	 * j's rank is the number of chosen ids below its own */
+	if (K <= 32) {
+		int rank = 0;
+		float ksum = 0.0f;
+		for (int j = 0; j < K; j++) {
+			const int oj = __shfl_sync(0xffffffffu, sel, j);
+			const float pj = __shfl_sync(0xffffffffu, selp, j);
+			rank += oj < sel;
+			ksum += pj; /* in choice order, the same on every lane */
+		}
+		if (lane < K) {
+			ids[rank] = sel;
+			wts[rank] = norm ? selp / ksum : selp;
+		}
+		return;
+	}
+	/* K > 32 (rare): lane 0 collects the choices from p's marks */
+	if (lane == 0) {
+		int n = 0;
+		float ksum = 0.0f;
+		for (int e = 0; e < E; e++)
+			if (p[e] < 0.0f) {
+				ids[n] = e;
+				n++;
+			}
+		for (int j = 0; j < n; j++)
+			ksum += expf(lg[ids[j]] - mx) / sum;
+		for (int j = 0; j < n; j++) {
+			const float pj = expf(lg[ids[j]] - mx) / sum;
+			wts[j] = norm ? pj / ksum : pj;
+		}
+	}
+}
+
+/* The grouping of the n = T * K assignments by expert, by a whole block
+ * of ATLAS_MOE_GROUP_THREADS (>= E) threads, from ids (read through L2:
+ * other blocks wrote them): off [E + 1] the start of each expert's group
+ * in list, list [n] the assignments (t * K + j) of each group (in no set
+ * order), act [E] the chosen experts ascending and act[E] their count;
+ * *reads += that count. With tiles non-NULL also the grouped GEMM's tile
+ * table: for expert e and j < ceil(count / 128) an entry e << 16 | j,
+ * and *ntiles = the number of entries. */
+static __device__ void moe_group_body(const int *ids, long long n, int E, int *off, int *list,
+				      int *act, unsigned long long *reads, int *tiles,
+				      int *ntiles)
 {
 	__shared__ int cnt[ATLAS_MOE_MAX_E], cur[ATLAS_MOE_MAX_E], ws[32];
 	const int e = threadIdx.x;
-	ATLAS_PDL_ENTRY();
 	if (e < E)
 		cnt[e] = 0;
 	__syncthreads();
 	for (long long i = threadIdx.x; i < n; i += blockDim.x)
-		atomicAdd(&cnt[ids[i]], 1);
+		atomicAdd(&cnt[__ldcg(ids + i)], 1);
 	__syncthreads();
 	const int c = e < E ? cnt[e] : 0;
 	int total, nact;
@@ -223,9 +223,51 @@ atlas_moe_group(const int *ids, long long n, int E, int *off, int *list, int *ac
 		if (reads)
 			atomicAdd(reads, (unsigned long long)nact);
 	}
+	if (tiles) {
+		const int nt = (c + 127) / 128;
+		int tt;
+		const int t0 = moe_scan(nt, ws, &tt);
+		for (int j = 0; j < nt; j++)
+			tiles[t0 + j] = e << 16 | j;
+		if (e == 0)
+			*ntiles = tt;
+	}
 	__syncthreads();
 	for (long long i = threadIdx.x; i < n; i += blockDim.x)
-		list[atomicAdd(&cur[ids[i]], 1)] = (int)i;
+		list[atomicAdd(&cur[__ldcg(ids + i)], 1)] = (int)i;
+}
+
+/* Routing and grouping in one launch. Block b routes tokens 32 b .. (a
+ * warp each) from the FP32 router logits lg [T, E] into ids, wts [T, K];
+ * the last block to finish (a counter, *done, zero between launches and
+ * left zero) then groups every token's assignments (moe_group_body's
+ * outputs). Grid ceil(T / 32), block ATLAS_MOE_GROUP_THREADS (1024),
+ * dynamic shared memory 32 * E floats. */
+extern "C" __global__ void __launch_bounds__(ATLAS_MOE_GROUP_THREADS)
+atlas_moe_route(const float *lg, long long T, int E, int K, int norm, int *ids, float *wts,
+		int *off, int *list, int *act, unsigned long long *reads, int *tiles, int *ntiles,
+		int *done)
+{
+	extern __shared__ float moe_p[];
+	__shared__ int last;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const long long t = (long long)blockIdx.x * 32 + warp;
+	ATLAS_PDL_ENTRY();
+	if (t < T)
+		moe_topk(lg + t * E, E, K, norm, moe_p + (long long)warp * E, ids + t * K,
+			 wts + t * K, lane);
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		__threadfence(); /* this block's ids before its count */
+		last = atomicAdd(done, 1) == (int)gridDim.x - 1;
+	}
+	__syncthreads();
+	if (!last)
+		return;
+	__threadfence(); /* every block's ids after their counts */
+	moe_group_body(ids, T * K, E, off, list, act, reads, tiles, ntiles);
+	if (threadIdx.x == 0)
+		*done = 0;
 }
 
 static __device__ __forceinline__ void moe_mma(float (&d)[4], unsigned a0, unsigned a1,
@@ -405,6 +447,21 @@ extern "C" __global__ void __launch_bounds__(256, 2) atlas_moe_gemv32(const __gr
 extern "C" __global__ void __launch_bounds__(256, 2) atlas_moe_gemv64(const __grid_constant__ atlas_moe_args a)
 {
 	moe_gemv_impl<8>(a);
+}
+
+/* xg[r] = x[list[r] / K] for r < n (the grouped GEMM's rows of x, in
+ * group order). Grid n, block 256; D % 8 == 0, 16-byte aligned rows. */
+extern "C" __global__ void __launch_bounds__(MOE_THREADS)
+atlas_moe_gather(bf16 *xg, const bf16 *x, const int *list, long long n, int K, long long D)
+{
+	const long long r = blockIdx.x;
+	ATLAS_PDL_ENTRY();
+	if (r >= n)
+		return;
+	const uint4 *src = (const uint4 *)(x + (long long)(list[r] / K) * D);
+	uint4 *dst = (uint4 *)(xg + r * D);
+	for (long long i = threadIdx.x; i < D / 8; i += MOE_THREADS)
+		dst[i] = src[i];
 }
 
 /* Any weight dtype, any alignment: warp w of block (x, slot) computes

@@ -52,13 +52,14 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_ARGMAX] = "atlas_argmax",
 	[ATLAS_CK_MASK_LOGITS] = "atlas_mask_logits",
 	[ATLAS_CK_MOE_ROUTE] = "atlas_moe_route",
-	[ATLAS_CK_MOE_GROUP] = "atlas_moe_group",
 	[ATLAS_CK_MOE_GEMV8] = "atlas_moe_gemv8",
 	[ATLAS_CK_MOE_GEMV16] = "atlas_moe_gemv16",
 	[ATLAS_CK_MOE_GEMV32] = "atlas_moe_gemv32",
 	[ATLAS_CK_MOE_GEMV64] = "atlas_moe_gemv64",
 	[ATLAS_CK_MOE_GEMV_ANY] = "atlas_moe_gemv_any",
 	[ATLAS_CK_MOE_COMBINE] = "atlas_moe_combine",
+	[ATLAS_CK_MOE_GATHER] = "atlas_moe_gather",
+	[ATLAS_CK_MOE_GEMM_TC] = "atlas_moe_gemm_tc",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -78,13 +79,14 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MASK_LOGITS] = 1, /* without it, masked rows are refused */
 	/* without them the moe op fails with the kernel's name */
 	[ATLAS_CK_MOE_ROUTE] = 1,
-	[ATLAS_CK_MOE_GROUP] = 1,
 	[ATLAS_CK_MOE_GEMV8] = 1,
 	[ATLAS_CK_MOE_GEMV16] = 1,
 	[ATLAS_CK_MOE_GEMV32] = 1,
 	[ATLAS_CK_MOE_GEMV64] = 1,
 	[ATLAS_CK_MOE_GEMV_ANY] = 1,
 	[ATLAS_CK_MOE_COMBINE] = 1,
+	[ATLAS_CK_MOE_GATHER] = 1,
+	[ATLAS_CK_MOE_GEMM_TC] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -102,6 +104,8 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MOE_GEMV16] = ATLAS_GTC_SMEM(2),
 	[ATLAS_CK_MOE_GEMV32] = ATLAS_GTC_SMEM(4),
 	[ATLAS_CK_MOE_GEMV64] = ATLAS_GTC_SMEM(8),
+	[ATLAS_CK_MOE_GEMM_TC] = ATLAS_TCG_SMEM,
+	[ATLAS_CK_MOE_ROUTE] = 32 * ATLAS_MOE_MAX_E * 4,
 };
 
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k)
@@ -191,6 +195,8 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->flash_min_t = fmin && atoi(fmin) > 0 ? atoi(fmin) : ATLAS_CUDA_FLASH_MIN_T;
 	const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
 	c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
+	const char *mmin = getenv("ATLAS_CUDA_MOE_GEMM_MIN_T");
+	c->moe_gemm_min_t = mmin && atoi(mmin) > 0 ? atoi(mmin) : ATLAS_CUDA_MOE_GEMM_MIN_T;
 	/* comma-separated kernel names */
 	const char *skip = getenv("ATLAS_CUDA_SKIP");
 	for (int i = 0; skip && i < ATLAS_CK_COUNT; i++) {

@@ -104,6 +104,42 @@ static int get_map(const struct cuda_ctx *c, const void *p, int64_t rows, int64_
 	return rc;
 }
 
+static int tmap_ready(const struct cuda_ctx *c)
+{
+	if (strcmp(c->arch, "sm90") != 0)
+		return 0; /* the kernels are sm_90a code (Hopper only) */
+	pthread_once(&encode_once, encode_load);
+	return encode_tiled != NULL;
+}
+
+int atlas_cuda_tmap(const struct cuda_ctx *c, const void *p, int64_t rows, int64_t cols,
+		    uint32_t box_rows, void *out)
+{
+	if (!tmap_ready(c))
+		return ATLAS_EUNSUPPORTED;
+	cuuint64_t dim[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+	cuuint64_t stride[1] = {(cuuint64_t)cols * 2};
+	cuuint32_t box[2] = {TCG_BK, box_rows};
+	cuuint32_t estride[2] = {1, 1};
+	CUresult r = encode_tiled((CUtensorMap *)out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)p,
+				  dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+				  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+				  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	if (r != CUDA_SUCCESS)
+		return atlas_error(ATLAS_EIO,
+				   "cuTensorMapEncodeTiled failed (error %d) for a %lld x %lld matrix",
+				   (int)r, (long long)rows, (long long)cols);
+	return 0;
+}
+
+int atlas_cuda_tmap_cached(const struct cuda_ctx *c, const void *p, int64_t rows, int64_t cols,
+			   uint32_t box_rows, void *out)
+{
+	if (!tmap_ready(c))
+		return ATLAS_EUNSUPPORTED;
+	return get_map(c, p, rows, cols, box_rows, (CUtensorMap *)out);
+}
+
 /* Tile width: 256 columns unless 128 x 256 tiles would not give every SM
  * one; then 128 (twice the blocks). */
 static int pick_bn(const struct cuda_ctx *c, int64_t T, int64_t N)

@@ -40,14 +40,15 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_DECODE_FUSED, /* decode_fused.cu: a one-token step's layers */
 	ATLAS_CK_ARGMAX,       /* sample.cu: greedy rows over many blocks */
 	ATLAS_CK_MASK_LOGITS,  /* sample.cu: grammar masks applied to logits */
-	ATLAS_CK_MOE_ROUTE,    /* moe.cu: router, softmax, top-k */
-	ATLAS_CK_MOE_GROUP,    /* moe.cu: assignments grouped by expert */
+	ATLAS_CK_MOE_ROUTE,    /* moe.cu: softmax, top-k, assignments grouped by expert */
 	ATLAS_CK_MOE_GEMV8,    /* moe.cu: the expert products, 8/16/32/64 tokens a pass */
 	ATLAS_CK_MOE_GEMV16,
 	ATLAS_CK_MOE_GEMV32,
 	ATLAS_CK_MOE_GEMV64,
 	ATLAS_CK_MOE_GEMV_ANY, /* moe.cu: the expert products, any weight dtype */
 	ATLAS_CK_MOE_COMBINE,  /* moe.cu: weighted sum of a token's experts */
+	ATLAS_CK_MOE_GATHER,   /* moe.cu: x rows in group order (grouped GEMM) */
+	ATLAS_CK_MOE_GEMM_TC,  /* gemm_tc.cu: the grouped wgmma GEMM of MoE prefill */
 	ATLAS_CK_COUNT,
 };
 
@@ -120,6 +121,9 @@ struct cuda_ctx {
 	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for
 				       * the wgmma GEMM (default ATLAS_CUDA_TC_MIN_T;
 				       * fewer take the GEMVs) */
+	int moe_gemm_min_t;           /* ATLAS_CUDA_MOE_GEMM_MIN_T: fewest tokens for
+				       * the moe op's grouped wgmma GEMM (default
+				       * ATLAS_CUDA_MOE_GEMM_MIN_T) */
 	unsigned char skip[ATLAS_CK_COUNT]; /* ATLAS_CUDA_SKIP: kernels not
 				       * launched at all (timing decompositions
 				       * only: the results are garbage) */
@@ -138,9 +142,10 @@ struct cuda_ctx {
 	struct cuda_moe_tab *moe_tabs; /* device copies of MoE layers' expert
 				       * pointer arrays (cuda_moe.c) */
 	int moe_ntabs, moe_tabs_cap;  /* entries used, allocated */
-	unsigned long long *moe_reads; /* device counter: experts read (the
-				       * moe_experts_read op), NULL until the
-				       * first moe op */
+	unsigned long long *moe_reads; /* device: [0] experts read (the
+				       * moe_experts_read op), [1] atlas_moe_route's
+				       * finished-block counter (zero between
+				       * launches); NULL until the first moe op */
 };
 
 /* Launch kernel k on the backend's stream, grid (gx, gy), 1-D blocks;
@@ -174,6 +179,12 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
  * 10.4 ms with the flash kernel (threshold 16 or 1 alike; 64 before):
  * bench/h200-2026-12-03-session/c3. */
 #define ATLAS_CUDA_FLASH_MIN_T 16
+/* Fewest tokens T for which the moe op's expert products take the
+ * grouped wgmma GEMM rather than the grouped tensor-core GEMV (outside
+ * batch-invariant mode). A guess until measured: at 128 tokens and top 8
+ * of 128 experts each expert averages 8 rows, a sixteenth of a tile. */
+#define ATLAS_CUDA_MOE_GEMM_MIN_T 128
+
 /* Fewest rows T for which a matmul goes to the tensor-core GEMM (fewer:
  * the GEMVs); ATLAS_CUDA_TC_MIN_T overrides it for A/B runs. On the H200
  * at Qwen3-8B shapes the wgmma GEMM beat the tensor-core GEMV from T = 32
@@ -195,6 +206,17 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
 int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32, const void *x,
 		       const void *const *w, const void *const *bias, int64_t T, const int64_t *N,
 		       int64_t K);
+/* *out = a TMA tensor map of the BF16 matrix p [rows, cols] in boxes of
+ * box_rows x 64 (gemm_tc.cu's layout), encoded afresh (not cached: the
+ * moe op keeps its experts' maps itself). 0, ATLAS_EUNSUPPORTED when
+ * the GPU or driver has no TMA GEMM, or an error. */
+int atlas_cuda_tmap(const struct cuda_ctx *c, const void *p, int64_t rows, int64_t cols,
+		    uint32_t box_rows, void *out);
+/* The same tile geometry's map through gemm_tc's cache (activations
+ * whose address repeats every layer). */
+int atlas_cuda_tmap_cached(const struct cuda_ctx *c, const void *p, int64_t rows, int64_t cols,
+			   uint32_t box_rows, void *out);
+
 /* Flash-attention prefill (cuda_attn.c), the attention op's contract
  * (backend.h); the same return convention as atlas_cuda_gemm_tc. */
 int atlas_cuda_attention_prefill(struct cuda_ctx *c, void *out, const void *q, const void *kc,

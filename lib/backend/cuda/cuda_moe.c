@@ -17,9 +17,13 @@
 #include <string.h>
 
 #include "../../core/error.h"
+#include "../../core/log.h"
 #include "kernel_args.h"
 
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+/* gemm_tc.cu's tile rows and block */
+#define TCG_BM_ROWS 128
+#define TCG_THREADS_MOE 384
 
 /* One layer's pointer arrays: the host copy they were made from and
  * the device copy [3E] (gate, up, down). */
@@ -28,6 +32,10 @@ struct cuda_moe_tab {
 	const void **host;      /* [3E] the pointers uploaded */
 	void **dev;             /* [3E] on the device */
 	int64_t E;
+	struct atlas_tmap *maps; /* NULL, or [3E] on the device: TMA maps of
+				  * every expert's gate, up, down (grouped GEMM) */
+	int bn_gu, bn_d;        /* their tile widths */
+	int64_t F, D;           /* the shapes they were made for */
 };
 
 void atlas_cuda_moe_release(struct cuda_ctx *c)
@@ -35,6 +43,8 @@ void atlas_cuda_moe_release(struct cuda_ctx *c)
 	for (int i = 0; i < c->moe_ntabs; i++) {
 		free(c->moe_tabs[i].host);
 		cudaFree(c->moe_tabs[i].dev);
+		if (c->moe_tabs[i].maps)
+			cudaFree(c->moe_tabs[i].maps);
 	}
 	free(c->moe_tabs);
 	c->moe_tabs = NULL;
@@ -52,18 +62,72 @@ static int same_ptrs(const struct cuda_moe_tab *t, const struct atlas_moe_desc *
 	       !memcmp(t->host + 2 * E, d->wd, (size_t)E * sizeof(void *));
 }
 
-/* The device pointer array of d's experts, uploaded when missing or
- * stale (never during a capture: that fails the capture, and the model
- * then runs the step op by op). */
-static void *const *expert_table(struct cuda_ctx *c, const struct atlas_moe_desc *d)
+static int aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+/* Tile width of the grouped GEMM for N output columns. */
+static int moe_bn(int64_t N)
+{
+	return N >= 512 ? 256 : 128;
+}
+
+/* The TMA maps of every expert of t (grouped GEMM), when the experts are
+ * BF16 with TMA-friendly shapes and the GPU has the kernel; otherwise
+ * t->maps stays NULL and prefill takes the GEMVs. */
+static void expert_maps(struct cuda_ctx *c, struct cuda_moe_tab *t, const struct atlas_moe_desc *d)
+{
+	const int64_t E = d->n_experts;
+	if (t->maps) {
+		cudaFree(t->maps);
+		t->maps = NULL;
+	}
+	if (d->wdt != ATLAS_DTYPE_BF16 || d->D % 8 || d->F % 8 || !c->kern[ATLAS_CK_MOE_GEMM_TC] ||
+	    !c->kern[ATLAS_CK_MOE_GATHER] || d->D > INT32_MAX / 2 || d->F > INT32_MAX / 2)
+		return;
+	for (int64_t e = 0; e < E; e++)
+		if (!aligned16(d->wg[e]) || !aligned16(d->wu[e]) || !aligned16(d->wd[e]))
+			return;
+	struct atlas_tmap *h = malloc((size_t)(3 * E) * sizeof(*h));
+	if (!h)
+		return;
+	t->bn_gu = moe_bn(d->F);
+	t->bn_d = moe_bn(d->D);
+	int rc = 0;
+	for (int64_t e = 0; e < E && !rc; e++)
+		if ((rc = atlas_cuda_tmap(c, d->wg[e], d->F, d->D, (uint32_t)t->bn_gu, &h[e])) ||
+		    (rc = atlas_cuda_tmap(c, d->wu[e], d->F, d->D, (uint32_t)t->bn_gu, &h[E + e])))
+			break;
+		else
+			rc = atlas_cuda_tmap(c, d->wd[e], d->D, d->F, (uint32_t)t->bn_d, &h[2 * E + e]);
+	if (!rc && cudaMalloc((void **)&t->maps, (size_t)(3 * E) * sizeof(*h)) == cudaSuccess &&
+	    cudaMemcpy(t->maps, h, (size_t)(3 * E) * sizeof(*h), cudaMemcpyHostToDevice) == cudaSuccess) {
+		t->F = d->F;
+		t->D = d->D;
+	} else {
+		cudaGetLastError();
+		if (t->maps)
+			cudaFree(t->maps);
+		t->maps = NULL;
+		atlas_error_clear();
+		atlas_debug("moe: grouped GEMM off for a layer (no tensor maps)");
+	}
+	free(h);
+}
+
+/* The device pointer array of d's experts (and their TMA maps), uploaded
+ * when missing or stale (never during a capture: that fails the capture,
+ * and the model then runs the step op by op). */
+static struct cuda_moe_tab *expert_table(struct cuda_ctx *c, const struct atlas_moe_desc *d)
 {
 	const int64_t E = d->n_experts;
 	struct cuda_moe_tab *t = NULL;
 	for (int i = 0; i < c->moe_ntabs && !t; i++)
 		if (c->moe_tabs[i].key == d->wg)
 			t = &c->moe_tabs[i];
-	if (t && same_ptrs(t, d))
-		return t->dev;
+	if (t && same_ptrs(t, d) && t->F == d->F && t->D == d->D)
+		return t;
 	if (c->capturing) {
 		atlas_error(ATLAS_EUNSUPPORTED,
 			    "cuda moe: a layer's expert table is made outside a graph capture");
@@ -107,7 +171,10 @@ static void *const *expert_table(struct cuda_ctx *c, const struct atlas_moe_desc
 			     "expert table upload") ||
 	    atlas_cuda_check(c, cudaStreamSynchronize(c->stream), "expert table upload"))
 		return NULL;
-	return t->dev;
+	t->F = d->F;
+	t->D = d->D;
+	expert_maps(c, t, d);
+	return t;
 }
 
 /* Warp tiles per block of the expert products: a function of the
@@ -122,11 +189,6 @@ static int moe_rpb(const struct cuda_ctx *c, int64_t N, int fpt, int64_t top_k)
 	while (rpb > 1 && CEIL_DIV(N, (int64_t)fpt * rpb) * top_k < want)
 		rpb /= 2;
 	return rpb;
-}
-
-static int aligned16(const void *p)
-{
-	return ((uintptr_t)p & 15) == 0;
 }
 
 /* One expert product over every chosen expert: out [T k, N] from x
@@ -151,8 +213,11 @@ static int expert_gemv(struct cuda_ctx *c, const struct atlas_moe_desc *d, void 
 					 (unsigned)slots, 256, 0, args);
 	const int fpt = swiglu ? 8 : 16;
 	a.rpb = moe_rpb(c, N, fpt, d->top_k);
-	/* a group has at most T tokens: the narrowest pass that holds them */
-	const int nt8 = T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 4 : 8;
+	/* passes of 8 * nt8 tokens: the narrowest that holds an average
+	 * group (a larger group takes more passes, its weights then coming
+	 * from L2; the sum order is the same either way) */
+	const int64_t avg = CEIL_DIV(T * d->top_k, d->n_experts);
+	const int nt8 = avg <= 8 ? 1 : avg <= 16 ? 2 : avg <= 32 ? 4 : 8;
 	const enum atlas_cuda_kernel k = nt8 == 1 ? ATLAS_CK_MOE_GEMV8 : nt8 == 2 ? ATLAS_CK_MOE_GEMV16
 				       : nt8 == 4 ? ATLAS_CK_MOE_GEMV32 : ATLAS_CK_MOE_GEMV64;
 	return atlas_cuda_launch(c, k, (unsigned)CEIL_DIV(N, (int64_t)fpt * a.rpb), (unsigned)slots,
@@ -191,53 +256,105 @@ int atlas_cuda_moe(struct atlas_backend *be, void *out, const void *x,
 	if (T * K > INT32_MAX / 2)
 		return atlas_error(ATLAS_EINVAL, "cuda moe: %lld rows is too many for one call",
 				   (long long)T);
-	void *const *tab = expert_table(c, d);
-	if (!tab)
+	struct cuda_moe_tab *tb = expert_table(c, d);
+	if (!tb)
 		return c->capturing ? ATLAS_EUNSUPPORTED : ATLAS_EIO;
-	if (!c->moe_reads && !c->capturing) {
-		if (cudaMalloc((void **)&c->moe_reads, sizeof(*c->moe_reads)) != cudaSuccess ||
-		    cudaMemsetAsync(c->moe_reads, 0, sizeof(*c->moe_reads), c->stream) != cudaSuccess) {
+	const void *const *tab = (const void *const *)tb->dev;
+	if (!c->moe_reads) {
+		if (c->capturing)
+			return atlas_error(ATLAS_EUNSUPPORTED,
+					   "cuda moe: the first moe op runs outside a capture");
+		if (cudaMalloc((void **)&c->moe_reads, 2 * sizeof(*c->moe_reads)) != cudaSuccess ||
+		    cudaMemsetAsync(c->moe_reads, 0, 2 * sizeof(*c->moe_reads), c->stream) != cudaSuccess) {
 			cudaGetLastError();
-			c->moe_reads = NULL; /* not counted */
+			c->moe_reads = NULL;
+			return atlas_error(ATLAS_ENOMEM, "cuda moe: cannot allocate its counters");
 		}
 	}
+	/* prefill-sized steps take the grouped wgmma GEMM (not in
+	 * batch-invariant mode: its sum order is not the GEMV's) */
+	const int64_t R = T * K;
+	const int gemm = tb->maps && !be->batch_invariant && T >= c->moe_gemm_min_t &&
+			 aligned16(x) && R + 2 * (int64_t)TCG_BM_ROWS <= INT32_MAX;
 	/* the scratch regions (atlas_moe_scratch_bytes) */
 	char *p = scratch;
-	int *ids = carve(&p, (size_t)(T * K) * 4);
-	float *wts = carve(&p, (size_t)(T * K) * 4);
+	float *lg = carve(&p, (size_t)(T * E) * 4);
+	int *ids = carve(&p, (size_t)R * 4);
+	float *wts = carve(&p, (size_t)R * 4);
 	float *sgl = carve(&p, (size_t)T * 4);
 	int *off = carve(&p, (size_t)(E + 1) * 4);
 	int *act = carve(&p, (size_t)(E + 1) * 4);
-	int *list = carve(&p, (size_t)(T * K) * 4);
-	void *h = carve(&p, (size_t)(T * K * F) * 2);
-	void *y = carve(&p, (size_t)(T * K * D) * 2);
+	int *list = carve(&p, (size_t)R * 4);
+	void *h = carve(&p, (size_t)(R * F) * 2);
+	void *u = carve(&p, (size_t)(R * F) * 2);
+	void *y = carve(&p, (size_t)(R * D) * 2);
+	int *tiles = carve(&p, (size_t)(R / TCG_BM_ROWS + E + 2) * 4);
 	void *hs = Fs ? carve(&p, (size_t)(T * Fs) * 2) : NULL;
 	void *us = Fs ? carve(&p, (size_t)(T * Fs) * 2) : NULL;
 	void *ys = Fs ? carve(&p, (size_t)(T * D) * 2) : NULL;
+	int *ntiles = tiles + R / TCG_BM_ROWS + E + 1;
+	const int64_t max_tiles = (R + TCG_BM_ROWS - 1) / TCG_BM_ROWS + (E < R ? E : R);
 
+	/* router logits (and the shared expert's gate logit) in FP32 by the
+	 * logits op (many blocks, where one block a token would read the
+	 * router with one SM), then routing and grouping in one launch */
 	int rc;
-	{
-		int wdt = (int)d->wdt, e = (int)E, k = (int)K, norm = d->norm_topk;
-		long long t = T, dd = D;
-		const void *sgate = Fs ? d->sgate : NULL;
-		void *args[] = {&x, (void *)&d->router, &sgate, &wdt, &t, &e, &dd, &k, &norm,
-				&ids, &wts, &sgl};
-		if ((rc = atlas_cuda_launch(c, ATLAS_CK_MOE_ROUTE, (unsigned)T, 1, 256, 0, args)))
-			return rc;
-	}
-	{
-		long long n = T * K;
-		int e = (int)E;
-		void *args[] = {&ids, &n, &e, &off, &list, &act, &c->moe_reads};
-		if ((rc = atlas_cuda_launch(c, ATLAS_CK_MOE_GROUP, 1, 1, ATLAS_MOE_GROUP_THREADS, 0,
-					    args)))
-			return rc;
-	}
-	if ((rc = expert_gemv(c, d, h, x, (const void *const *)tab, (const void *const *)tab + E,
-			      F, D, (int)K, 1, list, off, act, T)) ||
-	    (rc = expert_gemv(c, d, y, h, (const void *const *)tab + 2 * E, NULL, D, F, 1, 0,
-			      list, off, act, T)))
+	if ((rc = be->logits(be, lg, x, d->router, d->wdt, T, E, D)) ||
+	    (Fs && (rc = be->logits(be, sgl, x, d->sgate, d->wdt, T, 1, D))))
 		return rc;
+	{
+		long long t = T;
+		int e = (int)E, k = (int)K, norm = d->norm_topk;
+		int *tl = gemm ? tiles : NULL, *done = (int *)(c->moe_reads + 1);
+		void *args[] = {&lg, &t, &e, &k, &norm, &ids, &wts, &off, &list, &act,
+				&c->moe_reads, &tl, &ntiles, &done};
+		if ((rc = atlas_cuda_launch(c, ATLAS_CK_MOE_ROUTE, (unsigned)CEIL_DIV(T, 32), 1,
+					    ATLAS_MOE_GROUP_THREADS, (size_t)(32 * E) * 4, args)))
+			return rc;
+	}
+	if (gemm) {
+		/* x in group order (into y, dead until the down product), gate
+		 * and up as two segments of one grouped GEMM, swiglu, down with
+		 * its rows scattered back to assignment order */
+		{
+			long long n = R, dd = D;
+			int k = (int)K;
+			void *args[] = {&y, &x, &list, &n, &k, &dd};
+			if ((rc = atlas_cuda_launch(c, ATLAS_CK_MOE_GATHER, (unsigned)R, 1, 256, 0, args)))
+				return rc;
+		}
+		struct atlas_tcg_args a;
+		memset(&a, 0, sizeof(a));
+		if ((rc = atlas_cuda_tmap_cached(c, y, R, D, TCG_BM_ROWS, &a.map_x)))
+			return rc;
+		a.out[0] = h, a.out[1] = u;
+		a.N[0] = a.N[1] = F;
+		a.ny[0] = a.ny[1] = (int)CEIL_DIV(F, tb->bn_gu);
+		a.T = R, a.K = D, a.nseg = 2, a.bn = tb->bn_gu;
+		a.gmap = tb->maps, a.tiles = tiles, a.ntiles = ntiles, a.off = off, a.E = (int)E;
+		void *args[] = {&a};
+		if ((rc = atlas_cuda_launch(c, ATLAS_CK_MOE_GEMM_TC, (unsigned)max_tiles,
+					    (unsigned)(2 * a.ny[0]), TCG_THREADS_MOE, ATLAS_TCG_SMEM, args)) ||
+		    (rc = be->swiglu(be, h, h, u, R, F)))
+			return rc;
+		memset(&a, 0, sizeof(a));
+		if ((rc = atlas_cuda_tmap_cached(c, h, R, F, TCG_BM_ROWS, &a.map_x)))
+			return rc;
+		a.out[0] = y;
+		a.N[0] = D;
+		a.ny[0] = (int)CEIL_DIV(D, tb->bn_d);
+		a.T = R, a.K = F, a.nseg = 1, a.bn = tb->bn_d;
+		a.gmap = tb->maps + 2 * E, a.tiles = tiles, a.ntiles = ntiles, a.off = off;
+		a.rowmap = list, a.E = (int)E;
+		if ((rc = atlas_cuda_launch(c, ATLAS_CK_MOE_GEMM_TC, (unsigned)max_tiles,
+					    (unsigned)a.ny[0], TCG_THREADS_MOE, ATLAS_TCG_SMEM, args)))
+			return rc;
+	} else if ((rc = expert_gemv(c, d, h, x, tab, tab + E, F, D, (int)K, 1, list, off, act,
+				     T)) ||
+		   (rc = expert_gemv(c, d, y, h, tab + 2 * E, NULL, D, F, 1, 0, list, off, act,
+				     T))) {
+		return rc;
+	}
 	if (Fs) {
 		if ((rc = be->matmul_swiglu(be, hs, x, d->sg, d->su, d->wdt, T, Fs, D, us)) ||
 		    (rc = be->matmul(be, ys, hs, d->sd, NULL, d->wdt, T, D, Fs)))

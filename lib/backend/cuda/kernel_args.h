@@ -58,6 +58,15 @@ struct atlas_tcg_args {
 	int nseg, bn;                            /* bn: tile width, 128 or 256 */
 	int out_f32;                             /* atlas_gemm_tc_reduce only */
 	int splits;                              /* atlas_gemm_tc_reduce only */
+	/* atlas_moe_gemm_tc only (grouped: one expert's rows a tile): */
+	const struct atlas_tmap *gmap;           /* device [nseg][E]: segment s of expert e
+						  * at gmap[s * E + e] (map[] unused) */
+	const int *tiles;                        /* [grid x]: tile i is e << 16 | j, rows
+						  * off[e] + 128 j .. of expert e */
+	const int *ntiles;                       /* tiles in use; blocks past it exit */
+	const int *off;                          /* [E + 1]: expert e's rows of x and out */
+	const int *rowmap;                       /* NULL, or the out row of each x row */
+	int E;
 };
 
 /* atlas_gemm_tc*: dynamic shared memory of a block (1 KiB of alignment
