@@ -922,6 +922,13 @@ static void test_moe(void)
 	    {8, 2, 100, 52, 0, 5, true, ATLAS_DTYPE_BF16}, /* K % 8 != 0: the any-dtype kernel */
 	    {8, 2, 128, 64, 48, 3, true, ATLAS_DTYPE_F32},
 	    {8, 3, 128, 64, 0, 11, false, ATLAS_DTYPE_F16},
+	    /* decode shapes: the Qwen3-30B-A3B layer at T = 1, and wider
+	     * experts than the model */
+	    {128, 8, 512, 256, 0, 1, true, ATLAS_DTYPE_BF16},
+	    {128, 8, 2048, 768, 0, 1, true, ATLAS_DTYPE_BF16},
+	    {128, 8, 512, 256, 0, 8, true, ATLAS_DTYPE_BF16},
+	    {64, 4, 1024, 512, 0, 5, false, ATLAS_DTYPE_BF16},
+	    {8, 2, 512, 1792, 0, 3, true, ATLAS_DTYPE_BF16},
 	    /* T >= 128: the grouped wgmma GEMM outside batch-invariant mode */
 	    {128, 8, 512, 256, 0, 200, true, ATLAS_DTYPE_BF16},
 	    {8, 2, 1024, 768, 0, 600, true, ATLAS_DTYPE_BF16},

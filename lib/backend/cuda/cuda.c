@@ -195,6 +195,9 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->flash_min_t = fmin && atoi(fmin) > 0 ? atoi(fmin) : ATLAS_CUDA_FLASH_MIN_T;
 	const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
 	c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
+	const char *mrpb = getenv("ATLAS_CUDA_MOE_RPB");
+	c->moe_rpb = mrpb && (atoi(mrpb) == 1 || atoi(mrpb) == 2 || atoi(mrpb) == 4 || atoi(mrpb) == 8)
+			 ? atoi(mrpb) : 0;
 	const char *mmin = getenv("ATLAS_CUDA_MOE_GEMM_MIN_T");
 	c->moe_gemm_min_t = mmin && atoi(mmin) > 0 ? atoi(mmin) : ATLAS_CUDA_MOE_GEMM_MIN_T;
 	/* comma-separated kernel names */

@@ -121,6 +121,8 @@ struct cuda_ctx {
 	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for
 				       * the wgmma GEMM (default ATLAS_CUDA_TC_MIN_T;
 				       * fewer take the GEMVs) */
+	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles per
+				       * block of the expert GEMVs, else 0 (by shape) */
 	int moe_gemm_min_t;           /* ATLAS_CUDA_MOE_GEMM_MIN_T: fewest tokens for
 				       * the moe op's grouped wgmma GEMM (default
 				       * ATLAS_CUDA_MOE_GEMM_MIN_T) */

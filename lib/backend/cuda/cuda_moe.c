@@ -181,11 +181,17 @@ static struct cuda_moe_tab *expert_table(struct cuda_ctx *c, const struct atlas_
  * matrix's shape (and the GPU) only, never of T, so that a token's sum
  * order does not change with the batch (moe.cu). The most (fewest
  * blocks, K split over the fewest warps) that still gives a one-token
- * step two blocks per SM over its top_k experts. */
+ * step a block per SM over its top_k experts. On the H200 (Qwen3-30B-A3B
+ * shape, ATLAS_CUDA_MOE_RPB=1/2/4/8) batch-1 steps took 5.08 / 4.76 /
+ * 4.47 / 4.71 ms and batch-8 steps 13.8 / 11.4 / 11.1 / 11.5 ms; this rule
+ * gives 4 for both of its products (it gave 2 when it asked for two
+ * blocks per SM): bench/h200-2026-12-03-moe c7. */
 static int moe_rpb(const struct cuda_ctx *c, int64_t N, int fpt, int64_t top_k)
 {
+	if (c->moe_rpb) /* ATLAS_CUDA_MOE_RPB: a fixed choice, for A/B runs */
+		return c->moe_rpb;
 	int rpb = 8;
-	const int64_t want = 2 * (int64_t)(c->sms > 0 ? c->sms : 132);
+	const int64_t want = c->sms > 0 ? c->sms : 132;
 	while (rpb > 1 && CEIL_DIV(N, (int64_t)fpt * rpb) * top_k < want)
 		rpb /= 2;
 	return rpb;
