@@ -7,6 +7,8 @@
 #   decode-*.json/.txt     atlas-bench decode, Qwen3-30B-A3B shape (and
 #                          Mixtral-8x7B at batch 1): tok/s against the
 #                          floor of the bytes the steps read
+#   serve-check.txt        atlas-serve on an MoE fixture: 32 concurrent
+#                          requests give what each gives alone
 #   profile-*.json/.txt    per-kernel times of a batch-1 decode step and
 #                          of a 2,048-token prefill
 #   prefill-*.json/.txt    prefill at 512 and 2048 tokens against the
@@ -40,6 +42,23 @@ if has checks; then
 	rc=$?
 	row "golden on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \
 		"$(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok"
+	# the server (batch-invariant mode) on an MoE model: 32 concurrent
+	# temperature-0 requests give exactly what each gives alone
+	port=$((20000 + RANDOM % 20000))
+	"$build/atlas-serve" -m tests/fixtures/golden/qwen3-moe-nonorm --device cuda --port $port \
+		--max-seqs 32 >"$out/serve.log" 2>&1 &
+	spid=$!
+	python3 -c "
+import time, urllib.request
+for i in range(60):
+    try:
+        urllib.request.urlopen('http://127.0.0.1:$port/health'); break
+    except Exception: time.sleep(0.5)"
+	timeout 120 python3 scripts/serve-check.py "http://127.0.0.1:$port" 32 >"$out/serve-check.txt" 2>&1
+	rc=$?
+	kill $spid 2>/dev/null
+	row "serve: batched = alone, MoE on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \
+		"$(head -1 "$out/serve-check.txt")"
 fi
 
 bench() { # NAME ARGS...: one atlas-bench run to NAME.json and NAME.txt
