@@ -1,0 +1,105 @@
+/* quant.h - quantized checkpoints as the Hub stores them: the method
+ * from config.json's quantization_config (or ModelOpt's
+ * hf_quant_config.json), and each quantized linear weight turned back
+ * into a plain matrix at load ("dequantize at load": the reference path,
+ * correct on every backend; native quantized kernels are later work).
+ *
+ * Formats (issue 19), each a set of tensors beside or instead of
+ * X.weight, for a weight W [out, in]:
+ *   fp8 block (quant_method "fp8", weight_block_size [bo, bi]):
+ *     X.weight F8_E4M3 [out, in], X.weight_scale_inv BF16/F32
+ *     [ceil(out/bo), ceil(in/bi)]; W = q * s[r / bo][c / bi]
+ *   compressed-tensors float-quantized FP8 (strategy tensor, channel or
+ *     block): X.weight F8_E4M3, X.weight_scale [1] / [out, 1] / blocks
+ *   AWQ gemm: X.qweight I32 [in, out/8] (nibble order 0,4,1,5,2,6,3,7),
+ *     X.qzeros I32 [in/g, out/8], X.scales F16 [in/g, out]
+ *   GPTQ: X.qweight I32 [in/(32/bits), out], X.qzeros I32
+ *     [groups, out/(32/bits)], X.scales F16 [groups, out], X.g_idx I32
+ *     [in] (desc_act)
+ *   compressed-tensors pack-quantized int4: X.weight_packed I32
+ *     [out, in/8], X.weight_scale [out, in/g], X.weight_zero_point I32
+ *     [out/8, in/g] (asymmetric), X.weight_shape
+ *   NVFP4 (ModelOpt, compressed-tensors nvfp4-pack-quantized): E2M1
+ *     pairs in U8 [out, in/2], an F8_E4M3 scale per 16 values and an F32
+ *     global scale
+ * Anything else is refused at load by name. */
+#ifndef ATLAS_IO_QUANT_H
+#define ATLAS_IO_QUANT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../core/dtype.h"
+
+struct atlas_st;
+
+enum atlas_quant_method {
+	ATLAS_QUANT_NONE = 0,
+	ATLAS_QUANT_FP8,      /* quant_method "fp8": block-wise (or per-tensor) F8_E4M3 */
+	ATLAS_QUANT_CT_FP8,   /* compressed-tensors "float-quantized" / "naive-quantized" FP8 */
+	ATLAS_QUANT_AWQ,      /* quant_method "awq", version "gemm" */
+	ATLAS_QUANT_GPTQ,     /* quant_method "gptq" */
+	ATLAS_QUANT_CT_INT,   /* compressed-tensors "pack-quantized" int4/int8 */
+	ATLAS_QUANT_NVFP4,    /* ModelOpt NVFP4 */
+	ATLAS_QUANT_CT_NVFP4, /* compressed-tensors "nvfp4-pack-quantized" */
+};
+
+/* compressed-tensors weight strategies */
+enum atlas_quant_strategy {
+	ATLAS_QS_TENSOR = 0,
+	ATLAS_QS_CHANNEL,
+	ATLAS_QS_GROUP,
+	ATLAS_QS_BLOCK,
+};
+
+#define ATLAS_QUANT_MAX_IGNORE 256
+
+struct atlas_quant {
+	enum atlas_quant_method method;
+	int bits;               /* 4 or 8 */
+	int group_size;         /* elements of `in` sharing a scale (AWQ, GPTQ,
+				 * CT group, NVFP4 16); -1: the whole row (GPTQ) */
+	int block[2];           /* FP8 block [bo, bi]; 0, 0: not block-wise */
+	enum atlas_quant_strategy strategy; /* compressed-tensors */
+	bool sym;               /* GPTQ / CT int: symmetric (no zero points) */
+	bool desc_act;          /* GPTQ: g_idx gives each input row's group */
+	bool gptq_v2;           /* GPTQ checkpoint_format "gptq_v2": zeros stored as is
+				 * (v1 stores zero - 1) */
+	int n_ignore;           /* modules left unquantized: names, or "re:REGEX" */
+	char *ignore[ATLAS_QUANT_MAX_IGNORE];
+	char name[64];          /* for messages: "fp8 block 128x128", "awq w4 g128", ... */
+};
+
+/* Read the quantization of the model in `dir` into *q (method NONE when
+ * there is none). An unknown quant_method, bits other than 4 or 8, or a
+ * combination this file does not dequantize is refused by name
+ * (ATLAS_EUNSUPPORTED); a malformed block is ATLAS_EFORMAT. */
+int atlas_quant_load(const char *dir, struct atlas_quant *q);
+/* The same from the text of config.json (and of hf_quant_config.json,
+ * NULL when absent); `where` names the file in messages. */
+int atlas_quant_parse(const char *config_json, const char *hf_quant_json, const char *where,
+		      struct atlas_quant *q);
+void atlas_quant_free(struct atlas_quant *q);
+
+/* True when module `module` ("model.layers.0.mlp.gate", no ".weight")
+ * is listed as not quantized (exact names, or "re:" regular expressions
+ * matched against the whole name, as compressed-tensors writes them). */
+bool atlas_quant_ignored(const struct atlas_quant *q, const char *module);
+
+/* The weight `name` ("....down_proj.weight") of shape [out, in] as a
+ * plain matrix: when st holds it quantized (the tensors above, found
+ * from the module's prefix), dequantize it into dst (out * in elements
+ * of dt, F32 or BF16; F32 is exact for every format) and return 1. When
+ * it is stored plainly (or the model is not quantized), return 0 and
+ * leave dst alone. A quantized set with a missing or misshapen tensor,
+ * packed data of the wrong length, a group size that does not divide
+ * `in`, or an out-of-range g_idx is refused with the tensor's name. */
+int atlas_quant_dequant(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			int64_t out, int64_t in, enum atlas_dtype dt, void *dst);
+
+/* Bytes the weight `name` takes in st as stored (quantized tensors and
+ * scales together), 0 when it is not stored quantized. */
+int64_t atlas_quant_stored_bytes(const struct atlas_quant *q, const struct atlas_st *st,
+				 const char *name);
+
+#endif
