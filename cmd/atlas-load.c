@@ -17,6 +17,7 @@
 #include "../lib/core/error.h"
 #include "../lib/io/config.h"
 #include "../lib/io/convert.h"
+#include "../lib/io/quant.h"
 #include "../lib/io/safetensors.h"
 #include "../lib/model/family.h"
 #include "../lib/model/tensors.h"
@@ -163,8 +164,16 @@ static int inspect(const struct opts *o, const char *dir)
 	static const char *const punits[] = {"", "K", "M", "B", NULL};
 	static const char *const bunits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", NULL};
 
+	struct atlas_quant q;
 	if (atlas_config_load(dir, &c) || atlas_ckpt_inspect(dir, &ci))
 		return cmd_lib_error();
+	/* an unsupported quantization is shown, not fatal: inspect describes */
+	const bool qok = atlas_quant_load(dir, &q) == 0;
+	char qdesc[160];
+	if (!qok)
+		snprintf(qdesc, sizeof(qdesc), "unsupported: %s", atlas_errmsg());
+	else
+		snprintf(qdesc, sizeof(qdesc), "%s", q.method ? q.name : "");
 	const struct atlas_family *fam = atlas_family_find(&c);
 	const char *why = fam ? NULL : atlas_errmsg();
 	targets_for(fam ? fam->name : NULL, targets, sizeof(targets));
@@ -191,6 +200,8 @@ static int inspect(const struct opts *o, const char *dir)
 		json_object_object_add(j, "hidden_size", json_object_new_int64(c.hidden_size));
 		json_object_object_add(j, "vocab_size", json_object_new_int64(c.vocab_size));
 		json_object_object_add(j, "moe", atlas_ckpt_moe_json(&c));
+		json_object_object_add(j, "quantization",
+				       qdesc[0] ? json_object_new_string(qdesc) : NULL);
 		json_object_object_add(j, "tokenizer", json_object_new_string(ci.tokenizer_type));
 		json_object_object_add(j, "chat_template", json_object_new_boolean(ci.chat_template));
 		for (char *p = targets, *e; *p; p = e ? e + 2 : p + strlen(p)) {
@@ -219,6 +230,7 @@ static int inspect(const struct opts *o, const char *dir)
 		puts(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PLAIN |
 							  JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(j);
+		atlas_quant_free(&q);
 		return 0;
 	}
 	human(pbuf, sizeof(pbuf), (double)ci.n_params, punits, 1000);
@@ -245,6 +257,9 @@ static int inspect(const struct opts *o, const char *dir)
 	if (moe)
 		fputs(moe, stdout);
 	free(moe);
+	if (qdesc[0])
+		printf("quantization:    %s%s\n", qdesc,
+		       qok ? " (dequantized to the activation type at load)" : "");
 	printf("tokenizer:       %s\n", ci.tokenizer_type[0] ? ci.tokenizer_type : "none");
 	printf("chat template:   %s\n", ci.chat_template ? "yes" : "no");
 	printf("kernel targets:  %s\n", cpu_only ? "none (CPU-only build)"
@@ -264,6 +279,7 @@ static int inspect(const struct opts *o, const char *dir)
 		}
 		atlas_st_close(st);
 	}
+	atlas_quant_free(&q);
 	return 0;
 }
 

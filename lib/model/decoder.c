@@ -137,11 +137,52 @@ static int upload_slice(struct atlas_model *m, struct weight *w,
  * and its dtype is one the backend reads, and hand the slice `sl` of it
  * (NULL: all of it) to the backend. An absent tensor is an error when
  * `required`, else leaves w empty. */
+/* Matrix `name` [d0, d1] stored quantized: dequantized (lib/io/quant.h)
+ * into host memory in the activation type (FP32 on the CPU backend: exact
+ * for every format; BF16 elsewhere) and handed over as bind_slice hands a
+ * plain tensor. 1 when it was, 0 when the weight is stored plainly, or a
+ * negative error naming the tensor. */
+static int bind_quantized(struct atlas_model *m, struct weight *w, const char *name,
+			  int64_t d0, int64_t d1, const struct slice *sl)
+{
+	const enum atlas_dtype dt =
+	    m->be->act_dtype == ATLAS_DTYPE_F32 ? ATLAS_DTYPE_F32 : ATLAS_DTYPE_BF16;
+	const size_t bytes = (size_t)d0 * (size_t)d1 * atlas_dtype_size(dt);
+	void *buf = malloc(bytes ? bytes : 1);
+	if (!buf)
+		return atlas_error(ATLAS_ENOMEM, "out of memory dequantizing '%s'", name);
+	int rc = atlas_quant_dequant(&m->quant, m->st, name, d0, d1, dt, buf);
+	if (rc <= 0) {
+		free(buf);
+		return rc;
+	}
+	struct atlas_tensor_info t = {.name = name, .dtype = dt, .ndim = 2, .shape = {d0, d1},
+				      .numel = d0 * d1, .data = buf, .nbytes = bytes,
+				      .file = "(dequantized)"};
+	struct slice all = {0, d0, 0, d1};
+	rc = upload_slice(m, w, &t, d1, sl ? sl : &all);
+	/* the backend may use whole rows in place (the CPU): then the buffer
+	 * lives as long as the weight */
+	if (!rc && (const char *)w->p >= (const char *)buf &&
+	    (const char *)w->p < (const char *)buf + bytes && !w->own)
+		w->own = buf;
+	else
+		free(buf);
+	return rc ? rc : 1;
+}
+
 static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 		      int64_t d0, int64_t d1, int required, const struct slice *sl)
 {
 	const struct atlas_tensor_info *t = atlas_st_find(m->st, name);
 	memset(w, 0, sizeof(*w));
+	if (m->quant.method != ATLAS_QUANT_NONE && d1 >= 0 &&
+	    (!t || (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
+		    t->dtype != ATLAS_DTYPE_BF16))) {
+		int rc = bind_quantized(m, w, name, d0, d1, sl);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	if (!t) {
 		if (!required)
 			return 0;
@@ -407,7 +448,16 @@ static int size_memory(struct atlas_model *m)
 	for (int64_t i = 0; i < atlas_st_count(m->st); i++) {
 		const struct atlas_tensor_info *t = atlas_st_get(m->st, i);
 		w += rank_bytes(m, t) + pad;
-		if (t->ndim == 2)
+		/* a quantized matrix takes its dequantized size: up to 8 values
+		 * a stored int32, 2 an NVFP4 byte, 1 an FP8 byte */
+		if (m->quant.method != ATLAS_QUANT_NONE && t->ndim == 2) {
+			const size_t per = t->dtype == ATLAS_DTYPE_I32 ? 8
+					   : t->dtype == ATLAS_DTYPE_U8 ? 2
+					   : t->dtype == ATLAS_DTYPE_F8_E4M3 ? 1 : 0;
+			w += rank_bytes(m, t) / (t->dtype == ATLAS_DTYPE_I32 ? 4 : 1) * per * a;
+		}
+		if (t->ndim == 2 && (t->dtype == ATLAS_DTYPE_F32 || t->dtype == ATLAS_DTYPE_F16 ||
+				     t->dtype == ATLAS_DTYPE_BF16))
 			wdt = t->dtype; /* the matrices' type names the kernel target */
 	}
 	size_t rows = (size_t)m->max_tokens;
@@ -481,8 +531,13 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 			    (long long)c->hidden_size);
 		goto fail;
 	}
+	if (atlas_quant_load(dir, &m->quant))
+		goto fail;
 	if (!(m->st = atlas_st_open(dir)))
 		goto fail;
+	if (m->quant.method != ATLAS_QUANT_NONE)
+		atlas_info("quantized checkpoint (%s): weights dequantized to %s at load", m->quant.name,
+			   be->act_dtype == ATLAS_DTYPE_F32 ? "F32" : "BF16");
 	m->tprefix = atlas_model_tensor_prefix(m->st);
 	if (size_memory(m))
 		goto fail;
@@ -583,6 +638,7 @@ void atlas_model_free(struct atlas_model *m)
 		if (bufs[i])
 			be->free(be, bufs[i]);
 	atlas_st_close(m->st);
+	atlas_quant_free(&m->quant);
 	if (m->own_comm)
 		m->comm->destroy(m->comm);
 	free(m);

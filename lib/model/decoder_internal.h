@@ -5,6 +5,7 @@
 #define ATLAS_MODEL_DECODER_INTERNAL_H
 
 #include "../comm/comm.h"
+#include "../io/quant.h"
 #include "../io/safetensors.h"
 #include "family.h"
 #include "model.h"
@@ -93,6 +94,9 @@ struct atlas_model {
 	const struct atlas_family *fam;   /* family flags */
 	struct atlas_backend *be;         /* not owned */
 	struct atlas_st *st;              /* the mmapped checkpoint */
+	struct atlas_quant quant;         /* its quantization (method NONE: none):
+					   * quantized weights are dequantized at
+					   * load (lib/io/quant.h) */
 	int64_t max_ctx;                  /* tokens per sequence */
 	int64_t max_seqs;                 /* sequences per step */
 	int64_t max_tokens;               /* tokens per step (activation rows) */

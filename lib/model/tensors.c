@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../io/quant.h"
 #include "../io/safetensors.h"
 
 /* Emit one tensor; d1 < 0 makes it 1-D. */
@@ -135,6 +136,9 @@ int atlas_model_expected_tensors(const struct atlas_config *c, const struct atla
 
 struct vstate {
 	struct atlas_st *st;   /* the checkpoint */
+	struct atlas_quant quant; /* its quantization (lib/io/quant.h) */
+	float *qbuf;           /* scratch for dequantizing one matrix */
+	size_t qcap;           /* its floats */
 	const struct atlas_family *fam; /* its family */
 	unsigned char *seen;   /* [count] tensor i was expected */
 	atlas_finding_fn fn;   /* where findings go */
@@ -219,6 +223,34 @@ static bool moe_elsewhere(struct vstate *v, const char *name)
 	return false;
 }
 
+/* A quantized matrix: dequantized as the loader would (every tensor of
+ * the set checked), and every tensor of its module marked as read. 1
+ * when e is stored quantized, else 0. */
+static int check_quantized(struct vstate *v, const struct atlas_expected_tensor *e)
+{
+	if (v->quant.method == ATLAS_QUANT_NONE || e->ndim != 2 ||
+	    atlas_quant_stored_bytes(&v->quant, v->st, e->name) <= 0)
+		return 0;
+	const size_t n = (size_t)e->shape[0] * (size_t)e->shape[1];
+	if (n > v->qcap) {
+		float *b = realloc(v->qbuf, n * sizeof(float));
+		if (!b) {
+			finding(v, ATLAS_FINDING_PROBLEM, "out of memory dequantizing '%s'", e->name);
+			return 1;
+		}
+		v->qbuf = b;
+		v->qcap = n;
+	}
+	if (atlas_quant_dequant(&v->quant, v->st, e->name, e->shape[0], e->shape[1],
+				ATLAS_DTYPE_F32, v->qbuf) < 0)
+		finding(v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
+	const size_t pl = strlen(e->name) - 6; /* "X." of "X.weight" */
+	for (int64_t i = 0; i < atlas_st_count(v->st); i++)
+		if (!strncmp(atlas_st_get(v->st, i)->name, e->name, pl))
+			v->seen[i] = 1;
+	return 1;
+}
+
 static int check_one(void *arg, const struct atlas_expected_tensor *e)
 {
 	struct vstate *v = arg;
@@ -226,6 +258,8 @@ static int check_one(void *arg, const struct atlas_expected_tensor *e)
 	char got[128], want[64];
 
 	if (!t && moe_elsewhere(v, e->name))
+		return 0;
+	if (check_quantized(v, e))
 		return 0;
 	if (!t) {
 		if (e->required)
@@ -297,13 +331,17 @@ int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg)
 	else if (emb.pooling && emb.dim > 0 && emb.dim != c.hidden_size)
 		finding(&v, ATLAS_FINDING_PROBLEM, "the pooling config's word_embedding_dimension "
 			"%lld is not hidden_size %lld", (long long)emb.dim, (long long)c.hidden_size);
+	if (atlas_quant_load(dir, &v.quant))
+		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
 	if (!(v.st = atlas_st_open(dir))) {
 		finding(&v, ATLAS_FINDING_PROBLEM, "%s", atlas_errmsg());
+		atlas_quant_free(&v.quant);
 		return v.problems;
 	}
 	int64_t n = atlas_st_count(v.st);
 	if (!(v.seen = calloc((size_t)n + 1, 1))) {
 		atlas_st_close(v.st);
+		atlas_quant_free(&v.quant);
 		return atlas_error(ATLAS_ENOMEM, "out of memory");
 	}
 	atlas_model_expected_tensors_at(&c, fam, atlas_model_tensor_prefix(v.st),
@@ -316,6 +354,8 @@ int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg)
 				t->file, fam->name);
 		}
 	free(v.seen);
+	free(v.qbuf);
+	atlas_quant_free(&v.quant);
 	atlas_st_close(v.st);
 	return v.problems;
 }

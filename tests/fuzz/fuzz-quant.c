@@ -1,0 +1,105 @@
+/* fuzz-quant.c - libFuzzer entry point for the quantized-checkpoint
+ * reader (lib/io/quant.c and the format dequantizers).
+ *
+ * Byte 0 picks what the rest is: 0..6, a safetensors file dequantized as
+ * the module "m" in one of the seven formats (bytes 1 and 2 give the
+ * weight's out and in, 1..64 and 1..256, so shapes both match and miss
+ * the tensors'); anything else, a config.json text for
+ * atlas_quant_parse. A tensor set that slips past the checks with a bad
+ * length reads out of bounds here under ASan. See README. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../lib/io/quant.h"
+#include "../../lib/io/safetensors.h"
+
+static char path[64];
+
+static const char *const configs[] = {
+    "{\"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [4, 8]}}",
+    "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
+    "\"float-quantized\", \"config_groups\": {\"g\": {\"weights\": {\"num_bits\": 8, \"type\": "
+    "\"float\", \"strategy\": \"channel\"}}}}}",
+    "{\"quantization_config\": {\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 8, "
+    "\"version\": \"gemm\"}}",
+    "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 8, "
+    "\"desc_act\": true}}",
+    "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
+    "\"pack-quantized\", \"config_groups\": {\"g\": {\"weights\": {\"num_bits\": 4, \"type\": "
+    "\"int\", \"strategy\": \"group\", \"group_size\": 8, \"symmetric\": false}}}}}",
+    "{\"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\"}}",
+    "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
+    "\"nvfp4-pack-quantized\", \"config_groups\": {\"g\": {\"weights\": {\"num_bits\": 4, "
+    "\"type\": \"float\", \"strategy\": \"tensor_group\", \"group_size\": 16}}}}}",
+};
+
+static int write_input(const uint8_t *data, size_t size)
+{
+	if (!path[0]) {
+		snprintf(path, sizeof(path), "/tmp/fuzz-quant-%d-XXXXXX", (int)getpid());
+		int fd = mkstemp(path);
+		if (fd < 0)
+			return -1;
+		close(fd);
+	}
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return -1;
+	if (size && fwrite(data, 1, size, f) != size) {
+		fclose(f);
+		return -1;
+	}
+	return fclose(f);
+}
+
+static void remove_input(void)
+{
+	if (path[0])
+		unlink(path);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static int registered;
+	struct atlas_quant q;
+	if (!registered) {
+		atexit(remove_input);
+		registered = 1;
+	}
+	if (size < 3)
+		return 0;
+	if (data[0] >= sizeof(configs) / sizeof(configs[0])) {
+		char *text = malloc(size);
+		if (!text)
+			return 0;
+		memcpy(text, data + 1, size - 1);
+		text[size - 1] = 0;
+		if (atlas_quant_parse(text, NULL, "fuzz", &q) == 0) {
+			atlas_quant_ignored(&q, "model.layers.0.mlp.gate");
+			atlas_quant_free(&q);
+		}
+		free(text);
+		return 0;
+	}
+	const int64_t out = 1 + data[1] % 64, in = 1 + data[2] % 256;
+	if (atlas_quant_parse(configs[data[0]], NULL, "fuzz", &q) || write_input(data + 3, size - 3))
+		return 0;
+	struct atlas_st *st = atlas_st_open(path);
+	if (st) {
+		float *w = malloc((size_t)(out * in) * sizeof(float));
+		if (w && atlas_quant_dequant(&q, st, "m.weight", out, in, ATLAS_DTYPE_F32, w) == 1) {
+			volatile float sink = 0;
+			for (int64_t i = 0; i < out * in; i++)
+				sink += w[i];
+			(void)sink;
+		}
+		atlas_quant_stored_bytes(&q, st, "m.weight");
+		free(w);
+		atlas_st_close(st);
+	}
+	atlas_quant_free(&q);
+	return 0;
+}
