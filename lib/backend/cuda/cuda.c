@@ -267,7 +267,7 @@ static int cuda_reserve(struct atlas_backend *be, size_t bytes)
 	if (c->arena) {
 		/* another model on the same backend: keep the old arena (its
 		 * blocks may still be in use) and start a new one */
-		if (c->n_old == 16)
+		if (c->n_old == ATLAS_CUDA_MAX_ARENAS)
 			return atlas_error(ATLAS_ENOMEM, "cuda: too many models on one backend");
 		c->old_arenas[c->n_old] = c->arena;
 		c->old_sizes[c->n_old++] = c->arena_size;

@@ -56,6 +56,10 @@ enum atlas_cuda_kernel {
  * model is ~1,000). */
 #define ATLAS_CUDA_PROF_MAX 16384
 
+/* Models one backend may load over its life (each keeps its arena until
+ * the backend is destroyed): test-golden loads every fixture, 27 today. */
+#define ATLAS_CUDA_MAX_ARENAS 64
+
 struct cuda_ctx {
 	int dev;                      /* device ordinal */
 	int sms;                      /* streaming multiprocessors: sizes split-K grids */
@@ -70,8 +74,9 @@ struct cuda_ctx {
 	const char *last_kernel;      /* for error messages */
 	char *arena;                  /* the current arena: one allocation per model */
 	size_t arena_size, arena_used; /* bytes */
-	char *old_arenas[16];         /* arenas of earlier models, freed at destroy */
-	size_t old_sizes[16];         /* their sizes */
+	char *old_arenas[ATLAS_CUDA_MAX_ARENAS]; /* arenas of earlier models, freed at
+				       * destroy */
+	size_t old_sizes[ATLAS_CUDA_MAX_ARENAS]; /* their sizes */
 	int n_old;                    /* entries in old_arenas */
 	size_t outside;               /* bytes allocated outside the arena */
 	float *f32_stage;             /* to_f32 staging */
