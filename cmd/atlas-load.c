@@ -2,7 +2,8 @@
  *
  *   atlas-load inspect [--tensors] [--json] MODEL
  *   atlas-load validate [--json] MODEL
- *   atlas-load convert --dtype bf16|f16|f32 [--max-shard-size SIZE] MODEL OUT
+ *   atlas-load convert [--dtype bf16|f16|f32] [--quant fp8-block|fp8-channel|w4a16|nvfp4]
+ *                      [--max-shard-size SIZE] MODEL OUT
  *
  * Flags, output formats and calls into lib/io/convert.c and
  * lib/model/tensors.c. */
@@ -26,7 +27,8 @@
 static const char usage_text[] =
 	"usage: atlas-load inspect [--tensors] [--json] MODEL\n"
 	"   or: atlas-load validate [--json] MODEL\n"
-	"   or: atlas-load convert --dtype bf16|f16|f32 [--max-shard-size SIZE] MODEL OUT\n"
+	"   or: atlas-load convert [--dtype bf16|f16|f32] [--quant SCHEME] [--max-shard-size SIZE]\n"
+	"                          MODEL OUT\n"
 	"\n"
 	"Inspect, validate and convert Hugging Face checkpoints. MODEL is a directory\n"
 	"or a Hub id org/name[@revision] in the Hugging Face cache.\n"
@@ -36,22 +38,28 @@ static const char usage_text[] =
 	"  validate    check every tensor the family needs against config.json; exit 1\n"
 	"              with the list of problems\n"
 	"  convert     write OUT: safetensors in another dtype, sharded, with an index,\n"
-	"              config and tokenizer files copied\n"
+	"              config and tokenizer files copied; with --quant, the linear weights\n"
+	"              of the decoder layers quantized (round to nearest)\n"
 	"\n"
 	"      --tensors             inspect: list every tensor (name, dtype, shape, bytes)\n"
 	"      --json                inspect, validate: one JSON object on stdout\n"
-	"      --dtype T             convert: bf16, f16 or f32\n"
+	"      --dtype T             convert: bf16, f16 or f32 (with --quant: of the tensors\n"
+	"                            left unquantized; default bf16)\n"
+	"      --quant SCHEME        convert: fp8-block (fp8, 128x128 blocks), fp8-channel\n"
+	"                            (compressed-tensors FP8), w4a16 (compressed-tensors int4,\n"
+	"                            group 128) or nvfp4 (compressed-tensors NVFP4)\n"
 	"      --max-shard-size SIZE convert: largest shard, e.g. 500MB, 2GiB (default 5GB)\n"
 	"  -h, --help                show this help\n"
 	"  -V, --version             show the version\n";
 
-enum { OPT_TENSORS = 256, OPT_JSON, OPT_DTYPE, OPT_SHARD };
+enum { OPT_TENSORS = 256, OPT_JSON, OPT_DTYPE, OPT_SHARD, OPT_QUANT };
 
 static const struct option longopts[] = {
 	{"tensors", no_argument, NULL, OPT_TENSORS},
 	{"json", no_argument, NULL, OPT_JSON},
 	{"dtype", required_argument, NULL, OPT_DTYPE},
 	{"max-shard-size", required_argument, NULL, OPT_SHARD},
+	{"quant", required_argument, NULL, OPT_QUANT},
 	{"help", no_argument, NULL, 'h'},
 	{"version", no_argument, NULL, 'V'},
 	{NULL, 0, NULL, 0},
@@ -65,6 +73,8 @@ struct opts {
 	const char *dtype;        /* --dtype */
 	enum atlas_dtype dt;      /* parsed --dtype */
 	int64_t shard;            /* --max-shard-size */
+	const char *quant;        /* --quant */
+	enum atlas_quant_scheme scheme; /* parsed --quant */
 };
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -83,6 +93,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_JSON: o->json = true; break;
 		case OPT_DTYPE: o->dtype = optarg; break;
 		case OPT_SHARD: o->shard = cmd_parse_size("--max-shard-size", optarg, 1); break;
+		case OPT_QUANT: o->quant = optarg; break;
 		case 'h': fputs(usage_text, stdout); exit(0);
 		case 'V': cmd_print_version(); exit(0);
 		default: fprintf(stderr, "Try 'atlas-load --help' for more information.\n"); exit(2);
@@ -106,9 +117,15 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	if (o->json && convert)
 		cmd_usage_error("--json applies to inspect and validate only");
 	if (convert) {
+		if (!o->dtype && !o->quant)
+			cmd_usage_error("convert: --dtype is required (bf16, f16 or f32) unless --quant is given");
+		if (o->quant && atlas_quant_scheme_parse(o->quant, &o->scheme))
+			cmd_usage_error("--quant: '%s' is not one of fp8-block, fp8-channel, w4a16, "
+					"nvfp4",
+					o->quant);
 		if (!o->dtype)
-			cmd_usage_error("convert: --dtype is required (bf16, f16 or f32)");
-		if (!strcmp(o->dtype, "bf16"))
+			o->dt = ATLAS_DTYPE_BF16;
+		else if (!strcmp(o->dtype, "bf16"))
 			o->dt = ATLAS_DTYPE_BF16;
 		else if (!strcmp(o->dtype, "f16") || !strcmp(o->dtype, "fp16"))
 			o->dt = ATLAS_DTYPE_F16;
@@ -118,6 +135,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			cmd_usage_error("--dtype: '%s' is not one of bf16, f16, f32", o->dtype);
 	} else if (o->dtype) {
 		cmd_usage_error("--dtype applies to convert only");
+	} else if (o->quant) {
+		cmd_usage_error("--quant applies to convert only");
 	}
 }
 
@@ -350,11 +369,13 @@ int main(int argc, char **argv)
 		rc = inspect(&o, dir);
 	} else if (!strcmp(o.cmd, "validate")) {
 		rc = validate(&o, dir);
-	} else if (atlas_convert(dir, o.out, o.dt, o.shard, &shards)) {
+	} else if (atlas_convert_quant(dir, o.out, o.dt, o.scheme, o.shard, &shards)) {
 		rc = cmd_lib_error();
 	} else {
-		fprintf(stderr, "atlas-load: wrote %s as %s in %d shard%s\n", o.out,
-			atlas_dtype_name(o.dt), shards, shards == 1 ? "" : "s");
+		fprintf(stderr, "atlas-load: wrote %s as %s%s%s in %d shard%s\n", o.out,
+			o.scheme ? atlas_quant_scheme_name(o.scheme) : "",
+			o.scheme ? ", the rest " : "", atlas_dtype_name(o.dt), shards,
+			shards == 1 ? "" : "s");
 		printf("%s\n", o.out);
 		rc = 0;
 	}

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../core/dtype.h"
+#include "quant_write.h"
 
 /* Read the checkpoint in `src` and write `out` (created; it must not
  * exist or be empty): float tensors (F32, F16, BF16) converted to `dt`
@@ -19,6 +20,31 @@
  * Returns 0 or a negative code with a message naming the file. */
 int atlas_convert(const char *src, const char *out, enum atlas_dtype dt,
 		  int64_t max_shard_bytes, int *n_shards);
+
+/* atlas_convert, and with `scheme` not NONE the linear weights of the
+ * decoder layers (2-D "..._proj" and Mixtral's w1/w2/w3 under
+ * "layers.") quantized round-to-nearest (quant_write.h) into the Hub
+ * layout of the scheme, each weight becoming 2-3 tensors:
+ *   fp8-block    quant_method "fp8", weight_block_size [128, 128]:
+ *                X.weight F8_E4M3 [out, in], X.weight_scale_inv BF16
+ *                [ceil(out/128), ceil(in/128)] (as Qwen3-FP8)
+ *   fp8-channel  compressed-tensors float-quantized, strategy channel:
+ *                X.weight F8_E4M3, X.weight_scale BF16 [out, 1]
+ *   w4a16        compressed-tensors pack-quantized int4, symmetric,
+ *                group 128: X.weight_packed I32 [out, in/8] (values +8),
+ *                X.weight_scale BF16 [out, in/128], X.weight_shape I64 [2]
+ *   nvfp4        compressed-tensors nvfp4-pack-quantized:
+ *                X.weight_packed U8 [out, in/2], X.weight_scale F8_E4M3
+ *                [out, in/16], X.weight_global_scale F32 [1] (divides)
+ * Everything else (embeddings, norms, lm_head, routers, biases, and a
+ * linear weight whose `in` is not a multiple of the group: 128 for
+ * w4a16, 16 for nvfp4) is converted to dt as atlas_convert does; the
+ * modules of the layers left so, and lm_head, are listed in the config's
+ * ignore (modules_to_not_convert for fp8-block). config.json gets the
+ * quantization_config block. A source that is already quantized is
+ * refused with its scheme's name (ATLAS_EUNSUPPORTED). */
+int atlas_convert_quant(const char *src, const char *out, enum atlas_dtype dt,
+			enum atlas_quant_scheme scheme, int64_t max_shard_bytes, int *n_shards);
 
 /* What atlas-load inspect shows about a checkpoint directory. */
 struct atlas_ckpt_info {
