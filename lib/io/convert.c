@@ -566,15 +566,19 @@ static struct json_object *quant_config(enum atlas_quant_scheme scheme, struct j
 }
 
 /* Refuse a source that is already quantized (or whose quantization
- * cannot even be read). */
-static int check_not_quantized(const char *src)
+ * cannot even be read): --quant would quantize twice, and a plain dtype
+ * conversion would round its float scales (an F32 global scale to BF16)
+ * and leave the rest as it was. */
+static int check_not_quantized(const char *src, bool quant)
 {
 	struct atlas_quant q;
 	int rc = atlas_quant_load(src, &q);
 	if (!rc && q.method != ATLAS_QUANT_NONE)
 		rc = atlas_error(ATLAS_EUNSUPPORTED,
-				 "'%s' is already quantized (%s); --quant needs a BF16, F16 or F32 "
-				 "checkpoint",
+				 quant ? "'%s' is already quantized (%s); --quant needs a BF16, F16 or "
+					 "F32 checkpoint"
+				       : "'%s' is quantized (%s); convert --dtype rewrites BF16, F16 or "
+					 "F32 checkpoints (Atlas loads this one as it is)",
 				 src, q.name);
 	atlas_quant_free(&q);
 	return rc;
@@ -664,7 +668,7 @@ int atlas_convert_quant(const char *src, const char *out, enum atlas_dtype dt,
 				   atlas_dtype_name(dt));
 	if (scheme < ATLAS_QSCHEME_NONE || scheme > ATLAS_QSCHEME_NVFP4)
 		return atlas_error(ATLAS_EINVAL, "unknown quantization scheme %d", (int)scheme);
-	if (scheme && (rc = check_not_quantized(src)))
+	if ((rc = check_not_quantized(src, scheme != ATLAS_QSCHEME_NONE)))
 		return rc;
 	if (!(st = atlas_st_open(src)))
 		return ATLAS_EFORMAT;

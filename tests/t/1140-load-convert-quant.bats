@@ -103,6 +103,10 @@ greedy_ids() {
 	expect_contains "$stderr" "is already quantized (compressed-tensors w4a16 g16 asym)"
 	[ ! -e "$BATS_TEST_TMPDIR/o" ]
 	ls "$BATS_TEST_TMPDIR" | { ! grep -q partial; }
+	# a plain dtype conversion would round its scales: refused too
+	run -1 --separate-stderr atlas-load convert --dtype f32 "$GOLDEN/quant-nvfp4" "$BATS_TEST_TMPDIR/o"
+	expect_contains "$stderr" "is quantized (modelopt nvfp4); convert --dtype rewrites BF16, F16 or F32 checkpoints"
+	[ ! -e "$BATS_TEST_TMPDIR/o" ]
 	run -2 --separate-stderr atlas-load convert --quant int3 "$SRC" "$BATS_TEST_TMPDIR/o"
 	expect_contains "$stderr" "--quant: 'int3' is not one of fp8-block, fp8-channel, w4a16, nvfp4"
 	run -2 --separate-stderr atlas-load inspect --quant w4a16 "$SRC"
