@@ -137,6 +137,10 @@ static int upload_slice(struct atlas_model *m, struct weight *w,
  * and its dtype is one the backend reads, and hand the slice `sl` of it
  * (NULL: all of it) to the backend. An absent tensor is an error when
  * `required`, else leaves w empty. */
+static int upload_converted(struct atlas_model *m, struct weight *w,
+			    const struct atlas_tensor_info *t, int64_t d1, const struct slice *sl,
+			    enum atlas_dtype dt);
+
 /* Matrix `name` [d0, d1] stored quantized: dequantized (lib/io/quant.h)
  * into host memory in the activation type (FP32 on the CPU backend: exact
  * for every format; BF16 elsewhere) and handed over as bind_slice hands a
@@ -209,6 +213,18 @@ static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 				   "tensor '%s' has dtype %s; supported here: F32, F16, BF16",
 				   name, atlas_dtype_name(t->dtype));
 	struct slice all = {0, d0, 0, d1 < 0 ? 1 : d1};
+	/* a quantized checkpoint's projection biases follow their matrices'
+	 * dequantized dtype (the matmul op takes one dtype for both) */
+	const enum atlas_dtype qdt =
+	    m->be->act_dtype == ATLAS_DTYPE_F32 ? ATLAS_DTYPE_F32 : ATLAS_DTYPE_BF16;
+	const size_t nl = strlen(name);
+	if (m->quant.method != ATLAS_QUANT_NONE && d1 < 0 && t->dtype != qdt && nl > 5 &&
+	    nl < 250 && !strcmp(name + nl - 5, ".bias")) {
+		char wn[256];
+		snprintf(wn, sizeof(wn), "%.*s.weight", (int)(nl - 5), name);
+		if (atlas_quant_stored_bytes(&m->quant, m->st, wn) > 0)
+			return upload_converted(m, w, t, d1, sl ? sl : &all, qdt);
+	}
 	return upload_slice(m, w, t, d1, sl ? sl : &all);
 }
 
@@ -222,6 +238,60 @@ int atlas_decoder_bind(struct atlas_model *m, struct weight *w, const char *name
 		       int64_t d1, int required)
 {
 	return bind_slice(m, w, name, d0, d1, required, NULL);
+}
+
+/* Tensor t (a plain float dtype) converted to dt (F32 or BF16) on the
+ * host and handed over as upload_slice hands it (slice sl of it). */
+static int upload_converted(struct atlas_model *m, struct weight *w,
+			    const struct atlas_tensor_info *t, int64_t d1, const struct slice *sl,
+			    enum atlas_dtype dt)
+{
+	const int64_t n = t->numel;
+	const size_t bytes = (size_t)n * atlas_dtype_size(dt);
+	void *buf = malloc(bytes ? bytes : 1);
+	if (!buf)
+		return atlas_error(ATLAS_ENOMEM, "out of memory converting '%s'", t->name);
+	const unsigned char *src = t->data;
+	for (int64_t i = 0; i < n; i++) {
+		float f;
+		uint16_t h;
+		if (t->dtype == ATLAS_DTYPE_F32) {
+			memcpy(&f, src + 4 * i, 4);
+		} else {
+			memcpy(&h, src + 2 * i, 2);
+			f = t->dtype == ATLAS_DTYPE_F16 ? atlas_f16_to_f32(h) : atlas_bf16_to_f32(h);
+		}
+		if (dt == ATLAS_DTYPE_F32)
+			((float *)buf)[i] = f;
+		else
+			((uint16_t *)buf)[i] = atlas_f32_to_bf16(f);
+	}
+	struct atlas_tensor_info c = *t;
+	c.dtype = dt;
+	c.data = buf;
+	c.nbytes = bytes;
+	int rc = upload_slice(m, w, &c, d1, sl);
+	if (!rc && (const char *)w->p >= (const char *)buf &&
+	    (const char *)w->p < (const char *)buf + bytes && !w->own)
+		w->own = buf;
+	else
+		free(buf);
+	return rc;
+}
+
+int atlas_decoder_bind_dtype(struct atlas_model *m, struct weight *w, const char *name,
+			     int64_t d0, int64_t d1, enum atlas_dtype dt)
+{
+	const struct atlas_tensor_info *t = atlas_st_find(m->st, name);
+	int ndim = d1 < 0 ? 1 : 2;
+	if (!t || (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
+		   t->dtype != ATLAS_DTYPE_BF16) || t->dtype == dt ||
+	    (dt != ATLAS_DTYPE_F32 && dt != ATLAS_DTYPE_BF16) || t->ndim != ndim ||
+	    t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1))
+		return bind_slice(m, w, name, d0, d1, 1, NULL); /* checks and refuses as usual */
+	memset(w, 0, sizeof(*w));
+	struct slice all = {0, d0, 0, d1 < 0 ? 1 : d1};
+	return upload_converted(m, w, t, d1, &all, dt);
 }
 
 static int bind_layer(struct atlas_model *m, int64_t l)

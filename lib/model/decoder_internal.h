@@ -199,6 +199,12 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m);
  * read; and give a weight back. */
 int atlas_decoder_bind(struct atlas_model *m, struct weight *w, const char *name, int64_t d0,
 		       int64_t d1, int required);
+/* atlas_decoder_bind, the tensor converted to dt (F32 or BF16) on the way
+ * when it is stored in another float dtype: an MoE layer of a quantized
+ * checkpoint, whose dequantized experts and plain router must share one
+ * dtype (moe.c). */
+int atlas_decoder_bind_dtype(struct atlas_model *m, struct weight *w, const char *name,
+			     int64_t d0, int64_t d1, enum atlas_dtype dt);
 void atlas_decoder_release(struct atlas_model *m, struct weight *w);
 
 /* moe.c: layer l's mixture-of-experts weights (when the config makes it

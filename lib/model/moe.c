@@ -156,6 +156,17 @@ int atlas_moe_bind_layer(struct atlas_model *m, int64_t l)
 		rc = bind_fused(m, ml, l, blk);
 	if (rc)
 		return rc;
+	/* a quantized checkpoint's experts come dequantized (F32 on the CPU,
+	 * BF16 elsewhere) while its router stays as stored: the op takes one
+	 * dtype, so the plain tensors follow the experts' */
+	const bool conv = m->quant.method != ATLAS_QUANT_NONE && ml->nw > 0;
+	const enum atlas_dtype edt = ml->nw > 0 ? ml->w[0].dtype : ml->router.dtype;
+	if (conv && ml->router.dtype != edt) {
+		lname(m, n, sizeof(n), l, blk, "gate.weight");
+		atlas_decoder_release(m, &ml->router);
+		if ((rc = atlas_decoder_bind_dtype(m, &ml->router, n, E, D, edt)))
+			return rc;
+	}
 	if (ml->d.Fs) {
 		static const char *const sh[] = {"shared_expert.gate_proj.weight",
 						 "shared_expert.up_proj.weight",
@@ -165,7 +176,8 @@ int atlas_moe_bind_layer(struct atlas_model *m, int64_t l)
 		const int64_t d0[] = {Fs, Fs, D, 1}, d1[] = {D, D, Fs, D};
 		for (int i = 0; i < 4 && !rc; i++) {
 			lname(m, n, sizeof(n), l, blk, sh[i]);
-			rc = atlas_decoder_bind(m, sw[i], n, d0[i], d1[i], 1);
+			rc = conv ? atlas_decoder_bind_dtype(m, sw[i], n, d0[i], d1[i], edt)
+				  : atlas_decoder_bind(m, sw[i], n, d0[i], d1[i], 1);
 		}
 		if (rc)
 			return rc;

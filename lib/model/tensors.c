@@ -281,7 +281,8 @@ static int check_one(void *arg, const struct atlas_expected_tensor *e)
 		finding(v, ATLAS_FINDING_PROBLEM,
 			"tensor '%s' has dtype %s; supported: F32, F16, BF16", e->name,
 			atlas_dtype_name(t->dtype));
-	if (e->weight_of) {
+	/* (a quantized matrix's bias takes the dequantized dtype at load) */
+	if (e->weight_of && atlas_quant_stored_bytes(&v->quant, v->st, e->weight_of) <= 0) {
 		const struct atlas_tensor_info *w = atlas_st_find(v->st, e->weight_of);
 		if (w && w->dtype != t->dtype)
 			finding(v, ATLAS_FINDING_PROBLEM,

@@ -79,3 +79,19 @@ FORMATS="quant-fp8 quant-ct-fp8 quant-awq quant-gptq quant-ct-w4a16 quant-nvfp4 
 	run -1 atlas-run -m "$m" --device cpu -p hi -n 2
 	expect_contains "$output" "model.layers.0.self_attn.q_proj"
 }
+
+@test "quantized MoE and QKV-bias models load: the router and biases follow the experts' and matrices' dequantized dtype" {
+	# convert --quant fp8-block of the MoE and Qwen2 goldens: the experts
+	# and projections are F8, the router and the q/k/v biases stay BF16
+	local src out
+	for src in qwen3-moe qwen2-moe qwen2; do
+		out="$BATS_TEST_TMPDIR/$src-fp8"
+		run -0 atlas-load convert --quant fp8-block "$GOLDEN/$src" "$out"
+		run -0 atlas-load validate "$out"
+		run -0 --separate-stderr atlas-run -m "$out" --device cpu -p "The" -n 8 -q --temperature 0
+		local quantized=$output
+		run -0 --separate-stderr atlas-run -m "$GOLDEN/$src" --device cpu -p "The" -n 8 -q --temperature 0
+		# these tiny models' first 8 greedy tokens survive FP8 weights
+		expect_eq "$quantized" "$output"
+	done
+}
