@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../lib/backend/backend.h"
 #include "../lib/core/error.h"
@@ -173,6 +174,40 @@ static void human(char *buf, size_t n, double v, const char *const *units, doubl
 		v /= step, u++;
 	snprintf(buf, n, u ? "%.2f %s" : "%.0f%s%s", v, u ? units[u] : (units[0][0] ? " " : ""),
 		 u ? "" : units[0]);
+}
+
+/* A terminal's progress line for convert: percent, bytes written of the
+ * total, redrawn when the percent changes. */
+struct progress_line {
+	int last; /* percent last drawn, -1: none */
+};
+
+static void draw_progress(void *arg, int64_t done, int64_t total)
+{
+	struct progress_line *p = arg;
+	static const char *const bunits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", NULL};
+	char d[32], t[32];
+	int pct = total > 0 ? (int)(done * 100 / total) : 100;
+	if (pct == p->last)
+		return;
+	p->last = pct;
+	human(d, sizeof(d), (double)done, bunits, 1024);
+	human(t, sizeof(t), (double)total, bunits, 1024);
+	fprintf(stderr, "\ratlas-load: writing %3d%% (%s of %s)  ", pct, d, t);
+	fflush(stderr);
+}
+
+/* convert, with a progress line when stderr is a terminal. */
+static int convert_progress(const struct opts *o, const char *dir, int *shards)
+{
+	struct progress_line p = {-1};
+	const bool tty = isatty(STDERR_FILENO);
+	atlas_convert_set_progress(tty ? draw_progress : NULL, &p);
+	int rc = atlas_convert_quant(dir, o->out, o->dt, o->scheme, o->shard, shards);
+	atlas_convert_set_progress(NULL, NULL);
+	if (tty && p.last >= 0)
+		fputc('\n', stderr);
+	return rc;
 }
 
 static int inspect(const struct opts *o, const char *dir)
@@ -369,7 +404,7 @@ int main(int argc, char **argv)
 		rc = inspect(&o, dir);
 	} else if (!strcmp(o.cmd, "validate")) {
 		rc = validate(&o, dir);
-	} else if (atlas_convert_quant(dir, o.out, o.dt, o.scheme, o.shard, &shards)) {
+	} else if ((rc = convert_progress(&o, dir, &shards))) {
 		rc = cmd_lib_error();
 	} else {
 		fprintf(stderr, "atlas-load: wrote %s as %s%s%s in %d shard%s\n", o.out,

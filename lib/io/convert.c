@@ -232,6 +232,23 @@ static int write_all(int fd, const void *p, size_t n, const char *path)
 }
 
 /* Write shard `s` (tensors ts[lo..hi)) to `path`. */
+static atlas_convert_progress_fn progress_fn;
+static void *progress_arg;
+static int64_t progress_done, progress_total;
+
+void atlas_convert_set_progress(atlas_convert_progress_fn fn, void *arg)
+{
+	progress_fn = fn;
+	progress_arg = arg;
+}
+
+static void progress(int64_t bytes)
+{
+	progress_done += bytes;
+	if (progress_fn)
+		progress_fn(progress_arg, progress_done, progress_total);
+}
+
 static int write_shard(const char *path, struct out_tensor *ts, int64_t lo, int64_t hi,
 		       struct qcache *qc)
 {
@@ -279,6 +296,7 @@ static int write_shard(const char *path, struct out_tensor *ts, int64_t lo, int6
 			if (qc->t != ts[i].t && (rc = qcache_fill(qc, ts[i].t)))
 				break;
 			rc = write_all(fd, qc->part[ts[i].part], ts[i].nbytes, tmp);
+			progress((int64_t)ts[i].nbytes);
 			continue;
 		}
 		void *buf = malloc(ts[i].nbytes ? ts[i].nbytes : 1);
@@ -289,6 +307,7 @@ static int write_shard(const char *path, struct out_tensor *ts, int64_t lo, int6
 		convert(buf, ts[i].dtype, ts[i].t->data, ts[i].t->dtype, ts[i].t->numel);
 		rc = write_all(fd, buf, ts[i].nbytes, tmp);
 		free(buf);
+		progress((int64_t)ts[i].nbytes);
 	}
 	if (!rc && fsync(fd))
 		rc = atlas_error(ATLAS_EIO, "cannot write '%s': %s", tmp, strerror(errno));
@@ -704,6 +723,8 @@ int atlas_convert_quant(const char *src, const char *out, enum atlas_dtype dt,
 	}
 	if (!shards)
 		shards = 1;
+	progress_done = 0;
+	progress_total = total;
 	for (int s = 0, lo = 0; s < shards && !rc; s++) {
 		int64_t hi = lo;
 		while (hi < n && ts[hi].shard == s)

@@ -46,6 +46,12 @@ int atlas_convert(const char *src, const char *out, enum atlas_dtype dt,
 int atlas_convert_quant(const char *src, const char *out, enum atlas_dtype dt,
 			enum atlas_quant_scheme scheme, int64_t max_shard_bytes, int *n_shards);
 
+/* Progress of the converts that follow: fn(arg, done, total) after each
+ * output tensor is written, in bytes of output (NULL: none). For a
+ * terminal display (atlas-load); one convert at a time per process. */
+typedef void (*atlas_convert_progress_fn)(void *arg, int64_t done, int64_t total);
+void atlas_convert_set_progress(atlas_convert_progress_fn fn, void *arg);
+
 /* What atlas-load inspect shows about a checkpoint directory. */
 struct atlas_ckpt_info {
 	int64_t n_tensors;                     /* tensors in all shards */

@@ -112,3 +112,11 @@ greedy_ids() {
 	run -2 --separate-stderr atlas-load inspect --quant w4a16 "$SRC"
 	expect_contains "$stderr" "--quant applies to convert only"
 }
+
+@test "on a terminal convert draws a progress line up to 100%; piped, it does not" {
+	command -v script >/dev/null || skip "no script(1) to give convert a terminal"
+	run -0 script -qec "atlas-load convert --quant fp8-block '$SRC' '$BATS_TEST_TMPDIR/t'" /dev/null
+	expect_contains "$output" "atlas-load: writing 100% ("
+	run -0 --separate-stderr atlas-load convert --quant fp8-block "$SRC" "$BATS_TEST_TMPDIR/p"
+	[[ "$stderr" != *"writing"* ]]
+}
