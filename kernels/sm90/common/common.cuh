@@ -104,6 +104,40 @@ static __device__ __forceinline__ void atlas_wload8(const void *w, long long i, 
 	}
 }
 
+// --- tensor-core and async-copy building blocks -------------------------
+
+// d += A (16x16 bf16, row-major fragments a0..a3) * B (16x8 bf16, column
+// fragments b0, b1), FP32 accumulators: mma.sync m16n8k16 (the PTX
+// fragment layouts; gemv_tc.cu and moe.cu describe how they load them).
+static __device__ __forceinline__ void atlas_mma_bf16(float (&d)[4], unsigned a0, unsigned a1,
+						      unsigned a2, unsigned a3, unsigned b0,
+						      unsigned b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes from global p to shared s, asynchronously (cp.async); when ok
+// is false nothing is read and s gets zeros. cg: skip L1 (weights); ca:
+// may stay in L1 (activations other warps of the SM read too).
+static __device__ __forceinline__ void atlas_cp16_cg(void *s, const void *p, bool ok)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(p), "r"(ok ? 16 : 0)
+		     : "memory");
+}
+
+static __device__ __forceinline__ void atlas_cp16_ca(void *s, const void *p, bool ok)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(p), "r"(ok ? 16 : 0)
+		     : "memory");
+}
+
 // --- programmatic dependent launch --------------------------------------
 // The host launches most kernels with the PDL attribute (kernels/ABI.md):
 // such a kernel may start while the previous one in the stream is still

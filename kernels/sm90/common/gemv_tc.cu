@@ -38,34 +38,6 @@
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
 
-static __device__ __forceinline__ void gtc_mma(float (&d)[4], unsigned a0, unsigned a1,
-					       unsigned a2, unsigned a3, unsigned b0, unsigned b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* 16 bytes from global p to shared s, asynchronously (cp.async); when ok
- * is false nothing is read and s gets zeros. cg: weights skip L1; ca: x,
- * which other warps of the SM read too, may stay in L1. */
-static __device__ __forceinline__ void gtc_cp_cg(void *s, const void *p, bool ok)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-			 (unsigned)__cvta_generic_to_shared(s)),
-		     "l"(p), "r"(ok ? 16 : 0)
-		     : "memory");
-}
-
-static __device__ __forceinline__ void gtc_cp_ca(void *s, const void *p, bool ok)
-{
-	asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(
-			 (unsigned)__cvta_generic_to_shared(s)),
-		     "l"(p), "r"(ok ? 16 : 0)
-		     : "memory");
-}
-
 template <int NT8>
 static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 {
@@ -120,8 +92,8 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		const long long k = ch * 32 + 8 * c;
 		const bool kok = ch < ch1 && k < K;
 		uint4 *r = ring + st * (2 + NT8) * 32;
-		gtc_cp_cg(r, kok && ok0 ? wr0 + k : wr0, kok && ok0);
-		gtc_cp_cg(r + 32, kok && ok1 ? wr1 + k : wr1, kok && ok1);
+		atlas_cp16_cg(r, kok && ok0 ? wr0 + k : wr0, kok && ok0);
+		atlas_cp16_cg(r + 32, kok && ok1 ? wr1 + k : wr1, kok && ok1);
 	};
 	auto issue_x = [&](long long ch, int st) {
 		const long long k = ch * 32 + 8 * c;
@@ -131,7 +103,7 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		for (int j = 0; j < NT8; j++) {
 			const long long t = 8 * j + g;
 			const bool ok = kok && t < T;
-			gtc_cp_ca(r + j * 32, ok ? x + t * K + k : x, ok);
+			atlas_cp16_ca(r + j * 32, ok ? x + t * K + k : x, ok);
 		}
 	};
 #pragma unroll
@@ -161,8 +133,8 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 #pragma unroll
 		for (int j = 0; j < NT8; j++) {
 			const uint4 xb = r[(2 + j) * 32];
-			gtc_mma(acc[p][j], wa.x, wb.x, wa.y, wb.y, xb.x, xb.y);
-			gtc_mma(acc[p][j], wa.z, wb.z, wa.w, wb.w, xb.z, xb.w);
+			atlas_mma_bf16(acc[p][j], wa.x, wb.x, wa.y, wb.y, xb.x, xb.y);
+			atlas_mma_bf16(acc[p][j], wa.z, wb.z, wa.w, wb.w, xb.z, xb.w);
 		}
 		/* refill this stage (its values are in registers, consumed by the
 		 * mmas above) with chunk ch + S */

@@ -32,23 +32,6 @@
 
 #define MOE_THREADS 256
 
-/* Full-warp sum and max in a fixed butterfly order (deterministic). */
-static __device__ __forceinline__ float moe_wsum(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-static __device__ __forceinline__ float moe_wmax(float v)
-{
-#pragma unroll
-	for (int o = 16; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
-}
-
 /* x . w over D elements by one warp (x bf16, w in wdt). BF16 weights
  * with D % 8 == 0 and 16-byte alignment: lane l takes the 8-element
  * groups l, l + 32, ...; otherwise elements l, l + 32, ... Fixed order. */
@@ -69,7 +52,7 @@ static __device__ __forceinline__ float moe_dot(const bf16 *x, const void *w, in
 		for (long long k = lane; k < D; k += 32)
 			s = fmaf(atlas_bf(x[k]), atlas_wload(w, wdt, k), s);
 	}
-	return moe_wsum(s);
+	return atlas_warp_sum(s);
 }
 
 /* Exclusive prefix sum of v over the block's threads (blockDim.x a
@@ -115,14 +98,14 @@ static __device__ void moe_topk(const float *lg, int E, int K, int norm, float *
 	float mx = -INFINITY;
 	for (int e = lane; e < E; e += 32)
 		mx = fmaxf(mx, lg[e]);
-	mx = moe_wmax(mx);
+	mx = atlas_warp_max(mx);
 	float sum = 0.0f;
 	for (int e = lane; e < E; e += 32) {
 		const float v = expf(lg[e] - mx);
 		p[e] = v;
 		sum += v;
 	}
-	sum = moe_wsum(sum);
+	sum = atlas_warp_sum(sum);
 	for (int e = lane; e < E; e += 32)
 		p[e] /= sum;
 	__syncwarp();
@@ -270,23 +253,6 @@ atlas_moe_route(const float *lg, long long T, int E, int K, int norm, int *ids, 
 		*done = 0;
 }
 
-static __device__ __forceinline__ void moe_mma(float (&d)[4], unsigned a0, unsigned a1,
-					       unsigned a2, unsigned a3, unsigned b0, unsigned b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ void moe_cp(void *s, const void *p, bool ok)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
-			 (unsigned)__cvta_generic_to_shared(s)),
-		     "l"(p), "r"(ok ? 16 : 0)
-		     : "memory");
-}
-
 /* The expert products, gemv_tc.cu's tensor-core GEMV (its comment has
  * the fragment layout) with two changes: the weight is the slot-th chosen
  * expert's (blockIdx.y), and token column t of a pass is assignment
@@ -348,11 +314,11 @@ static __device__ __forceinline__ void moe_gemv_impl(const atlas_moe_args &a)
 		const long long k_ = (CH) * 32 + 8 * c; \
 		const bool kok_ = (CH) < ch1 && k_ < K; \
 		uint4 *r_ = ring + (ST) * (2 + NT8) * 32; \
-		moe_cp(r_, kok_ && ok0 ? wr0 + k_ : wr0, kok_ && ok0); \
-		moe_cp(r_ + 32, kok_ && ok1 ? wr1 + k_ : wr1, kok_ && ok1); \
+		atlas_cp16_cg(r_, kok_ && ok0 ? wr0 + k_ : wr0, kok_ && ok0); \
+		atlas_cp16_cg(r_ + 32, kok_ && ok1 ? wr1 + k_ : wr1, kok_ && ok1); \
 		_Pragma("unroll") for (int j_ = 0; j_ < NT8; j_++) { \
 			const bool ok_ = kok_ && xrow[j_] >= 0; \
-			moe_cp(r_ + (2 + j_) * 32, ok_ ? x + (long long)xrow[j_] * K + k_ : x, ok_); \
+			atlas_cp16_cg(r_ + (2 + j_) * 32, ok_ ? x + (long long)xrow[j_] * K + k_ : x, ok_); \
 		} \
 	} while (0)
 #pragma unroll
@@ -377,8 +343,8 @@ static __device__ __forceinline__ void moe_gemv_impl(const atlas_moe_args &a)
 		const uint4 wa_ = r_[0], wb_ = r_[32]; \
 		_Pragma("unroll") for (int j_ = 0; j_ < NT8; j_++) { \
 			const uint4 xb_ = r_[(2 + j_) * 32]; \
-			moe_mma(acc[P][j_], wa_.x, wb_.x, wa_.y, wb_.y, xb_.x, xb_.y); \
-			moe_mma(acc[P][j_], wa_.z, wb_.z, wa_.w, wb_.w, xb_.z, xb_.w); \
+			atlas_mma_bf16(acc[P][j_], wa_.x, wb_.x, wa_.y, wb_.y, xb_.x, xb_.y); \
+			atlas_mma_bf16(acc[P][j_], wa_.z, wb_.z, wa_.w, wb_.w, xb_.z, xb_.w); \
 		} \
 		MOE_ISSUE((CH) + S, st); \
 		asm volatile("cp.async.commit_group;" ::: "memory"); \
