@@ -34,20 +34,13 @@ import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_ref import MIN_MARGIN_16, N_GREEDY, greedy, rope_buffers, to_reference  # noqa: E402
+from golden_ref import (MIN_MARGIN_16, N_GREEDY, find_tokenizer, greedy,  # noqa: E402
+                        rope_buffers, to_reference, write_logits)
 
 MAX_SEEDS = 60
 MIN_ROUTER_GAP = 1e-3  # smallest gap between the k-th and (k+1)-th router logit
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def find_tokenizer():
-    for d in (os.path.join(REPO, "tests", "fixtures", "golden", "tokenizer"),
-              os.path.join(REPO, "models", "default")):
-        if os.path.exists(os.path.join(d, "tokenizer.json")):
-            return d
-    raise SystemExit("no tokenizer: expected tests/fixtures/golden/tokenizer/tokenizer.json")
 
 
 def config_class(family):
@@ -248,12 +241,7 @@ def write_case(name, family, out, tok_dir, seed, wdtype, seqs, top_k, n_experts,
     model.save_pretrained(d)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok_dir, f), d)
-    cases = []
-    for i, (ids, lg) in enumerate(zip(seqs, logits)):
-        fn = f"logits-{i}.bin"
-        with open(os.path.join(d, fn), "wb") as f:
-            f.write(lg.to(torch.float32).numpy().astype("<f4").tobytes())
-        cases.append({"ids": ids, "logits": fn, "shape": list(lg.shape)})
+    cases = write_logits(d, seqs, logits)
     # The saved checkpoint must give the same reference when reloaded.
     try:
         try:
@@ -294,7 +282,7 @@ def main():
     torch.set_default_dtype(torch.float32)
     torch.use_deterministic_algorithms(True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
-    tok_dir = find_tokenizer()
+    tok_dir = find_tokenizer(REPO)
     with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
         tj = json.load(f)
     ids = set(tj["model"]["vocab"].values()) | {a["id"] for a in tj.get("added_tokens", [])}

@@ -44,7 +44,8 @@ import transformers
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from golden_ref import MIN_MARGIN_16, N_GREEDY, greedy, rope_buffers, to_reference  # noqa: E402
+from golden_ref import (MIN_MARGIN_16, N_GREEDY, find_tokenizer, greedy,  # noqa: E402
+                        rope_buffers, to_reference, write_logits)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_SEEDS = 120
@@ -54,14 +55,6 @@ G = 16  # group size of the 4-bit formats
 F8MAX = 448.0
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=torch.float64)
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # nibble n holds column 8p + AWQ_ORDER[n]
-
-
-def find_tokenizer():
-    for d in (os.path.join(REPO, "tests", "fixtures", "golden", "tokenizer"),
-              os.path.join(REPO, "models", "default")):
-        if os.path.exists(os.path.join(d, "tokenizer.json")):
-            return d
-    raise SystemExit("no tokenizer")
 
 
 def to_i32(x):
@@ -321,12 +314,7 @@ def write_case(name, out, tok_dir, seed, seqs, V, eos):
         json.dump({"eos_token_id": eos}, f)
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tok_dir, fn), d)
-    cases = []
-    for i, (ids, lg) in enumerate(zip(seqs, logits)):
-        fn = f"logits-{i}.bin"
-        with open(os.path.join(d, fn), "wb") as f:
-            f.write(lg.to(torch.float32).numpy().astype("<f4").tobytes())
-        cases.append({"ids": ids, "logits": fn, "shape": list(lg.shape)})
+    cases = write_logits(d, seqs, logits)
     exp = {
         "family": "qwen3", "seed": s, "quantization": qcfg,
         "transformers": transformers.__version__, "torch": torch.__version__,
@@ -348,7 +336,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "out"
     torch.set_default_dtype(torch.float32)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
-    tok_dir = find_tokenizer()
+    tok_dir = find_tokenizer(REPO)
     with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
         tj = json.load(f)
     ids = set(tj["model"]["vocab"].values()) | {a["id"] for a in tj.get("added_tokens", [])}

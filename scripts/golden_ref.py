@@ -51,3 +51,27 @@ def greedy(model, prompt, n):
             margins.append(m)
             ids.append(int(top.indices[0]))
     return ids[len(prompt):], min(margins)
+
+
+def find_tokenizer(repo):
+    """The fixtures' tokenizer directory: tests/fixtures/golden/tokenizer,
+    else models/default (scripts/gen-moe-golden.py, gen-quant-golden.py)."""
+    import os
+    for d in (os.path.join(repo, "tests", "fixtures", "golden", "tokenizer"),
+              os.path.join(repo, "models", "default")):
+        if os.path.exists(os.path.join(d, "tokenizer.json")):
+            return d
+    raise SystemExit("no tokenizer: expected tests/fixtures/golden/tokenizer/tokenizer.json")
+
+
+def write_logits(d, seqs, logits):
+    """logits-<i>.bin (little-endian float32 [T, vocab]) for each sequence
+    into directory d; returns expected.json's "cases" list."""
+    import os
+    cases = []
+    for i, (ids, lg) in enumerate(zip(seqs, logits)):
+        fn = f"logits-{i}.bin"
+        with open(os.path.join(d, fn), "wb") as f:
+            f.write(lg.to(torch.float32).numpy().astype("<f4").tobytes())
+        cases.append({"ids": ids, "logits": fn, "shape": list(lg.shape)})
+    return cases

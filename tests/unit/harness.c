@@ -76,6 +76,39 @@ char *harness_write(const char *dir, const char *name, const void *data, size_t 
 	return p;
 }
 
+char *harness_write_st(const char *name, const struct harness_tensor *t, int n)
+{
+	size_t cap = 256, hl = 0, off = 0;
+	for (int i = 0; i < n; i++)
+		cap += strlen(t[i].name) + 128;
+	char *hdr = malloc(cap);
+	hl += (size_t)snprintf(hdr + hl, cap - hl, "{");
+	for (int i = 0; i < n; i++) {
+		hl += (size_t)snprintf(hdr + hl, cap - hl, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+				       i ? "," : "", t[i].name, t[i].dtype);
+		for (int d = 0; d < t[i].ndim; d++)
+			hl += (size_t)snprintf(hdr + hl, cap - hl, "%s%lld", d ? "," : "",
+					       (long long)t[i].shape[d]);
+		hl += (size_t)snprintf(hdr + hl, cap - hl, "],\"data_offsets\":[%zu,%zu]}", off,
+				       off + t[i].len);
+		off += t[i].len;
+	}
+	hl += (size_t)snprintf(hdr + hl, cap - hl, "}");
+	unsigned char *buf = malloc(8 + hl + off);
+	for (int i = 0; i < 8; i++)
+		buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+	memcpy(buf + 8, hdr, hl);
+	off = 8 + hl;
+	for (int i = 0; i < n; i++) {
+		memcpy(buf + off, t[i].data, t[i].len);
+		off += t[i].len;
+	}
+	char *path = harness_write(harness_tmpdir(), name, buf, off);
+	free(buf);
+	free(hdr);
+	return path;
+}
+
 const char *harness_srcdir(void)
 {
 	const char *s = getenv("ATLAS_SRC");

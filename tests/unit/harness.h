@@ -22,6 +22,18 @@ const char *harness_tmpdir(void);
 /* Write `len` bytes to `dir`/`name`; returns the malloc'd path. */
 char *harness_write(const char *dir, const char *name, const void *data,
 		    size_t len);
+/* One tensor for harness_write_st. */
+struct harness_tensor {
+	const char *name;  /* tensor name */
+	const char *dtype; /* safetensors spelling: "F32", "F8_E4M3", "I32", ... */
+	int ndim;          /* 0 for a scalar, at most 2 */
+	int64_t shape[2];  /* dimensions */
+	const void *data;  /* bytes: product(shape) * element size */
+	size_t len;        /* bytes of data */
+};
+/* The n tensors as one safetensors file NAME in the test tmpdir (header
+ * written by hand, data in order); returns the malloc'd path. */
+char *harness_write_st(const char *name, const struct harness_tensor *t, int n);
 /* Path of the source tree root (from ATLAS_SRC or the current dir). */
 const char *harness_srcdir(void);
 /* Each golden model of tests/fixtures/golden (a directory with an

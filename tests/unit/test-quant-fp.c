@@ -17,52 +17,18 @@
 
 /* --- writing safetensors ------------------------------------------- */
 
-struct tdesc {
-	const char *name;  /* tensor name */
-	const char *dtype; /* safetensors spelling */
-	int ndim;	   /* 0 for a scalar */
-	int64_t shape[2];  /* dimensions */
-	const void *data;  /* bytes: product(shape) * element size */
-	size_t len;	   /* bytes of data */
-};
-
-/* Write the n tensors as one safetensors file in the test tmpdir and
- * open it; the caller closes it. */
-static struct atlas_st *st_build(const struct tdesc *t, int n)
+/* The n tensors as one safetensors file in the tmpdir, opened; the
+ * caller closes it. */
+static struct atlas_st *st_build(const struct harness_tensor *t, int n)
 {
 	static int seq;
-	char *hdr = malloc(8192), name[64];
-	size_t hl = 0, off = 0, total = 0;
-	hl += (size_t)sprintf(hdr + hl, "{");
-	for (int i = 0; i < n; i++) {
-		hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[",
-				      i ? "," : "", t[i].name, t[i].dtype);
-		for (int d = 0; d < t[i].ndim; d++)
-			hl += (size_t)sprintf(hdr + hl, "%s%lld", d ? "," : "",
-					      (long long)t[i].shape[d]);
-		hl +=
-		    (size_t)sprintf(hdr + hl, "],\"data_offsets\":[%zu,%zu]}", off, off + t[i].len);
-		off += t[i].len;
-	}
-	hl += (size_t)sprintf(hdr + hl, "}");
-	total = 8 + hl + off;
-	unsigned char *buf = malloc(total);
-	for (int i = 0; i < 8; i++)
-		buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-	memcpy(buf + 8, hdr, hl);
-	off = 8 + hl;
-	for (int i = 0; i < n; i++) {
-		memcpy(buf + off, t[i].data, t[i].len);
-		off += t[i].len;
-	}
+	char name[64];
 	snprintf(name, sizeof(name), "q%d.safetensors", seq++);
-	char *path = harness_write(harness_tmpdir(), name, buf, total);
+	char *path = harness_write_st(name, t, n);
 	struct atlas_st *st = atlas_st_open(path);
 	if (!st)
 		harness_fail(__FILE__, __LINE__, "cannot open %s: %s", path, atlas_errmsg());
 	free(path);
-	free(buf);
-	free(hdr);
 	return st;
 }
 
@@ -147,7 +113,7 @@ static void test_fp8_block_partial(void)
 	struct atlas_quant q = {.method = ATLAS_QUANT_FP8, .block = {128, 128}};
 
 	for (int bf16 = 0; bf16 < 2; bf16++) {
-		struct tdesc t[] = {
+		struct harness_tensor t[] = {
 		    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
 		    {P ".weight_scale_inv",
 		     bf16 ? "BF16" : "F32",
@@ -179,7 +145,7 @@ static void test_fp8_per_tensor(void)
 	float s = 3.0f;
 	struct atlas_quant q = {.method = ATLAS_QUANT_FP8};
 	for (int nd = 0; nd < 2; nd++) {
-		struct tdesc t[] = {
+		struct harness_tensor t[] = {
 		    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
 		    {P ".weight_scale_inv", "F32", nd, {1}, &s, 4},
 		};
@@ -205,7 +171,7 @@ static void test_fp8_plain_and_refusals(void)
 	float *d = fresh(out * in);
 
 	/* a plain BF16 weight, no scale: 0 and dst untouched */
-	struct tdesc tp[] = {{P ".weight", "BF16", 2, {out, in}, plain, sizeof(plain)}};
+	struct harness_tensor tp[] = {{P ".weight", "BF16", 2, {out, in}, plain, sizeof(plain)}};
 	struct atlas_st *st = st_build(tp, 1);
 	CHECK_EQ_INT(atlas_quant_fp8(&q, st, P, out, in, d), 0);
 	CHECK(d[0] == 12345.0f);
@@ -213,14 +179,14 @@ static void test_fp8_plain_and_refusals(void)
 	atlas_st_close(st);
 
 	/* an F8 weight without its scale */
-	struct tdesc tm[] = {{P ".weight", "F8_E4M3", 2, {out, in}, w, 16}};
+	struct harness_tensor tm[] = {{P ".weight", "F8_E4M3", 2, {out, in}, w, 16}};
 	st = st_build(tm, 1);
 	atlas_error_clear();
 	expect_err(atlas_quant_fp8(&q, st, P, out, in, d), "'" P ".weight_scale_inv'", NULL);
 	atlas_st_close(st);
 
 	/* blocks of 2 x 2 need a [2, 2] scale, not [4, 1] */
-	struct tdesc tw[] = {
+	struct harness_tensor tw[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, 16},
 	    {P ".weight_scale_inv", "F32", 2, {4, 1}, s4, 16},
 	};
@@ -231,7 +197,7 @@ static void test_fp8_plain_and_refusals(void)
 
 	/* per-tensor wants [] or [1], not [4] */
 	q.block[0] = q.block[1] = 0;
-	struct tdesc tt[] = {
+	struct harness_tensor tt[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, 16},
 	    {P ".weight_scale_inv", "F32", 1, {4}, s4, 16},
 	};
@@ -241,7 +207,7 @@ static void test_fp8_plain_and_refusals(void)
 	atlas_st_close(st);
 
 	/* the weight's shape must be the [out, in] asked for */
-	struct tdesc ts[] = {
+	struct harness_tensor ts[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, 16},
 	    {P ".weight_scale_inv", "F32", 0, {0}, &s1, 4},
 	};
@@ -250,7 +216,7 @@ static void test_fp8_plain_and_refusals(void)
 	expect_err(atlas_quant_fp8(&q, st, P, out, 8, d), "'" P ".weight'", NULL);
 	/* a scale beside a weight that is not F8 */
 	atlas_st_close(st);
-	struct tdesc tb[] = {
+	struct harness_tensor tb[] = {
 	    {P ".weight", "BF16", 2, {out, in}, plain, sizeof(plain)},
 	    {P ".weight_scale_inv", "F32", 0, {0}, &s1, 4},
 	};
@@ -280,7 +246,7 @@ static void test_ct_fp8_strategies(void)
 	/* tensor: [1] and [] */
 	struct atlas_quant q = {.method = ATLAS_QUANT_CT_FP8, .strategy = ATLAS_QS_TENSOR};
 	for (int nd = 0; nd < 2; nd++) {
-		struct tdesc t[] = {
+		struct harness_tensor t[] = {
 		    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
 		    {P ".weight_scale", "F32", nd, {1}, &ts, 4},
 		};
@@ -294,7 +260,7 @@ static void test_ct_fp8_strategies(void)
 	/* channel: [out, 1] BF16 and [out] */
 	q.strategy = ATLAS_QS_CHANNEL;
 	for (int nd = 1; nd <= 2; nd++) {
-		struct tdesc t[] = {
+		struct harness_tensor t[] = {
 		    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
 		    {P ".weight_scale", "BF16", nd, {out, 1}, chb, 2 * (size_t)out},
 		};
@@ -310,7 +276,7 @@ static void test_ct_fp8_strategies(void)
 	/* block 128 x 128 with partial edges, and group 64 (a 1 x 64 block) */
 	q.strategy = ATLAS_QS_BLOCK;
 	q.block[0] = q.block[1] = 128;
-	struct tdesc tb[] = {
+	struct harness_tensor tb[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
 	    {P ".weight_scale", "F32", 2, {2, 2}, blk, sizeof(blk)},
 	};
@@ -326,7 +292,7 @@ static void test_ct_fp8_strategies(void)
 		gs[i] = (float)(i % 5) - 2.0f;
 	q.strategy = ATLAS_QS_GROUP;
 	q.group_size = 64;
-	struct tdesc tg[] = {
+	struct harness_tensor tg[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
 	    {P ".weight_scale", "F32", 2, {out, 3}, gs, sizeof(float) * (size_t)(out * 3)},
 	};
@@ -349,20 +315,20 @@ static void test_ct_fp8_plain_and_refusals(void)
 	struct atlas_quant q = {.method = ATLAS_QUANT_CT_FP8, .strategy = ATLAS_QS_CHANNEL};
 	float *d = fresh(out * in);
 
-	struct tdesc tp[] = {{P ".weight", "F32", 2, {out, in}, plain, sizeof(plain)}};
+	struct harness_tensor tp[] = {{P ".weight", "F32", 2, {out, in}, plain, sizeof(plain)}};
 	struct atlas_st *st = st_build(tp, 1);
 	CHECK_EQ_INT(atlas_quant_ct_fp8(&q, st, P, out, in, d), 0);
 	CHECK(d[0] == 12345.0f);
 	atlas_st_close(st);
 
-	struct tdesc tm[] = {{P ".weight", "F8_E4M3", 2, {out, in}, w, 16}};
+	struct harness_tensor tm[] = {{P ".weight", "F8_E4M3", 2, {out, in}, w, 16}};
 	st = st_build(tm, 1);
 	atlas_error_clear();
 	expect_err(atlas_quant_ct_fp8(&q, st, P, out, in, d), "'" P ".weight_scale'", NULL);
 	atlas_st_close(st);
 
 	/* channel wants [out, 1]: [2, 4] is refused */
-	struct tdesc tw[] = {
+	struct harness_tensor tw[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, 16},
 	    {P ".weight_scale", "F32", 2, {2, 4}, s8, sizeof(s8)},
 	};
@@ -377,7 +343,7 @@ static void test_ct_fp8_plain_and_refusals(void)
 
 	/* an integer scale dtype is refused */
 	q.strategy = ATLAS_QS_CHANNEL;
-	struct tdesc ti[] = {
+	struct harness_tensor ti[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, 16},
 	    {P ".weight_scale", "I32", 2, {4, 1}, s4, sizeof(s4)},
 	};
@@ -434,7 +400,7 @@ static void test_nvfp4_modelopt(void)
 	float g = 0.5f;
 	struct atlas_quant q = {.method = ATLAS_QUANT_NVFP4, .group_size = 16};
 	for (int nd = 0; nd < 2; nd++) {
-		struct tdesc t[] = {
+		struct harness_tensor t[] = {
 		    {P ".weight", "U8", 2, {2, 16}, n.packed, 32},
 		    {P ".weight_scale", "F8_E4M3", 2, {2, 2}, n.scale, 4},
 		    {P ".weight_scale_2", "F32", nd, {1}, &g, 4},
@@ -461,7 +427,7 @@ static void test_nvfp4_ct(void)
 	nv_init(&n);
 	float g = 4.0f;
 	struct atlas_quant q = {.method = ATLAS_QUANT_CT_NVFP4, .group_size = 16};
-	struct tdesc t[] = {
+	struct harness_tensor t[] = {
 	    {P ".weight_packed", "U8", 2, {2, 16}, n.packed, 32},
 	    {P ".weight_scale", "F8_E4M3", 2, {2, 2}, n.scale, 4},
 	    {P ".weight_global_scale", "F32", 1, {1}, &g, 4},
@@ -478,7 +444,7 @@ static void test_nvfp4_ct(void)
 
 	/* a zero global scale would divide by zero */
 	float z = 0.0f;
-	struct tdesc tz[] = {
+	struct harness_tensor tz[] = {
 	    {P ".weight_packed", "U8", 2, {2, 16}, n.packed, 32},
 	    {P ".weight_scale", "F8_E4M3", 2, {2, 2}, n.scale, 4},
 	    {P ".weight_global_scale", "F32", 0, {0}, &z, 4},
@@ -490,7 +456,7 @@ static void test_nvfp4_ct(void)
 
 	/* a plain weight: 0, nothing written */
 	float plain[64] = {0};
-	struct tdesc tp[] = {{P ".weight", "F32", 2, {2, 32}, plain, sizeof(plain)}};
+	struct harness_tensor tp[] = {{P ".weight", "F32", 2, {2, 32}, plain, sizeof(plain)}};
 	st = st_build(tp, 1);
 	for (int i = 0; i < 64; i++)
 		d[i] = 12345.0f;
@@ -513,7 +479,7 @@ static void test_nvfp4_refusals(void)
 	struct atlas_quant q = {.method = ATLAS_QUANT_NVFP4, .group_size = 16};
 
 	/* in = 24: not a multiple of 16 */
-	struct tdesc t24[] = {
+	struct harness_tensor t24[] = {
 	    {P ".weight", "U8", 2, {2, 12}, n.packed, 24},
 	    {P ".weight_scale", "F8_E4M3", 2, {2, 2}, n.scale, 4},
 	    {P ".weight_scale_2", "F32", 0, {0}, &g, 4},
@@ -524,14 +490,14 @@ static void test_nvfp4_refusals(void)
 	atlas_st_close(st);
 
 	/* a U8 weight without its scales */
-	struct tdesc tm[] = {{P ".weight", "U8", 2, {2, 16}, n.packed, 32}};
+	struct harness_tensor tm[] = {{P ".weight", "U8", 2, {2, 16}, n.packed, 32}};
 	st = st_build(tm, 1);
 	atlas_error_clear();
 	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 32, d), "'" P ".weight_scale'", NULL);
 	atlas_st_close(st);
 
 	/* BF16 group scales where F8_E4M3 is stored */
-	struct tdesc tb[] = {
+	struct harness_tensor tb[] = {
 	    {P ".weight", "U8", 2, {2, 16}, n.packed, 32},
 	    {P ".weight_scale", "BF16", 2, {2, 2}, sb, 8},
 	    {P ".weight_scale_2", "F32", 0, {0}, &g, 4},
@@ -542,7 +508,7 @@ static void test_nvfp4_refusals(void)
 	atlas_st_close(st);
 
 	/* a packed weight of the wrong width ([2, 8] for in = 32) */
-	struct tdesc tw[] = {
+	struct harness_tensor tw[] = {
 	    {P ".weight_packed", "U8", 2, {2, 8}, n.packed, 16},
 	    {P ".weight_scale", "F8_E4M3", 2, {2, 2}, n.scale, 4},
 	    {P ".weight_global_scale", "F32", 0, {0}, &g, 4},
@@ -557,7 +523,7 @@ static void test_nvfp4_refusals(void)
 	atlas_st_close(st);
 
 	/* the global scale missing */
-	struct tdesc tg[] = {
+	struct harness_tensor tg[] = {
 	    {P ".weight_packed", "U8", 2, {2, 16}, n.packed, 32},
 	    {P ".weight_scale", "F8_E4M3", 2, {2, 2}, n.scale, 4},
 	};
@@ -575,7 +541,7 @@ static void test_dispatch(void)
 	uint8_t *w = f8_weight(out, in);
 	float s = 2.0f;
 	struct atlas_quant q = {.method = ATLAS_QUANT_FP8};
-	struct tdesc t[] = {
+	struct harness_tensor t[] = {
 	    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
 	    {P ".weight_scale_inv", "F32", 1, {1}, &s, 4},
 	};

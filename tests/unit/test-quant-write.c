@@ -20,51 +20,18 @@
 #include "../../lib/io/quant_write.h"
 #include "../../lib/io/safetensors.h"
 
-struct tdesc {
-	const char *name;  /* tensor name */
-	const char *dtype; /* safetensors spelling */
-	int ndim;	   /* dimensions */
-	int64_t shape[2];  /* shape */
-	const void *data;  /* bytes */
-	size_t len;	   /* bytes of data */
-};
-
 /* The n tensors as one safetensors file in the tmpdir, opened; the
  * caller closes it. */
-static struct atlas_st *st_build(const struct tdesc *t, int n)
+static struct atlas_st *st_build(const struct harness_tensor *t, int n)
 {
 	static int seq;
-	char hdr[4096], name[64];
-	size_t hl = 0, off = 0;
-	hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl, "{");
-	for (int i = 0; i < n; i++) {
-		hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl,
-				       "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "",
-				       t[i].name, t[i].dtype);
-		for (int d = 0; d < t[i].ndim; d++)
-			hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl, "%s%lld", d ? "," : "",
-					       (long long)t[i].shape[d]);
-		hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl, "],\"data_offsets\":[%zu,%zu]}",
-				       off, off + t[i].len);
-		off += t[i].len;
-	}
-	hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl, "}");
-	unsigned char *buf = malloc(8 + hl + off);
-	for (int i = 0; i < 8; i++)
-		buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
-	memcpy(buf + 8, hdr, hl);
-	off = 8 + hl;
-	for (int i = 0; i < n; i++) {
-		memcpy(buf + off, t[i].data, t[i].len);
-		off += t[i].len;
-	}
+	char name[64];
 	snprintf(name, sizeof(name), "w%d.safetensors", seq++);
-	char *path = harness_write(harness_tmpdir(), name, buf, off);
+	char *path = harness_write_st(name, t, n);
 	struct atlas_st *st = atlas_st_open(path);
 	if (!st)
 		harness_fail(__FILE__, __LINE__, "cannot open %s: %s", path, atlas_errmsg());
 	free(path);
-	free(buf);
 	return st;
 }
 
@@ -127,7 +94,7 @@ static void fp8_case(int64_t out, int64_t in, int64_t bo, int64_t bi)
 			 (long long)bo, (long long)bi);
 		quant_parse(qc, &qt);
 	}
-	const struct tdesc t[] = {
+	const struct harness_tensor t[] = {
 		{"m.weight", "F8_E4M3", 2, {out, in}, q, (size_t)(out * in)},
 		{channel ? "m.weight_scale" : "m.weight_scale_inv", "BF16", 2,
 		 {channel ? out : nbr, channel ? 1 : nbc}, s, (size_t)(nbr * nbc) * 2},
@@ -181,7 +148,7 @@ static void test_int4(void)
 		    "{\"num_bits\": 4, \"type\": \"int\", \"strategy\": \"group\", \"group_size\": "
 		    "128, \"symmetric\": true}}}, \"ignore\": [\"lm_head\"]}",
 		    &qt);
-	const struct tdesc t[] = {
+	const struct harness_tensor t[] = {
 		{"m.weight_packed", "I32", 2, {out, in / 8}, p, (size_t)(out * in / 8) * 4},
 		{"m.weight_scale", "BF16", 2, {out, ng}, s, (size_t)(out * ng) * 2},
 		{"m.weight_shape", "I64", 1, {2, 0}, shape, sizeof(shape)},
@@ -222,7 +189,7 @@ static void test_nvfp4(void)
 		    "[\"Linear\"], \"weights\": {\"num_bits\": 4, \"type\": \"float\", \"strategy\": "
 		    "\"tensor_group\", \"group_size\": 16, \"symmetric\": true}}}}",
 		    &qt);
-	const struct tdesc t[] = {
+	const struct harness_tensor t[] = {
 		{"m.weight_packed", "U8", 2, {out, in / 2}, p, (size_t)(out * in / 2)},
 		{"m.weight_scale", "F8_E4M3", 2, {out, ng}, s, (size_t)(out * ng)},
 		{"m.weight_global_scale", "F32", 1, {1, 0}, &gs, 4},
