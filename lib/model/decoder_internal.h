@@ -211,6 +211,10 @@ void atlas_decoder_release(struct atlas_model *m, struct weight *w);
  * sparse) into m->moe[l]; 0, or an error naming the tensor that is
  * missing or has the wrong shape or dtype. m->moe is allocated. */
 int atlas_moe_bind_layer(struct atlas_model *m, int64_t l);
+/* Point ml->d at the layer's bound tensors (router, the expert pointer
+ * arrays, the shared expert), all in wdt: the last step of binding a
+ * layer, from a checkpoint (moe.c) or made up (synthetic.c). */
+void atlas_moe_point_desc(struct moe_layer *ml, enum atlas_dtype wdt);
 /* moe.c: give back m->moe's weights and arrays. */
 void atlas_moe_release(struct atlas_model *m);
 /* moe.c: bytes of layer l's MoE weights one token reads (router, top_k

@@ -184,7 +184,14 @@ int atlas_moe_bind_layer(struct atlas_model *m, int64_t l)
 	}
 	if ((rc = check_dtypes(ml, l)))
 		return rc;
-	ml->d.wdt = ml->router.dtype;
+	atlas_moe_point_desc(ml, ml->router.dtype);
+	return 0;
+}
+
+void atlas_moe_point_desc(struct moe_layer *ml, enum atlas_dtype wdt)
+{
+	const int64_t E = ml->d.n_experts;
+	ml->d.wdt = wdt;
 	ml->d.router = ml->router.p;
 	ml->d.wg = ml->ptrs;
 	ml->d.wu = ml->ptrs + E;
@@ -193,7 +200,6 @@ int atlas_moe_bind_layer(struct atlas_model *m, int64_t l)
 	ml->d.su = ml->su.p;
 	ml->d.sd = ml->sd.p;
 	ml->d.sgate = ml->sgate.p;
-	return 0;
 }
 
 /* Bytes of one of layer l's routed experts (0: a dense layer). The

@@ -84,14 +84,7 @@ static int make_moe(struct atlas_model *m, int64_t l, uint64_t s)
 		ml->ptrs[E + e] = gu + (size_t)(F * D) * 2;
 		ml->ptrs[2 * E + e] = (const char *)ml->w[1].p + (size_t)(e * D * F) * 2;
 	}
-	ml->d.router = ml->router.p;
-	ml->d.wg = ml->ptrs;
-	ml->d.wu = ml->ptrs + E;
-	ml->d.wd = ml->ptrs + 2 * E;
-	ml->d.sg = ml->sg.p;
-	ml->d.su = ml->su.p;
-	ml->d.sd = ml->sd.p;
-	ml->d.sgate = ml->sgate.p;
+	atlas_moe_point_desc(ml, ATLAS_DTYPE_BF16);
 	return 0;
 }
 
