@@ -1,31 +1,38 @@
-/* moe.cu - the mixture-of-experts MLP (the moe op of backend.h) as four
- * steps, each a kernel whose launch shape depends only on T and the
- * layer's shapes (so a decode graph can record it):
+/* moe.cu - the mixture-of-experts MLP (the moe op of backend.h), as
+ * kernels whose launch shapes depend only on T and the layer's shapes (so
+ * a decode graph can record them). The host (cuda_moe.c) runs:
  *
- *   atlas_moe_route    one block per token: router logits (rounded to
- *                      bf16, as the matmul op rounds them), FP32 softmax
- *                      over all E experts, the top k (ties to the lower
- *                      index) sorted ascending, their weights (renormalised
- *                      when asked), and the shared expert's gate logit
- *   atlas_moe_group    one block: the T * k (token, expert) assignments
- *                      grouped by expert (a counting sort), the list of
- *                      experts chosen at all, in ascending order
- *   atlas_moe_gemv*    the expert products: block (row tile, slot) takes
- *                      the slot-th chosen expert and multiplies its
- *                      weight rows with every token of its group, so an
- *                      expert chosen by several tokens of the step is read
- *                      once (per 8 * NT8 tokens); gate and up with swiglu
- *                      into h [T * k, F], then down into y [T * k, D]
+ *   the logits op      FP32 router logits [T, E] over many blocks (and the
+ *                      shared expert's gate logit)
+ *   atlas_moe_route    a warp a token: FP32 softmax over all E experts, the
+ *                      top k (ties to the lower index) sorted ascending,
+ *                      their weights (renormalised when asked); the last
+ *                      block to finish groups the T * k (token, expert)
+ *                      assignments by expert (a counting sort), lists the
+ *                      experts chosen at all in ascending order, counts the
+ *                      experts read and, for prefill, writes the grouped
+ *                      GEMM's tile table
+ *   atlas_moe_gemv*    decode (and every T in batch-invariant mode): block
+ *                      (row tile, slot) takes the slot-th chosen expert and
+ *                      multiplies its weight rows with every token of its
+ *                      group, so an expert chosen by several tokens of the
+ *                      step is read once (per 8 * NT8 tokens); gate and up
+ *                      with swiglu into h [T * k, F], then down into
+ *                      y [T * k, D]; atlas_moe_gemv_any for other dtypes
+ *   atlas_moe_gather + atlas_moe_gemm_tc (gemm_tc.cu)
+ *                      prefill outside batch-invariant mode: x in group
+ *                      order, then wgmma tiles of one expert's rows each
  *   atlas_moe_combine  one block per token: the k rows of y weighted and
  *                      added in ascending expert order (+ the shared
  *                      expert, scaled by the sigmoid of its gate)
  *
- * Batch invariance: every (token, expert) product is the tensor-core GEMV
- * of gemv_tc.cu, whose sum order for a row depends on neither the number
- * of tokens nor a token's place among them, and the host fixes rows per
- * block from the weight's shape alone; routing and the combine are per
- * token. A token's output therefore does not depend on its batch-mates.
- * The order of tokens inside a group (set by atomics) changes nothing.
+ * Batch invariance: in that mode every (token, expert) product is the
+ * tensor-core GEMV of gemv_tc.cu, whose sum order for a row depends on
+ * neither the number of tokens nor a token's place among them, and the
+ * host fixes rows per block from the weight's shape alone; routing and
+ * the combine are per token. A token's output therefore does not depend
+ * on its batch-mates. The order of tokens inside a group (set by atomics)
+ * changes nothing.
  */
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"

@@ -81,7 +81,7 @@ struct atlas_tcg_args {
 
 /* moe.cu: the most experts a layer may have and choose per token on the
  * CUDA backend (routing keeps a token's probabilities in shared memory;
- * atlas_moe_group gives each expert a thread), and the group kernel's
+ * the grouping gives each expert a thread), and atlas_moe_route's
  * block. */
 #define ATLAS_MOE_MAX_E 1024
 #define ATLAS_MOE_MAX_K 64
@@ -96,7 +96,7 @@ struct atlas_moe_args {
 	void *out;               /* bf16 [T * top_k, N]: row a for assignment a */
 	const void *const *w0;   /* device array [E]: gate (swiglu) or the matrix, [N, K] bf16 */
 	const void *const *w1;   /* device array [E]: up (swiglu), else NULL */
-	const int *list;         /* assignments grouped by expert (atlas_moe_group) */
+	const int *list;         /* assignments grouped by expert (atlas_moe_route) */
 	const int *off;          /* [E + 1]: expert e's group is list[off[e] .. off[e + 1]) */
 	const int *act;          /* [E + 1]: chosen experts ascending, act[E] their count */
 	long long N, K;          /* output rows (features with swiglu), columns */
