@@ -98,3 +98,41 @@ float atlas_f8e4m3_to_f32(uint8_t v)
 		f = ldexpf(1.0f + man / 8.0f, exp - 7);
 	return sign ? -f : f;
 }
+
+static float load_one(const void *p, enum atlas_dtype d, int64_t i)
+{
+	switch (d) {
+	case ATLAS_DTYPE_F32: {
+		float f;
+		memcpy(&f, (const char *)p + 4 * i, 4);
+		return f;
+	}
+	case ATLAS_DTYPE_F16: {
+		uint16_t h;
+		memcpy(&h, (const char *)p + 2 * i, 2);
+		return atlas_f16_to_f32(h);
+	}
+	default: {
+		uint16_t h;
+		memcpy(&h, (const char *)p + 2 * i, 2);
+		return atlas_bf16_to_f32(h);
+	}
+	}
+}
+
+void atlas_dtype_convert(void *dst, enum atlas_dtype d, const void *src, enum atlas_dtype s, int64_t n)
+{
+	if (d == s) {
+		memcpy(dst, src, (size_t)n * atlas_dtype_size(d));
+		return;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		float f = load_one(src, s, i);
+		if (d == ATLAS_DTYPE_F32) {
+			memcpy((char *)dst + 4 * i, &f, 4);
+		} else {
+			uint16_t h = d == ATLAS_DTYPE_F16 ? atlas_f32_to_f16(f) : atlas_f32_to_bf16(f);
+			memcpy((char *)dst + 2 * i, &h, 2);
+		}
+	}
+}

@@ -51,5 +51,9 @@ static inline uint16_t atlas_f32_to_bf16(float f)
 float atlas_f16_to_f32(uint16_t h);
 uint16_t atlas_f32_to_f16(float f);
 float atlas_f8e4m3_to_f32(uint8_t v);
+/* n elements of src (F32, F16 or BF16) into dst in d (F32, F16 or BF16),
+ * rounding to nearest even; a plain copy when the dtypes agree. */
+void atlas_dtype_convert(void *dst, enum atlas_dtype d, const void *src, enum atlas_dtype s,
+			 int64_t n);
 
 #endif

@@ -26,45 +26,6 @@ static bool is_float(enum atlas_dtype d)
 	return d == ATLAS_DTYPE_F32 || d == ATLAS_DTYPE_F16 || d == ATLAS_DTYPE_BF16;
 }
 
-static float load_one(const void *p, enum atlas_dtype d, int64_t i)
-{
-	switch (d) {
-	case ATLAS_DTYPE_F32: {
-		float f;
-		memcpy(&f, (const char *)p + 4 * i, 4);
-		return f;
-	}
-	case ATLAS_DTYPE_F16: {
-		uint16_t h;
-		memcpy(&h, (const char *)p + 2 * i, 2);
-		return atlas_f16_to_f32(h);
-	}
-	default: {
-		uint16_t h;
-		memcpy(&h, (const char *)p + 2 * i, 2);
-		return atlas_bf16_to_f32(h);
-	}
-	}
-}
-
-/* Convert n elements of `src` (dtype s) into `dst` (dtype d). */
-static void convert(void *dst, enum atlas_dtype d, const void *src, enum atlas_dtype s, int64_t n)
-{
-	if (d == s) {
-		memcpy(dst, src, (size_t)n * atlas_dtype_size(d));
-		return;
-	}
-	for (int64_t i = 0; i < n; i++) {
-		float f = load_one(src, s, i);
-		if (d == ATLAS_DTYPE_F32) {
-			memcpy((char *)dst + 4 * i, &f, 4);
-		} else {
-			uint16_t h = d == ATLAS_DTYPE_F16 ? atlas_f32_to_f16(f) : atlas_f32_to_bf16(f);
-			memcpy((char *)dst + 2 * i, &h, 2);
-		}
-	}
-}
-
 /* A tensor's place in the output. */
 struct out_tensor {
 	const struct atlas_tensor_info *t; /* source */
@@ -188,7 +149,7 @@ static int qcache_fill(struct qcache *c, const struct atlas_tensor_info *t)
 		qcache_clear(c);
 		return atlas_error(ATLAS_ENOMEM, "out of memory quantizing '%s'", t->name);
 	}
-	convert(w, ATLAS_DTYPE_F32, t->data, t->dtype, out * in);
+	atlas_dtype_convert(w, ATLAS_DTYPE_F32, t->data, t->dtype, out * in);
 	switch (c->scheme) {
 	case ATLAS_QSCHEME_FP8_BLOCK:
 		atlas_quant_write_fp8(w, out, in, FP8_BLOCK, FP8_BLOCK, c->part[0], c->part[1]);
@@ -304,7 +265,7 @@ static int write_shard(const char *path, struct out_tensor *ts, int64_t lo, int6
 			rc = atlas_error(ATLAS_ENOMEM, "out of memory converting '%s'", ts[i].t->name);
 			break;
 		}
-		convert(buf, ts[i].dtype, ts[i].t->data, ts[i].t->dtype, ts[i].t->numel);
+		atlas_dtype_convert(buf, ts[i].dtype, ts[i].t->data, ts[i].t->dtype, ts[i].t->numel);
 		rc = write_all(fd, buf, ts[i].nbytes, tmp);
 		free(buf);
 		progress((int64_t)ts[i].nbytes);

@@ -18,8 +18,12 @@
 
 void atlas_quant_free(struct atlas_quant *q)
 {
-	for (int i = 0; i < q->n_ignore; i++)
+	for (int i = 0; i < q->n_ignore; i++) {
 		free(q->ignore[i]);
+		if (q->re[i])
+			regfree(q->re[i]);
+		free(q->re[i]);
+	}
 	memset(q, 0, sizeof(*q));
 }
 
@@ -74,9 +78,27 @@ static int add_ignores(struct atlas_quant *q, json_object *list, const char *whe
 		if (q->n_ignore == ATLAS_QUANT_MAX_IGNORE)
 			return atlas_error(ATLAS_EUNSUPPORTED, "%s: '%s' lists more than %d modules",
 					   where, k, ATLAS_QUANT_MAX_IGNORE);
-		if (!(q->ignore[q->n_ignore] = strdup(json_object_get_string(s))))
+		const char *p = json_object_get_string(s);
+		if (!(q->ignore[q->n_ignore] = strdup(p)))
 			return atlas_error(ATLAS_ENOMEM, "out of memory");
 		q->n_ignore++;
+		if (strncmp(p, "re:", 3))
+			continue;
+		/* "re:" entries match the whole module name: compiled once here */
+		char *anch;
+		regex_t *re = malloc(sizeof(*re));
+		if (!re || asprintf(&anch, "^(%s)$", p + 3) < 0) {
+			free(re);
+			return atlas_error(ATLAS_ENOMEM, "out of memory");
+		}
+		int bad = regcomp(re, anch, REG_EXTENDED | REG_NOSUB);
+		free(anch);
+		if (bad) {
+			free(re);
+			return atlas_error(ATLAS_EFORMAT, "%s: '%s' holds a bad regular expression '%s'",
+					   where, k, p + 3);
+		}
+		q->re[q->n_ignore - 1] = re;
 	}
 	return 0;
 }
@@ -374,19 +396,9 @@ bool atlas_quant_ignored(const struct atlas_quant *q, const char *module)
 			    q->method == ATLAS_QUANT_FP8;
 	for (int i = 0; i < q->n_ignore; i++) {
 		const char *p = q->ignore[i];
-		if (!strncmp(p, "re:", 3)) {
-			regex_t re;
-			char *anch;
-			if (asprintf(&anch, "^(%s)$", p + 3) < 0)
-				continue;
-			int ok = regcomp(&re, anch, REG_EXTENDED | REG_NOSUB) == 0;
-			free(anch);
-			if (ok) {
-				int hit = regexec(&re, module, 0, NULL, 0) == 0;
-				regfree(&re);
-				if (hit)
-					return true;
-			}
+		if (q->re[i]) {
+			if (regexec(q->re[i], module, 0, NULL, 0) == 0)
+				return true;
 			continue;
 		}
 		size_t n = strlen(p);

@@ -67,6 +67,8 @@ struct atlas_quant {
 				 * (v1 stores zero - 1) */
 	int n_ignore;           /* modules left unquantized: names, or "re:REGEX" */
 	char *ignore[ATLAS_QUANT_MAX_IGNORE];
+	void *re[ATLAS_QUANT_MAX_IGNORE]; /* regex_t of a "re:" entry, compiled at
+					   * parse (NULL for the others) */
 	char name[64];          /* for messages: "fp8 block 128x128", "awq w4 g128", ... */
 };
 

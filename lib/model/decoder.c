@@ -137,9 +137,39 @@ static int upload_slice(struct atlas_model *m, struct weight *w,
  * and its dtype is one the backend reads, and hand the slice `sl` of it
  * (NULL: all of it) to the backend. An absent tensor is an error when
  * `required`, else leaves w empty. */
+/* upload_slice of t, whose data is a malloc'd host buffer made for this
+ * weight (dequantized or converted): the backend may use whole rows in
+ * place (the CPU), and then the buffer lives as long as the weight;
+ * otherwise it is freed here. */
+static int upload_host(struct atlas_model *m, struct weight *w, const struct atlas_tensor_info *t,
+		       int64_t d1, const struct slice *sl)
+{
+	int rc = upload_slice(m, w, t, d1, sl);
+	const char *buf = t->data;
+	if (!rc && (const char *)w->p >= buf && (const char *)w->p < buf + t->nbytes && !w->own)
+		w->own = (void *)t->data;
+	else
+		free((void *)t->data);
+	return rc;
+}
+
+/* Tensor t (a plain float dtype) converted to dt (F32 or BF16) on the
+ * host and handed over as upload_slice hands it (slice sl of it). */
 static int upload_converted(struct atlas_model *m, struct weight *w,
 			    const struct atlas_tensor_info *t, int64_t d1, const struct slice *sl,
-			    enum atlas_dtype dt);
+			    enum atlas_dtype dt)
+{
+	const size_t bytes = (size_t)t->numel * atlas_dtype_size(dt);
+	void *buf = malloc(bytes ? bytes : 1);
+	if (!buf)
+		return atlas_error(ATLAS_ENOMEM, "out of memory converting '%s'", t->name);
+	atlas_dtype_convert(buf, dt, t->data, t->dtype, t->numel);
+	struct atlas_tensor_info c = *t;
+	c.dtype = dt;
+	c.data = buf;
+	c.nbytes = bytes;
+	return upload_host(m, w, &c, d1, sl);
+}
 
 /* Matrix `name` [d0, d1] stored quantized: dequantized (lib/io/quant.h)
  * into host memory in the activation type (FP32 on the CPU backend: exact
@@ -164,14 +194,7 @@ static int bind_quantized(struct atlas_model *m, struct weight *w, const char *n
 				      .numel = d0 * d1, .data = buf, .nbytes = bytes,
 				      .file = "(dequantized)"};
 	struct slice all = {0, d0, 0, d1};
-	rc = upload_slice(m, w, &t, d1, sl ? sl : &all);
-	/* the backend may use whole rows in place (the CPU): then the buffer
-	 * lives as long as the weight */
-	if (!rc && (const char *)w->p >= (const char *)buf &&
-	    (const char *)w->p < (const char *)buf + bytes && !w->own)
-		w->own = buf;
-	else
-		free(buf);
+	rc = upload_host(m, w, &t, d1, sl ? sl : &all);
 	return rc ? rc : 1;
 }
 
@@ -238,45 +261,6 @@ int atlas_decoder_bind(struct atlas_model *m, struct weight *w, const char *name
 		       int64_t d1, int required)
 {
 	return bind_slice(m, w, name, d0, d1, required, NULL);
-}
-
-/* Tensor t (a plain float dtype) converted to dt (F32 or BF16) on the
- * host and handed over as upload_slice hands it (slice sl of it). */
-static int upload_converted(struct atlas_model *m, struct weight *w,
-			    const struct atlas_tensor_info *t, int64_t d1, const struct slice *sl,
-			    enum atlas_dtype dt)
-{
-	const int64_t n = t->numel;
-	const size_t bytes = (size_t)n * atlas_dtype_size(dt);
-	void *buf = malloc(bytes ? bytes : 1);
-	if (!buf)
-		return atlas_error(ATLAS_ENOMEM, "out of memory converting '%s'", t->name);
-	const unsigned char *src = t->data;
-	for (int64_t i = 0; i < n; i++) {
-		float f;
-		uint16_t h;
-		if (t->dtype == ATLAS_DTYPE_F32) {
-			memcpy(&f, src + 4 * i, 4);
-		} else {
-			memcpy(&h, src + 2 * i, 2);
-			f = t->dtype == ATLAS_DTYPE_F16 ? atlas_f16_to_f32(h) : atlas_bf16_to_f32(h);
-		}
-		if (dt == ATLAS_DTYPE_F32)
-			((float *)buf)[i] = f;
-		else
-			((uint16_t *)buf)[i] = atlas_f32_to_bf16(f);
-	}
-	struct atlas_tensor_info c = *t;
-	c.dtype = dt;
-	c.data = buf;
-	c.nbytes = bytes;
-	int rc = upload_slice(m, w, &c, d1, sl);
-	if (!rc && (const char *)w->p >= (const char *)buf &&
-	    (const char *)w->p < (const char *)buf + bytes && !w->own)
-		w->own = buf;
-	else
-		free(buf);
-	return rc;
 }
 
 int atlas_decoder_bind_dtype(struct atlas_model *m, struct weight *w, const char *name,

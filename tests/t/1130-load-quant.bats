@@ -95,3 +95,11 @@ FORMATS="quant-fp8 quant-ct-fp8 quant-awq quant-gptq quant-ct-w4a16 quant-nvfp4 
 		expect_eq "$quantized" "$output"
 	done
 }
+
+@test "an ignore list with a bad regular expression is refused at load, by name" {
+	local m
+	m=$(model_copy "$GOLDEN/quant-awq" m)
+	sed -i 's/"modules_to_not_convert": null/"modules_to_not_convert": ["re:(("]/' "$m/config.json"
+	run -1 atlas-run -m "$m" --device cpu -p hi -n 2
+	expect_contains "$output" "'modules_to_not_convert' holds a bad regular expression '(('"
+}
