@@ -74,6 +74,8 @@ static const char usage_text[] =
 	"Server load (serve):\n"
 	"  --url URL             the server, e.g. http://127.0.0.1:8888\n"
 	"  --self                start build's atlas-serve on a free port, then stop it\n"
+	"  --no-batch-invariant  with --self: start it with --no-batch-invariant (the\n"
+	"                        fastest kernels per step; default: batch-invariant)\n"
 	"  --concurrency LIST    requests in flight (1)\n"
 	"  --requests N          requests per level (default 4 x concurrency, at most 256)\n"
 	"  --timeout S           seconds per request and for the server to start (120)\n"
@@ -98,7 +100,7 @@ enum {
 	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
 	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
 	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
-	O_NOREC, O_VERSION, O_TP
+	O_NOREC, O_VERSION, O_TP, O_NOBI
 };
 
 static const struct option longopts[] = {
@@ -119,7 +121,7 @@ static const struct option longopts[] = {
 	{"min", required_argument, NULL, O_MIN},    {"max", required_argument, NULL, O_MAX},
 	{"thresholds", required_argument, NULL, O_THRESH}, {"json", no_argument, NULL, O_JSON},
 	{"no-record", no_argument, NULL, O_NOREC},  {"quiet", no_argument, NULL, 'q'},
-	{"tp", required_argument, NULL, O_TP},
+	{"tp", required_argument, NULL, O_TP}, {"no-batch-invariant", no_argument, NULL, O_NOBI},
 	{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, O_VERSION},
 	{NULL, 0, NULL, 0},
 };
@@ -139,6 +141,7 @@ struct opts {
 	int64_t tp;                    /* --tp: tensor-parallel ranks (1) */
 	uint64_t seed;                 /* --seed */
 	int profile, graphs, baseline, self, json, quiet, record; /* switches */
+	int no_bi;                     /* --no-batch-invariant (serve --self) */
 	const char *min_max[MAX_GATES]; /* --min/--max specs, in order */
 	bool is_max[MAX_GATES];        /* which of the two */
 	int n_gates;                   /* count */
@@ -234,6 +237,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_NOBASE: o->baseline = 0; break;
 		case O_URL: o->url = optarg; break;
 		case O_SELF: o->self = 1; break;
+		case O_NOBI: o->no_bi = 1; break;
 		case O_CONC: list_arg("--concurrency", optarg, &o->conc, 1024); break;
 		case O_REQS: o->requests = num("--requests", optarg, 1, 100000); break;
 		case O_TIMEOUT: o->timeout = num("--timeout", optarg, 1, 86400); break;
@@ -295,6 +299,9 @@ static void check(struct opts *o)
 		bad("-m is for --self (the server at --url has its own model)");
 	if (o->tp > 1 && !model_cmd && !(!strcmp(o->cmd, "serve") && o->self))
 		bad("--tp is for decode, prefill, generate and serve --self");
+	/* a server at --url runs in the mode it was started with */
+	if (o->no_bi && !(!strcmp(o->cmd, "serve") && o->self))
+		bad("--no-batch-invariant is for serve --self (the server started here)");
 	if (o->url && strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
 		bad("--url: '%s' is not an http:// or https:// address", o->url);
 	struct atlas_bench_gate g;
@@ -409,6 +416,8 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		ADD("model", jstr(model_dir));
 		ADD("served_model", jstr(o->served));
 		ADD("tp", I(o->tp));
+		/* asked for; null with --url (server.batch_invariant: as reported) */
+		ADD("batch_invariant", o->self ? B(!o->no_bi) : NULL);
 		ADD("concurrency", jlist(&o->conc));
 		ADD("prompt", jlist(&o->prompt));
 		ADD("gen", jlist(&o->gen));
@@ -712,7 +721,7 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 	if (dir && !atlas_config_load(dir, &cfg) && cfg.vocab_size < o->vocab)
 		o->vocab = cfg.vocab_size;
 	if (o->self) {
-		const char *args[16] = {"-m", dir, "--device", o->device, "--served-model-name",
+		const char *args[20] = {"-m", dir, "--device", o->device, "--served-model-name",
 					o->served};
 		int n = 6;
 		snprintf(ms, sizeof(ms), "%lld", (long long)(maxc > 16 ? maxc : 16));
@@ -734,6 +743,8 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 			args[n++] = "--api-key";
 			args[n++] = o->api_key;
 		}
+		if (o->no_bi)
+			args[n++] = "--no-batch-invariant";
 		if (!(exe = atlas_selfserve_sibling("atlas-serve")))
 			return ATLAS_ENOTFOUND;
 		rc = atlas_selfserve_start(&ss, exe, args, o->timeout);
@@ -744,9 +755,17 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 	} else if ((rc = atlas_loadgen_probe(o->url, o->timeout < 10 ? o->timeout : 10, &status))) {
 		return rc;
 	}
+	/* the mode as the server reports it (atlas-serve's gauge), so a run
+	 * against --url records it too; null from other servers */
+	double inv = -1;
+	if (atlas_loadgen_metric(o->url, o->api_key, "atlas_batch_invariant",
+				 o->timeout < 10 ? o->timeout : 10, &inv) != 1)
+		inv = -1;
 	json_object *srv = json_object_new_object();
 	json_object_object_add(srv, "url", jstr(o->url));
 	json_object_object_add(srv, "started_here", json_object_new_boolean(o->self));
+	json_object_object_add(srv, "batch_invariant",
+			       inv < 0 ? NULL : json_object_new_boolean(inv != 0));
 	json_object_object_add(doc, "server", srv);
 	int64_t all_ok = 0;
 	for (int c = 0; c < o->conc.n && !rc; c++)
@@ -775,7 +794,8 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 		static const char *const cols[] = {"concurrency", "prompt", "gen", "errors",
 						   "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms",
 						   "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", NULL};
-		fprintf(tf, "serve load against %s%s\n", o->url, o->self ? " (started here)" : "");
+		fprintf(tf, "serve load against %s%s%s\n", o->url, o->self ? " (started here)" : "",
+			inv < 0 ? "" : inv ? ", batch-invariant" : ", not batch-invariant");
 		table(tf, res, cols);
 	}
 	if (o->self)

@@ -99,6 +99,10 @@ static const char usage_text[] =
 	"                             for --max-seqs full contexts)\n"
 	"      --no-prefix-cache      recompute every prompt (default: reuse the KV\n"
 	"                             blocks of prompt prefixes seen before)\n"
+	"      --no-batch-invariant   the fastest kernels for each step's shape; a\n"
+	"                             request's tokens and logprobs may then depend\n"
+	"                             on what it is batched with (default: bit for\n"
+	"                             bit what it gets alone, at some speed)\n"
 	"\n"
 	"Other:\n"
 	"  -v, --verbose              log model loading and device choice\n"
@@ -109,7 +113,7 @@ enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, O
 	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE,
 	OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_TIMEOUT, OPT_SHUTDOWN_TIMEOUT, OPT_ORIGINS,
 	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM, OPT_TMPL_STEPS, OPT_TMPL_OUTPUT, OPT_TMPL_MEMORY,
-	OPT_TOOL_PARSER, OPT_REASONING_BUDGET };
+	OPT_TOOL_PARSER, OPT_REASONING_BUDGET, OPT_NO_BATCH_INVARIANT };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -122,6 +126,7 @@ static const struct option longopts[] = {
 	{"max-batch-tokens", required_argument, NULL, OPT_MAX_BATCH},
 	{"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
 	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
+	{"no-batch-invariant", no_argument, NULL, OPT_NO_BATCH_INVARIANT},
 	{"api-key", required_argument, NULL, OPT_API_KEY},
 	{"api-key-file", required_argument, NULL, OPT_API_KEY_FILE},
 	{"max-body", required_argument, NULL, OPT_MAX_BODY},
@@ -280,6 +285,7 @@ int main(int argc, char **argv)
 			break;
 		case OPT_KV_BLOCKS: p.kv_blocks = cmd_parse_int("--kv-blocks", optarg, 1, 1 << 28); break;
 		case OPT_NO_PREFIX_CACHE: p.no_prefix_cache = true; break;
+		case OPT_NO_BATCH_INVARIANT: p.no_batch_invariant = true; break;
 		case OPT_API_KEY: add_key(&keys, optarg, "--api-key"); break;
 		case OPT_API_KEY_FILE: read_key_file(&keys, optarg); break;
 		case OPT_MAX_BODY:

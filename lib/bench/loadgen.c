@@ -231,6 +231,63 @@ int atlas_loadgen_probe(const char *url, int64_t timeout_s, long *status)
 	return 0;
 }
 
+int atlas_loadgen_metric(const char *url, const char *api_key, const char *name,
+			 int64_t timeout_s, double *value)
+{
+	char u[1024], auth[512], err[CURL_ERROR_SIZE] = "";
+	char *text = NULL;
+	size_t len = 0;
+	struct curl_slist *h = NULL;
+	long status = 0;
+	size_t nl = strlen(name);
+	int found = 0;
+	FILE *f = open_memstream(&text, &len);
+	CURL *c = curl_easy_init();
+	if (!c || !f) {
+		if (c)
+			curl_easy_cleanup(c);
+		if (f)
+			fclose(f);
+		free(text);
+		return atlas_error(ATLAS_ENOMEM, "cannot start libcurl");
+	}
+	snprintf(u, sizeof(u), "%s/metrics", url);
+	if (api_key) {
+		snprintf(auth, sizeof(auth), "Authorization: Bearer %s", api_key);
+		h = curl_slist_append(NULL, auth);
+	}
+	curl_easy_setopt(c, CURLOPT_URL, u);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT, (long)timeout_s);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, NULL); /* fwrite into f */
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
+	CURLcode cr = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(c);
+	curl_slist_free_all(h);
+	fclose(f);
+	if (cr != CURLE_OK) {
+		free(text);
+		return atlas_error(ATLAS_EIO, "cannot reach '%s': %s", u,
+				   err[0] ? err : curl_easy_strerror(cr));
+	}
+	/* Prometheus text: "NAME VALUE" on a line of its own */
+	char *l = status == 200 ? text : NULL;
+	while (l && *l && !found) {
+		if (!strncmp(l, name, nl) && l[nl] == ' ') {
+			char *end;
+			*value = strtod(l + nl + 1, &end);
+			found = end != l + nl + 1;
+		}
+		if ((l = strchr(l, '\n')))
+			l++;
+	}
+	free(text);
+	return found;
+}
+
 int atlas_loadgen_run(const struct atlas_loadgen_params *p, struct atlas_loadgen_result *r)
 {
 	struct level L = {.p = p};

@@ -37,6 +37,13 @@ struct atlas_loadgen_result {
  * ATLAS_EIO with curl's reason if it cannot be reached. */
 int atlas_loadgen_probe(const char *url, int64_t timeout_s, long *status);
 
+/* GET url/metrics (with a Bearer api_key when not NULL) and the value of
+ * the metric `name` without labels: 1 with *value set, 0 when the server
+ * answers without that line (not atlas-serve, or an older one), or
+ * ATLAS_EIO with curl's reason when it cannot be reached. */
+int atlas_loadgen_metric(const char *url, const char *api_key, const char *name,
+			 int64_t timeout_s, double *value);
+
 /* One concurrency level. 0 (errors counted in the result), or a negative
  * code if the threads could not start. */
 int atlas_loadgen_run(const struct atlas_loadgen_params *p, struct atlas_loadgen_result *r);

@@ -1,7 +1,8 @@
 /* metrics.c - counters and histograms of atlas-serve, rendered as
  * Prometheus text for GET /metrics: requests by status, tokens, time to
  * first token, time per output token, connections and requests in
- * flight, running/waiting requests, the KV pool and the prefix cache.
+ * flight, running/waiting requests, the KV pool, the prefix cache and
+ * whether the kernels run batch-invariant.
  * Also the per-client token buckets of the rate limits, which count the
  * same requests and tokens. */
 #include <math.h>
@@ -128,6 +129,13 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 	pthread_mutex_lock(&s->mu);
 	int64_t inflight = s->n_inflight, workers = s->n_workers;
 	pthread_mutex_unlock(&s->mu);
+	/* the backend's own flag once loaded, so the gauge says what runs */
+	bool inv = ready ? s->be->batch_invariant : !s->p.no_batch_invariant;
+	if (!rc)
+		rc = metric(b, "atlas_batch_invariant", "gauge",
+			    "1 when a request's tokens and logprobs do not depend on its "
+			    "batch-mates (0: --no-batch-invariant).",
+			    inv);
 	if (!rc)
 		rc = metric(b, "atlas_http_connections", "gauge", "Open HTTP connections.",
 			    (long long)__atomic_load_n(&s->n_conns, __ATOMIC_RELAXED));

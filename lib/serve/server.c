@@ -57,7 +57,8 @@ static int agent_setup(struct atlas_server *s)
 /* Open the model through the engine session (tokenizer, defaults, EOS
  * set, backend or thread ranks, model, scheduler); the server keeps
  * shortcuts to its parts. A request's tokens must not depend on what it
- * was batched with, so the backend runs batch-invariant. */
+ * was batched with, so the backend runs batch-invariant unless
+ * --no-batch-invariant trades that for speed. */
 static int load(struct atlas_server *s)
 {
 	struct atlas_session_params sp;
@@ -71,7 +72,7 @@ static int load(struct atlas_server *s)
 	sp.model.kv_blocks = s->p.kv_blocks;
 	sp.sched_max_seqs = s->p.max_seqs;
 	sp.sched_max_tokens = s->p.max_batch_tokens;
-	sp.batch_invariant = true;
+	sp.batch_invariant = !s->p.no_batch_invariant;
 	sp.prefix_cache = !s->p.no_prefix_cache;
 	if (!(s->ses = atlas_session_open(&sp)))
 		return ATLAS_EINVAL;
@@ -87,11 +88,13 @@ static int load(struct atlas_server *s)
 	if (s->p.tp > 1)
 		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
 	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens, "
-		  "%lld sequences and %lld tokens per step, prefix cache %s, tool calls %s%s%s%s",
+		  "%lld sequences and %lld tokens per step, %s, prefix cache %s, tool calls %s%s%s%s",
 		  s->served_name, s->be->name, tp_note, (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
 		  (long long)atlas_model_block_size(s->model), (long long)s->p.max_seqs,
-		  (long long)s->p.max_batch_tokens, s->p.no_prefix_cache ? "off" : "on",
+		  (long long)s->p.max_batch_tokens,
+		  s->be->batch_invariant ? "batch-invariant" : "not batch-invariant",
+		  s->p.no_prefix_cache ? "off" : "on",
 		  atlas_toolfmt_name(s->toolfmt), s->reasoning ? ", reasoning <think>" : "",
 		  atlas_session_is_embedding(s->ses) ? ", embeddings pooled by " : "",
 		  atlas_session_is_embedding(s->ses)

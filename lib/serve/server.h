@@ -46,6 +46,10 @@ struct atlas_server_params {
 				       * or "*") a browser may call from (CORS); NULL =
 				       * none: requests with an Origin are refused */
 	bool no_prefix_cache;         /* --no-prefix-cache: recompute every prompt */
+	bool no_batch_invariant;      /* --no-batch-invariant: the fastest kernels for
+				       * each step's shape; a request's tokens and
+				       * logprobs may then depend on its batch-mates.
+				       * false (the default): they never do */
 	int tp;                       /* tensor-parallel ranks; 0 or 1 = one. More:
 				       * thread ranks on the CPU (lib/model/tp_group.h),
 				       * rank 0 runs the scheduler, the others follow */

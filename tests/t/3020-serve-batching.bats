@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # 3020-serve-batching.bats - continuous batching through HTTP: 32
 # concurrent requests answer exactly what each answers alone (greedy and
-# seeded sampling), also when a small KV pool forces preemptions; a
+# seeded sampling; text and logprobs bit for bit), also when a small KV
+# pool forces preemptions; a
 # client that disconnects cancels its request and frees its blocks; a
 # bounded load (200 requests, 16 at a time) leaks nothing.
 
@@ -18,17 +19,19 @@ teardown_file() {
 }
 
 # body_for I BASE - request I of the set: different prompts, lengths
-# (BASE + 0..8 tokens) and samplers (every fourth one seeded sampling).
+# (BASE + 0..8 tokens) and samplers (every fourth one seeded sampling),
+# each with the logprobs of its tokens and top 2 (17 significant digits,
+# so a changed bit shows).
 body_for() {
 	local i=$1 temp=0
 	[ $((i % 4)) -eq 3 ] && temp=0.9
-	printf '{"prompt":"Story %d: once upon a time in the land number %d there","max_tokens":%d,"temperature":%s,"seed":%d,"ignore_eos":true}' \
+	printf '{"prompt":"Story %d: once upon a time in the land number %d there","max_tokens":%d,"temperature":%s,"seed":%d,"ignore_eos":true,"logprobs":2}' \
 		"$i" $((i * 7)) $(($2 + i % 9)) "$temp" "$i"
 }
 
 # run_set URL DIR PARALLEL BASE - post the 32 requests (all at once, or
 # one after the other) with one curl, and keep each response's choices
-# (text, finish reason) in DIR/I.
+# (text, logprobs, finish reason) in DIR/I.
 run_set() {
 	local url=$1 dir=$2 i
 	mkdir -p "$dir"
@@ -52,6 +55,7 @@ expect_same_sets() {
 	local i
 	for i in $(seq 0 31); do
 		expect_contains "$(cat "$2/$i")" '"finish_reason":"length"' "response $i"
+		expect_contains "$(cat "$2/$i")" '"top_logprobs":[{' "response $i logprobs"
 		expect_same_file "$1/$i" "$2/$i"
 	done
 }

@@ -2,7 +2,8 @@
 # 4000-bench-basic.bats - atlas-bench on the CPU backend: help, the exit
 # codes (0 measured, 1 harness failure or bad flags, 2 a gate missed),
 # kernels with a filter, decode/prefill/generate on a golden model, serve
-# --self on the shipped model, and the history of recorded runs.
+# --self on the shipped model (also --no-batch-invariant), and the history
+# of recorded runs.
 
 load test_helper
 
@@ -15,7 +16,7 @@ setup() {
 	expect_match "${lines[0]}" '^usage: atlas-bench kernels ' "first line"
 	for f in --model --synthetic --shape --filter --device --tokens --reps --batch --prompt \
 		--gen --url --self --concurrency --requests --timeout --min --max --thresholds \
-		--json --no-record --quiet --tp --help --version; do
+		--json --no-record --quiet --tp --no-batch-invariant --help --version; do
 		expect_contains "$output" "$f" "usage"
 	done
 	local long=$output
@@ -51,6 +52,10 @@ setup() {
 	expect_contains "$stderr" "--copy-size"
 	run -1 --separate-stderr atlas-bench serve
 	expect_contains "$stderr" "--url"
+	run -1 --separate-stderr atlas-bench serve --url http://127.0.0.1:1 --no-batch-invariant
+	expect_contains "$stderr" "--no-batch-invariant is for serve --self"
+	run -1 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --no-batch-invariant
+	expect_contains "$stderr" "--no-batch-invariant is for serve --self"
 	echo '{"tok_s": "fast"}' >"$BATS_TEST_TMPDIR/t.json"
 	run -1 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --thresholds "$BATS_TEST_TMPDIR/t.json"
 	expect_contains "$stderr" "t.json"
@@ -102,6 +107,17 @@ setup() {
 	expect_contains "$output" '"errors":0'
 	expect_contains "$output" '"tokens":16'
 	expect_contains "$output" '"ttft_p99_ms":'
+}
+
+@test "serve --self --no-batch-invariant: passed to the server, mode recorded" {
+	run -0 --separate-stderr atlas-bench serve --self --no-batch-invariant --prompt 4 --gen 2 \
+		--requests 1 --max errors=0 --json
+	# asked for (params) and reported by the server's gauge (server)
+	[ "$(grep -c '"batch_invariant":false' <<<"$output")" -eq 2 ]
+	expect_contains "$stderr" "(started here), not batch-invariant"
+	run -0 --separate-stderr atlas-bench serve --self --prompt 4 --gen 2 --requests 1 --json
+	[ "$(grep -c '"batch_invariant":true' <<<"$output")" -eq 2 ]
+	expect_contains "$stderr" "(started here), batch-invariant"
 }
 
 @test "history lists and shows recorded runs" {
