@@ -805,38 +805,99 @@ static void test_fused(void)
 		}
 }
 
-/* Batch-invariant mode: every row of a matmul gets the same bits as the
- * same row computed alone (T = 1), for T across the tensor-core GEMV's
- * variants and its groups of 64 rows. */
-static void test_invariant(void)
+/* One product in batch-invariant mode for rows x[0..T) (T = 1: one row
+ * alone): kind 0 matmul, 1 matmul with bias, 2 logits (FP32 out),
+ * 3 matmul_multi (q, k, v: N, N/4, N/4 with biases), 4 matmul_swiglu.
+ * out[i] gets product i's rows; es = bytes per element. */
+static void inv_run(int kind, const void *x, const struct wbuf *w, const struct wbuf *b,
+		    void *const *out, void *scratch, int64_t T, const int64_t *Ns, int64_t K)
 {
-	static const int64_t shapes[][3] = {{5, 1000, 520}, {20, 4096, 1024}, {64, 300, 256},
-					    {100, 2048, 1032}};
-	gpu->batch_invariant = true;
-	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-		int64_t T = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-		struct buf x = mkbuf(T * K, 1.0f), o = mkbuf(T * N, 1.0f), o1 = mkbuf(N, 1.0f);
-		struct wbuf w = mkw(ATLAS_DTYPE_BF16, N * K, 1.0f / sqrtf((float)K));
-		uint16_t *all = malloc((size_t)(T * N) * 2), *one = malloc((size_t)N * 2);
-		int64_t diff = 0;
-		CHECK_EQ_INT(gpu->matmul(gpu, o.d, x.d, w.d, NULL, ATLAS_DTYPE_BF16, T, N, K), 0);
-		CHECK_EQ_INT(gpu->download(gpu, all, o.d, (size_t)(T * N) * 2), 0);
+	if (kind <= 1)
+		CHECK_EQ_INT(gpu->matmul(gpu, out[0], x, w[0].d, kind ? b[0].d : NULL,
+					 ATLAS_DTYPE_BF16, T, Ns[0], K),
+			     0);
+	else if (kind == 2)
+		CHECK_EQ_INT(gpu->logits(gpu, out[0], x, w[0].d, ATLAS_DTYPE_BF16, T, Ns[0], K), 0);
+	else if (kind == 3) {
+		const void *ws[3] = {w[0].d, w[1].d, w[2].d}, *bs[3] = {b[0].d, b[1].d, b[2].d};
+		CHECK_EQ_INT(gpu->matmul_multi(gpu, 3, out, x, ws, bs, ATLAS_DTYPE_BF16, T, Ns, K), 0);
+	} else
+		CHECK_EQ_INT(gpu->matmul_swiglu(gpu, out[0], x, w[0].d, w[1].d, ATLAS_DTYPE_BF16, T,
+						Ns[0], K, scratch),
+			     0);
+}
+
+/* Batch-invariant mode: every row of a product gets the same bits as the
+ * same row computed alone (T = 1, the tensor-core GEMV), for T across the
+ * GEMV's variants (T <= 64) and atlas_gemm_inv (T > 64; its tiles of 128
+ * rows and 128 tokens, N and K tails, every K-range count 1..8). */
+static void check_invariant(int kind, int64_t T, int64_t N, int64_t K)
+{
+	static const char *const names[] = {"matmul", "matmul+bias", "logits", "matmul_multi",
+					    "matmul_swiglu"};
+	const int np = kind == 3 ? 3 : 1, nw = kind == 3 ? 3 : kind == 4 ? 2 : 1;
+	const size_t es = kind == 2 ? 4 : 2;
+	int64_t Ns[3] = {N, kind == 3 ? N / 4 : N, kind == 3 ? N / 4 : N};
+	struct buf x = mkbuf(T * K, 1.0f), scratch = mkbuf(T * N, 1.0f);
+	struct wbuf w[3] = {{0}}, b[3] = {{0}};
+	void *all_d[3] = {NULL}, *one_d[3] = {NULL};
+	for (int i = 0; i < nw; i++) {
+		w[i] = mkw(ATLAS_DTYPE_BF16, Ns[i] * K, 1.0f / sqrtf((float)K));
+		if (kind == 1 || kind == 3)
+			b[i] = mkw(ATLAS_DTYPE_BF16, Ns[i], 0.5f);
+	}
+	for (int i = 0; i < np; i++) {
+		all_d[i] = gpu->alloc(gpu, (size_t)(T * Ns[i]) * es);
+		one_d[i] = gpu->alloc(gpu, (size_t)Ns[i] * es);
+	}
+	inv_run(kind, x.d, w, b, all_d, scratch.d, T, Ns, K);
+	int64_t diff = 0;
+	for (int i = 0; i < np; i++) {
+		char *all = malloc((size_t)(T * Ns[i]) * es), *one = malloc((size_t)Ns[i] * es);
+		CHECK_EQ_INT(gpu->download(gpu, all, all_d[i], (size_t)(T * Ns[i]) * es), 0);
 		for (int64_t t = 0; t < T; t++) {
 			const void *xt = (const char *)x.d + (size_t)(t * K) * 2;
-			CHECK_EQ_INT(gpu->matmul(gpu, o1.d, xt, w.d, NULL, ATLAS_DTYPE_BF16, 1, N, K), 0);
-			CHECK_EQ_INT(gpu->download(gpu, one, o1.d, (size_t)N * 2), 0);
-			diff += memcmp(one, all + t * N, (size_t)N * 2) != 0;
+			if (i == 0 || t == 0 || t % 7 == 3) /* the others: one call gives all */
+				inv_run(kind, xt, w, b, one_d, scratch.d, 1, Ns, K);
+			CHECK_EQ_INT(gpu->download(gpu, one, one_d[i], (size_t)Ns[i] * es), 0);
+			if (i == 0 || t == 0 || t % 7 == 3)
+				diff += memcmp(one, all + (size_t)(t * Ns[i]) * es,
+					       (size_t)Ns[i] * es) != 0;
 		}
-		printf("# invariant matmul T=%lld N=%lld K=%lld: %lld of %lld rows differ from alone\n",
-		       (long long)T, (long long)N, (long long)K, (long long)diff, (long long)T);
-		CHECK(diff == 0);
 		free(all);
 		free(one);
-		freebuf(&x);
-		freebuf(&o);
-		freebuf(&o1);
-		freew(&w);
 	}
+	printf("# invariant %s T=%lld N=%lld K=%lld: %lld row(s) differ from alone\n", names[kind],
+	       (long long)T, (long long)N, (long long)K, (long long)diff);
+	CHECK(diff == 0);
+	for (int i = 0; i < np; i++) {
+		gpu->free(gpu, all_d[i]);
+		gpu->free(gpu, one_d[i]);
+	}
+	for (int i = 0; i < nw; i++) {
+		freew(&w[i]);
+		if (b[i].h)
+			freew(&b[i]);
+	}
+	freebuf(&x);
+	freebuf(&scratch);
+}
+
+static void test_invariant(void)
+{
+	static const int64_t shapes[][4] = {
+	    /* kind, T, N, K: the GEMV's variants and groups */
+	    {0, 5, 1000, 520},	 {0, 20, 4096, 1024}, {0, 64, 300, 256},
+	    /* atlas_gemm_inv: a token tail, an N tail, K tails (K % 32,
+	     * an odd chunk count), 1 to 8 K ranges, several token tiles */
+	    {0, 65, 129, 4104},	 {1, 100, 2048, 1032}, {0, 300, 1000, 520},
+	    {1, 517, 4096, 1024}, {0, 129, 151936 / 16, 2048}, {0, 200, 8, 72},
+	    {0, 150, 6144, 4096}, {2, 130, 5000, 256},  {2, 80, 151936, 128},
+	    {3, 150, 1024, 1024}, {3, 70, 4096, 4096},  {4, 200, 3000, 1024},
+	    {4, 90, 12288, 4096}, {4, 66, 77, 136}};
+	gpu->batch_invariant = true;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		check_invariant((int)shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);
 	gpu->batch_invariant = false;
 }
 

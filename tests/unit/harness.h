@@ -14,6 +14,8 @@
 
 void harness_fail(const char *file, int line, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* Run fn as test `name` (HARNESS_ONLY=TEXT in the environment: only the
+ * tests whose name contains TEXT run). */
 void harness_run(const char *name, void (*fn)(void));
 /* Prints the plan; returns the process exit code (1 if anything failed). */
 int harness_done(void);

@@ -25,7 +25,10 @@
  * splitting K into contiguous ranges of 32-wide chunks; the partial sums
  * meet in shared memory and are added in warp order (deterministic; a
  * row's sum order depends on neither T nor its place among the rows, which
- * batch-invariant mode relies on). NT8 = token tiles of 8 (T <= 8 * NT8),
+ * batch-invariant mode relies on). Within its range a warp keeps one
+ * accumulator chain (a row's chunks in ascending order): gemm_inv.cu
+ * repeats exactly this order (ranges, chains, merge) for longer T, so the
+ * two kernels give a row the same bits. NT8 = token tiles of 8 (T <= 8 * NT8),
  * one entry point per NT8 so that small T keeps few registers.
  *
  * Bytes in flight: each warp streams its chunks through a ring of
@@ -118,23 +121,21 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		asm volatile("cp.async.commit_group;" ::: "memory");
 	}
 
-	float acc[2][NT8][4];
+	/* one accumulator chain per range: the order gemm_inv.cu repeats */
+	float acc[NT8][4];
 #pragma unroll
-	for (int p = 0; p < 2; p++)
-#pragma unroll
-		for (int j = 0; j < NT8; j++)
-			acc[p][j][0] = acc[p][j][1] = acc[p][j][2] = acc[p][j][3] = 0.0f;
+	for (int j = 0; j < NT8; j++)
+		acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 	int st = 0;
 	for (long long ch = ch0; ch < ch1; ch++) {
 		asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
 		const uint4 *r = ring + st * (2 + NT8) * 32;
 		const uint4 wa = r[0], wb = r[32];
-		const int p = (int)(ch & 1);
 #pragma unroll
 		for (int j = 0; j < NT8; j++) {
 			const uint4 xb = r[(2 + j) * 32];
-			atlas_mma_bf16(acc[p][j], wa.x, wb.x, wa.y, wb.y, xb.x, xb.y);
-			atlas_mma_bf16(acc[p][j], wa.z, wb.z, wa.w, wb.w, xb.z, xb.w);
+			atlas_mma_bf16(acc[j], wa.x, wb.x, wa.y, wb.y, xb.x, xb.y);
+			atlas_mma_bf16(acc[j], wa.z, wb.z, wa.w, wb.w, xb.z, xb.w);
 		}
 		/* refill this stage (its values are in registers, consumed by the
 		 * mmas above) with chunk ch + S */
@@ -144,19 +145,14 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		st = st + 1 == S ? 0 : st + 1;
 	}
 	asm volatile("cp.async.wait_group 0;" ::: "memory");
-#pragma unroll
-	for (int j = 0; j < NT8; j++)
-#pragma unroll
-		for (int e = 0; e < 4; e++)
-			acc[0][j][e] += acc[1][j][e];
 
 	/* C fragment: acc[j][0..1] = (row g, tokens 8j+2c, +1), [2..3] = row g+8 */
 #pragma unroll
 	for (int j = 0; j < NT8; j++) {
-		red[warp][g][8 * j + 2 * c] = acc[0][j][0];
-		red[warp][g][8 * j + 2 * c + 1] = acc[0][j][1];
-		red[warp][g + 8][8 * j + 2 * c] = acc[0][j][2];
-		red[warp][g + 8][8 * j + 2 * c + 1] = acc[0][j][3];
+		red[warp][g][8 * j + 2 * c] = acc[j][0];
+		red[warp][g][8 * j + 2 * c + 1] = acc[j][1];
+		red[warp][g + 8][8 * j + 2 * c] = acc[j][2];
+		red[warp][g + 8][8 * j + 2 * c + 1] = acc[j][3];
 	}
 	__syncthreads();
 	const int tt = (int)(T < 8 * NT8 ? T : 8 * NT8);

@@ -60,6 +60,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MOE_COMBINE] = "atlas_moe_combine",
 	[ATLAS_CK_MOE_GATHER] = "atlas_moe_gather",
 	[ATLAS_CK_MOE_GEMM_TC] = "atlas_moe_gemm_tc",
+	[ATLAS_CK_GEMM_INV] = "atlas_gemm_inv",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -87,6 +88,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MOE_COMBINE] = 1,
 	[ATLAS_CK_MOE_GATHER] = 1,
 	[ATLAS_CK_MOE_GEMM_TC] = 1,
+	[ATLAS_CK_GEMM_INV] = 1, /* without it, long invariant steps take the GEMV */
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -105,6 +107,7 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MOE_GEMV32] = ATLAS_GTC_SMEM(4),
 	[ATLAS_CK_MOE_GEMV64] = ATLAS_GTC_SMEM(8),
 	[ATLAS_CK_MOE_GEMM_TC] = ATLAS_TCG_SMEM,
+	[ATLAS_CK_GEMM_INV] = ATLAS_GINV_SMEM,
 	[ATLAS_CK_MOE_ROUTE] = 32 * ATLAS_MOE_MAX_E * 4,
 };
 

@@ -49,6 +49,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_MOE_COMBINE,  /* moe.cu: weighted sum of a token's experts */
 	ATLAS_CK_MOE_GATHER,   /* moe.cu: x rows in group order (grouped GEMM) */
 	ATLAS_CK_MOE_GEMM_TC,  /* gemm_tc.cu: the grouped wgmma GEMM of MoE prefill */
+	ATLAS_CK_GEMM_INV,     /* gemm_inv.cu: batch-invariant GEMM (the GEMV's sums) */
 	ATLAS_CK_COUNT,
 };
 

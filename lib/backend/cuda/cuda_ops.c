@@ -71,9 +71,9 @@ static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
  * the tensor-core GEMV (gemv_tc.cu, T = 2..ATLAS_CUDA_TC_MIN_T-1), other
  * weights to atlas_gemv (T <= 8), the rest to the GEMMs. In batch-invariant mode a row must get
  * the same bits whatever T is, so BF16 products of every T take the
- * tensor-core GEMV (in groups of 64 rows: its sum order does not depend on
- * T or on a row's place in the group) and other weights the wmma/FMA
- * GEMM. */
+ * tensor-core GEMV's sum order (its order does not depend on T or on a
+ * row's place): the GEMV itself up to 64 rows, atlas_gemm_inv (the same
+ * sums, GEMM-shaped) beyond; other weights take the wmma/FMA GEMM. */
 enum gemv_kind { GEMV_NONE, GEMV_FMA, GEMV_TC, GEMV_BULK };
 
 static int aligned16(const void *p)
@@ -112,6 +112,39 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
 	return a->T <= 8 ? GEMV_FMA : GEMV_NONE;
 }
 
+/* The products of a through atlas_gemm_inv, one launch per product: the
+ * tensor-core GEMV's sums (a->rpb as gemv_launch chose it for these
+ * weights, so the same K ranges) for any T. Batch-invariant steps longer
+ * than the GEMV's 64 rows take it: a row's bits are those the GEMV gives
+ * it, at a fraction of the GEMV's L2 traffic (gemm_inv.cu). */
+static int gemm_inv_launch(struct cuda_ctx *c, const struct atlas_gemv_args *a)
+{
+	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++) {
+		if (!a->seg[i].out)
+			continue;
+		struct atlas_ginv_args g = {
+		    .x = a->x,
+		    .w = a->seg[i].w,
+		    .wu = a->swiglu ? a->seg[1].w : NULL,
+		    .bias = a->swiglu ? NULL : a->seg[i].bias,
+		    .out = a->seg[i].out,
+		    .T = a->T,
+		    .N = a->seg[i].N,
+		    .K = a->K,
+		    .wpr = 8 / a->rpb,
+		    .swiglu = a->swiglu,
+		    .out_f32 = a->out_f32,
+		};
+		void *args[] = {&g};
+		int rc = atlas_cuda_launch(c, ATLAS_CK_GEMM_INV,
+					   (unsigned)CEIL_DIV(g.N, a->swiglu ? 64 : 128),
+					   (unsigned)CEIL_DIV(g.T, 128), 256, ATLAS_GINV_SMEM, args);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* Launch atlas_gemv or atlas_gemv_tc* for the segments in a. */
 static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_kind kind)
 {
@@ -140,6 +173,8 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 			a->rpb /= 2;
 		for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 			blocks += CEIL_DIV(a->seg[i].N, fpt * a->rpb);
+		if (a->T > 64 && c->kern[ATLAS_CK_GEMM_INV] && a->K > 0)
+			return gemm_inv_launch(c, a);
 		/* rows in groups of 64 (more only in batch-invariant mode) */
 		const int64_t T = a->T;
 		const char *x0 = a->x;

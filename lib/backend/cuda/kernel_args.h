@@ -79,6 +79,25 @@ struct atlas_tcg_args {
 #define ATLAS_GTC_STAGES(nt8) ((nt8) <= 2 ? 8 : 4)
 #define ATLAS_GTC_SMEM(nt8) (8 * ATLAS_GTC_STAGES(nt8) * (2 + (nt8)) * 32 * 16)
 
+/* atlas_gemm_inv (gemm_inv.cu): the batch-invariant GEMM, the GEMV's
+ * (gemv_tc.cu) sum order at any T. */
+struct atlas_ginv_args {
+	const void *x;    /* [T, K] bf16 */
+	const void *w;    /* [N, K] bf16 (swiglu: the gate rows) */
+	const void *wu;   /* swiglu: the up rows [N, K]; else NULL */
+	const void *bias; /* [N] bf16 or NULL (never with swiglu) */
+	void *out;        /* [T, N] bf16, or float with out_f32 */
+	long long T, N, K;
+	int wpr;          /* K ranges: the GEMV's 8 / rpb for this weight */
+	int swiglu;       /* out = silu(round(x Wg^T)) * round(x Wu^T) */
+	int out_f32;
+};
+
+/* atlas_gemm_inv: cp.async stages, and the dynamic shared memory of a
+ * block (a stage: 128 x 64 bf16 of W and of x). */
+#define ATLAS_GINV_STAGES 4
+#define ATLAS_GINV_SMEM (ATLAS_GINV_STAGES * 2 * 128 * 128)
+
 /* moe.cu: the most experts a layer may have and choose per token on the
  * CUDA backend (routing keeps a token's probabilities in shared memory;
  * the grouping gives each expert a thread), and atlas_moe_route's

@@ -1,0 +1,48 @@
+#!/bin/bash
+# gpu-inv-bench.sh OUT [BUILD] - issue 18's record, on the GPU machine
+# with binaries carried in BUILD (default .gpubuild; scripts/gpu-carry.sh):
+#   checks   the batch-invariance op tests (test_invariant: every row of
+#            a product equals the row alone, GEMV and atlas_gemm_inv) and
+#            the whole CUDA op suite
+#   offline  atlas-bench generate on the Qwen3-8B shape, batch 1/32/64,
+#            512-token prompts, 128 generated: the reference the server is
+#            measured against
+#   serve    atlas-bench serve --self on the same model, concurrency
+#            1/8/32/64, batch-invariant (default) and --no-batch-invariant
+# PARTS="checks offline serve" picks parts. Each part's output is under
+# OUT/<part>; OUT/summary.txt collects the tables.
+. "$(dirname "$0")/gpu-prelude.sh"
+parts=${PARTS:-checks offline serve}
+sum="$out/summary.txt"
+: >"$sum"
+for p in $parts; do
+	mkdir -p "$out/$p"
+	case $p in
+	checks)
+		HARNESS_ONLY=test_invariant "$build/tests/gpu/test-cuda-ops" >"$out/$p/invariant.log" 2>&1
+		echo "test_invariant: exit $? $(grep -c '^ok' "$out/$p/invariant.log") ok" >>"$sum"
+		grep '^# invariant' "$out/$p/invariant.log" >>"$sum"
+		"$build/tests/gpu/test-cuda-ops" >"$out/$p/ops.log" 2>&1
+		echo "test-cuda-ops: exit $? $(grep -c '^ok' "$out/$p/ops.log") ok, $(grep -c '^not ok' "$out/$p/ops.log") not ok" >>"$sum"
+		;;
+	offline)
+		"$build/atlas-bench" generate -m "$m" --batch 1,32,64 --prompt 512 --gen 128 --json \
+			>"$out/$p/generate.json" 2>"$out/$p/generate.txt"
+		echo "offline generate: exit $?" >>"$sum"
+		cat "$out/$p/generate.txt" >>"$sum"
+		;;
+	serve)
+		for mode in inv noinv; do
+			flag=""
+			[ $mode = noinv ] && flag=--no-batch-invariant
+			# shellcheck disable=SC2086
+			timeout 280 "$build/atlas-bench" serve --self -m "$m" $flag --concurrency 1,8,32,64 \
+				--prompt 512 --gen 128 --requests 64 --vocab 150000 --json \
+				>"$out/$p/$mode.json" 2>"$out/$p/$mode.txt"
+			echo "serve $mode: exit $?" >>"$sum"
+			cat "$out/$p/$mode.txt" >>"$sum"
+		done
+		;;
+	esac
+done
+cat "$sum"
