@@ -70,6 +70,8 @@ static const char usage_text[] =
 	"  --gemm-n N            T = N = K of the timed matrix product (8192 / 256)\n"
 	"  --profile             decode/prefill: per-kernel times (needs a GPU)\n"
 	"  --no-graphs           decode: op by op, no CUDA graphs\n"
+	"  --batch-invariant     decode, prefill, generate: the kernels the server uses\n"
+	"                        by default (a row's bits never depend on its batch)\n"
 	"  --no-baseline         kernels: skip the CPU reference column on a GPU\n"
 	"Server load (serve):\n"
 	"  --url URL             the server, e.g. http://127.0.0.1:8888\n"
@@ -100,7 +102,7 @@ enum {
 	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
 	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
 	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
-	O_NOREC, O_VERSION, O_TP, O_NOBI
+	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI
 };
 
 static const struct option longopts[] = {
@@ -122,6 +124,7 @@ static const struct option longopts[] = {
 	{"thresholds", required_argument, NULL, O_THRESH}, {"json", no_argument, NULL, O_JSON},
 	{"no-record", no_argument, NULL, O_NOREC},  {"quiet", no_argument, NULL, 'q'},
 	{"tp", required_argument, NULL, O_TP}, {"no-batch-invariant", no_argument, NULL, O_NOBI},
+	{"batch-invariant", no_argument, NULL, O_BI},
 	{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, O_VERSION},
 	{NULL, 0, NULL, 0},
 };
@@ -142,6 +145,7 @@ struct opts {
 	uint64_t seed;                 /* --seed */
 	int profile, graphs, baseline, self, json, quiet, record; /* switches */
 	int no_bi;                     /* --no-batch-invariant (serve --self) */
+	int bi;                        /* --batch-invariant (decode, prefill, generate) */
 	const char *min_max[MAX_GATES]; /* --min/--max specs, in order */
 	bool is_max[MAX_GATES];        /* which of the two */
 	int n_gates;                   /* count */
@@ -238,6 +242,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_URL: o->url = optarg; break;
 		case O_SELF: o->self = 1; break;
 		case O_NOBI: o->no_bi = 1; break;
+		case O_BI: o->bi = 1; break;
 		case O_CONC: list_arg("--concurrency", optarg, &o->conc, 1024); break;
 		case O_REQS: o->requests = num("--requests", optarg, 1, 100000); break;
 		case O_TIMEOUT: o->timeout = num("--timeout", optarg, 1, 86400); break;
@@ -300,6 +305,8 @@ static void check(struct opts *o)
 	if (o->tp > 1 && !model_cmd && !(!strcmp(o->cmd, "serve") && o->self))
 		bad("--tp is for decode, prefill, generate and serve --self");
 	/* a server at --url runs in the mode it was started with */
+	if (o->bi && !model_cmd)
+		bad("--batch-invariant is for decode, prefill and generate (serve: the server's mode)");
 	if (o->no_bi && !(!strcmp(o->cmd, "serve") && o->self))
 		bad("--no-batch-invariant is for serve --self (the server started here)");
 	if (o->url && strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
@@ -410,6 +417,7 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 			ADD("reps", I(o->reps));
 		}
 		ADD("profile", B(o->profile));
+		ADD("batch_invariant", B(o->bi));
 	} else {
 		ADD("url", jstr(o->url));
 		ADD("self", B(o->self));
@@ -658,6 +666,8 @@ static int run_model(const struct opts *o, struct atlas_session *ses, struct mod
 		fprintf(tf, "%s of %s on %s", o->cmd, o->synthetic ? o->synthetic : dir, be->name);
 		if (tp)
 			fprintf(tf, " (%lld tensor-parallel thread ranks)", (long long)o->tp);
+		if (o->bi)
+			fprintf(tf, ", batch-invariant");
 		fprintf(tf, "\n");
 		print_ceilings(tf, &ceil);
 		table(tf, res, pre ? pcols : gen ? gcols : dcols);
@@ -851,6 +861,7 @@ int main(int argc, char **argv)
 		sp.device = o.device;
 		sp.tp = (int)o.tp;
 		sp.no_tok = true;
+		sp.batch_invariant = o.bi;
 		sp.build = build_model;
 		sp.build_arg = &src;
 		if (!(ses = atlas_session_new(&sp))) {

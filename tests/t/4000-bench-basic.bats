@@ -16,7 +16,7 @@ setup() {
 	expect_match "${lines[0]}" '^usage: atlas-bench kernels ' "first line"
 	for f in --model --synthetic --shape --filter --device --tokens --reps --batch --prompt \
 		--gen --url --self --concurrency --requests --timeout --min --max --thresholds \
-		--json --no-record --quiet --tp --no-batch-invariant --help --version; do
+		--json --no-record --quiet --tp --no-batch-invariant --batch-invariant --help --version; do
 		expect_contains "$output" "$f" "usage"
 	done
 	local long=$output
@@ -56,6 +56,8 @@ setup() {
 	expect_contains "$stderr" "--no-batch-invariant is for serve --self"
 	run -1 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --no-batch-invariant
 	expect_contains "$stderr" "--no-batch-invariant is for serve --self"
+	run -1 --separate-stderr atlas-bench serve --self --batch-invariant
+	expect_contains "$stderr" "--batch-invariant is for decode, prefill and generate"
 	echo '{"tok_s": "fast"}' >"$BATS_TEST_TMPDIR/t.json"
 	run -1 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --thresholds "$BATS_TEST_TMPDIR/t.json"
 	expect_contains "$stderr" "t.json"
@@ -138,4 +140,14 @@ setup() {
 	expect_contains "$output" '"op":"add_rmsnorm"'
 	run -1 --separate-stderr atlas-bench history show 1999
 	expect_contains "$stderr" "no run '1999'"
+}
+
+@test "decode --batch-invariant: the server's kernels, mode recorded" {
+	run -0 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --prompt 4 --gen 2 \
+		--batch-invariant --json --no-record
+	expect_contains "$output" '"batch_invariant":true'
+	expect_contains "$stderr" ", batch-invariant"
+	run -0 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --prompt 4 --gen 2 --json --no-record
+	expect_contains "$output" '"batch_invariant":false'
+	! grep -q "batch-invariant" <<<"$stderr"
 }
