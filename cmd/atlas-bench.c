@@ -354,7 +354,7 @@ static void resolve(struct opts *o, bool gpu)
 	bool pre = !strcmp(o->cmd, "prefill"), srv = !strcmp(o->cmd, "serve");
 	if (o->reps < 0)
 		o->reps = !strcmp(o->cmd, "kernels") ? (gpu ? 20 : 3) : (gpu ? 3 : 1);
-	if (o->context < 0)
+	if (o->context < 0 && !srv)
 		o->context = gpu ? 4096 : 512;
 	if (o->copy < 0)
 		o->copy = gpu ? (int64_t)4 << 30 : (int64_t)64 << 20;
@@ -368,6 +368,17 @@ static void resolve(struct opts *o, bool gpu)
 	list_default(&o->conc, 1);
 	list_default(&o->prompt, srv ? 32 : pre ? (gpu ? 512 : 64) : (gpu ? 128 : 32));
 	list_default(&o->gen, srv ? 16 : gpu ? 256 : 16);
+	if (o->context < 0) {
+		/* serve --self: room for the longest request (no device is
+		 * opened here, so no GPU default; a fixed 512 cut 512-token
+		 * prompts to one generated token) */
+		int64_t mp = 0, mg = 0;
+		for (int i = 0; i < o->prompt.n; i++)
+			mp = o->prompt.v[i] > mp ? o->prompt.v[i] : mp;
+		for (int i = 0; i < o->gen.n; i++)
+			mg = o->gen.v[i] > mg ? o->gen.v[i] : mg;
+		o->context = mp + mg + 1 > 512 ? mp + mg + 1 : 512;
+	}
 	if (!o->shape)
 		o->shape = "qwen3-8b";
 }

@@ -151,3 +151,10 @@ setup() {
 	expect_contains "$output" '"batch_invariant":false'
 	! grep -q "batch-invariant" <<<"$stderr"
 }
+
+@test "serve --self sizes the server's context for the longest request" {
+	# 600 + 4 tokens: more than a fixed 512-token context holds
+	run -0 --separate-stderr atlas-bench serve --self --prompt 600 --gen 4 --requests 1 --json --no-record
+	expect_contains "$output" '"tokens":4,'
+	expect_contains "$output" '"errors":0,'
+}
