@@ -6,10 +6,13 @@
 #            the whole CUDA op suite
 #   offline  atlas-bench generate on the Qwen3-8B shape, batch 1/32/64,
 #            512-token prompts, 128 generated: the reference the server is
-#            measured against
+#            measured against; prefill (512, 2048) and decode (batch
+#            1/32/64) in the default and the batch-invariant mode
 #   serve    atlas-bench serve --self on the same model, concurrency
 #            1/8/32/64, batch-invariant (default) and --no-batch-invariant
-# PARTS="checks offline serve" picks parts. Each part's output is under
+#   profile  per-kernel times of a 512-token prefill (PROFILE_PROMPT) and
+#            a batch-64 decode step (PROFILE_BATCH), both modes
+# PARTS="checks offline profile serve" picks parts. Each part's output is under
 # OUT/<part>; OUT/summary.txt collects the tables.
 . "$(dirname "$0")/gpu-prelude.sh"
 parts=${PARTS:-checks offline serve}
@@ -30,14 +33,40 @@ for p in $parts; do
 			>"$out/$p/generate.json" 2>"$out/$p/generate.txt"
 		echo "offline generate: exit $?" >>"$sum"
 		cat "$out/$p/generate.txt" >>"$sum"
+		for bi in "" --batch-invariant; do
+			n=prefill${bi:+-inv}
+			"$build/atlas-bench" prefill -m "$m" --prompt 512,2048 $bi --json \
+				>"$out/$p/$n.json" 2>"$out/$p/$n.txt"
+			echo "$n: exit $?" >>"$sum"
+			cat "$out/$p/$n.txt" >>"$sum"
+			n=decode${bi:+-inv}
+			"$build/atlas-bench" decode -m "$m" --batch 1,32,64 --prompt 512 --gen 128 $bi --json \
+				>"$out/$p/$n.json" 2>"$out/$p/$n.txt"
+			echo "$n: exit $?" >>"$sum"
+			cat "$out/$p/$n.txt" >>"$sum"
+		done
+		;;
+	profile)
+		for bi in "" --batch-invariant; do
+			n=prefill${bi:+-inv}
+			"$build/atlas-bench" prefill -m "$m" --prompt ${PROFILE_PROMPT:-512} --profile $bi \
+				>/dev/null 2>"$out/$p/$n.txt"
+			echo "$n --profile: exit $?" >>"$sum"
+			cat "$out/$p/$n.txt" >>"$sum"
+			n=decode${bi:+-inv}
+			"$build/atlas-bench" decode -m "$m" --batch ${PROFILE_BATCH:-64} --prompt 512 --gen 32 \
+				--profile $bi >/dev/null 2>"$out/$p/$n.txt"
+			echo "$n --profile: exit $?" >>"$sum"
+			cat "$out/$p/$n.txt" >>"$sum"
+		done
 		;;
 	serve)
 		for mode in inv noinv; do
 			flag=""
 			[ $mode = noinv ] && flag=--no-batch-invariant
 			# shellcheck disable=SC2086
-			timeout 280 "$build/atlas-bench" serve --self -m "$m" $flag --concurrency 1,8,32,64 \
-				--prompt 512 --gen 128 --requests 64 --vocab 150000 --json \
+			timeout 200 "$build/atlas-bench" serve --self -m "$m" $flag --concurrency 1,8,32,64 \
+				--prompt 512 --gen 128 --requests 64 --vocab 4000 --json \
 				>"$out/$p/$mode.json" 2>"$out/$p/$mode.txt"
 			echo "serve $mode: exit $?" >>"$sum"
 			cat "$out/$p/$mode.txt" >>"$sum"
