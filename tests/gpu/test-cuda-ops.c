@@ -829,8 +829,8 @@ static void inv_run(int kind, const void *x, const struct wbuf *w, const struct 
 
 /* Batch-invariant mode: every row of a product gets the same bits as the
  * same row computed alone (T = 1, the tensor-core GEMV), for T across the
- * GEMV's variants (T <= 64) and atlas_gemm_inv (T > 64; its tiles of 128
- * rows and 128 tokens, N and K tails, every K-range count 1..8). */
+ * GEMV (T <= 16) and atlas_gemm_inv (T >= 17; its three token tiles, its
+ * split form, N and K tails, every K-range count 1..8). */
 static void check_invariant(int kind, int64_t T, int64_t N, int64_t K)
 {
 	static const char *const names[] = {"matmul", "matmul+bias", "logits", "matmul_multi",
@@ -886,8 +886,13 @@ static void check_invariant(int kind, int64_t T, int64_t N, int64_t K)
 static void test_invariant(void)
 {
 	static const int64_t shapes[][4] = {
-	    /* kind, T, N, K: the GEMV's variants and groups */
-	    {0, 5, 1000, 520},	 {0, 20, 4096, 1024}, {0, 64, 300, 256},
+	    /* kind, T, N, K: the GEMV (T <= 16) */
+	    {0, 5, 1000, 520},	 {0, 16, 4096, 1024},
+	    /* atlas_gemm_inv's 32- and 64-token tiles, split by K range
+	     * (few row tiles) and not */
+	    {0, 20, 4096, 1024}, {0, 64, 300, 256},  {1, 17, 2048, 4104},
+	    {2, 30, 5000, 256},	 {3, 40, 1024, 1024}, {4, 24, 3000, 1024},
+	    {4, 60, 12288, 4096}, {1, 33, 151936 / 8, 1024},
 	    /* atlas_gemm_inv: a token tail, an N tail, K tails (K % 32,
 	     * an odd chunk count), 1 to 8 K ranges, several token tiles */
 	    {0, 65, 129, 4104},	 {1, 100, 2048, 1032}, {0, 300, 1000, 520},

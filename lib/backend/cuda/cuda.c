@@ -61,6 +61,9 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MOE_GATHER] = "atlas_moe_gather",
 	[ATLAS_CK_MOE_GEMM_TC] = "atlas_moe_gemm_tc",
 	[ATLAS_CK_GEMM_INV] = "atlas_gemm_inv",
+	[ATLAS_CK_GEMM_INV_T64] = "atlas_gemm_inv_t64",
+	[ATLAS_CK_GEMM_INV_T32] = "atlas_gemm_inv_t32",
+	[ATLAS_CK_GEMM_INV_REDUCE] = "atlas_gemm_inv_reduce",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -88,7 +91,10 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MOE_COMBINE] = 1,
 	[ATLAS_CK_MOE_GATHER] = 1,
 	[ATLAS_CK_MOE_GEMM_TC] = 1,
-	[ATLAS_CK_GEMM_INV] = 1, /* without it, long invariant steps take the GEMV */
+	[ATLAS_CK_GEMM_INV] = 1, /* without them, invariant steps take the GEMV */
+	[ATLAS_CK_GEMM_INV_T64] = 1,
+	[ATLAS_CK_GEMM_INV_T32] = 1,
+	[ATLAS_CK_GEMM_INV_REDUCE] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -107,7 +113,9 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_MOE_GEMV32] = ATLAS_GTC_SMEM(4),
 	[ATLAS_CK_MOE_GEMV64] = ATLAS_GTC_SMEM(8),
 	[ATLAS_CK_MOE_GEMM_TC] = ATLAS_TCG_SMEM,
-	[ATLAS_CK_GEMM_INV] = ATLAS_GINV_SMEM,
+	[ATLAS_CK_GEMM_INV] = ATLAS_GINV_SMEM(0),
+	[ATLAS_CK_GEMM_INV_T64] = ATLAS_GINV_SMEM(1),
+	[ATLAS_CK_GEMM_INV_T32] = ATLAS_GINV_SMEM(2),
 	[ATLAS_CK_MOE_ROUTE] = 32 * ATLAS_MOE_MAX_E * 4,
 };
 
@@ -198,6 +206,8 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->flash_min_t = fmin && atoi(fmin) > 0 ? atoi(fmin) : ATLAS_CUDA_FLASH_MIN_T;
 	const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");
 	c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
+	const char *imin = getenv("ATLAS_CUDA_INV_MIN_T");
+	c->inv_min_t = imin && atoi(imin) > 0 ? atoi(imin) : ATLAS_CUDA_INV_MIN_T;
 	const char *mrpb = getenv("ATLAS_CUDA_MOE_RPB");
 	c->moe_rpb = mrpb && (atoi(mrpb) == 1 || atoi(mrpb) == 2 || atoi(mrpb) == 4 || atoi(mrpb) == 8)
 			 ? atoi(mrpb) : 0;

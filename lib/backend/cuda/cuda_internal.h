@@ -49,7 +49,10 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_MOE_COMBINE,  /* moe.cu: weighted sum of a token's experts */
 	ATLAS_CK_MOE_GATHER,   /* moe.cu: x rows in group order (grouped GEMM) */
 	ATLAS_CK_MOE_GEMM_TC,  /* gemm_tc.cu: the grouped wgmma GEMM of MoE prefill */
-	ATLAS_CK_GEMM_INV,     /* gemm_inv.cu: batch-invariant GEMM (the GEMV's sums) */
+	ATLAS_CK_GEMM_INV,     /* gemm_inv.cu: batch-invariant GEMM (the GEMV's sums), */
+	ATLAS_CK_GEMM_INV_T64, /* tiles of 128, 64 and 32 tokens, and the */
+	ATLAS_CK_GEMM_INV_T32, /* merge of its split form */
+	ATLAS_CK_GEMM_INV_REDUCE,
 	ATLAS_CK_COUNT,
 };
 
@@ -127,6 +130,10 @@ struct cuda_ctx {
 	int tc_min_t;                 /* ATLAS_CUDA_TC_MIN_T: fewest rows T for
 				       * the wgmma GEMM (default ATLAS_CUDA_TC_MIN_T;
 				       * fewer take the GEMVs) */
+	int inv_min_t;                /* ATLAS_CUDA_INV_MIN_T: fewest rows T for
+				       * atlas_gemm_inv in batch-invariant mode
+				       * (default ATLAS_CUDA_INV_MIN_T; fewer take
+				       * the tensor-core GEMV, with the same sums) */
 	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles per
 				       * block of the expert GEMVs, else 0 (by shape) */
 	int moe_gemm_min_t;           /* ATLAS_CUDA_MOE_GEMM_MIN_T: fewest tokens for
@@ -204,6 +211,11 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
  * a step on the GEMV) but not at T = 8 (q 18.3, gate 51.5 us on the
  * GEMV): hence 9. */
 #define ATLAS_CUDA_TC_MIN_T 9
+
+/* Fewest rows T for which a batch-invariant matmul goes to atlas_gemm_inv
+ * (fewer: the tensor-core GEMV; both give a row the same bits, so this is
+ * a speed choice only); ATLAS_CUDA_INV_MIN_T overrides it for A/B runs. */
+#define ATLAS_CUDA_INV_MIN_T 17
 
 /* The tensor-core GEMM (cuda_gemm.c): out[i][T,N[i]] = x[T,K] w[i][N[i],K]^T
  * + bias[i] for n (1..ATLAS_TCG_MAXSEG) products of one x in one launch,

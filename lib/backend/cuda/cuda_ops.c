@@ -112,37 +112,67 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
 	return a->T <= 8 ? GEMV_FMA : GEMV_NONE;
 }
 
-/* The products of a through atlas_gemm_inv, one launch per product: the
- * tensor-core GEMV's sums (a->rpb as gemv_launch chose it for these
- * weights, so the same K ranges) for any T. Batch-invariant steps longer
- * than the GEMV's 64 rows take it: a row's bits are those the GEMV gives
- * it, at a fraction of the GEMV's L2 traffic (gemm_inv.cu). */
+/* The products of a through atlas_gemm_inv in one launch: the tensor-core
+ * GEMV's sums (a->rpb as gemv_launch chose it for these weights, so the
+ * same K ranges) at GEMM speed (gemm_inv.cu). The token tile follows T
+ * (32, 64 or 128); when the row tiles would leave SMs idle (a decode
+ * batch) and there are several K ranges, each range gets its own blocks
+ * and atlas_gemm_inv_reduce merges them (the partials in gemm_ws): the
+ * same bits either way. 1 when it launched, 0 when it does not take the
+ * call, < 0 on error. */
 static int gemm_inv_launch(struct cuda_ctx *c, const struct atlas_gemv_args *a)
 {
-	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++) {
-		if (!a->seg[i].out)
-			continue;
-		struct atlas_ginv_args g = {
-		    .x = a->x,
-		    .w = a->seg[i].w,
-		    .wu = a->swiglu ? a->seg[1].w : NULL,
-		    .bias = a->swiglu ? NULL : a->seg[i].bias,
-		    .out = a->seg[i].out,
-		    .T = a->T,
-		    .N = a->seg[i].N,
-		    .K = a->K,
-		    .wpr = 8 / a->rpb,
-		    .swiglu = a->swiglu,
-		    .out_f32 = a->out_f32,
-		};
-		void *args[] = {&g};
-		int rc = atlas_cuda_launch(c, ATLAS_CK_GEMM_INV,
-					   (unsigned)CEIL_DIV(g.N, a->swiglu ? 64 : 128),
-					   (unsigned)CEIL_DIV(g.T, 128), 256, ATLAS_GINV_SMEM, args);
-		if (rc)
-			return rc;
+	const int v = a->T <= 32 ? 2 : a->T <= 64 ? 1 : 0;
+	static const enum atlas_cuda_kernel kv[3] = {ATLAS_CK_GEMM_INV, ATLAS_CK_GEMM_INV_T64,
+						     ATLAS_CK_GEMM_INV_T32};
+	if (a->T < c->inv_min_t || a->K <= 0 || !c->kern[kv[v]])
+		return 0;
+	const int64_t bm = ATLAS_GINV_BM(v), bt = ATLAS_GINV_BT(v);
+	struct atlas_ginv_args g = {
+	    .x = a->x,
+	    .T = a->T,
+	    .K = a->K,
+	    .nseg = a->swiglu ? 1 : a->nseg,
+	    .wpr = 8 / a->rpb,
+	    .swiglu = a->swiglu,
+	    .out_f32 = a->out_f32,
+	};
+	int64_t bx = 0, rows = 0;
+	for (int i = 0; i < g.nseg; i++) {
+		g.w[i] = a->seg[i].w;
+		g.bias[i] = a->swiglu ? NULL : a->seg[i].bias;
+		g.out[i] = a->seg[i].out;
+		g.N[i] = a->seg[i].N;
+		g.nbx[i] = (int)CEIL_DIV(g.N[i], a->swiglu ? bm / 2 : bm);
+		g.ws_off[i] = rows; /* times T * ranges below */
+		bx += g.nbx[i];
+		rows += a->swiglu ? 2 * g.N[i] : g.N[i];
 	}
-	return 0;
+	if (a->swiglu)
+		g.w[1] = a->seg[1].w;
+	const int64_t by = CEIL_DIV(a->T, bt), sms = c->sms > 0 ? c->sms : 132;
+	const int64_t nch = CEIL_DIV(a->K, 32), cpw = CEIL_DIV(nch, g.wpr);
+	const int64_t ranges = CEIL_DIV(nch, cpw);
+	int64_t bz = 1;
+	if (ranges > 1 && bx * by < 2 * sms && c->gemm_ws && c->kern[ATLAS_CK_GEMM_INV_REDUCE] &&
+	    (size_t)(ranges * a->T * rows) * 4 <= c->gemm_ws_cap) {
+		g.ws = c->gemm_ws;
+		bz = ranges;
+		for (int i = 0; i < g.nseg; i++)
+			g.ws_off[i] *= a->T * ranges; /* [range][T][rows] per product */
+	}
+	void *args[] = {&g};
+	int rc = atlas_cuda_launch_z(c, kv[v], (unsigned)bx, (unsigned)by, (unsigned)bz, 256,
+				     ATLAS_GINV_SMEM(v), args);
+	if (rc || !g.ws)
+		return rc ? rc : 1;
+	int64_t most = 0;
+	for (int i = 0; i < g.nseg; i++)
+		most = g.N[i] > most ? g.N[i] : most;
+	int64_t rb = CEIL_DIV(a->T * most, 256);
+	rc = atlas_cuda_launch(c, ATLAS_CK_GEMM_INV_REDUCE, (unsigned)(rb < 4096 ? rb : 4096),
+			       (unsigned)g.nseg, 256, 0, args);
+	return rc ? rc : 1;
 }
 
 /* Launch atlas_gemv or atlas_gemv_tc* for the segments in a. */
@@ -173,8 +203,9 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 			a->rpb /= 2;
 		for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 			blocks += CEIL_DIV(a->seg[i].N, fpt * a->rpb);
-		if (a->T > 64 && c->kern[ATLAS_CK_GEMM_INV] && a->K > 0)
-			return gemm_inv_launch(c, a);
+		const int inv = gemm_inv_launch(c, a);
+		if (inv)
+			return inv < 0 ? inv : 0;
 		/* rows in groups of 64 (more only in batch-invariant mode) */
 		const int64_t T = a->T;
 		const char *x0 = a->x;

@@ -79,24 +79,37 @@ struct atlas_tcg_args {
 #define ATLAS_GTC_STAGES(nt8) ((nt8) <= 2 ? 8 : 4)
 #define ATLAS_GTC_SMEM(nt8) (8 * ATLAS_GTC_STAGES(nt8) * (2 + (nt8)) * 32 * 16)
 
-/* atlas_gemm_inv (gemm_inv.cu): the batch-invariant GEMM, the GEMV's
- * (gemv_tc.cu) sum order at any T. */
+/* atlas_gemm_inv* (gemm_inv.cu): the batch-invariant GEMM, the GEMV's
+ * (gemv_tc.cu) sum order at any T, for up to 3 products of one x. Grid x
+ * goes to product 0's nbx[0] row tiles, then product 1's, ...; grid z:
+ * 1, or (ws set) one block per K range, whose chain sums go to ws for
+ * atlas_gemm_inv_reduce. */
 struct atlas_ginv_args {
-	const void *x;    /* [T, K] bf16 */
-	const void *w;    /* [N, K] bf16 (swiglu: the gate rows) */
-	const void *wu;   /* swiglu: the up rows [N, K]; else NULL */
-	const void *bias; /* [N] bf16 or NULL (never with swiglu) */
-	void *out;        /* [T, N] bf16, or float with out_f32 */
-	long long T, N, K;
-	int wpr;          /* K ranges: the GEMV's 8 / rpb for this weight */
-	int swiglu;       /* out = silu(round(x Wg^T)) * round(x Wu^T) */
+	const void *x;            /* [T, K] bf16 */
+	const void *w[3];         /* [N, K] bf16 (swiglu: w[0] gate, w[1] up) */
+	const void *bias[3];      /* [N] bf16 or NULL (never with swiglu) */
+	void *out[3];             /* [T, N] bf16, or float with out_f32 */
+	long long N[3];
+	long long ws_off[3];      /* product s's partials at ws + ws_off[s]:
+				   * [range][T][rows], rows = N (swiglu: 2N,
+				   * the up rows after the gate rows) */
+	float *ws;                /* NULL: whole K per block */
+	long long T, K;
+	int nbx[3];               /* row tiles (grid x blocks) of each product */
+	int nseg;                 /* products (swiglu: 1) */
+	int wpr;                  /* K ranges: the GEMV's 8 / rpb for these weights */
+	int swiglu;               /* out = silu(round(x Wg^T)) * round(x Wu^T) */
 	int out_f32;
 };
 
-/* atlas_gemm_inv: cp.async stages, and the dynamic shared memory of a
- * block (a stage: 128 x 64 bf16 of W and of x). */
+/* atlas_gemm_inv (tile 128 weight rows x 128 tokens), _t64 (128 x 64)
+ * and _t32 (256 x 32): rows per block tile, tokens per block tile,
+ * cp.async stages and dynamic shared memory (a stage: the tile's W rows
+ * and x rows, 128 bytes each). */
+#define ATLAS_GINV_BM(v) ((v) == 2 ? 256 : 128)
+#define ATLAS_GINV_BT(v) ((v) == 0 ? 128 : (v) == 1 ? 64 : 32)
 #define ATLAS_GINV_STAGES 4
-#define ATLAS_GINV_SMEM (ATLAS_GINV_STAGES * 2 * 128 * 128)
+#define ATLAS_GINV_SMEM(v) (ATLAS_GINV_STAGES * (ATLAS_GINV_BM(v) + ATLAS_GINV_BT(v)) * 128)
 
 /* moe.cu: the most experts a layer may have and choose per token on the
  * CUDA backend (routing keeps a token's probabilities in shared memory;
