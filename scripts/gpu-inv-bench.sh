@@ -22,9 +22,9 @@ for p in $parts; do
 	mkdir -p "$out/$p"
 	case $p in
 	checks)
-		HARNESS_ONLY=test_invariant "$build/tests/gpu/test-cuda-ops" >"$out/$p/invariant.log" 2>&1
-		echo "test_invariant: exit $? $(grep -c '^ok' "$out/$p/invariant.log") ok" >>"$sum"
-		grep '^# invariant' "$out/$p/invariant.log" >>"$sum"
+		HARNESS_ONLY=_inv "$build/tests/gpu/test-cuda-ops" >"$out/$p/invariant.log" 2>&1
+		echo "invariance tests: exit $? $(grep -c '^ok' "$out/$p/invariant.log") ok" >>"$sum"
+		grep "^# invariant" "$out/$p/invariant.log" | grep -v " 0 row(s)\| 0 of " >>"$sum"
 		"$build/tests/gpu/test-cuda-ops" >"$out/$p/ops.log" 2>&1
 		echo "test-cuda-ops: exit $? $(grep -c '^ok' "$out/$p/ops.log") ok, $(grep -c '^not ok' "$out/$p/ops.log") not ok" >>"$sum"
 		;;

@@ -305,6 +305,10 @@ static void test_rope(void)
 
 /* kv_store then paged attention, nseq sequences of T new tokens each at
  * positions pos0.., blocks of B rows in scrambled order. */
+/* check_attention in batch-invariant mode (test_attention_inv): also
+ * every token attended alone (T = 1) gives the bits it got in the batch. */
+static int att_inv;
+
 static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int64_t hd,
 			    int64_t window, int64_t nseq, int64_t B)
 {
@@ -367,6 +371,21 @@ static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int
 	CHECK_EQ_INT(gpu->attention(gpu, o.d, q.d, kc.d, vc.d, &db, nt, H, Hkv, hd, window, scale), 0);
 	CHECK_EQ_INT(gpu->download(gpu, o2, o.d, (size_t)(nt * H * hd) * 2), 0);
 	CHECK(memcmp(o1, o2, (size_t)(nt * H * hd) * 2) == 0);
+	if (att_inv) {
+		/* each token alone: its own position, the same cache */
+		int64_t diff = 0;
+		for (int64_t i = 0; i < nt; i++) {
+			struct atlas_kv_batch d1 = {dseq + i, dpos + i, dtab, nseq, nb, B, S};
+			CHECK_EQ_INT(gpu->attention(gpu, o.d, (const char *)q.d + (size_t)(i * H * hd) * 2,
+						    kc.d, vc.d, &d1, 1, H, Hkv, hd, window, scale),
+				     0);
+			CHECK_EQ_INT(gpu->download(gpu, o2, o.d, (size_t)(H * hd) * 2), 0);
+			diff += memcmp(o2, o1 + i * H * hd, (size_t)(H * hd) * 2) != 0;
+		}
+		printf("# invariant %s: %lld of %lld tokens differ from alone\n", what,
+		       (long long)diff, (long long)nt);
+		CHECK(diff == 0);
+	}
 	free(o1);
 	free(o2);
 	freebuf(&kc);
@@ -442,6 +461,22 @@ static void test_attention(void)
 	check_attention(24, 2000, 32, 8, 128, 0, 1, 16);
 	check_attention(16, 0, 32, 8, 128, 0, 1, 16);
 	check_attention(20, 100, 8, 2, 64, 0, 2, 16);
+}
+
+/* Batch-invariant mode: attention of a batch (prefill chunks, several
+ * sequences, windows) gives each token the bits it gets alone; the
+ * result is also checked against the CPU as in test_attention. */
+static void test_attention_inv(void)
+{
+	gpu->batch_invariant = true;
+	att_inv = 1;
+	check_attention(300, 0, 32, 8, 128, 0, 1, 16);
+	check_attention(64, 700, 32, 8, 128, 0, 2, 16);
+	check_attention(40, 2000, 16, 4, 64, 300, 2, 16);
+	check_attention(1, 5000, 32, 8, 128, 0, 3, 16);
+	check_attention(20, 100, 8, 2, 256, 0, 2, 7);
+	att_inv = 0;
+	gpu->batch_invariant = false;
 }
 
 /* Device sampling picks what the host reference picks for the same
@@ -1074,6 +1109,7 @@ int main(void)
 	RUN(test_graph);
 	RUN(test_fused);
 	RUN(test_invariant);
+	RUN(test_attention_inv);
 	RUN(test_moe);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);

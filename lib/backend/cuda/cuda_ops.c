@@ -424,6 +424,16 @@ static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void 
 #define ATT_SPLITS 32
 #define ATT_MIN_KEYS 32
 
+/* Batch-invariant mode: keys per split at least ATT_INV_MIN_KEYS, and at
+ * most as many splits as the longest context this cache holds needs
+ * (both constant for an engine, so a token's partition still depends on
+ * its own position alone). Splits of 256 keys instead of 32 cut the
+ * blocks and merges of a long prefill eightfold: each block takes 8 key
+ * tiles instead of one, and its fixed cost (query, block table, partials,
+ * counter) is paid per 256 keys. A short context gets fewer, longer
+ * splits (a 512-key decode: 2 blocks a kv head instead of 16). */
+#define ATT_INV_MIN_KEYS 256
+
 static int op_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
 			const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
 			int64_t Hkv, int64_t hd, int64_t window, float scale)
@@ -452,7 +462,13 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	 * counters (one per token, kv head and group of 8 query heads) in
 	 * att_cnt */
 	const int64_t ngrp = CEIL_DIV(H / Hkv, 8);
-	const size_t per_tok = (size_t)H * ATT_SPLITS * (size_t)(hd + 2) * sizeof(float);
+	long long splits = ATT_SPLITS, minkeys = ATT_MIN_KEYS;
+	if (be->batch_invariant) {
+		minkeys = c->att_minkeys > 0 ? c->att_minkeys : ATT_INV_MIN_KEYS;
+		const int64_t most = CEIL_DIV(b->max_blocks * b->block_size, minkeys);
+		splits = most < 1 ? 1 : most < ATT_SPLITS ? most : ATT_SPLITS;
+	}
+	const size_t per_tok = (size_t)H * (size_t)splits * (size_t)(hd + 2) * sizeof(float);
 	int64_t tg = c->att_part && c->att_cnt ? (int64_t)(c->att_cap / per_tok) : 0;
 	const int64_t tg_cnt = (int64_t)(c->att_cnt_cap / sizeof(int) / (size_t)(Hkv * ngrp));
 	if (tg > tg_cnt)
@@ -466,7 +482,6 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	}
 	/* one launch per group of tokens: the kernel's last block of each
 	 * (token, kv head, group) merges the splits (attention.cu) */
-	long long splits = ATT_SPLITS, minkeys = ATT_MIN_KEYS;
 	if (!be->batch_invariant) {
 		/* a batch whose (token, kv head, group) blocks already cover
 		 * the SMs needs fewer splits, and every block of the grid costs
