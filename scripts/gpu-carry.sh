@@ -20,6 +20,7 @@ for p in build-carry/atlas-*; do
 	strip -o "$dir/$(basename "$p")" "$p"
 done
 strip -o "$dir/tests/test-golden" build-carry/tests/test-golden
+strip -o "$dir/tests/test-invariance" build-carry/tests/test-invariance
 for t in build-carry/tests/gpu/test-*; do
 	strip -o "$dir/tests/gpu/$(basename "$t")" "$t"
 done

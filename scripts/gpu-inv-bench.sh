@@ -1,8 +1,11 @@
 #!/bin/bash
 # gpu-inv-bench.sh OUT [BUILD] - issue 18's record, on the GPU machine
 # with binaries carried in BUILD (default .gpubuild; scripts/gpu-carry.sh):
-#   checks   the batch-invariance op tests (test_invariant: every row of
-#            a product equals the row alone, GEMV and atlas_gemm_inv) and
+#   checks   the batch-invariance op tests (test_invariant,
+#            test_attention_inv: every row equals the row alone), the
+#            model-level test (tests/unit/test-invariance.c on CUDA), 64
+#            concurrent requests of 1..3000 prompt tokens through
+#            atlas-serve equal to each alone (scripts/serve-check.py), and
 #            the whole CUDA op suite
 #   offline  atlas-bench generate on the Qwen3-8B shape, batch 1/32/64,
 #            512-token prompts, 128 generated: the reference the server is
@@ -25,6 +28,15 @@ for p in $parts; do
 		HARNESS_ONLY=_inv "$build/tests/gpu/test-cuda-ops" >"$out/$p/invariant.log" 2>&1
 		echo "invariance tests: exit $? $(grep -c '^ok' "$out/$p/invariant.log") ok" >>"$sum"
 		grep "^# invariant" "$out/$p/invariant.log" | grep -v " 0 row(s)\| 0 of " >>"$sum"
+		ATLAS_TEST_DEVICE=cuda "$build/tests/test-invariance" >"$out/$p/model.log" 2>&1
+		echo "test-invariance on cuda: exit $?" >>"$sum"
+		grep '^# ' "$out/$p/model.log" >>"$sum"
+		# the server: 64 concurrent requests, prompts of 1..3000 tokens
+		"$build/atlas-serve" -m "$m" --port 18093 --max-seqs 64 -c 4096 >"$out/$p/serve.log" 2>&1 &
+		spid=$!
+		for _ in $(seq 240); do grep -q 'ready' "$out/$p/serve.log" && break; sleep 0.5; done
+		timeout 300 python3 scripts/serve-check.py http://127.0.0.1:18093 64 1-3000 16 >>"$sum" 2>&1
+		kill $spid
 		"$build/tests/gpu/test-cuda-ops" >"$out/$p/ops.log" 2>&1
 		echo "test-cuda-ops: exit $? $(grep -c '^ok' "$out/$p/ops.log") ok, $(grep -c '^not ok' "$out/$p/ops.log") not ok" >>"$sum"
 		;;

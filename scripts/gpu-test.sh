@@ -56,6 +56,14 @@ rc=$?
 row "golden models on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \
 	"$(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok; $(grep 'worst' "$out/golden.log" | sed 's/^# //')"
 
+# 3b. batch invariance end to end on CUDA (tests/unit/test-invariance.c):
+# a 700-token prompt in one step = in chunks of 512, 100, 64 and 1; a
+# sequence decoded alone = in batches of 7, 32 and 64; bit for bit
+ATLAS_TEST_DEVICE=cuda "$build/tests/test-invariance" >"$out/invariance.log" 2>&1
+rc=$?
+row "batch invariance (chunks, batch sizes)" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/invariance.log" && echo pass || echo FAIL)" \
+	"$(grep -c '^ok' "$out/invariance.log") ok, $(grep -c '^not ok' "$out/invariance.log") not ok; $(grep -c ' 0 of ' "$out/invariance.log") comparisons equal"
+
 # 4. the pipe equals -p, on CUDA
 pipe_ok=pass
 : >"$out/pipe.log"
@@ -80,11 +88,12 @@ atlas-run -m tests/fixtures/golden/qwen3 --device cpu -p hi -n 4 -v >/dev/null 2
 sel=$(grep -c 'kernel target' "$out/select.log")
 row "device selection" "$([ "$sel" -ge 2 ] && grep -q 'device: cpu' "$out/select.log" && echo pass || echo FAIL)" \
 	"$(grep -m1 'kernel target' "$out/select.log" | sed 's/atlas: info: //'); --device cpu honoured"
-# 6. the server on CUDA: 32 concurrent temperature-0 requests give exactly
-# what each gives alone (batch composition must not change results)
+# 6. the server on CUDA: 64 concurrent temperature-0 requests with prompts
+# of 1..1000 tokens give exactly what each gives alone, text and logprobs
+# (batch composition and chunked prefill must not change results)
 if [ -x "$build/atlas-serve" ] && command -v python3 >/dev/null; then
 	port=$((20000 + RANDOM % 20000))
-	"$build/atlas-serve" -m tests/fixtures/golden/qwen3-bf16 --device cuda --port $port --max-seqs 32 \
+	"$build/atlas-serve" -m models/default --device cuda --port $port --max-seqs 64 \
 		>"$out/serve.log" 2>&1 &
 	spid=$!
 	python3 -c "
@@ -93,7 +102,7 @@ for i in range(60):
     try:
         urllib.request.urlopen('http://127.0.0.1:$port/health'); break
     except Exception: time.sleep(0.5)"
-	timeout 120 python3 scripts/serve-check.py "http://127.0.0.1:$port" 32 >"$out/serve-check.txt" 2>&1
+	timeout 300 python3 scripts/serve-check.py "http://127.0.0.1:$port" 64 1-1000 16 >"$out/serve-check.txt" 2>&1
 	rc=$?
 	kill $spid 2>/dev/null
 	row "serve: batched = alone on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" "$(head -1 "$out/serve-check.txt")"
