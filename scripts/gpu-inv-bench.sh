@@ -13,6 +13,8 @@
 #            1/32/64) in the default and the batch-invariant mode
 #   serve    atlas-bench serve --self on the same model, concurrency
 #            1/8/32/64, batch-invariant (default) and --no-batch-invariant
+#   ab       batch-invariant decode and prefill with 128, 256 and 512
+#            keys per attention split (ATLAS_CUDA_ATT_MINKEYS)
 #   profile  per-kernel times of a 512-token prefill (PROFILE_PROMPT) and
 #            a batch-64 decode step (PROFILE_BATCH), both modes
 # PARTS="checks offline profile serve" picks parts. Each part's output is under
@@ -56,6 +58,17 @@ for p in $parts; do
 				>"$out/$p/$n.json" 2>"$out/$p/$n.txt"
 			echo "$n: exit $?" >>"$sum"
 			cat "$out/$p/$n.txt" >>"$sum"
+		done
+		;;
+	ab)
+		# keys per split of batch-invariant attention (default 256)
+		for mk in 128 256 512; do
+			ATLAS_CUDA_ATT_MINKEYS=$mk "$build/atlas-bench" decode -m "$m" --batch 1,64 --prompt 512 \
+				--gen 64 --batch-invariant --no-record 2>"$out/$p/decode-mk$mk.txt" >/dev/null
+			ATLAS_CUDA_ATT_MINKEYS=$mk "$build/atlas-bench" prefill -m "$m" --prompt 512,2048 \
+				--batch-invariant --no-record 2>"$out/$p/prefill-mk$mk.txt" >/dev/null
+			echo "ATLAS_CUDA_ATT_MINKEYS=$mk" >>"$sum"
+			grep -A3 '^batch\|^prompt' "$out/$p/decode-mk$mk.txt" "$out/$p/prefill-mk$mk.txt" >>"$sum"
 		done
 		;;
 	profile)

@@ -427,12 +427,14 @@ static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void 
 /* Batch-invariant mode: keys per split at least ATT_INV_MIN_KEYS, and at
  * most as many splits as the longest context this cache holds needs
  * (both constant for an engine, so a token's partition still depends on
- * its own position alone). Splits of 256 keys instead of 32 cut the
- * blocks and merges of a long prefill eightfold: each block takes 8 key
- * tiles instead of one, and its fixed cost (query, block table, partials,
- * counter) is paid per 256 keys. A short context gets fewer, longer
- * splits (a 512-key decode: 2 blocks a kv head instead of 16). */
-#define ATT_INV_MIN_KEYS 256
+ * its own position alone). Longer splits cut the blocks and merges of a
+ * long prefill (each block's fixed cost: query, block table, partials,
+ * counter) but give a short decode context fewer blocks. On the H200
+ * (Qwen3-8B shape, 512-token context; bench/h200-2026-12-03-inv/c8) 32,
+ * 128, 256 and 512 keys gave batch-1 decode steps of 5.71, 5.76, 6.14
+ * and 6.64 ms, batch 64 15.99, 14.85, 14.68, 14.64 ms, and 2048-token
+ * prefills of 468, 436, 424 and 416 ms: 128. */
+#define ATT_INV_MIN_KEYS 128
 
 static int op_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
 			const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
