@@ -60,6 +60,34 @@ static __device__ __forceinline__ int gi_at(int r, int u)
 	return r * 8 + (u ^ (((r & 1) << 2) | ((r >> 1) & 3)));
 }
 
+/* A range's chain into the running total, and a new chain from zero. */
+template <int MI>
+static __device__ __forceinline__ void gi_fold(float (&tot)[MI][4][4], float (&acc)[MI][4][4])
+{
+#pragma unroll
+	for (int i = 0; i < MI; i++)
+#pragma unroll
+		for (int j = 0; j < 4; j++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				tot[i][j][e] += acc[i][j][e];
+				acc[i][j][e] = 0.0f;
+			}
+}
+
+/* 0 + range 0 + ... + range ranges-1 of one output's split-form partials
+ * (stride apart), then +0 for each empty range up to wpr. */
+static __device__ __forceinline__ float gi_merge(const float *p, long long stride,
+						 long long ranges, int wpr)
+{
+	float v = 0.0f;
+	for (long long q = 0; q < ranges; q++)
+		v += p[q * stride];
+	for (long long q = ranges; q < wpr; q++)
+		v += 0.0f;
+	return v;
+}
+
 /* WM x WT warps, each MI m16 tiles (16 MI weight rows) x 32 tokens. */
 template <int WM, int WT, int MI>
 static __device__ __forceinline__ void ginv_impl(const atlas_ginv_args &a)
@@ -162,16 +190,7 @@ static __device__ __forceinline__ void ginv_impl(const atlas_ginv_args &a)
 				continue;
 			if (ch == fold) {
 				fold += cpw;
-				/* a new range: its chain starts from zero */
-#pragma unroll
-				for (int i = 0; i < MI; i++)
-#pragma unroll
-					for (int j = 0; j < 4; j++)
-#pragma unroll
-						for (int e = 0; e < 4; e++) {
-							tot[i][j][e] += acc[i][j][e];
-							acc[i][j][e] = 0.0f;
-						}
+				gi_fold<MI>(tot, acc); /* a new range */
 			}
 			uint4 wa[MI], wb[MI], xb[4];
 #pragma unroll
@@ -303,17 +322,9 @@ extern "C" __global__ void atlas_gemm_inv_reduce(const __grid_constant__ atlas_g
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < T * N;
 	     i += (long long)gridDim.x * blockDim.x) {
 		const long long t = i / N, f = i % N;
-		float v = 0.0f;
-		for (long long q = 0; q < ranges; q++)
-			v += ws[(q * T + t) * rows + f];
-		for (long long q = ranges; q < a.wpr; q++)
-			v += 0.0f;
+		float v = gi_merge(ws + t * rows + f, T * rows, ranges, a.wpr);
 		if (a.swiglu) {
-			float up = 0.0f;
-			for (long long q = 0; q < ranges; q++)
-				up += ws[(q * T + t) * rows + N + f];
-			for (long long q = ranges; q < a.wpr; q++)
-				up += 0.0f;
+			float up = gi_merge(ws + t * rows + N + f, T * rows, ranges, a.wpr);
 			v = atlas_bf(atlas_tobf(v));
 			up = atlas_bf(atlas_tobf(up));
 			v = v / (1.0f + expf(-v)) * up;
