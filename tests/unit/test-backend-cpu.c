@@ -163,6 +163,55 @@ static void test_matmul(void)
 	be->destroy(be);
 }
 
+/* Batch-invariant mode: every row of a T-row matmul (the tiled_inv
+ * kernels past the GEMV's 4 rows) equals, bit for bit, the row computed
+ * alone (the GEMV), with tails of K (8-wide vectors, 512-wide tiles), of
+ * N (16-row tiles, 4-row blocks) and of T (128-row passes, 3-row blocks). */
+static void inv_rows(struct atlas_backend *be, enum atlas_dtype dt, int64_t T, int64_t N, int64_t K)
+{
+	double *wr, *br;
+	void *w = rnd_weights(dt, N * K, &wr), *b = rnd_weights(dt, N, &br);
+	float *x = rnd_f32(T * K), *all = malloc((size_t)(T * N) * sizeof(float));
+	float *one = malloc((size_t)N * sizeof(float));
+	int64_t diff = 0;
+	CHECK_EQ_INT(be->matmul(be, all, x, w, b, dt, T, N, K), 0);
+	for (int64_t t = 0; t < T; t++) {
+		CHECK_EQ_INT(be->matmul(be, one, x + t * K, w, b, dt, 1, N, K), 0);
+		diff += memcmp(one, all + t * N, (size_t)N * sizeof(float)) != 0;
+	}
+	if (diff)
+		printf("# invariant matmul %s isa=%d T=%lld N=%lld K=%lld: %lld rows differ\n",
+		       atlas_dtype_name(dt), (int)atlas_cpu_isa_get(), (long long)T, (long long)N,
+		       (long long)K, (long long)diff);
+	CHECK(diff == 0);
+	free(w);
+	free(wr);
+	free(b);
+	free(br);
+	free(x);
+	free(all);
+	free(one);
+}
+
+static void test_matmul_invariant(void)
+{
+	static const int64_t shapes[][3] = {{5, 33, 257},  {37, 45, 300}, {70, 200, 1100},
+					    {33, 17, 1024}, {6, 70, 13},   {100, 64, 520}, {300, 40, 520}};
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	enum atlas_cpu_isa best = atlas_cpu_isa_get();
+	be->batch_invariant = true;
+	for (int pass = 0; pass < (best != ATLAS_CPU_ISA_GENERIC ? 2 : 1); pass++) {
+		if (pass)
+			atlas_cpu_isa_set(ATLAS_CPU_ISA_GENERIC);
+		matmul_all(be); /* and still correct */
+		for (size_t d = 0; d < sizeof(wdts) / sizeof(wdts[0]); d++)
+			for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+				inv_rows(be, wdts[d], shapes[i][0], shapes[i][1], shapes[i][2]);
+	}
+	atlas_cpu_isa_set(best);
+	be->destroy(be);
+}
+
 static void test_matmul_k0_and_empty(void)
 {
 	struct atlas_backend *be = atlas_backend_cpu_new();
@@ -548,6 +597,7 @@ int main(void)
 {
 	RUN(test_f16_inline_conversion);
 	RUN(test_matmul);
+	RUN(test_matmul_invariant);
 	RUN(test_matmul_k0_and_empty);
 	RUN(test_rmsnorm);
 	RUN(test_add_rmsnorm);

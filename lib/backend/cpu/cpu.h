@@ -119,9 +119,13 @@ struct atlas_cpu_mm {
 };
 void atlas_cpu_gemv_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
 void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
+/* "tiled_inv": the gemv kernel's exact sums for any T (batch-invariant
+ * mode), tiled like "tiled" */
+void atlas_cpu_tiled_inv_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
 #if defined(__x86_64__)
 void atlas_cpu_gemv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
 void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
+void atlas_cpu_tiled_inv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1);
 #endif
 
 /* Weight rows per tile of the tiled kernels (the unit of parallel work)

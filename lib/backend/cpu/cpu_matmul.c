@@ -8,13 +8,17 @@
  *  - prefill (T larger): tiles of 16 weight rows x 512 columns are
  *    converted to f32 once into an L1-sized buffer and reused by every
  *    row of x, so each weight byte leaves memory once per matmul.
- * With be->batch_invariant, every step runs through the GEMV in groups of
- * at most ATLAS_CPU_GEMV_MAX_T rows, so a row's bits never depend on the
- * step's length (chunked prefill, prefix-cache hits, batch-mates).
+ * With be->batch_invariant, steps longer than the GEMV's rows take the
+ * "tiled_inv" kernels: the GEMV's exact sums (lanes kept in memory across
+ * K tiles), so a row's bits never depend on the step's length (chunked
+ * prefill, prefix-cache hits, batch-mates), at tiled speed.
  * Work is split over output features N with atlas_parallel_for. The
  * AVX2 versions of both kernels are in cpu_matmul_avx2.c.
  */
 #include "cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../core/error.h"
 #include "../../core/threads.h"
@@ -88,6 +92,52 @@ void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n
 	}
 }
 
+/* Batch-invariant prefill: atlas_cpu_gemv_generic's sums (per row of x
+ * and of W: dot_lanes over the same TILE_K chunks in order, then
+ * sum_lanes, then the bias), with each tile of W converted once for
+ * INV_TB rows of x: the lanes of those sums stay in memory across the K
+ * tiles. Without that memory, each row goes through the GEMV alone (the
+ * same bits, slower). */
+#define INV_TB 128
+
+void atlas_cpu_tiled_inv_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	float wt[ATLAS_CPU_TILE_N * ATLAS_CPU_TILE_K];
+	const int64_t T = m->T, N = m->N, K = m->K;
+	float(*a)[ATLAS_CPU_TILE_N][LANES] = malloc((size_t)INV_TB * sizeof(*a));
+	if (!a) {
+		for (int64_t t = 0; t < T; t++) {
+			struct atlas_cpu_mm one = *m;
+			one.x = m->x + t * K, one.out = m->out + t * N, one.T = 1;
+			atlas_cpu_gemv_generic(&one, n0, n1);
+		}
+		return;
+	}
+	for (int64_t t0 = 0; t0 < T; t0 += INV_TB) {
+		const int64_t tb = T - t0 < INV_TB ? T - t0 : INV_TB;
+		for (int64_t nt = n0; nt < n1; nt += ATLAS_CPU_TILE_N) {
+			int64_t nb = n1 - nt < ATLAS_CPU_TILE_N ? n1 - nt : ATLAS_CPU_TILE_N;
+			memset(a, 0, (size_t)tb * sizeof(*a));
+			for (int64_t k0 = 0; k0 < K; k0 += ATLAS_CPU_TILE_K) {
+				int64_t kb = K - k0 < ATLAS_CPU_TILE_K ? K - k0 : ATLAS_CPU_TILE_K;
+				for (int64_t r = 0; r < nb; r++)
+					atlas_cpu_convert(wt + r * ATLAS_CPU_TILE_K, m->w, m->wdt,
+							  (nt + r) * K + k0, kb);
+				for (int64_t t = 0; t < tb; t++)
+					for (int64_t r = 0; r < nb; r++)
+						dot_lanes(a[t][r], m->x + (t0 + t) * K + k0,
+							  wt + r * ATLAS_CPU_TILE_K, kb);
+			}
+			for (int64_t r = 0; r < nb; r++) {
+				float b = m->bias ? atlas_cpu_wload(m->bias, m->wdt, nt + r) : 0.0f;
+				for (int64_t t = 0; t < tb; t++)
+					m->out[(t0 + t) * N + nt + r] = b + sum_lanes(a[t][r]);
+			}
+		}
+	}
+	free(a);
+}
+
 /* One matmul handed to the pool: items are groups of `unit` rows of W. */
 struct mm_job {
 	struct atlas_cpu_mm m;					   /* the operands */
@@ -122,22 +172,19 @@ int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x, const v
 				j.m.out[t * N + n] = bias ? atlas_cpu_wload(bias, wdt, n) : 0.0f;
 		return 0;
 	}
-	if (be->batch_invariant && T > ATLAS_CPU_GEMV_MAX_T) {
-		/* a row's bits must not depend on the step's length: the GEMV
-		 * gives every row the same summation order for any T up to its
-		 * limit, so longer steps run as groups of that many rows */
-		for (int64_t t = 0; t < T; t += ATLAS_CPU_GEMV_MAX_T) {
-			int64_t n = T - t < ATLAS_CPU_GEMV_MAX_T ? T - t : ATLAS_CPU_GEMV_MAX_T;
-			rc = atlas_cpu_matmul(be, (float *)out + t * N, (const float *)x + t * K, w,
-					      bias, wdt, n, N, K);
-			if (rc)
-				return rc;
-		}
-		return 0;
-	}
 	int avx2 = atlas_cpu_isa_get() == ATLAS_CPU_ISA_AVX2;
 	int64_t grain;
-	if (T <= ATLAS_CPU_GEMV_MAX_T) {
+	if (be->batch_invariant && T > ATLAS_CPU_GEMV_MAX_T) {
+		/* a row's bits must not depend on the step's length: the
+		 * GEMV's sums, tiled (the same order for any T) */
+		j.fn = atlas_cpu_tiled_inv_generic;
+#if defined(__x86_64__)
+		if (avx2)
+			j.fn = atlas_cpu_tiled_inv_avx2;
+#endif
+		j.unit = ATLAS_CPU_TILE_N;
+		grain = (65536 / (K * T + 1)) / ATLAS_CPU_TILE_N + 1;
+	} else if (T <= ATLAS_CPU_GEMV_MAX_T) {
 		j.fn = atlas_cpu_gemv_generic;
 #if defined(__x86_64__)
 		if (avx2)

@@ -12,6 +12,7 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <stdlib.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
@@ -39,6 +40,20 @@ AVX2 INLINE float hsum(__m256 v)
 
 /* --- decode: out[0..T, n..n+R) straight from W ------------------------ */
 
+/* out[t, n] = bias + (the lanes of acc summed) + the K % 8 tail, in that
+ * order: the end of every dot product of gemv_block and tiled_inv (one
+ * function, so both round alike). */
+AVX2 INLINE void finish(const struct atlas_cpu_mm *m, enum atlas_dtype dt, int64_t t, int64_t n,
+			__m256 acc)
+{
+	const int64_t K = m->K;
+	float s = hsum(acc);
+	for (int64_t k = K & ~(int64_t)7; k < K; k++)
+		s += m->x[t * K + k] * atlas_cpu_wload(m->w, dt, n * K + k);
+	float b = m->bias ? atlas_cpu_wload(m->bias, dt, n) : 0.0f;
+	m->out[t * m->N + n] = b + s;
+}
+
 AVX2 INLINE void gemv_block(const struct atlas_cpu_mm *m, enum atlas_dtype dt, int T, int R,
 			    int64_t n)
 {
@@ -59,15 +74,9 @@ AVX2 INLINE void gemv_block(const struct atlas_cpu_mm *m, enum atlas_dtype dt, i
 				acc[t][r] = _mm256_fmadd_ps(xv[t], wv, acc[t][r]);
 		}
 	}
-	for (int r = 0; r < R; r++) {
-		float b = m->bias ? atlas_cpu_wload(m->bias, dt, n + r) : 0.0f;
-		for (int t = 0; t < T; t++) {
-			float s = hsum(acc[t][r]);
-			for (int64_t k = K8; k < K; k++)
-				s += x[t * K + k] * atlas_cpu_wload(m->w, dt, (n + r) * K + k);
-			m->out[t * m->N + n + r] = b + s;
-		}
-	}
+	for (int r = 0; r < R; r++)
+		for (int t = 0; t < T; t++)
+			finish(m, dt, t, n + r, acc[t][r]);
 }
 
 /* Rows of W per block for T rows of x: T*R accumulators, at most 12. */
@@ -243,6 +252,114 @@ void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 		tiled_f16(m, n0, n1);
 	else
 		tiled_bf16(m, n0, n1);
+}
+
+/* --- batch-invariant prefill: gemv_block's sums, tiled ---------------
+ *
+ * Every (row of x, row of W) sum is gemv_block's: one 8-lane FMA chain
+ * over k = 0, 8, .., K8 - 8 in order, then finish(). The chains of a tile
+ * of W and INV_TB rows of x live in memory across the K tiles, so each
+ * tile of W is converted once for those rows: a row gets the same bits
+ * for any T, as the batch-invariant mode needs, at near the tiled
+ * kernel's speed (2 cores, bf16 512 x 3072 x 1024: 29.8 ms against 24.5
+ * tiled and 53.5 through the GEMV in groups of 4 rows). */
+/* Rows of x per pass over a row tile's K: their x block (INV_TB x K) and
+ * chains (INV_TB x 16 vectors, 64 KiB) stay in L2 while the tile's K
+ * streams past; W is converted again for each pass. */
+#define INV_TB 128
+
+AVX2 INLINE void micro_inv(const struct atlas_cpu_mm *m, const float *wt, __m256 *acc, int64_t t,
+			   int64_t r, int64_t k0, int64_t kb, int mt, int nr)
+{
+	const int64_t K = m->K, kb8 = kb & ~(int64_t)7;
+	const float *xp = m->x + t * K + k0;
+	const float *wp = wt + r * LDT;
+	__m256 a[MT][NR];
+	for (int i = 0; i < mt; i++)
+		for (int j = 0; j < nr; j++)
+			a[i][j] = acc[i * ATLAS_CPU_TILE_N + j];
+	for (int64_t k = 0; k < kb8; k += 8) {
+		__m256 xv[MT];
+		for (int i = 0; i < mt; i++)
+			xv[i] = _mm256_loadu_ps(xp + i * K + k);
+		for (int j = 0; j < nr; j++) {
+			__m256 wv = _mm256_load_ps(wp + j * LDT + k);
+			for (int i = 0; i < mt; i++)
+				a[i][j] = _mm256_fmadd_ps(xv[i], wv, a[i][j]);
+		}
+	}
+	for (int i = 0; i < mt; i++)
+		for (int j = 0; j < nr; j++)
+			acc[i * ATLAS_CPU_TILE_N + j] = a[i][j];
+}
+
+AVX2 INLINE void tiled_inv(const struct atlas_cpu_mm *m, enum atlas_dtype dt, int64_t n0,
+			   int64_t n1)
+{
+	float wt[ATLAS_CPU_TILE_N * LDT] __attribute__((aligned(64)));
+	const int64_t K = m->K, T = m->T;
+	/* [row of x][row of the tile]; without it, each row goes through
+	 * gemv_block alone (the same bits, slower) */
+	__m256 *acc = aligned_alloc(32, (size_t)INV_TB * ATLAS_CPU_TILE_N * sizeof(__m256));
+	if (!acc) {
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t n = n0; n < n1; n++) {
+				struct atlas_cpu_mm one = *m;
+				one.x = m->x + t * K, one.out = m->out + t * m->N, one.T = 1;
+				gemv_block(&one, dt, 1, 1, n);
+			}
+		return;
+	}
+	for (int64_t t0 = 0; t0 < T; t0 += INV_TB) {
+		const int64_t tb = T - t0 < INV_TB ? T - t0 : INV_TB;
+		for (int64_t nt = n0; nt < n1; nt += ATLAS_CPU_TILE_N) {
+			const int64_t nb = n1 - nt < ATLAS_CPU_TILE_N ? n1 - nt : ATLAS_CPU_TILE_N;
+			for (int64_t i = 0; i < tb * ATLAS_CPU_TILE_N; i++)
+				acc[i] = _mm256_setzero_ps();
+			for (int64_t k0 = 0; k0 < K; k0 += LDT) {
+				const int64_t kb = K - k0 < LDT ? K - k0 : LDT;
+				pack(m, dt, wt, nt, nb, k0, kb);
+				for (int64_t t = 0; t < tb; t += MT) {
+					const int mt = tb - t < MT ? (int)(tb - t) : MT;
+					__m256 *at = acc + t * ATLAS_CPU_TILE_N;
+					int64_t r = 0;
+					for (; r + NR <= nb; r += NR)
+						micro_inv(m, wt, at + r, t0 + t, r, k0, kb, mt, NR);
+					for (; r < nb; r++)
+						micro_inv(m, wt, at + r, t0 + t, r, k0, kb, mt, 1);
+				}
+			}
+			for (int64_t t = 0; t < tb; t++)
+				for (int64_t r = 0; r < nb; r++)
+					finish(m, dt, t0 + t, nt + r, acc[t * ATLAS_CPU_TILE_N + r]);
+		}
+	}
+	free(acc);
+}
+
+AVX2 static void tiled_inv_f32(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	tiled_inv(m, ATLAS_DTYPE_F32, n0, n1);
+}
+
+AVX2 static void tiled_inv_f16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	tiled_inv(m, ATLAS_DTYPE_F16, n0, n1);
+}
+
+AVX2 static void tiled_inv_bf16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	tiled_inv(m, ATLAS_DTYPE_BF16, n0, n1);
+}
+
+void atlas_cpu_tiled_inv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
+{
+	if (m->wdt == ATLAS_DTYPE_F32)
+		tiled_inv_f32(m, n0, n1);
+	else if (m->wdt == ATLAS_DTYPE_F16)
+		tiled_inv_f16(m, n0, n1);
+	else
+		tiled_inv_bf16(m, n0, n1);
 }
 
 #endif
