@@ -430,10 +430,10 @@ static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void 
  * its own position alone). Longer splits cut the blocks and merges of a
  * long prefill (each block's fixed cost: query, block table, partials,
  * counter) but give a short decode context fewer blocks. On the H200
- * (Qwen3-8B shape, 512-token context; bench/h200-2026-12-03-inv/c8) 32,
- * 128, 256 and 512 keys gave batch-1 decode steps of 5.71, 5.76, 6.14
- * and 6.64 ms, batch 64 15.99, 14.85, 14.68, 14.64 ms, and 2048-token
- * prefills of 468, 436, 424 and 416 ms: 128. */
+ * (Qwen3-8B shape, 512-token context; bench/h200-2026-12-03-inv, 32 keys
+ * in c6, the others in c8) 32, 128, 256 and 512 keys gave batch-1 decode
+ * steps of 5.71, 5.76, 6.14 and 6.64 ms, batch 64 15.99, 14.85, 14.68,
+ * 14.64 ms, and 2048-token prefills of 468, 436, 424 and 416 ms: 128. */
 #define ATT_INV_MIN_KEYS 128
 
 static int op_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
