@@ -249,7 +249,8 @@ static int buf_put(struct buf *b, const void *s, size_t n)
 		b->p = p;
 		b->cap = cap;
 	}
-	memcpy(b->p + b->n, s, n);
+	if (n) /* s may be NULL for an empty piece */
+		memcpy(b->p + b->n, s, n);
 	b->n += n;
 	return 0;
 }
