@@ -317,6 +317,9 @@ static int template_ids(struct atlas_tok *tok, const char *dir, json_object *pp,
 {
 	json_object *ent = get(get(pp, "special_tokens"), name);
 	json_object *list = get(ent, "ids");
+	if (list && !json_object_is_type(list, json_type_array))
+		return bad(dir, ATLAS_EFORMAT, "post_processor special_tokens['%s'].ids is not a list",
+			   name);
 	size_t len = list ? json_object_array_length(list) : 0;
 	if (!list) {
 		int32_t id = atlas_tok_lookup(tok, name);
@@ -350,6 +353,8 @@ static int load_postproc(struct atlas_tok *tok, const char *dir, json_object *pp
 		return 0;
 	if (!strcmp(type, "Sequence")) {
 		json_object *list = get(pp, "processors");
+		if (list && !json_object_is_type(list, json_type_array))
+			return bad(dir, ATLAS_EFORMAT, "post_processor.processors is not a list");
 		size_t n = list ? json_object_array_length(list) : 0;
 		for (size_t i = 0; i < n; i++) {
 			int rc = load_postproc(tok, dir, json_object_array_get_idx(list, i));
@@ -364,6 +369,8 @@ static int load_postproc(struct atlas_tok *tok, const char *dir, json_object *pp
 			   "TemplateProcessing)",
 			   type);
 	json_object *single = get(pp, "single");
+	if (single && !json_object_is_type(single, json_type_array))
+		return bad(dir, ATLAS_EFORMAT, "post_processor.single is not a list");
 	size_t n = single ? json_object_array_length(single) : 0;
 	bool seen_a = false;
 	for (size_t i = 0; i < n; i++) {
