@@ -17,7 +17,6 @@
  */
 #include "cpu.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "../../core/error.h"
@@ -95,29 +94,20 @@ void atlas_cpu_tiled_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n
 /* Batch-invariant prefill: atlas_cpu_gemv_generic's sums (per row of x
  * and of W: dot_lanes over the same TILE_K chunks in order, then
  * sum_lanes, then the bias), with each tile of W converted once for
- * INV_TB rows of x: the lanes of those sums stay in memory across the K
- * tiles. Without that memory, each row goes through the GEMV alone (the
- * same bits, slower). */
+ * INV_TB rows of x: the lanes of those sums stay in memory (64 KiB on the
+ * stack) across the K tiles. */
 #define INV_TB 128
 
 void atlas_cpu_tiled_inv_generic(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 {
 	float wt[ATLAS_CPU_TILE_N * ATLAS_CPU_TILE_K];
 	const int64_t T = m->T, N = m->N, K = m->K;
-	float(*a)[ATLAS_CPU_TILE_N][LANES] = malloc((size_t)INV_TB * sizeof(*a));
-	if (!a) {
-		for (int64_t t = 0; t < T; t++) {
-			struct atlas_cpu_mm one = *m;
-			one.x = m->x + t * K, one.out = m->out + t * N, one.T = 1;
-			atlas_cpu_gemv_generic(&one, n0, n1);
-		}
-		return;
-	}
+	float a[INV_TB][ATLAS_CPU_TILE_N][LANES];
 	for (int64_t t0 = 0; t0 < T; t0 += INV_TB) {
 		const int64_t tb = T - t0 < INV_TB ? T - t0 : INV_TB;
 		for (int64_t nt = n0; nt < n1; nt += ATLAS_CPU_TILE_N) {
 			int64_t nb = n1 - nt < ATLAS_CPU_TILE_N ? n1 - nt : ATLAS_CPU_TILE_N;
-			memset(a, 0, (size_t)tb * sizeof(*a));
+			memset(a, 0, (size_t)tb * sizeof(a[0]));
 			for (int64_t k0 = 0; k0 < K; k0 += ATLAS_CPU_TILE_K) {
 				int64_t kb = K - k0 < ATLAS_CPU_TILE_K ? K - k0 : ATLAS_CPU_TILE_K;
 				for (int64_t r = 0; r < nb; r++)
@@ -135,7 +125,6 @@ void atlas_cpu_tiled_inv_generic(const struct atlas_cpu_mm *m, int64_t n0, int64
 			}
 		}
 	}
-	free(a);
 }
 
 /* One matmul handed to the pool: items are groups of `unit` rows of W. */

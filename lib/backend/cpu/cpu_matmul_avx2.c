@@ -12,7 +12,6 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
-#include <stdlib.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
@@ -120,6 +119,26 @@ void atlas_cpu_gemv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 /* Tiles per pass over a K block of x (x block T x LDT floats in L2). */
 #define CHUNK 8
 
+/* acc[i][j] += x[t+i, k0..k0+kb8) . wt[r+j, 0..kb8): one 8-lane FMA chain
+ * each, k ascending (micro and micro_inv). */
+AVX2 INLINE void chains(const struct atlas_cpu_mm *m, const float *wt, __m256 (*acc)[NR],
+			int64_t t, int64_t r, int64_t k0, int64_t kb8, int mt, int nr)
+{
+	const int64_t K = m->K;
+	const float *xp = m->x + t * K + k0;
+	const float *wp = wt + r * LDT;
+	for (int64_t k = 0; k < kb8; k += 8) {
+		__m256 xv[MT];
+		for (int i = 0; i < mt; i++)
+			xv[i] = _mm256_loadu_ps(xp + i * K + k);
+		for (int j = 0; j < nr; j++) {
+			__m256 wv = _mm256_load_ps(wp + j * LDT + k);
+			for (int i = 0; i < mt; i++)
+				acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
+		}
+	}
+}
+
 /* out[t..t+mt, nt+r..nt+r+nr) (+)= x[t.., k0..k0+kb) . wt[r.., 0..kb) */
 AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt, int64_t t, int64_t nt,
 		       int64_t r, int64_t k0, int64_t kb, int mt, int nr)
@@ -132,16 +151,7 @@ AVX2 INLINE void micro(const struct atlas_cpu_mm *m, const float *wt, int64_t t,
 	for (int i = 0; i < mt; i++)
 		for (int j = 0; j < nr; j++)
 			acc[i][j] = _mm256_setzero_ps();
-	for (int64_t k = 0; k < kb8; k += 8) {
-		__m256 xv[MT];
-		for (int i = 0; i < mt; i++)
-			xv[i] = _mm256_loadu_ps(xp + i * K + k);
-		for (int j = 0; j < nr; j++) {
-			__m256 wv = _mm256_load_ps(wp + j * LDT + k);
-			for (int i = 0; i < mt; i++)
-				acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
-		}
-	}
+	chains(m, wt, acc, t, r, k0, kb8, mt, nr);
 	for (int i = 0; i < mt; i++) {
 		float *o = m->out + (t + i) * m->N + nt + r;
 		float s[NR], prev[NR];
@@ -229,30 +239,32 @@ AVX2 INLINE void tiled(const struct atlas_cpu_mm *m, enum atlas_dtype dt, int64_
 	}
 }
 
-AVX2 static void tiled_f32(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	tiled(m, ATLAS_DTYPE_F32, n0, n1);
-}
+/* The exported entry point of kernel fn(m, dtype, n0, n1): one instance
+ * per weight dtype, so each has its conversion inlined. */
+#define BY_DTYPE(fn)                                                                               \
+	AVX2 static void fn##_f32(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)            \
+	{                                                                                          \
+		fn(m, ATLAS_DTYPE_F32, n0, n1);                                                    \
+	}                                                                                          \
+	AVX2 static void fn##_f16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)            \
+	{                                                                                          \
+		fn(m, ATLAS_DTYPE_F16, n0, n1);                                                    \
+	}                                                                                          \
+	AVX2 static void fn##_bf16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)           \
+	{                                                                                          \
+		fn(m, ATLAS_DTYPE_BF16, n0, n1);                                                   \
+	}                                                                                          \
+	void atlas_cpu_##fn##_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)           \
+	{                                                                                          \
+		if (m->wdt == ATLAS_DTYPE_F32)                                                     \
+			fn##_f32(m, n0, n1);                                                       \
+		else if (m->wdt == ATLAS_DTYPE_F16)                                                \
+			fn##_f16(m, n0, n1);                                                       \
+		else                                                                               \
+			fn##_bf16(m, n0, n1);                                                      \
+	}
 
-AVX2 static void tiled_f16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	tiled(m, ATLAS_DTYPE_F16, n0, n1);
-}
-
-AVX2 static void tiled_bf16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	tiled(m, ATLAS_DTYPE_BF16, n0, n1);
-}
-
-void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	if (m->wdt == ATLAS_DTYPE_F32)
-		tiled_f32(m, n0, n1);
-	else if (m->wdt == ATLAS_DTYPE_F16)
-		tiled_f16(m, n0, n1);
-	else
-		tiled_bf16(m, n0, n1);
-}
+BY_DTYPE(tiled)
 
 /* --- batch-invariant prefill: gemv_block's sums, tiled ---------------
  *
@@ -271,23 +283,11 @@ void atlas_cpu_tiled_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
 AVX2 INLINE void micro_inv(const struct atlas_cpu_mm *m, const float *wt, __m256 *acc, int64_t t,
 			   int64_t r, int64_t k0, int64_t kb, int mt, int nr)
 {
-	const int64_t K = m->K, kb8 = kb & ~(int64_t)7;
-	const float *xp = m->x + t * K + k0;
-	const float *wp = wt + r * LDT;
 	__m256 a[MT][NR];
 	for (int i = 0; i < mt; i++)
 		for (int j = 0; j < nr; j++)
 			a[i][j] = acc[i * ATLAS_CPU_TILE_N + j];
-	for (int64_t k = 0; k < kb8; k += 8) {
-		__m256 xv[MT];
-		for (int i = 0; i < mt; i++)
-			xv[i] = _mm256_loadu_ps(xp + i * K + k);
-		for (int j = 0; j < nr; j++) {
-			__m256 wv = _mm256_load_ps(wp + j * LDT + k);
-			for (int i = 0; i < mt; i++)
-				a[i][j] = _mm256_fmadd_ps(xv[i], wv, a[i][j]);
-		}
-	}
+	chains(m, wt, a, t, r, k0, kb & ~(int64_t)7, mt, nr);
 	for (int i = 0; i < mt; i++)
 		for (int j = 0; j < nr; j++)
 			acc[i * ATLAS_CPU_TILE_N + j] = a[i][j];
@@ -297,19 +297,8 @@ AVX2 INLINE void tiled_inv(const struct atlas_cpu_mm *m, enum atlas_dtype dt, in
 			   int64_t n1)
 {
 	float wt[ATLAS_CPU_TILE_N * LDT] __attribute__((aligned(64)));
+	__m256 acc[INV_TB * ATLAS_CPU_TILE_N]; /* [row of x][row of the tile], 64 KiB */
 	const int64_t K = m->K, T = m->T;
-	/* [row of x][row of the tile]; without it, each row goes through
-	 * gemv_block alone (the same bits, slower) */
-	__m256 *acc = aligned_alloc(32, (size_t)INV_TB * ATLAS_CPU_TILE_N * sizeof(__m256));
-	if (!acc) {
-		for (int64_t t = 0; t < T; t++)
-			for (int64_t n = n0; n < n1; n++) {
-				struct atlas_cpu_mm one = *m;
-				one.x = m->x + t * K, one.out = m->out + t * m->N, one.T = 1;
-				gemv_block(&one, dt, 1, 1, n);
-			}
-		return;
-	}
 	for (int64_t t0 = 0; t0 < T; t0 += INV_TB) {
 		const int64_t tb = T - t0 < INV_TB ? T - t0 : INV_TB;
 		for (int64_t nt = n0; nt < n1; nt += ATLAS_CPU_TILE_N) {
@@ -334,32 +323,8 @@ AVX2 INLINE void tiled_inv(const struct atlas_cpu_mm *m, enum atlas_dtype dt, in
 					finish(m, dt, t0 + t, nt + r, acc[t * ATLAS_CPU_TILE_N + r]);
 		}
 	}
-	free(acc);
 }
 
-AVX2 static void tiled_inv_f32(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	tiled_inv(m, ATLAS_DTYPE_F32, n0, n1);
-}
-
-AVX2 static void tiled_inv_f16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	tiled_inv(m, ATLAS_DTYPE_F16, n0, n1);
-}
-
-AVX2 static void tiled_inv_bf16(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	tiled_inv(m, ATLAS_DTYPE_BF16, n0, n1);
-}
-
-void atlas_cpu_tiled_inv_avx2(const struct atlas_cpu_mm *m, int64_t n0, int64_t n1)
-{
-	if (m->wdt == ATLAS_DTYPE_F32)
-		tiled_inv_f32(m, n0, n1);
-	else if (m->wdt == ATLAS_DTYPE_F16)
-		tiled_inv_f16(m, n0, n1);
-	else
-		tiled_inv_bf16(m, n0, n1);
-}
+BY_DTYPE(tiled_inv)
 
 #endif
