@@ -864,8 +864,9 @@ static void inv_run(int kind, const void *x, const struct wbuf *w, const struct 
 
 /* Batch-invariant mode: every row of a product gets the same bits as the
  * same row computed alone (T = 1, the tensor-core GEMV), for T across the
- * GEMV (T <= 16) and atlas_gemm_inv (T >= 17; its three token tiles, its
- * split form, N and K tails, every K-range count 1..8). */
+ * GEMV (T <= 16), atlas_gemm_inv (T >= 17; its three token tiles, its
+ * split form, N and K tails, every K-range count 1..8) and, from T = 128,
+ * atlas_gemm_tc_inv (wgmma) where the chunk counts let it take them. */
 static void check_invariant(int kind, int64_t T, int64_t N, int64_t K)
 {
 	static const char *const names[] = {"matmul", "matmul+bias", "logits", "matmul_multi",
@@ -937,7 +938,12 @@ static void test_invariant(void)
 	    {1, 517, 4096, 1024}, {0, 129, 151936 / 16, 2048}, {0, 200, 8, 72},
 	    {0, 150, 6144, 4096}, {2, 130, 5000, 256},  {2, 80, 151936, 128},
 	    {3, 150, 1024, 1024}, {3, 70, 4096, 4096},  {4, 200, 3000, 1024},
-	    {4, 90, 12288, 4096}, {4, 66, 77, 136}};
+	    {4, 90, 12288, 4096}, {4, 66, 77, 136},
+	    /* atlas_gemm_tc_inv (T >= 128, even chunk and range counts):
+	     * Qwen3-8B's products at a 512-token prefill, a K tail inside
+	     * the last chunk, token and row tails, the logits */
+	    {3, 512, 4096, 4096}, {4, 512, 12288, 4096}, {0, 512, 4096, 12288},
+	    {1, 300, 2000, 2040}, {2, 130, 151936 / 4, 4096}, {4, 129, 100, 1024}};
 	gpu->batch_invariant = true;
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		check_invariant((int)shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);

@@ -10,10 +10,9 @@
  * it is bound by L2 reads. This kernel stages weight and x tiles in
  * shared memory and reuses each fragment across a 64 x 32 warp tile, and
  * repeats the GEMV's arithmetic instruction for instruction:
- *  - the same mma.sync m16n8k16 with the same operands in the same slots
- *    (lane (g, c) takes the 16 bytes k0 + 8c .. + 8 of a 32-wide chunk
- *    for rows g and g + 8 and for token g; uint4 words x, y feed k-step 0
- *    and z, w k-step 1; see gemv_tc.cu);
+ *  - the same mma.sync m16n8k16 steps: k-step s of a 32-wide chunk sums
+ *    k0 + 16s .. + 16 (lane (g, c) takes the 8 bytes k0 + 16s + 4c .. + 4
+ *    for rows g and g + 8 and for token g; see gemv_tc.cu);
  *  - the same K ranges: the chunks split into wpr contiguous ranges of
  *    ceil(chunks / wpr) (wpr = the GEMV's 8 / rpb, which the host derives
  *    from the weight's shape alone), one accumulator chain per range in
@@ -46,9 +45,9 @@
  *
  * Shared memory: a stage is the W tile then the x tile, rows of 128
  * bytes; 16-byte unit u of row r sits at unit u ^ s(r) of the row,
- * s(r) = (r & 1) << 2 | (r >> 1) & 3, so the eight lanes of a quarter warp
- * (rows 2i and 2i + 1, units c = 0..3 of one chunk) read eight distinct
- * bank groups.
+ * s(r) = (r & 1) << 2 | (r >> 1) & 3 (chosen when lanes read whole
+ * units; with the 8-byte reads of a k-step, a half warp's four rows meet
+ * two ways in the banks at worst).
  */
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
@@ -192,25 +191,28 @@ static __device__ __forceinline__ void ginv_impl(const atlas_ginv_args &a)
 				fold += cpw;
 				gi_fold<MI>(tot, acc); /* a new range */
 			}
-			uint4 wa[MI], wb[MI], xb[4];
 #pragma unroll
-			for (int i = 0; i < MI; i++) {
-				const int r = (wm * MI + i) * 16 + g;
-				wa[i] = W[gi_at(r, cs * 4 + c)];
-				wb[i] = W[gi_at(r + 8, cs * 4 + c)];
-			}
+			for (int ks = 0; ks < 2; ks++) {
+				/* k-step ks of the chunk: lane (g, c) takes the 8 bytes
+				 * 16ks + 4c .. + 4 (half c & 1 of unit 2ks + c / 2) */
+				const int un = cs * 4 + 2 * ks + (c >> 1), hf = c & 1;
+				uint2 wa[MI], wb[MI], xb[4];
 #pragma unroll
-			for (int j = 0; j < 4; j++)
-				xb[j] = X[gi_at(wt * 32 + j * 8 + g, cs * 4 + c)];
-#pragma unroll
-			for (int i = 0; i < MI; i++)
-#pragma unroll
-				for (int j = 0; j < 4; j++) {
-					atlas_mma_bf16(acc[i][j], wa[i].x, wb[i].x, wa[i].y, wb[i].y,
-						       xb[j].x, xb[j].y);
-					atlas_mma_bf16(acc[i][j], wa[i].z, wb[i].z, wa[i].w, wb[i].w,
-						       xb[j].z, xb[j].w);
+				for (int i = 0; i < MI; i++) {
+					const int r = (wm * MI + i) * 16 + g;
+					wa[i] = ((const uint2 *)(W + gi_at(r, un)))[hf];
+					wb[i] = ((const uint2 *)(W + gi_at(r + 8, un)))[hf];
 				}
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					xb[j] = ((const uint2 *)(X + gi_at(wt * 32 + j * 8 + g, un)))[hf];
+#pragma unroll
+				for (int i = 0; i < MI; i++)
+#pragma unroll
+					for (int j = 0; j < 4; j++)
+						atlas_mma_bf16(acc[i][j], wa[i].x, wb[i].x, wa[i].y, wb[i].y,
+							       xb[j].x, xb[j].y);
+			}
 		}
 	}
 	atlas_cp_wait<0>();

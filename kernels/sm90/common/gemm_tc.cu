@@ -70,6 +70,24 @@
  * order, adds the bias and rounds: deterministic, but not the same bits
  * as one range (batch-invariant mode never uses this kernel).
  *
+ * Batch-invariant form (atlas_gemm_tc_inv, 128 x 128 tiles): every
+ * output gets exactly the bits the tensor-core GEMV (gemv_tc.cu) gives
+ * it. A wgmma k16 step gives each element mma.sync's bits for the same
+ * 16 products and accumulator, whatever slot holds which product
+ * (tests/gpu/probe-mma-order.cu), and a k16 step at +32 bytes of a slice
+ * sums 16 consecutive k, as the GEMV's k-steps do. So it remains to repeat
+ * the GEMV's chains: K in 32-wide chunks split into wpr contiguous ranges
+ * of ceil(chunks / wpr) (wpr = 8 / the GEMV's rows per block, from the
+ * weight's shape), one accumulator chain per range from zero, and the
+ * ranges added 0 + r0 + r1 + ... into a second register set (tot) as each
+ * range ends, +0 for each empty range, then the bias or the swiglu, one
+ * rounding. The fold waits for the wgmmas in flight and happens between
+ * 64-wide slices (the host sends only shapes whose chunk and range counts
+ * are even; the others take atlas_gemm_inv). With swiglu a tile's W slice
+ * is 64 gate rows then the same 64 features' up rows (two 64-row TMA
+ * boxes), so a thread holds the gate and up sums of its outputs (columns
+ * j and j + 64 of its accumulators).
+ *
  * Segments: one launch computes up to three products of the same x (q,
  * k and v; gate and up), each with its own W tensor map, out, bias and N;
  * grid y runs over segment 0's column tiles, then segment 1's, ...
@@ -320,6 +338,65 @@ static __device__ __forceinline__ void tcg_store_tile(OutT *out, const float (&a
 	}
 }
 
+/* The W slice of a stage: BN rows of segment map tw at (k, n0), or, for
+ * the invariant swiglu tile, 64 gate rows then the same 64 up rows (maps
+ * 0 and 1, boxes of 64 rows) from feature n0 / 2. */
+template <bool INV>
+static __device__ __forceinline__ void tcg_load_w(const atlas_tcg_args &ga, uint32_t dst,
+						   const tcg_tmap *tw, int k, int n0, uint32_t bar)
+{
+	if (INV && ga.swiglu) {
+		tcg_tma_load(dst, &ga.map[0], k, n0 / 2, bar);
+		tcg_tma_load(dst + 64 * TCG_BK * 2, &ga.map[1], k, n0 / 2, bar);
+	} else {
+		tcg_tma_load(dst, tw, k, n0, bar);
+	}
+}
+
+/* The invariant form's epilogue (128-wide tiles): merged sums to out of
+ * segment seg, as gemv_tc.cu's does it: + bias then one rounding (bf16,
+ * or float when out_f32), or, for swiglu (columns 0..63 of the tile gate
+ * rows, 64..127 the up rows of the same features n0 / 2 ..), the gate and
+ * up sums rounded to bf16, silu(g) u, rounded. */
+static __device__ __forceinline__ void tcg_store_inv(const atlas_tcg_args &ga, int seg,
+						      const float (&v)[64], int m0, int n0, int cw,
+						      long long T, long long N)
+{
+	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
+	const bf16 *bias = (const bf16 *)ga.bias[seg];
+#pragma unroll
+	for (int j = 0; j < 16; j++) {
+		if (ga.swiglu && j >= 8)
+			break;
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int col = 8 * j + 2 * (lane & 3) + e;
+			const long long f = ga.swiglu ? (long long)n0 / 2 + col : (long long)n0 + col;
+			if (f >= N)
+				continue;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const long long t = r0 + 8 * h;
+				if (t >= T)
+					continue;
+				float x = v[4 * j + 2 * h + e];
+				if (ga.swiglu) {
+					x = atlas_bf(atlas_tobf(x));
+					const float u = atlas_bf(atlas_tobf(v[4 * (j + 8) + 2 * h + e]));
+					x = x / (1.0f + expf(-x)) * u;
+				} else if (bias) {
+					x += atlas_bf(bias[f]);
+				}
+				if (ga.out_f32)
+					((float *)ga.out[seg])[t * N + f] = x;
+				else
+					((bf16 *)ga.out[seg])[t * N + f] = atlas_tobf(x);
+			}
+		}
+	}
+}
+
 /* One 128 x BN tile; see the header comment. GROUPED (atlas_moe_gemm_tc):
  * the tile is tiles[blockIdx.x] of the grouped rows of an MoE layer,
  * rows off[e] + 128 j .. of expert e (stores masked below off[e + 1],
@@ -327,9 +404,10 @@ static __device__ __forceinline__ void tcg_store_tile(OutT *out, const float (&a
  * (a tensor map in global memory), and output row r goes to rowmap[r]
  * when rowmap is set. The tile table is written by the previous kernel,
  * so a grouped block waits for it before its first load. */
-template <int BN, int STAGES, typename OutT, bool GROUPED = false>
+template <int BN, int STAGES, typename OutT, bool GROUPED = false, bool INV = false>
 static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 {
+	static_assert(!INV || BN == 128, "the invariant form keeps two accumulator sets");
 	/* the block's segment and column tile */
 	int seg = 0, ty = (int)blockIdx.y;
 	while (seg < ga.nseg - 1 && ty >= ga.ny[seg])
@@ -389,7 +467,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 			for (int i = 0; i < pre; i++) {
 				const uint32_t a = base + i * STAGE_BYTES, full = bars + 8 * i;
 				tcg_bar_expect(full, STAGE_BYTES);
-				tcg_tma_load(a + A_BYTES, tw, (kb0 + i) * TCG_BK, n0, full);
+				tcg_load_w<INV>(ga, a + A_BYTES, tw, (kb0 + i) * TCG_BK, n0, full);
 			}
 			atlas_pdl_wait();
 			for (int i = 0; i < pre; i++)
@@ -404,7 +482,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 				const uint32_t a = base + s * STAGE_BYTES, full = bars + 8 * s;
 				tcg_bar_expect(full, STAGE_BYTES);
 				tcg_tma_load(a, tx, kb * TCG_BK, m0, full);
-				tcg_tma_load(a + A_BYTES, tw, kb * TCG_BK, n0, full);
+				tcg_load_w<INV>(ga, a + A_BYTES, tw, kb * TCG_BK, n0, full);
 				if (++s == STAGES) {
 					s = 0;
 					ph ^= 1;
@@ -422,9 +500,35 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++)
 		acc[i] = 0.0f;
+	/* invariant form: the GEMV's K ranges of 32-wide chunks, one chain
+	 * each, merged into tot in range order (see the header comment) */
+	float tot[INV ? BN / 2 : 1];
+	const int nch = (int)((K + 31) / 32), cpw = INV ? (nch + ga.wpr - 1) / ga.wpr : 0;
+	int fold = cpw; /* the next range's first chunk */
+	if constexpr (INV) {
+#pragma unroll
+		for (int i = 0; i < BN / 2; i++)
+			tot[i] = 0.0f;
+	}
 	int s = 0, prev = 0;
 	uint32_t ph = 0;
 	for (int kb = kb0; kb < kb1; kb++) {
+		if constexpr (INV) {
+			if (2 * kb == fold) {
+				/* a new range (ranges start on even chunks and K has
+				 * an even number of chunks: the host sees to it, so
+				 * no 64-wide slice holds a step the GEMV lacks): this
+				 * chain into tot, a new one from 0 */
+				tcg_wgmma_wait<0>();
+#pragma unroll
+				for (int i = 0; i < BN / 2; i++) {
+					tcg_fence_acc(acc[i]);
+					tot[i] += acc[i];
+					acc[i] = 0.0f;
+				}
+				fold += cpw;
+			}
+		}
 		tcg_bar_wait(bars + 8 * s, ph);
 		const uint32_t a = base + s * STAGE_BYTES + cw * (64 * TCG_BK * 2);
 		const uint32_t b = base + s * STAGE_BYTES + A_BYTES;
@@ -455,6 +559,22 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 		tcg_fence_acc(acc[i]);
 
 	atlas_pdl_wait(); /* returned long ago in the producer: orders the stores */
+	if constexpr (INV) {
+		/* the last non-empty range, then +0 for each empty one (the
+		 * GEMV adds their zero partials too) */
+		const int ranges = cpw > 0 ? (nch + cpw - 1) / cpw : 0;
+#pragma unroll
+		for (int i = 0; i < BN / 2; i++) {
+			float v = tot[i];
+			if (ranges > 0)
+				v += acc[i];
+			for (int q = ranges; q < ga.wpr; q++)
+				v += 0.0f;
+			acc[i] = v;
+		}
+		tcg_store_inv(ga, seg, acc, m0, n0, cw, T, N);
+		return;
+	}
 	if (ws) /* split-K: FP32 partial sums, no bias (atlas_gemm_tc_reduce) */
 		tcg_store_tile<BN, float>(ws + (long long)blockIdx.z * T * N, acc, NULL, m0, n0, cw,
 					  T, N);
@@ -479,6 +599,11 @@ static __device__ __forceinline__ void tcg_entry_grouped(const atlas_tcg_args &g
 		tcg_tile<128, 6, bf16, true>(ga);
 }
 
+static __device__ __forceinline__ void tcg_entry_inv(const atlas_tcg_args &ga)
+{
+	tcg_tile<128, 6, bf16, false, true>(ga);
+}
+
 #else /* not sm_90a: no wgmma; the host never launches these here */
 
 template <typename OutT>
@@ -488,6 +613,11 @@ static __device__ __forceinline__ void tcg_entry(const atlas_tcg_args &ga)
 }
 
 static __device__ __forceinline__ void tcg_entry_grouped(const atlas_tcg_args &ga)
+{
+	__trap();
+}
+
+static __device__ __forceinline__ void tcg_entry_inv(const atlas_tcg_args &ga)
 {
 	__trap();
 }
@@ -512,6 +642,16 @@ extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
 atlas_moe_gemm_tc(const __grid_constant__ atlas_tcg_args a)
 {
 	tcg_entry_grouped(a);
+}
+
+/* The batch-invariant form (header comment): 128 x 128 tiles, the
+ * GEMV's K ranges (a.wpr), out bf16 or float (a.out_f32), bias or swiglu
+ * (a.swiglu) in the epilogue; grid (ceil(T/128), sum of ny), block 384,
+ * TCG_SMEM. */
+extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
+atlas_gemm_tc_inv(const __grid_constant__ atlas_tcg_args a)
+{
+	tcg_entry_inv(a);
 }
 
 /* Segment blockIdx.y of a: out[T,N] (bf16, or float when out_f32) = its

@@ -4,18 +4,23 @@
  *
  * The product is an mma.sync m16n8k16 GEMM with A = 16 weight rows
  * (row-major, as W is stored) and B = 8 rows of x (x [T,K] is B in
- * column-major form). Fragments come straight from global memory, not
- * through shared memory: since a dot product may sum its K terms in any
- * order, A and B use the same permutation of k inside each 32-wide chunk,
- * chosen so that every lane loads 16 contiguous bytes. Lane (g = lane/4,
- * c = lane%4) loads W[n0+g][k0+8c .. +8] and W[n0+g+8][...] (two uint4)
- * and x[t0+g][k0+8c .. +8] (one uint4 per 8 tokens); the uint4 words
- * {x, y} feed k-step 0 of the chunk and {z, w} k-step 1:
- *   A regs a0 = row g {x|z}, a1 = row g+8 {x|z}, a2 = row g {y|w},
- *   a3 = row g+8 {y|w}; B regs b0 = {x|z}, b1 = {y|w}
+ * column-major form). Each lane copies 16 contiguous bytes of a 32-wide
+ * chunk into its warp's shared-memory ring (lane (g = lane/4, c = lane%4)
+ * copies W[n0+g][k0+8c .. +8], W[n0+g+8][...] and x[t0+g][...] for each
+ * 8 tokens), and the warp reads them back across lanes so that k-step s
+ * of the chunk sums exactly k0+16s .. k0+16s+15: lane (g, c) takes the 8
+ * bytes k0+16s+4c .. +4 of rows g and g+8 and of token g:
+ *   A regs a0 = row g k+0..1, a1 = row g+8 k+0..1, a2 = row g k+2..3,
+ *   a3 = row g+8 k+2..3; B regs b0 = token g k+0..1, b1 = k+2..3
  * (the PTX m16n8k16 layouts: a0/a2 hold row g, columns 2c..2c+1 and
- * 2c+8..2c+9; b0/b1 hold column g, rows 2c..2c+1 and 2c+8..2c+9), so
- * k-slot 2c+e of step s is k0+8c+4s+e and slot 2c+8+e is k0+8c+4s+2+e.
+ * 2c+8..2c+9; b0/b1 hold column g, rows 2c..2c+1 and 2c+8..2c+9).
+ * Why those k sets: the tensor cores add one k-step's 16 products and the
+ * accumulator in a way that does not depend on which slot holds which
+ * product (tests/gpu/probe-mma-order.cu checks it on the GPU at hand, as
+ * well as wgmma giving mma.sync's bits), so a row's bits depend only on
+ * which k each step sums and on the chain of steps. Contiguous k-steps of
+ * 16 are what wgmma takes from a K-major shared-memory tile, so the
+ * wgmma GEMM (gemm_tc.cu, invariant form) can give a row these bits too.
  *
  * Launch: struct atlas_gemv_args as atlas_gemv (segments: q, k and v in
  * one launch; swiglu: a warp's rows 0..7 are gate rows, 8..15 the up rows
@@ -82,13 +87,17 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 	const long long ch0 = ks * cpw, ch1 = ch0 + cpw < nch ? ch0 + cpw : nch;
 
 	/* The warp's ring of S stages in dynamic shared memory, one chunk per
-	 * stage: slot i of stage st of lane l at ((st * (2 + NT8) + i) * 32 + l)
-	 * uint4s (slots 0, 1: weight rows g and g + 8; 2 + j: x tile j). Each
-	 * lane reads back only what it copied itself, so cp.async.wait_group
-	 * (per thread) is the only synchronization the ring needs. */
+	 * stage: slot i of stage st at (st * (2 + NT8) + i) * 32 uint4s (slots
+	 * 0, 1: weight rows g and g + 8; 2 + j: x tile j), lane (g, c)'s 16
+	 * bytes at uint4 4g + (c ^ sw(g)) of the slot, sw(g) = g & 2: rows g
+	 * and g + 2 of a half warp's 8-byte reads then fall in different banks.
+	 * After cp.async.wait_group (per thread) a __syncwarp makes every
+	 * lane's copies visible to the warp, and another one before a stage is
+	 * refilled keeps the copies from overtaking the reads. */
 	constexpr int S = ATLAS_GTC_STAGES(NT8);
 	extern __shared__ uint4 gtc_ring[];
-	uint4 *ring = gtc_ring + (size_t)warp * S * (2 + NT8) * 32 + lane;
+	uint4 *const wring = gtc_ring + (size_t)warp * S * (2 + NT8) * 32;
+	uint4 *ring = wring + 4 * g + (c ^ (g & 2));
 	const bf16 *x = (const bf16 *)a.x;
 	/* weights are immutable: the first stages may load before the wait */
 	auto issue_w = [&](long long ch, int st) {
@@ -127,18 +136,24 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 	for (int j = 0; j < NT8; j++)
 		acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 	int st = 0;
+	/* lane (g, c)'s 8 bytes of k-step s in a slot: half c & 1 of unit
+	 * 2s + (c >> 1) of row g, where the swizzle put it */
+	const int rd0 = (4 * g + ((c >> 1) ^ (g & 2))) * 2 + (c & 1);
+	const int rd1 = (4 * g + ((2 + (c >> 1)) ^ (g & 2))) * 2 + (c & 1);
 	for (long long ch = ch0; ch < ch1; ch++) {
 		asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
-		const uint4 *r = ring + st * (2 + NT8) * 32;
-		const uint4 wa = r[0], wb = r[32];
+		__syncwarp();
+		const uint2 *r = (const uint2 *)(wring + st * (2 + NT8) * 32);
+		const uint2 wa0 = r[rd0], wb0 = r[64 + rd0], wa1 = r[rd1], wb1 = r[64 + rd1];
 #pragma unroll
 		for (int j = 0; j < NT8; j++) {
-			const uint4 xb = r[(2 + j) * 32];
-			atlas_mma_bf16(acc[j], wa.x, wb.x, wa.y, wb.y, xb.x, xb.y);
-			atlas_mma_bf16(acc[j], wa.z, wb.z, wa.w, wb.w, xb.z, xb.w);
+			const uint2 x0 = r[(2 + j) * 64 + rd0], x1 = r[(2 + j) * 64 + rd1];
+			atlas_mma_bf16(acc[j], wa0.x, wb0.x, wa0.y, wb0.y, x0.x, x0.y);
+			atlas_mma_bf16(acc[j], wa1.x, wb1.x, wa1.y, wb1.y, x1.x, x1.y);
 		}
 		/* refill this stage (its values are in registers, consumed by the
-		 * mmas above) with chunk ch + S */
+		 * mmas above) with chunk ch + S, once every lane has read it */
+		__syncwarp();
 		issue_w(ch + S, st);
 		issue_x(ch + S, st);
 		asm volatile("cp.async.commit_group;" ::: "memory");

@@ -64,6 +64,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_INV_T64] = "atlas_gemm_inv_t64",
 	[ATLAS_CK_GEMM_INV_T32] = "atlas_gemm_inv_t32",
 	[ATLAS_CK_GEMM_INV_REDUCE] = "atlas_gemm_inv_reduce",
+	[ATLAS_CK_GEMM_TC_INV] = "atlas_gemm_tc_inv",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -95,6 +96,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_INV_T64] = 1,
 	[ATLAS_CK_GEMM_INV_T32] = 1,
 	[ATLAS_CK_GEMM_INV_REDUCE] = 1,
+	[ATLAS_CK_GEMM_TC_INV] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -103,6 +105,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC] = ATLAS_TCG_SMEM,
 	[ATLAS_CK_GEMM_TC_F32] = ATLAS_TCG_SMEM,
+	[ATLAS_CK_GEMM_TC_INV] = ATLAS_TCG_SMEM,
 	[ATLAS_CK_GEMV_TC8] = ATLAS_GTC_SMEM(1),
 	[ATLAS_CK_GEMV_TC16] = ATLAS_GTC_SMEM(2),
 	[ATLAS_CK_GEMV_TC32] = ATLAS_GTC_SMEM(4),
@@ -208,6 +211,8 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->tc_min_t = tmin && atoi(tmin) > 0 ? atoi(tmin) : ATLAS_CUDA_TC_MIN_T;
 	const char *imin = getenv("ATLAS_CUDA_INV_MIN_T");
 	c->inv_min_t = imin && atoi(imin) > 0 ? atoi(imin) : ATLAS_CUDA_INV_MIN_T;
+	const char *wmin = getenv("ATLAS_CUDA_INV_WG_MIN_T");
+	c->inv_wg_min_t = wmin && atoi(wmin) > 0 ? atoi(wmin) : ATLAS_CUDA_INV_WG_MIN_T;
 	const char *mrpb = getenv("ATLAS_CUDA_MOE_RPB");
 	c->moe_rpb = mrpb && (atoi(mrpb) == 1 || atoi(mrpb) == 2 || atoi(mrpb) == 4 || atoi(mrpb) == 8)
 			 ? atoi(mrpb) : 0;

@@ -241,3 +241,53 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32,
 	}
 	return rc < 0 ? rc : 1;
 }
+
+int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *g)
+{
+	const int n = g->swiglu ? 2 : g->nseg;
+	if (!c->kern[ATLAS_CK_GEMM_TC_INV] || g->T < 1 || g->K < 1 || g->K % 8 ||
+	    g->T > INT32_MAX - TCG_BM || g->K > INT32_MAX - TCG_BK || ((uintptr_t)g->x & 15) ||
+	    n > ATLAS_TCG_MAXSEG || !tmap_ready(c))
+		return 0;
+	/* the kernel folds ranges between 64-wide K slices and runs every
+	 * k-step of a slice: the chunks of 32 and of a range must be even */
+	const int64_t nch = CEIL_DIV(g->K, 32), cpw = CEIL_DIV(nch, 8 / g->rpb);
+	if (nch % 2 || cpw % 2)
+		return 0;
+	struct atlas_tcg_args a;
+	memset(&a, 0, sizeof(a));
+	a.wpr = 8 / g->rpb;
+	a.swiglu = g->swiglu;
+	a.out_f32 = g->out_f32;
+	a.T = g->T, a.K = g->K, a.bn = 128;
+	a.nseg = g->swiglu ? 1 : n;
+	int64_t ny = 0;
+	for (int i = 0; i < n; i++) {
+		if (g->seg[i].N < 1 || g->seg[i].N > (int64_t)65535 * 64 || ((uintptr_t)g->seg[i].w & 15))
+			return 0;
+		if (!g->swiglu || i == 0) {
+			/* swiglu: 64 features (their gate and up rows) a tile */
+			a.ny[i] = (int)CEIL_DIV(g->seg[i].N, g->swiglu ? 64 : 128);
+			ny += a.ny[i];
+		}
+	}
+	if (ny > 65535)
+		return 0;
+	CUtensorMap m;
+	int rc = get_map(c, g->x, g->T, g->K, TCG_BM, &m);
+	if (rc)
+		return rc;
+	memcpy(&a.map_x, &m, sizeof(m));
+	for (int i = 0; i < n; i++) {
+		if ((rc = get_map(c, g->seg[i].w, g->seg[i].N, g->K, g->swiglu ? 64 : 128, &m)))
+			return rc;
+		memcpy(&a.map[i], &m, sizeof(m));
+		a.out[i] = g->seg[i].out;
+		a.bias[i] = g->swiglu ? NULL : g->seg[i].bias;
+		a.N[i] = g->seg[i].N;
+	}
+	void *args[] = {&a};
+	rc = atlas_cuda_launch_z(c, ATLAS_CK_GEMM_TC_INV, (unsigned)CEIL_DIV(g->T, TCG_BM),
+				 (unsigned)ny, 1, TCG_THREADS, ATLAS_TCG_SMEM, args);
+	return rc < 0 ? rc : 1;
+}

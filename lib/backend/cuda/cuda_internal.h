@@ -53,6 +53,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMM_INV_T64, /* tiles of 128, 64 and 32 tokens, and the */
 	ATLAS_CK_GEMM_INV_T32, /* merge of its split form */
 	ATLAS_CK_GEMM_INV_REDUCE,
+	ATLAS_CK_GEMM_TC_INV,  /* gemm_tc.cu: the invariant GEMM's sums on wgmma */
 	ATLAS_CK_COUNT,
 };
 
@@ -134,6 +135,8 @@ struct cuda_ctx {
 				       * atlas_gemm_inv in batch-invariant mode
 				       * (default ATLAS_CUDA_INV_MIN_T; fewer take
 				       * the tensor-core GEMV, with the same sums) */
+	int inv_wg_min_t;             /* ATLAS_CUDA_INV_WG_MIN_T: fewest rows T for
+				       * atlas_gemm_tc_inv (the same sums on wgmma) */
 	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles per
 				       * block of the expert GEMVs, else 0 (by shape) */
 	int moe_gemm_min_t;           /* ATLAS_CUDA_MOE_GEMM_MIN_T: fewest tokens for
@@ -212,10 +215,23 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
  * GEMV): hence 9. */
 #define ATLAS_CUDA_TC_MIN_T 9
 
+#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
+
 /* Fewest rows T for which a batch-invariant matmul goes to atlas_gemm_inv
  * (fewer: the tensor-core GEMV; both give a row the same bits, so this is
  * a speed choice only); ATLAS_CUDA_INV_MIN_T overrides it for A/B runs. */
 #define ATLAS_CUDA_INV_MIN_T 17
+
+/* Fewest rows T for which a batch-invariant matmul goes to the wgmma form
+ * of those sums (atlas_gemm_tc_inv; fewer: atlas_gemm_inv or the GEMV,
+ * the same bits); ATLAS_CUDA_INV_WG_MIN_T overrides it for A/B runs. */
+#define ATLAS_CUDA_INV_WG_MIN_T 128
+
+/* The batch-invariant products of a (BF16, a->rpb as the tensor-core GEMV
+ * chose it) through atlas_gemm_tc_inv: 1 when it launched, 0 when it does
+ * not take them, < 0 on error. */
+struct atlas_gemv_args;
+int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *a);
 
 /* The tensor-core GEMM (cuda_gemm.c): out[i][T,N[i]] = x[T,K] w[i][N[i],K]^T
  * + bias[i] for n (1..ATLAS_TCG_MAXSEG) products of one x in one launch,

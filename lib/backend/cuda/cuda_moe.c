@@ -20,7 +20,6 @@
 #include "../../core/log.h"
 #include "kernel_args.h"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 /* gemm_tc.cu's tile rows and block */
 #define TCG_BM_ROWS 128
 #define TCG_THREADS_MOE 384

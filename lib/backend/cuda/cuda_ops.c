@@ -10,7 +10,6 @@
 #include "../../core/error.h"
 #include "kernel_args.h"
 
-#define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 static int check_wdt(enum atlas_dtype wdt, const char *op)
 {
@@ -72,8 +71,10 @@ static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
  * weights to atlas_gemv (T <= 8), the rest to the GEMMs. In batch-invariant mode a row must get
  * the same bits whatever T is, so BF16 products of every T take the
  * tensor-core GEMV's sum order (its order does not depend on T or on a
- * row's place): the GEMV itself up to 64 rows, atlas_gemm_inv (the same
- * sums, GEMM-shaped) beyond; other weights take the wmma/FMA GEMM. */
+ * row's place): the GEMV itself up to 16 rows, atlas_gemm_inv (the same
+ * sums, GEMM-shaped) beyond, and from 128 rows atlas_gemm_tc_inv (the
+ * same sums on wgmma) where it takes the shape; other weights take the
+ * wmma/FMA GEMM. */
 enum gemv_kind { GEMV_NONE, GEMV_FMA, GEMV_TC, GEMV_BULK };
 
 static int aligned16(const void *p)
@@ -122,6 +123,11 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
  * call, < 0 on error. */
 static int gemm_inv_launch(struct cuda_ctx *c, const struct atlas_gemv_args *a)
 {
+	if (a->T >= c->inv_wg_min_t) {
+		const int rc = atlas_cuda_gemm_tc_inv(c, a);
+		if (rc)
+			return rc;
+	}
 	const int v = a->T <= 32 ? 2 : a->T <= 64 ? 1 : 0;
 	static const enum atlas_cuda_kernel kv[3] = {ATLAS_CK_GEMM_INV, ATLAS_CK_GEMM_INV_T64,
 						     ATLAS_CK_GEMM_INV_T32};

@@ -56,7 +56,10 @@ struct atlas_tcg_args {
 	long long T, K;
 	int ny[ATLAS_TCG_MAXSEG];
 	int nseg, bn;                            /* bn: tile width, 128 or 256 */
-	int out_f32;                             /* atlas_gemm_tc_reduce only */
+	int out_f32;                             /* atlas_gemm_tc_reduce, atlas_gemm_tc_inv */
+	int wpr;                                 /* atlas_gemm_tc_inv: the GEMV's K ranges */
+	int swiglu;                              /* atlas_gemm_tc_inv: maps 0, 1 = gate, up
+						  * (boxes of 64 rows); out = silu(g) u */
 	int splits;                              /* atlas_gemm_tc_reduce only */
 	/* atlas_moe_gemm_tc only (grouped: one expert's rows a tile): */
 	const struct atlas_tmap *gmap;           /* device [nseg][E]: segment s of expert e
