@@ -15,9 +15,11 @@
 #            1/8/32/64, batch-invariant (default) and --no-batch-invariant
 #   ab       batch-invariant decode and prefill with 128, 256 and 512
 #            keys per attention split (ATLAS_CUDA_ATT_MINKEYS)
+#   wgab     batch-invariant decode with the wgmma form of the invariant
+#            GEMM from 128, 33 and 17 rows (ATLAS_CUDA_INV_WG_MIN_T)
 #   profile  per-kernel times of a 512-token prefill (PROFILE_PROMPT) and
 #            a batch-64 decode step (PROFILE_BATCH), both modes
-# PARTS="checks offline profile serve" picks parts. Each part's output is under
+# PARTS="checks offline profile serve" picks parts (wgab, ab: on demand). Each part's output is under
 # OUT/<part>; OUT/summary.txt collects the tables.
 . "$(dirname "$0")/gpu-prelude.sh"
 parts=${PARTS:-checks offline serve}
@@ -30,6 +32,11 @@ for p in $parts; do
 		HARNESS_ONLY=_inv "$build/tests/gpu/test-cuda-ops" >"$out/$p/invariant.log" 2>&1
 		echo "invariance tests: exit $? $(grep -c '^ok' "$out/$p/invariant.log") ok" >>"$sum"
 		grep "^# invariant" "$out/$p/invariant.log" | grep -v " 0 row(s)\| 0 of " >>"$sum"
+		# the same with the wgmma form from T = 17 (decode batches too)
+		ATLAS_CUDA_INV_WG_MIN_T=17 HARNESS_ONLY=_inv "$build/tests/gpu/test-cuda-ops" \
+			>"$out/$p/invariant-wg17.log" 2>&1
+		echo "invariance tests, ATLAS_CUDA_INV_WG_MIN_T=17: exit $? $(grep -c '^ok' "$out/$p/invariant-wg17.log") ok" >>"$sum"
+		grep "^# invariant" "$out/$p/invariant-wg17.log" | grep -v " 0 row(s)\| 0 of " >>"$sum"
 		ATLAS_TEST_DEVICE=cuda "$build/tests/test-invariance" >"$out/$p/model.log" 2>&1
 		echo "test-invariance on cuda: exit $?" >>"$sum"
 		grep '^# ' "$out/$p/model.log" >>"$sum"
@@ -69,6 +76,16 @@ for p in $parts; do
 				--batch-invariant --no-record 2>"$out/$p/prefill-mk$mk.txt" >/dev/null
 			echo "ATLAS_CUDA_ATT_MINKEYS=$mk" >>"$sum"
 			grep -A3 '^batch\|^prompt' "$out/$p/decode-mk$mk.txt" "$out/$p/prefill-mk$mk.txt" >>"$sum"
+		done
+		;;
+	wgab)
+		# fewest rows for the wgmma form of the invariant GEMM
+		for wm in 128 33 17; do
+			ATLAS_CUDA_INV_WG_MIN_T=$wm "$build/atlas-bench" decode -m "$m" --batch 1,32,64 \
+				--prompt 512 --gen 64 --batch-invariant --no-record >/dev/null \
+				2>"$out/$p/decode-wg$wm.txt"
+			echo "decode, batch-invariant, ATLAS_CUDA_INV_WG_MIN_T=$wm" >>"$sum"
+			tail -4 "$out/$p/decode-wg$wm.txt" >>"$sum"
 		done
 		;;
 	profile)

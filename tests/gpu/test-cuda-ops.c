@@ -372,10 +372,12 @@ static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int
 	CHECK_EQ_INT(gpu->download(gpu, o2, o.d, (size_t)(nt * H * hd) * 2), 0);
 	CHECK(memcmp(o1, o2, (size_t)(nt * H * hd) * 2) == 0);
 	if (att_inv) {
-		/* each token alone: its own position, the same cache */
+		/* each token alone: its own position, the same cache, and
+		 * its own key count as the step's longest (fewer splits
+		 * launched than the batch's: the partition must not change) */
 		int64_t diff = 0;
 		for (int64_t i = 0; i < nt; i++) {
-			struct atlas_kv_batch d1 = {dseq + i, dpos + i, dtab, nseq, nb, B, S};
+			struct atlas_kv_batch d1 = {dseq + i, dpos + i, dtab, nseq, nb, B, pos[i] + 1};
 			CHECK_EQ_INT(gpu->attention(gpu, o.d, (const char *)q.d + (size_t)(i * H * hd) * 2,
 						    kc.d, vc.d, &d1, 1, H, Hkv, hd, window, scale),
 				     0);
@@ -943,7 +945,10 @@ static void test_invariant(void)
 	     * Qwen3-8B's products at a 512-token prefill, a K tail inside
 	     * the last chunk, token and row tails, the logits */
 	    {3, 512, 4096, 4096}, {4, 512, 12288, 4096}, {0, 512, 4096, 12288},
-	    {1, 300, 2000, 2040}, {2, 130, 151936 / 4, 4096}, {4, 129, 100, 1024}};
+	    {1, 300, 2000, 2040}, {2, 130, 151936 / 4, 4096}, {4, 129, 100, 1024},
+	    /* its split form (half the SMs or fewer busy): each product kind */
+	    {1, 128, 2048, 4096}, {4, 130, 1000, 1024}, {2, 128, 4000, 4096},
+	    {3, 128, 1024, 1024}};
 	gpu->batch_invariant = true;
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
 		check_invariant((int)shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3]);

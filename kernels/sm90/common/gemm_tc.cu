@@ -86,7 +86,10 @@
  * are even; the others take atlas_gemm_inv). With swiglu a tile's W slice
  * is 64 gate rows then the same 64 features' up rows (two 64-row TMA
  * boxes), so a thread holds the gate and up sums of its outputs (columns
- * j and j + 64 of its accumulators).
+ * j and j + 64 of its accumulators). Split form (ws set; few tiles, as
+ * in a decode batch): block z runs only range z's chain and stores it
+ * unmerged; atlas_gemm_inv_reduce (gemm_inv.cu) merges the ranges in
+ * order with the same epilogue: the same bits.
  *
  * Segments: one launch computes up to three products of the same x (q,
  * k and v; gate and up), each with its own W tensor map, out, bias and N;
@@ -397,6 +400,38 @@ static __device__ __forceinline__ void tcg_store_inv(const atlas_tcg_args &ga, i
 	}
 }
 
+/* The invariant form's split: this block's range chain (blockIdx.z) to
+ * ws at ws_off[seg] + z T rows + t rows + f (rows = N, or 2N with swiglu:
+ * gate f, up N + f), the layout atlas_gemm_inv_reduce merges. */
+static __device__ __forceinline__ void tcg_store_inv_part(const atlas_tcg_args &ga, int seg,
+							   const float (&v)[64], int m0, int n0,
+							   int cw, long long T, long long N)
+{
+	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
+	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
+	const long long rows = ga.swiglu ? 2 * N : N;
+	float *ws = ga.ws + ga.ws_off[seg] + (long long)blockIdx.z * T * rows;
+#pragma unroll
+	for (int j = 0; j < 16; j++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int col = 8 * j + 2 * (lane & 3) + e;
+			long long f = (long long)n0 + col, o = f;
+			if (ga.swiglu) {
+				f = (long long)n0 / 2 + (col & 63);
+				o = f + (col >= 64 ? N : 0);
+			}
+			if (f >= N)
+				continue;
+#pragma unroll
+			for (int h = 0; h < 2; h++) {
+				const long long t = r0 + 8 * h;
+				if (t < T)
+					ws[t * rows + o] = v[4 * j + 2 * h + e];
+			}
+		}
+}
+
 /* One 128 x BN tile; see the header comment. GROUPED (atlas_moe_gemm_tc):
  * the tile is tiles[blockIdx.x] of the grouped rows of an MoE layer,
  * rows off[e] + 128 j .. of expert e (stores masked below off[e + 1],
@@ -438,9 +473,16 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	const int wg = threadIdx.x >> 7;
 	const int nk = (int)((K + TCG_BK - 1) / TCG_BK);
 	const int n0 = ty * BN;
-	/* split-K: block z takes K slices [kb0, kb1) */
-	const int kb0 = (int)((long long)blockIdx.z * nk / gridDim.z);
-	const int kb1 = (int)((long long)(blockIdx.z + 1) * nk / gridDim.z);
+	/* split-K: block z takes K slices [kb0, kb1); the invariant form's
+	 * split takes K range z (its chunks are even in number) */
+	int kb0 = (int)((long long)blockIdx.z * nk / gridDim.z);
+	int kb1 = (int)((long long)(blockIdx.z + 1) * nk / gridDim.z);
+	if (INV && ws) {
+		const int nch = (int)((K + 31) / 32), cpw = (nch + ga.wpr - 1) / ga.wpr;
+		const int c0 = (int)blockIdx.z * cpw, c1 = c0 + cpw < nch ? c0 + cpw : nch;
+		kb0 = c0 / 2;
+		kb1 = c1 / 2;
+	}
 
 	atlas_pdl_launch();
 	if (threadIdx.x == 0) {
@@ -504,7 +546,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	 * each, merged into tot in range order (see the header comment) */
 	float tot[INV ? BN / 2 : 1];
 	const int nch = (int)((K + 31) / 32), cpw = INV ? (nch + ga.wpr - 1) / ga.wpr : 0;
-	int fold = cpw; /* the next range's first chunk */
+	int fold = ws ? 2 * nk : cpw; /* the next range's first chunk (split: none) */
 	if constexpr (INV) {
 #pragma unroll
 		for (int i = 0; i < BN / 2; i++)
@@ -560,6 +602,10 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 
 	atlas_pdl_wait(); /* returned long ago in the producer: orders the stores */
 	if constexpr (INV) {
+		if (ws) { /* split: range z's chain, unmerged (atlas_gemm_inv_reduce) */
+			tcg_store_inv_part(ga, seg, acc, m0, n0, cw, T, N);
+			return;
+		}
 		/* the last non-empty range, then +0 for each empty one (the
 		 * GEMV adds their zero partials too) */
 		const int ranges = cpw > 0 ? (nch + cpw - 1) / cpw : 0;

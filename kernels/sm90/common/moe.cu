@@ -26,8 +26,8 @@
  *                      added in ascending expert order (+ the shared
  *                      expert, scaled by the sigmoid of its gate)
  *
- * Batch invariance: in that mode every (token, expert) product is the
- * tensor-core GEMV of gemv_tc.cu, whose sum order for a row depends on
+ * Batch invariance: in that mode every (token, expert) product is a
+ * tensor-core GEMV shaped as gemv_tc.cu's, whose sum order for a row depends on
  * neither the number of tokens nor a token's place among them, and the
  * host fixes rows per block from the weight's shape alone; routing and
  * the combine are per token. A token's output therefore does not depend
@@ -266,8 +266,10 @@ atlas_moe_route(const float *lg, long long T, int E, int K, int norm, int *ids, 
  * list[off[e] + c0 + t], whose x row is assignment / xdiv (the token for
  * gate and up, the assignment's own h row for down). A group of more than
  * 8 * NT8 tokens takes several passes over the weights. The sum order of
- * a (row, token) is gemv_tc's: chunks of 32 columns split into wpr
- * contiguous ranges, ranges added in warp order. */
+ * a (row, token) has gemv_tc's shape: chunks of 32 columns split into
+ * wpr contiguous ranges, ranges added in warp order; its k-steps keep
+ * the lanes' own 16-byte pieces (k-step s sums k0 + 8c + 4s .. + 4 over
+ * c), which only the MoE path uses, so it needs no other kernel's bits. */
 template <int NT8>
 static __device__ __forceinline__ void moe_gemv_impl(const atlas_moe_args &a)
 {

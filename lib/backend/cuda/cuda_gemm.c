@@ -242,7 +242,7 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32,
 	return rc < 0 ? rc : 1;
 }
 
-int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *g)
+int64_t atlas_cuda_gemm_tc_inv_tiles(const struct cuda_ctx *c, const struct atlas_gemv_args *g)
 {
 	const int n = g->swiglu ? 2 : g->nseg;
 	if (!c->kern[ATLAS_CK_GEMM_TC_INV] || g->T < 1 || g->K < 1 || g->K % 8 ||
@@ -254,6 +254,20 @@ int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *g)
 	const int64_t nch = CEIL_DIV(g->K, 32), cpw = CEIL_DIV(nch, 8 / g->rpb);
 	if (nch % 2 || cpw % 2)
 		return 0;
+	int64_t ny = 0;
+	for (int i = 0; i < n; i++) {
+		if (g->seg[i].N < 1 || g->seg[i].N > (int64_t)65535 * 64 || ((uintptr_t)g->seg[i].w & 15))
+			return 0;
+		if (!g->swiglu || i == 0) /* swiglu: 64 features (gate and up rows) a tile */
+			ny += CEIL_DIV(g->seg[i].N, g->swiglu ? 64 : 128);
+	}
+	return ny > 65535 ? 0 : ny * CEIL_DIV(g->T, TCG_BM);
+}
+
+int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *g, float *ws,
+			   const long long *ws_off, int splits)
+{
+	const int n = g->swiglu ? 2 : g->nseg;
 	struct atlas_tcg_args a;
 	memset(&a, 0, sizeof(a));
 	a.wpr = 8 / g->rpb;
@@ -261,18 +275,13 @@ int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *g)
 	a.out_f32 = g->out_f32;
 	a.T = g->T, a.K = g->K, a.bn = 128;
 	a.nseg = g->swiglu ? 1 : n;
+	a.ws = ws;
 	int64_t ny = 0;
-	for (int i = 0; i < n; i++) {
-		if (g->seg[i].N < 1 || g->seg[i].N > (int64_t)65535 * 64 || ((uintptr_t)g->seg[i].w & 15))
-			return 0;
-		if (!g->swiglu || i == 0) {
-			/* swiglu: 64 features (their gate and up rows) a tile */
-			a.ny[i] = (int)CEIL_DIV(g->seg[i].N, g->swiglu ? 64 : 128);
-			ny += a.ny[i];
-		}
+	for (int i = 0; i < a.nseg; i++) {
+		a.ny[i] = (int)CEIL_DIV(g->seg[i].N, g->swiglu ? 64 : 128);
+		ny += a.ny[i];
+		a.ws_off[i] = ws ? ws_off[i] : 0;
 	}
-	if (ny > 65535)
-		return 0;
 	CUtensorMap m;
 	int rc = get_map(c, g->x, g->T, g->K, TCG_BM, &m);
 	if (rc)
@@ -287,7 +296,7 @@ int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *g)
 		a.N[i] = g->seg[i].N;
 	}
 	void *args[] = {&a};
-	rc = atlas_cuda_launch_z(c, ATLAS_CK_GEMM_TC_INV, (unsigned)CEIL_DIV(g->T, TCG_BM),
-				 (unsigned)ny, 1, TCG_THREADS, ATLAS_TCG_SMEM, args);
-	return rc < 0 ? rc : 1;
+	return atlas_cuda_launch_z(c, ATLAS_CK_GEMM_TC_INV, (unsigned)CEIL_DIV(g->T, TCG_BM),
+				   (unsigned)ny, (unsigned)(ws ? splits : 1), TCG_THREADS,
+				   ATLAS_TCG_SMEM, args);
 }

@@ -224,14 +224,22 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
 
 /* Fewest rows T for which a batch-invariant matmul goes to the wgmma form
  * of those sums (atlas_gemm_tc_inv; fewer: atlas_gemm_inv or the GEMV,
- * the same bits); ATLAS_CUDA_INV_WG_MIN_T overrides it for A/B runs. */
-#define ATLAS_CUDA_INV_WG_MIN_T 128
+ * the same bits); ATLAS_CUDA_INV_WG_MIN_T overrides it for A/B runs. On
+ * the H200 at the Qwen3-8B shape, invariant decode steps at batch 32 / 64
+ * took 9.77 / 15.87 ms with 128, 9.76 / 13.30 with 33 and 11.34 / 13.32
+ * with 17 (bench/h200-2026-12-04-inv/NOTES.md): hence 33. */
+#define ATLAS_CUDA_INV_WG_MIN_T 33
 
 /* The batch-invariant products of a (BF16, a->rpb as the tensor-core GEMV
- * chose it) through atlas_gemm_tc_inv: 1 when it launched, 0 when it does
- * not take them, < 0 on error. */
+ * chose it) through atlas_gemm_tc_inv: _tiles gives its 128 x 128 tiles,
+ * or 0 when it does not take the shape; the launch returns 0 or < 0 on
+ * error. ws NULL: merged results to the outputs; else range z's chains
+ * (z < splits, the K range count) to ws at ws_off[product] + z T rows,
+ * for atlas_gemm_inv_reduce. */
 struct atlas_gemv_args;
-int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *a);
+int64_t atlas_cuda_gemm_tc_inv_tiles(const struct cuda_ctx *c, const struct atlas_gemv_args *a);
+int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *a, float *ws,
+			   const long long *ws_off, int splits);
 
 /* The tensor-core GEMM (cuda_gemm.c): out[i][T,N[i]] = x[T,K] w[i][N[i],K]^T
  * + bias[i] for n (1..ATLAS_TCG_MAXSEG) products of one x in one launch,

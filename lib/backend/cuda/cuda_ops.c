@@ -72,7 +72,7 @@ static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
  * the same bits whatever T is, so BF16 products of every T take the
  * tensor-core GEMV's sum order (its order does not depend on T or on a
  * row's place): the GEMV itself up to 16 rows, atlas_gemm_inv (the same
- * sums, GEMM-shaped) beyond, and from 128 rows atlas_gemm_tc_inv (the
+ * sums, GEMM-shaped) beyond, and from 33 rows atlas_gemm_tc_inv (the
  * same sums on wgmma) where it takes the shape; other weights take the
  * wmma/FMA GEMM. */
 enum gemv_kind { GEMV_NONE, GEMV_FMA, GEMV_TC, GEMV_BULK };
@@ -115,7 +115,9 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
 
 /* The products of a through atlas_gemm_inv in one launch: the tensor-core
  * GEMV's sums (a->rpb as gemv_launch chose it for these weights, so the
- * same K ranges) at GEMM speed (gemm_inv.cu). The token tile follows T
+ * same K ranges) at GEMM speed (gemm_inv.cu), or from c->inv_wg_min_t
+ * rows through its wgmma form atlas_gemm_tc_inv (gemm_tc.cu) where that
+ * takes the shape. The token tile follows T
  * (32, 64 or 128); when the row tiles would leave SMs idle (a decode
  * batch) and there are several K ranges, each range gets its own blocks
  * and atlas_gemm_inv_reduce merges them (the partials in gemm_ws): the
@@ -123,15 +125,12 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
  * call, < 0 on error. */
 static int gemm_inv_launch(struct cuda_ctx *c, const struct atlas_gemv_args *a)
 {
-	if (a->T >= c->inv_wg_min_t) {
-		const int rc = atlas_cuda_gemm_tc_inv(c, a);
-		if (rc)
-			return rc;
-	}
 	const int v = a->T <= 32 ? 2 : a->T <= 64 ? 1 : 0;
 	static const enum atlas_cuda_kernel kv[3] = {ATLAS_CK_GEMM_INV, ATLAS_CK_GEMM_INV_T64,
 						     ATLAS_CK_GEMM_INV_T32};
-	if (a->T < c->inv_min_t || a->K <= 0 || !c->kern[kv[v]])
+	/* the wgmma form's tiles, when it takes these products */
+	const int64_t wgt = a->T >= c->inv_wg_min_t ? atlas_cuda_gemm_tc_inv_tiles(c, a) : 0;
+	if (!wgt && (a->T < c->inv_min_t || a->K <= 0 || !c->kern[kv[v]]))
 		return 0;
 	const int64_t bm = ATLAS_GINV_BM(v), bt = ATLAS_GINV_BT(v);
 	struct atlas_ginv_args g = {
@@ -159,17 +158,21 @@ static int gemm_inv_launch(struct cuda_ctx *c, const struct atlas_gemv_args *a)
 	const int64_t by = CEIL_DIV(a->T, bt), sms = c->sms > 0 ? c->sms : 132;
 	const int64_t nch = CEIL_DIV(a->K, 32), cpw = CEIL_DIV(nch, g.wpr);
 	const int64_t ranges = CEIL_DIV(nch, cpw);
+	/* split by K range when the tiles leave SMs idle: the wgmma form's
+	 * block fills an SM (its shared memory), so half the SMs or fewer;
+	 * two of gemm_inv's fit, so fewer than two a SM */
 	int64_t bz = 1;
-	if (ranges > 1 && bx * by < 2 * sms && c->gemm_ws && c->kern[ATLAS_CK_GEMM_INV_REDUCE] &&
-	    (size_t)(ranges * a->T * rows) * 4 <= c->gemm_ws_cap) {
+	if (ranges > 1 && (wgt ? 2 * wgt <= sms : bx * by < 2 * sms) && c->gemm_ws &&
+	    c->kern[ATLAS_CK_GEMM_INV_REDUCE] && (size_t)(ranges * a->T * rows) * 4 <= c->gemm_ws_cap) {
 		g.ws = c->gemm_ws;
 		bz = ranges;
 		for (int i = 0; i < g.nseg; i++)
 			g.ws_off[i] *= a->T * ranges; /* [range][T][rows] per product */
 	}
 	void *args[] = {&g};
-	int rc = atlas_cuda_launch_z(c, kv[v], (unsigned)bx, (unsigned)by, (unsigned)bz, 256,
-				     ATLAS_GINV_SMEM(v), args);
+	int rc = wgt ? atlas_cuda_gemm_tc_inv(c, a, g.ws, g.ws_off, (int)bz)
+		     : atlas_cuda_launch_z(c, kv[v], (unsigned)bx, (unsigned)by, (unsigned)bz, 256,
+					   ATLAS_GINV_SMEM(v), args);
 	if (rc || !g.ws)
 		return rc ? rc : 1;
 	int64_t most = 0;
@@ -473,7 +476,15 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	long long splits = ATT_SPLITS, minkeys = ATT_MIN_KEYS;
 	if (be->batch_invariant) {
 		minkeys = c->att_minkeys > 0 ? c->att_minkeys : ATT_INV_MIN_KEYS;
-		const int64_t most = CEIL_DIV(b->max_blocks * b->block_size, minkeys);
+		int64_t most = CEIL_DIV(b->max_blocks * b->block_size, minkeys);
+		/* outside a graph capture, no more splits than this step's
+		 * longest context needs: a token's partition (ceil(keys /
+		 * minkeys) splits) never reaches the cap either way, so its
+		 * bits are the same, and a prefill launches far fewer blocks
+		 * that would exit at once (a captured decode step keeps the
+		 * cache's count: it is replayed as the context grows) */
+		if (!c->capturing && b->max_keys > 0 && CEIL_DIV(b->max_keys, minkeys) < most)
+			most = CEIL_DIV(b->max_keys, minkeys);
 		splits = most < 1 ? 1 : most < ATT_SPLITS ? most : ATT_SPLITS;
 	}
 	const size_t per_tok = (size_t)H * (size_t)splits * (size_t)(hd + 2) * sizeof(float);
