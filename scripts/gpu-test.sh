@@ -4,6 +4,7 @@
 # from a build machine). Writes OUT/summary.md (a table) and the full logs:
 #   1. every CUDA op against the CPU op (build/tests/gpu/test-cuda-ops),
 #      again under each alternative decode GEMV (ATLAS_CUDA_GEMV=fma|tc|bulk)
+#   1b. the tensor-core summation facts of tests/gpu/probe-mma-order.cu
 #   2. the fused one-token decode equals the op-by-op decode on synthetic
 #      models (build/tests/gpu/test-fused-decode)
 #   3. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda)
@@ -42,6 +43,20 @@ for alt in fma tc bulk; do
 	row "CUDA ops vs CPU, ATLAS_CUDA_GEMV=$alt" "$([ $rc -eq 0 ] && [ "$fails" -eq 0 ] && echo pass || echo FAIL)" \
 		"$(grep -c ' ok$' "$out/ops-$alt.log") cases ok, $(grep -c ' FAIL$' "$out/ops-$alt.log") failed"
 done
+
+# the tensor-core facts the batch-invariant GEMMs rely on (a k-step's bits
+# do not depend on slots or on mma.sync against wgmma), built here by nvcc
+if command -v nvcc >/dev/null 2>&1 &&
+	nvcc -O2 -gencode arch=compute_90a,code=sm_90a -o "$out/probe-mma-order" \
+		tests/gpu/probe-mma-order.cu >"$out/probe.log" 2>&1; then
+	for spread in 2 12 30; do "$out/probe-mma-order" $spread; done >>"$out/probe.log" 2>&1
+	rc=$?
+	row "tensor-core summation facts" "$([ $rc -eq 0 ] && ! grep -q differ "$out/probe.log" && echo pass || echo FAIL)" \
+		"$(grep -c ': ok' "$out/probe.log") of 12 facts hold (tests/gpu/probe-mma-order.cu)"
+	rm -f "$out/probe-mma-order"
+else
+	row "tensor-core summation facts" FAIL "nvcc could not build tests/gpu/probe-mma-order.cu"
+fi
 
 # 2. fused decode: every layer of a one-token step in one kernel gives the
 # logits of the op-by-op step (qwen3-0.6b, qwen3-8b and llama3-8b shapes)

@@ -206,21 +206,26 @@ int main(int argc, char **argv)
 			for (int j = 0; j < 8; j++)
 				hC[t * 128 + n * 8 + j] = cc[t * 1024 + j * 16 + n];
 	}
-	bf16 *dA = dev(hA, N * 256), *dB = dev(hB, N * 128);
-	float *dC = dev(hC, N * 128), *dD = dev<float>(NULL, N * 128);
+	bf16 *dA = dev<bf16>(NULL, N * 256), *dB = dev<bf16>(NULL, N * 128);
+	float *dC = dev<float>(NULL, N * 128), *dD = dev<float>(NULL, N * 128);
 	int *did = dev(id, N * 16), *dpm = dev(pm, N * 16);
-	k_mma<<<N, 32>>>(dA, dB, dC, dD, did);
-	CK(cudaDeviceSynchronize());
-	back(hD, dD, N * 128);
+	/* hD = the mma of every trial's hA, hB, hC, k slots by perm */
+	auto run_mma = [&](const int *perm) {
+		CK(cudaMemcpy(dA, hA, sizeof(bf16) * N * 256, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dB, hB, sizeof(bf16) * N * 128, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dC, hC, sizeof(float) * N * 128, cudaMemcpyHostToDevice));
+		k_mma<<<N, 32>>>(dA, dB, dC, dD, perm);
+		CK(cudaDeviceSynchronize());
+		back(hD, dD, N * 128);
+	};
+	run_mma(did);
 	for (int t = 0; t < N; t++) /* ref[t][tok][n] */
 		for (int n = 0; n < 16; n++)
 			for (int j = 0; j < 8; j++)
 				ref[t * 128 + j * 16 + n] = hD[t * 128 + n * 8 + j];
 
 	/* 1. permuted k slots */
-	k_mma<<<N, 32>>>(dA, dB, dC, dD, dpm);
-	CK(cudaDeviceSynchronize());
-	back(hD, dD, N * 128);
+	run_mma(dpm);
 	for (int t = 0; t < N; t++)
 		for (int n = 0; n < 16; n++)
 			for (int j = 0; j < 8; j++)
@@ -237,12 +242,7 @@ int main(int argc, char **argv)
 				for (int n = 0; n < 8; n++)
 					hC[t * 128 + j * 8 + n] = cc[t * 1024 + j * 16 + 8 * half + n];
 		}
-		CK(cudaMemcpy(dA, hA, sizeof(bf16) * N * 256, cudaMemcpyHostToDevice));
-		CK(cudaMemcpy(dB, hB, sizeof(bf16) * N * 128, cudaMemcpyHostToDevice));
-		CK(cudaMemcpy(dC, hC, sizeof(float) * N * 128, cudaMemcpyHostToDevice));
-		k_mma<<<N, 32>>>(dA, dB, dC, dD, did);
-		CK(cudaDeviceSynchronize());
-		back(hD, dD, N * 128);
+		run_mma(did);
 		for (int t = 0; t < N; t++)
 			for (int j = 0; j < 8; j++)
 				for (int n = 0; n < 8; n++)
@@ -255,6 +255,15 @@ int main(int argc, char **argv)
 	float *wC = (float *)malloc(sizeof(float) * N * 512), *wD = (float *)malloc(sizeof(float) * N * 512);
 	bf16 *dwA = dev<bf16>(NULL, N * 1024), *dwB = dev<bf16>(NULL, N * 128);
 	float *dwC = dev<float>(NULL, N * 512), *dwD = dev<float>(NULL, N * 512);
+	/* wD = the wgmma of every trial's wA, wB, wC */
+	auto run_wgmma = [&]() {
+		CK(cudaMemcpy(dwA, wA, sizeof(bf16) * N * 1024, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dwB, wB, sizeof(bf16) * N * 128, cudaMemcpyHostToDevice));
+		CK(cudaMemcpy(dwC, wC, sizeof(float) * N * 512, cudaMemcpyHostToDevice));
+		k_wgmma<<<N, 128>>>(dwA, dwB, dwC, dwD);
+		CK(cudaDeviceSynchronize());
+		back(wD, dwD, N * 512);
+	};
 	for (int half = 0; half < 2; half++) {
 		for (int t = 0; t < N; t++) {
 			memcpy(wA + t * 1024, x + t * 1024, sizeof(bf16) * 1024);
@@ -263,12 +272,7 @@ int main(int argc, char **argv)
 				for (int n = 0; n < 8; n++)
 					wC[t * 512 + j * 8 + n] = cc[t * 1024 + j * 16 + 8 * half + n];
 		}
-		CK(cudaMemcpy(dwA, wA, sizeof(bf16) * N * 1024, cudaMemcpyHostToDevice));
-		CK(cudaMemcpy(dwB, wB, sizeof(bf16) * N * 128, cudaMemcpyHostToDevice));
-		CK(cudaMemcpy(dwC, wC, sizeof(float) * N * 512, cudaMemcpyHostToDevice));
-		k_wgmma<<<N, 128>>>(dwA, dwB, dwC, dwD);
-		CK(cudaDeviceSynchronize());
-		back(wD, dwD, N * 512);
+		run_wgmma();
 		for (int t = 0; t < N; t++)
 			for (int j = 0; j < 8; j++)
 				for (int n = 0; n < 8; n++)
@@ -287,12 +291,7 @@ int main(int argc, char **argv)
 			for (int j = 0; j < 8; j++)
 				wC[t * 512 + n * 8 + j] = cc[t * 1024 + j * 16 + n];
 	}
-	CK(cudaMemcpy(dwA, wA, sizeof(bf16) * N * 1024, cudaMemcpyHostToDevice));
-	CK(cudaMemcpy(dwB, wB, sizeof(bf16) * N * 128, cudaMemcpyHostToDevice));
-	CK(cudaMemcpy(dwC, wC, sizeof(float) * N * 512, cudaMemcpyHostToDevice));
-	k_wgmma<<<N, 128>>>(dwA, dwB, dwC, dwD);
-	CK(cudaDeviceSynchronize());
-	back(wD, dwD, N * 512);
+	run_wgmma();
 	for (int t = 0; t < N; t++)
 		for (int n = 0; n < 16; n++)
 			for (int j = 0; j < 8; j++)
