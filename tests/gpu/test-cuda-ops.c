@@ -477,6 +477,11 @@ static void test_attention_inv(void)
 	check_attention(40, 2000, 16, 4, 64, 300, 2, 16);
 	check_attention(1, 5000, 32, 8, 128, 0, 3, 16);
 	check_attention(20, 100, 8, 2, 256, 0, 2, 7);
+	/* more sequences, a context of many aligned splits, odd block
+	 * sizes */
+	check_attention(24, 100, 32, 8, 128, 0, 3, 16);
+	check_attention(100, 1000, 16, 2, 128, 0, 1, 7);
+	check_attention(17, 129, 8, 8, 64, 0, 2, 16);
 	att_inv = 0;
 	gpu->batch_invariant = false;
 }

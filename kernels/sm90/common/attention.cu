@@ -161,14 +161,25 @@ static __device__ __forceinline__ long long att_lo(long long p, long long window
 }
 
 /* The partition of nk keys: *ns splits of *per keys (the last may be
- * shorter): as many splits as ceil(nk / minkeys), at most `splits`.
+ * shorter): as many splits as ceil(nk / minkeys), at most `splits`;
+ * aligned (batch-invariant mode, where splits covers every context of
+ * the cache): splits of exactly minkeys keys from the first, so split s
+ * and its tiles of 32 keys cover the same positions for every token.
  * With splits <= minkeys no split is empty. It depends on nothing but
  * the token's own key count, so a token's bits do not depend on the
  * batch. */
 static __device__ __forceinline__ void att_split(long long nk, long long splits,
-						 long long minkeys, long long *ns, long long *per)
+						 long long minkeys, int aligned, long long *ns,
+						 long long *per)
 {
 	long long n = (nk + minkeys - 1) / minkeys;
+	if (aligned && n <= splits) {
+		/* aligned: split s holds keys s * minkeys .. (the last one
+		 * shorter), the same keys for every token that sees them */
+		*ns = n < 1 ? 1 : n;
+		*per = minkeys;
+		return;
+	}
 	if (n > splits)
 		n = splits;
 	if (n < 1)
@@ -265,7 +276,7 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 		     const bf16 *vc, const int *seq_of, const int *pos, const int *block_tables,
 		     long long max_blocks, long long block_size, long long T, long long H,
 		     long long Hkv, long long hd, long long window, float scale, long long splits,
-		     long long minkeys)
+		     long long minkeys, int aligned)
 {
 	ATLAS_PDL_ENTRY();
 	__shared__ __align__(16) float qs[ATT_GH][ATT_MAXHD]; /* the group's query rows */
@@ -295,7 +306,7 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 	 * anything else (a load in flight would hold its slot) */
 	const long long p = pos[t], lo = att_lo(p, window), nk = p - lo + 1;
 	long long ns, per;
-	att_split(nk, splits, minkeys, &ns, &per);
+	att_split(nk, splits, minkeys, aligned, &ns, &per);
 	if (s >= ns)
 		return; /* this token has fewer splits: uniform for the block */
 	/* the group's query rows, 16 bytes a thread (zeros past gn and hd: the

@@ -519,13 +519,16 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 		if (c->att_minkeys > 0)
 			minkeys = c->att_minkeys; /* A/B runs (ATLAS_CUDA_ATT_MINKEYS) */
 	}
+	/* batch-invariant mode: splits aligned to key 0 (split s = keys s *
+	 * minkeys ..), the same positions for every token */
+	int aligned = be->batch_invariant;
 	for (int64_t t0 = 0; t0 < T; t0 += tg) {
 		long long n = T - t0 < tg ? T - t0 : tg;
 		const char *qq = (const char *)q + (size_t)(t0 * H * hd) * 2;
 		char *oo = (char *)out + (size_t)(t0 * H * hd) * 2;
 		const int32_t *sq = seq + t0, *ps = pos + t0;
 		void *args[] = {&oo, &c->att_part, &c->att_cnt, &qq, &kc, &vc, &sq, &ps, &tab, &mb,
-				&bs, &n, &h, &hk, &d, &wdw, &scale, &splits, &minkeys};
+				&bs, &n, &h, &hk, &d, &wdw, &scale, &splits, &minkeys, &aligned};
 		int rc = atlas_cuda_launch(c, ATLAS_CK_ATT_PART,
 					   (unsigned)(n * Hkv * ngrp * splits), 1, 128, 0, args);
 		if (rc)
