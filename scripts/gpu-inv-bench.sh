@@ -15,11 +15,12 @@
 #            1/8/32/64, batch-invariant (default) and --no-batch-invariant
 #   ab       batch-invariant decode and prefill with 128, 256 and 512
 #            keys per attention split (ATLAS_CUDA_ATT_MINKEYS)
+#   longctx  batch-1 decode at 4096 and 32768 tokens of context
 #   wgab     batch-invariant decode with the wgmma form of the invariant
 #            GEMM from 128, 33 and 17 rows (ATLAS_CUDA_INV_WG_MIN_T)
 #   profile  per-kernel times of a 512-token prefill (PROFILE_PROMPT) and
 #            a batch-64 decode step (PROFILE_BATCH), both modes
-# PARTS="checks offline profile serve" picks parts (wgab, ab: on demand). Each part's output is under
+# PARTS="checks offline profile serve" picks parts (longctx, wgab, ab: on demand). Each part's output is under
 # OUT/<part>; OUT/summary.txt collects the tables.
 . "$(dirname "$0")/gpu-prelude.sh"
 parts=${PARTS:-checks offline serve}
@@ -77,6 +78,19 @@ for p in $parts; do
 			echo "ATLAS_CUDA_ATT_MINKEYS=$mk" >>"$sum"
 			grep -A3 '^batch\|^prompt' "$out/$p/decode-mk$mk.txt" "$out/$p/prefill-mk$mk.txt" >>"$sum"
 		done
+		;;
+	longctx)
+		# batch-1 decode at long contexts (issue 18 item 3): 4096 and
+		# 32768 in the default mode, 4096 batch-invariant (its prefill
+		# of 32768 would take minutes)
+		"$build/atlas-bench" decode -m "$m" --batch 1 --prompt 4096,32768 --gen 64 --json \
+			>"$out/$p/decode.json" 2>"$out/$p/decode.txt"
+		echo "long-context decode: exit $?" >>"$sum"
+		cat "$out/$p/decode.txt" >>"$sum"
+		"$build/atlas-bench" decode -m "$m" --batch 1 --prompt 4096 --gen 64 --batch-invariant \
+			--json >"$out/$p/decode-inv.json" 2>"$out/$p/decode-inv.txt"
+		echo "long-context decode, batch-invariant: exit $?" >>"$sum"
+		cat "$out/$p/decode-inv.txt" >>"$sum"
 		;;
 	wgab)
 		# fewest rows for the wgmma form of the invariant GEMM
