@@ -356,26 +356,31 @@ static __device__ __forceinline__ void tcg_load_w(const atlas_tcg_args &ga, uint
 	}
 }
 
-/* The invariant form's epilogue (128-wide tiles): merged sums to out of
- * segment seg, as gemv_tc.cu's does it: + bias then one rounding (bf16,
- * or float when out_f32), or, for swiglu (columns 0..63 of the tile gate
- * rows, 64..127 the up rows of the same features n0 / 2 ..), the gate and
- * up sums rounded to bf16, silu(g) u, rounded. */
+/* The invariant form's epilogue (128-wide tiles). Merged (part false):
+ * to out of segment seg as gemv_tc.cu's epilogue does it, + bias then one
+ * rounding (bf16, or float when out_f32), or, for swiglu (columns 0..63
+ * of the tile gate rows, 64..127 the up rows of the same features n0 / 2
+ * ..), the gate and up sums rounded to bf16, silu(g) u, rounded. Split
+ * (part true): this block's range chain (blockIdx.z) to ws at
+ * ws_off[seg] + z T rows + t rows + o (rows = N, or 2N with swiglu: gate
+ * o = f, up o = N + f), the layout atlas_gemm_inv_reduce merges. */
 static __device__ __forceinline__ void tcg_store_inv(const atlas_tcg_args &ga, int seg,
 						      const float (&v)[64], int m0, int n0, int cw,
-						      long long T, long long N)
+						      long long T, long long N, bool part)
 {
 	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
 	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
 	const bf16 *bias = (const bf16 *)ga.bias[seg];
+	const long long rows = ga.swiglu ? 2 * N : N;
+	float *ws = part ? ga.ws + ga.ws_off[seg] + (long long)blockIdx.z * T * rows : NULL;
 #pragma unroll
 	for (int j = 0; j < 16; j++) {
-		if (ga.swiglu && j >= 8)
-			break;
+		if (ga.swiglu && j >= 8 && !part)
+			break; /* the up columns: read with their gate columns */
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
 			const int col = 8 * j + 2 * (lane & 3) + e;
-			const long long f = ga.swiglu ? (long long)n0 / 2 + col : (long long)n0 + col;
+			const long long f = ga.swiglu ? (long long)n0 / 2 + (col & 63) : (long long)n0 + col;
 			if (f >= N)
 				continue;
 #pragma unroll
@@ -384,6 +389,10 @@ static __device__ __forceinline__ void tcg_store_inv(const atlas_tcg_args &ga, i
 				if (t >= T)
 					continue;
 				float x = v[4 * j + 2 * h + e];
+				if (part) {
+					ws[t * rows + f + (col >= 64 && ga.swiglu ? N : 0)] = x;
+					continue;
+				}
 				if (ga.swiglu) {
 					x = atlas_bf(atlas_tobf(x));
 					const float u = atlas_bf(atlas_tobf(v[4 * (j + 8) + 2 * h + e]));
@@ -398,38 +407,6 @@ static __device__ __forceinline__ void tcg_store_inv(const atlas_tcg_args &ga, i
 			}
 		}
 	}
-}
-
-/* The invariant form's split: this block's range chain (blockIdx.z) to
- * ws at ws_off[seg] + z T rows + t rows + f (rows = N, or 2N with swiglu:
- * gate f, up N + f), the layout atlas_gemm_inv_reduce merges. */
-static __device__ __forceinline__ void tcg_store_inv_part(const atlas_tcg_args &ga, int seg,
-							   const float (&v)[64], int m0, int n0,
-							   int cw, long long T, long long N)
-{
-	const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3;
-	const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
-	const long long rows = ga.swiglu ? 2 * N : N;
-	float *ws = ga.ws + ga.ws_off[seg] + (long long)blockIdx.z * T * rows;
-#pragma unroll
-	for (int j = 0; j < 16; j++)
-#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			const int col = 8 * j + 2 * (lane & 3) + e;
-			long long f = (long long)n0 + col, o = f;
-			if (ga.swiglu) {
-				f = (long long)n0 / 2 + (col & 63);
-				o = f + (col >= 64 ? N : 0);
-			}
-			if (f >= N)
-				continue;
-#pragma unroll
-			for (int h = 0; h < 2; h++) {
-				const long long t = r0 + 8 * h;
-				if (t < T)
-					ws[t * rows + o] = v[4 * j + 2 * h + e];
-			}
-		}
 }
 
 /* One 128 x BN tile; see the header comment. GROUPED (atlas_moe_gemm_tc):
@@ -473,12 +450,13 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	const int wg = threadIdx.x >> 7;
 	const int nk = (int)((K + TCG_BK - 1) / TCG_BK);
 	const int n0 = ty * BN;
+	/* invariant form: the GEMV's K ranges, cpw 32-wide chunks each */
+	const int nch = (int)((K + 31) / 32), cpw = INV ? (nch + ga.wpr - 1) / ga.wpr : 0;
 	/* split-K: block z takes K slices [kb0, kb1); the invariant form's
 	 * split takes K range z (its chunks are even in number) */
 	int kb0 = (int)((long long)blockIdx.z * nk / gridDim.z);
 	int kb1 = (int)((long long)(blockIdx.z + 1) * nk / gridDim.z);
 	if (INV && ws) {
-		const int nch = (int)((K + 31) / 32), cpw = (nch + ga.wpr - 1) / ga.wpr;
 		const int c0 = (int)blockIdx.z * cpw, c1 = c0 + cpw < nch ? c0 + cpw : nch;
 		kb0 = c0 / 2;
 		kb1 = c1 / 2;
@@ -542,10 +520,9 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 #pragma unroll
 	for (int i = 0; i < BN / 2; i++)
 		acc[i] = 0.0f;
-	/* invariant form: the GEMV's K ranges of 32-wide chunks, one chain
-	 * each, merged into tot in range order (see the header comment) */
+	/* invariant form: one chain per K range, merged into tot in range
+	 * order (see the header comment) */
 	float tot[INV ? BN / 2 : 1];
-	const int nch = (int)((K + 31) / 32), cpw = INV ? (nch + ga.wpr - 1) / ga.wpr : 0;
 	int fold = ws ? 2 * nk : cpw; /* the next range's first chunk (split: none) */
 	if constexpr (INV) {
 #pragma unroll
@@ -603,7 +580,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	atlas_pdl_wait(); /* returned long ago in the producer: orders the stores */
 	if constexpr (INV) {
 		if (ws) { /* split: range z's chain, unmerged (atlas_gemm_inv_reduce) */
-			tcg_store_inv_part(ga, seg, acc, m0, n0, cw, T, N);
+			tcg_store_inv(ga, seg, acc, m0, n0, cw, T, N, true);
 			return;
 		}
 		/* the last non-empty range, then +0 for each empty one (the
@@ -618,7 +595,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 				v += 0.0f;
 			acc[i] = v;
 		}
-		tcg_store_inv(ga, seg, acc, m0, n0, cw, T, N);
+		tcg_store_inv(ga, seg, acc, m0, n0, cw, T, N, false);
 		return;
 	}
 	if (ws) /* split-K: FP32 partial sums, no bias (atlas_gemm_tc_reduce) */

@@ -14,7 +14,6 @@
 
 #include "../../core/error.h"
 
-
 /* --- random fill ----------------------------------------------------- */
 
 static int op_fill_random(struct atlas_backend *be, void *dst, enum atlas_dtype dt, int64_t n,

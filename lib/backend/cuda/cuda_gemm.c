@@ -171,6 +171,25 @@ static int pick_splits(const struct cuda_ctx *c, int64_t tiles, int64_t T, int64
 	return s > 1 ? (int)s : 1;
 }
 
+/* a's tensor maps: x [T, K] (boxes of TCG_BM rows) and the n weights
+ * w[i] [N[i], K] (boxes of box_rows), and a.N. */
+static int set_maps(const struct cuda_ctx *c, struct atlas_tcg_args *a, const void *x, int64_t T,
+		    int64_t K, int n, const void *const *w, const int64_t *N, uint32_t box_rows)
+{
+	CUtensorMap m;
+	int rc = get_map(c, x, T, K, TCG_BM, &m);
+	if (rc)
+		return rc;
+	memcpy(&a->map_x, &m, sizeof(m));
+	for (int i = 0; i < n; i++) {
+		if ((rc = get_map(c, w[i], N[i], K, box_rows, &m)))
+			return rc;
+		memcpy(&a->map[i], &m, sizeof(m));
+		a->N[i] = N[i];
+	}
+	return 0;
+}
+
 int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32, const void *x,
 		       const void *const *w, const void *const *bias, int64_t T, const int64_t *N,
 		       int64_t K)
@@ -201,18 +220,12 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32,
 	}
 	if (ny > 65535)
 		return 0;
-	CUtensorMap m;
-	int rc = get_map(c, x, T, K, TCG_BM, &m);
+	int rc = set_maps(c, &a, x, T, K, n, w, N, (uint32_t)bn);
 	if (rc)
 		return rc;
-	memcpy(&a.map_x, &m, sizeof(m));
 	for (int i = 0; i < n; i++) {
-		if ((rc = get_map(c, w[i], N[i], K, (uint32_t)bn, &m)))
-			return rc;
-		memcpy(&a.map[i], &m, sizeof(m));
 		a.out[i] = out[i];
 		a.bias[i] = bias ? bias[i] : NULL;
-		a.N[i] = N[i];
 	}
 	a.T = T, a.K = K, a.nseg = n, a.bn = bn, a.out_f32 = out_f32;
 	const int64_t mt = (T + TCG_BM - 1) / TCG_BM;
@@ -282,19 +295,17 @@ int atlas_cuda_gemm_tc_inv(struct cuda_ctx *c, const struct atlas_gemv_args *g, 
 		ny += a.ny[i];
 		a.ws_off[i] = ws ? ws_off[i] : 0;
 	}
-	CUtensorMap m;
-	int rc = get_map(c, g->x, g->T, g->K, TCG_BM, &m);
-	if (rc)
-		return rc;
-	memcpy(&a.map_x, &m, sizeof(m));
+	const void *w[ATLAS_TCG_MAXSEG];
+	int64_t N[ATLAS_TCG_MAXSEG];
 	for (int i = 0; i < n; i++) {
-		if ((rc = get_map(c, g->seg[i].w, g->seg[i].N, g->K, g->swiglu ? 64 : 128, &m)))
-			return rc;
-		memcpy(&a.map[i], &m, sizeof(m));
+		w[i] = g->seg[i].w;
+		N[i] = g->seg[i].N;
 		a.out[i] = g->seg[i].out;
 		a.bias[i] = g->swiglu ? NULL : g->seg[i].bias;
-		a.N[i] = g->seg[i].N;
 	}
+	int rc = set_maps(c, &a, g->x, g->T, g->K, n, w, N, g->swiglu ? 64 : 128);
+	if (rc)
+		return rc;
 	void *args[] = {&a};
 	return atlas_cuda_launch_z(c, ATLAS_CK_GEMM_TC_INV, (unsigned)CEIL_DIV(g->T, TCG_BM),
 				   (unsigned)ny, (unsigned)(ws ? splits : 1), TCG_THREADS,

@@ -10,7 +10,6 @@
 #include "../../core/error.h"
 #include "kernel_args.h"
 
-
 static int check_wdt(enum atlas_dtype wdt, const char *op)
 {
 	if (wdt == ATLAS_DTYPE_F32 || wdt == ATLAS_DTYPE_F16 || wdt == ATLAS_DTYPE_BF16)
