@@ -44,6 +44,8 @@ static const char usage_text[] =
 	"  -m, --model MODEL     model directory or Hub id (decode, prefill, generate,\n"
 	"                        serve --self; default for --self: the shipped model)\n"
 	"  --synthetic SHAPE     random weights of a named shape instead of -m\n"
+	"  --quant FORMAT        --synthetic: the linear layers' weights, bf16 (default)\n"
+	"                        or fp8-block (FP8 with 128x128 block scales; a GPU)\n"
 	"  --shape SHAPE         kernels: the shapes (default qwen3-8b)\n"
 	"                        shapes: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b,\n"
 	"                        qwen3-30b-a3b, mixtral-8x7b (mixtures of experts)\n"
@@ -102,11 +104,12 @@ enum {
 	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
 	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
 	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
-	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI
+	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI, O_QUANT
 };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},    {"synthetic", required_argument, NULL, O_SYN},
+	{"quant", required_argument, NULL, O_QUANT},
 	{"shape", required_argument, NULL, O_SHAPE}, {"filter", required_argument, NULL, O_FILTER},
 	{"device", required_argument, NULL, O_DEVICE}, {"threads", required_argument, NULL, 't'},
 	{"tokens", required_argument, NULL, O_TOKENS}, {"context", required_argument, NULL, O_CONTEXT},
@@ -138,6 +141,7 @@ struct list {
 struct opts {
 	const char *cmd, *show_id;     /* subcommand; history show's ID */
 	const char *model, *synthetic, *shape, *filter, *device; /* what and where */
+	const char *quant;             /* --quant: the synthetic model's weights */
 	const char *url, *served, *api_key, *thresholds; /* serve, gates */
 	struct list batch, prompt, gen, tokens, conc; /* sweeps */
 	int64_t context, reps, warmup, copy, gemm_n, requests, timeout, vocab, threads; /* -1 = default */
@@ -221,6 +225,11 @@ static void parse(int argc, char **argv, struct opts *o)
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case O_SYN: o->synthetic = optarg; break;
+		case O_QUANT:
+			if (strcmp(optarg, "bf16") && strcmp(optarg, "fp8-block"))
+				bad("--quant: '%s' is not one of bf16, fp8-block", optarg);
+			o->quant = optarg;
+			break;
 		case O_SHAPE: o->shape = optarg; break;
 		case O_FILTER: o->filter = optarg; break;
 		case O_DEVICE: o->device = optarg; break;
@@ -296,6 +305,8 @@ static void check(struct opts *o)
 		bad("%s: %s", o->synthetic ? "--synthetic" : "--shape", atlas_errmsg());
 	if (model_cmd && !o->model == !o->synthetic)
 		bad("%s needs one of -m MODEL or --synthetic SHAPE", o->cmd);
+	if (o->quant && !o->synthetic)
+		bad("--quant goes with --synthetic (a checkpoint's format is its own)");
 	if (!strcmp(o->cmd, "prefill") && o->batch.n)
 		bad("--batch is for decode and generate");
 	if (!strcmp(o->cmd, "serve") && !o->url == !o->self)
@@ -416,6 +427,8 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 	} else if (strcmp(o->cmd, "serve")) {
 		ADD("model", jstr(model_dir));
 		ADD("synthetic", jstr(o->synthetic));
+		if (o->quant)
+			ADD("quant", jstr(o->quant));
 		ADD("tp", I(o->tp));
 		if (strcmp(o->cmd, "prefill"))
 			ADD("batch", jlist(&o->batch));
@@ -541,6 +554,7 @@ static struct atlas_model *build_model(int rank, struct atlas_backend *be,
 	struct atlas_model_params mp = src->mp;
 	struct atlas_model *m;
 	mp.comm = comm;
+	mp.synthetic_quant = src->o->quant;
 	if (src->o->synthetic) {
 		struct atlas_config cfg;
 		atlas_bench_shape(src->o->synthetic, &cfg);

@@ -47,3 +47,30 @@ struct atlas_backend *atlas_backend_open(const char *device)
 	atlas_error(ATLAS_EINVAL, "unknown device '%s' (expected cpu, cuda[:N] or auto)", device);
 	return NULL;
 }
+
+/* --- ATLAS_DTYPE_F8B blobs (backend.h) ----------------------------------- */
+
+int atlas_f8b_init(void *blob, int64_t N, int64_t K, int64_t bo, int64_t bi)
+{
+	if (N <= 0 || K <= 0 || bo <= 0 || bi <= 0 || (bi % 32 && bi < K) ||
+	    bo > INT32_MAX || bi > INT32_MAX)
+		return -1;
+	/* a block wider than the row is the row: one block column */
+	const int64_t nbc = (K + bi - 1) / bi;
+	struct atlas_f8b_head h = {
+	    .magic = ATLAS_F8B_MAGIC, .bo = (int32_t)bo, .bi = (int32_t)bi, .nbc = (int32_t)nbc,
+	    .N = N, .K = K, .scale_off = atlas_f8b_scale_off(N, K)};
+	memset(blob, 0, ATLAS_F8B_HEAD);
+	memcpy(blob, &h, sizeof(h));
+	return 0;
+}
+
+void atlas_f8b_row_bf16(const void *blob, int64_t n, uint16_t *out)
+{
+	struct atlas_f8b_head h;
+	memcpy(&h, blob, sizeof(h));
+	const uint8_t *q = (const uint8_t *)blob + ATLAS_F8B_HEAD + n * h.K;
+	const float *s = (const float *)((const char *)blob + h.scale_off) + (n / h.bo) * h.nbc;
+	for (int64_t k = 0; k < h.K; k++)
+		out[k] = atlas_f32_to_bf16(atlas_f8e4m3_to_f32(q[k]) * s[k / h.bi]);
+}

@@ -37,6 +37,48 @@ struct atlas_kv_batch {
 	int64_t max_keys;            /* most keys any token sees (<= max_blocks*block_size) */
 };
 
+/* A weight of dtype ATLAS_DTYPE_F8B: an [N, K] matrix of FP8 E4M3 values
+ * q with an FP32 scale per [bo, bi] block, as one blob of backend memory
+ * (what an FP8 checkpoint stores, kept at one byte a weight so that decode
+ * streams half the bytes of BF16):
+ *   bytes 0..255                          this head
+ *   bytes 256 ..                          q [N, K] row-major
+ *   bytes scale_off ..                    s [ceil(N/bo), nbc] FP32
+ * and the matrix the ops multiply by is, element by element,
+ *   W[n][k] = bf16(f32(q[n][k]) * s[n / bo][k / bi])
+ * rounded to nearest even: exactly the BF16 matrix that dequantizing at
+ * load gives (lib/io/quant.h), so a backend's F8B products equal its BF16
+ * products of that matrix bit for bit. bi is a multiple of 32 or covers
+ * the whole row (bi >= K): the kernels' 32-column chunks then never
+ * straddle a scale. Only the matmul, matmul_multi and matmul_swiglu ops
+ * of a backend with f8b_weights take it; biases beside it are BF16. */
+#define ATLAS_F8B_MAGIC 0x42384641u /* "AF8B" */
+#define ATLAS_F8B_HEAD 256
+struct atlas_f8b_head {
+	uint32_t magic;
+	int32_t bo, bi;            /* scale block: rows, columns */
+	int32_t nbc;               /* scale blocks per block row: ceil(K / bi) */
+	int64_t N, K;
+	int64_t scale_off;         /* byte offset of s from the blob start */
+};
+
+/* Offset of the scales and the whole blob's size. */
+static inline int64_t atlas_f8b_scale_off(int64_t N, int64_t K)
+{
+	return ATLAS_F8B_HEAD + ((N * K + 255) & ~(int64_t)255);
+}
+static inline int64_t atlas_f8b_bytes(int64_t N, int64_t K, int64_t bo, int64_t bi)
+{
+	return atlas_f8b_scale_off(N, K) + ((N + bo - 1) / bo) * ((K + bi - 1) / bi) * 4;
+}
+/* Fill the head of blob (atlas_f8b_bytes(N, K, bo, bi) bytes of host
+ * memory); the caller writes q and s where it says. -1 when bi is
+ * neither a multiple of 32 nor >= K (or a dimension is not positive). */
+int atlas_f8b_init(void *blob, int64_t N, int64_t K, int64_t bo, int64_t bi);
+/* Row n of a host F8B blob as BF16 (K values): the reference the kernels
+ * must reproduce. */
+void atlas_f8b_row_bf16(const void *blob, int64_t n, uint16_t *out);
+
 /* One layer of the fused one-token decode (fused_prepare): backend
  * pointers, the layout of the plain ops. */
 struct atlas_fused_layer {
@@ -129,6 +171,10 @@ struct atlas_backend {
 				     * the same bits whatever else is in the batch
 				     * (one kernel per op for all T, no T-dependent
 				     * paths); the server sets it */
+	bool f8b_weights;           /* matmul, matmul_multi and matmul_swiglu take
+				     * ATLAS_DTYPE_F8B weights: FP8 checkpoints
+				     * then load at one byte a weight instead of
+				     * dequantized */
 	int moe_max_experts;        /* the most experts a layer may have for the
 				     * moe op (0: no limit); models with more are
 				     * refused at load */
@@ -297,7 +343,8 @@ struct atlas_backend {
 
 	/* --- optional: speed and benchmarking (NULL where unsupported) --- */
 
-	/* Fill n elements of dst (F32, F16 or BF16) with lo + (hi - lo) * u,
+	/* Fill n elements of dst (F32, F16, BF16 or F8_E4M3, the last rounded
+	 * to nearest and saturated) with lo + (hi - lo) * u,
 	 * u uniform in [0, 1) from a hash of (seed, element index): random
 	 * weights made on the device, for benchmarks at real shapes. */
 	int (*fill_random)(struct atlas_backend *be, void *dst, enum atlas_dtype dt,

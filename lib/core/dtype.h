@@ -16,6 +16,9 @@ enum atlas_dtype {
 	ATLAS_DTYPE_U8,
 	ATLAS_DTYPE_I32,
 	ATLAS_DTYPE_I64,
+	ATLAS_DTYPE_F8B,   /* not a file dtype: a backend weight of FP8 E4M3
+			    * values with FP32 block scales, one blob
+			    * (lib/backend/backend.h, struct atlas_f8b_head) */
 	ATLAS_DTYPE_COUNT,
 };
 
@@ -23,7 +26,8 @@ enum atlas_dtype {
 size_t atlas_dtype_size(enum atlas_dtype t);
 /* The safetensors spelling ("F32", "BF16", ...). Static string. */
 const char *atlas_dtype_name(enum atlas_dtype t);
-/* Parse a safetensors dtype string; returns 0 and sets *out, or -1. */
+/* Parse a safetensors dtype string; returns 0 and sets *out, or -1
+ * (F8B is not one: no file can claim it). */
 int atlas_dtype_parse(const char *s, enum atlas_dtype *out);
 /* Parse a torch dtype name as config.json spells it ("bfloat16",
  * "float16", "float32"); returns 0 and sets *out, or -1. */

@@ -422,28 +422,59 @@ static bool module_of(const char *name, char *buf, size_t n)
 	return true;
 }
 
-int atlas_quant_dequant(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
-			int64_t out, int64_t in, enum atlas_dtype dt, void *dst)
+/* The module of weight `name` into prefix when the checkpoint stores it
+ * quantized in principle (1), 0 when not, or an error for a shape out
+ * of range. */
+static int quant_module(const struct atlas_quant *q, const char *name, int64_t out, int64_t in,
+			char *prefix, size_t n)
 {
-	char prefix[512];
-	if (q->method == ATLAS_QUANT_NONE || !module_of(name, prefix, sizeof(prefix)) ||
+	if (q->method == ATLAS_QUANT_NONE || !module_of(name, prefix, n) ||
 	    atlas_quant_ignored(q, prefix))
 		return 0;
 	if (out < 1 || in < 1 || out > (int64_t)1 << 31 || in > (int64_t)1 << 31)
 		return atlas_error(ATLAS_EFORMAT, "weight '%s': shape [%lld, %lld] out of range", name,
 				   (long long)out, (long long)in);
+	return 1;
+}
+
+int atlas_quant_f8_view(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			int64_t out, int64_t in, struct atlas_quant_f8 *v)
+{
+	char prefix[512];
+	int rc = quant_module(q, name, out, in, prefix, sizeof(prefix));
+	if (rc <= 0)
+		return rc;
+	if (q->method == ATLAS_QUANT_FP8)
+		rc = atlas_quant_fp8(q, st, prefix, out, in, v);
+	else if (q->method == ATLAS_QUANT_CT_FP8)
+		rc = atlas_quant_ct_fp8(q, st, prefix, out, in, v);
+	else
+		return 0;
+	if (rc < 0)
+		atlas_error_wrap(rc, "cannot load '%s' (%s)", name, q->name);
+	return rc;
+}
+
+int atlas_quant_dequant(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			int64_t out, int64_t in, enum atlas_dtype dt, void *dst)
+{
+	char prefix[512];
+	int rc = quant_module(q, name, out, in, prefix, sizeof(prefix));
+	if (rc <= 0)
+		return rc;
 	if (dt != ATLAS_DTYPE_F32 && dt != ATLAS_DTYPE_BF16)
 		return atlas_error(ATLAS_EINVAL, "dequantize '%s': to F32 or BF16 only", name);
 	float *f = dt == ATLAS_DTYPE_F32 ? dst : malloc((size_t)(out * in) * sizeof(float));
 	if (!f)
 		return atlas_error(ATLAS_ENOMEM, "out of memory dequantizing '%s'", name);
-	int rc;
+	struct atlas_quant_f8 v;
 	switch (q->method) {
 	case ATLAS_QUANT_FP8:
-		rc = atlas_quant_fp8(q, st, prefix, out, in, f);
-		break;
 	case ATLAS_QUANT_CT_FP8:
-		rc = atlas_quant_ct_fp8(q, st, prefix, out, in, f);
+		rc = q->method == ATLAS_QUANT_FP8 ? atlas_quant_fp8(q, st, prefix, out, in, &v)
+						  : atlas_quant_ct_fp8(q, st, prefix, out, in, &v);
+		if (rc == 1)
+			atlas_quant_f8_dequant(&v, out, in, f);
 		break;
 	case ATLAS_QUANT_NVFP4:
 	case ATLAS_QUANT_CT_NVFP4:

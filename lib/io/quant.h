@@ -32,6 +32,7 @@
 #include "../core/dtype.h"
 
 struct atlas_st;
+struct atlas_tensor_info;
 
 enum atlas_quant_method {
 	ATLAS_QUANT_NONE = 0,
@@ -98,6 +99,28 @@ bool atlas_quant_ignored(const struct atlas_quant *q, const char *module);
  * `in`, or an out-of-range g_idx is refused with the tensor's name. */
 int atlas_quant_dequant(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
 			int64_t out, int64_t in, enum atlas_dtype dt, void *dst);
+
+/* An FP8 weight [out, in] as stored: q holds out * in E4M3 bytes (in the
+ * checkpoint's mapping), s a scale per [bo, bi] block (ceil(out/bo) x
+ * ceil(in/bi), row-major; a per-tensor scale is one block of the whole
+ * matrix, a per-channel one blocks of [1, in]), and W = q * s. */
+struct atlas_quant_f8 {
+	const uint8_t *q;
+	const struct atlas_tensor_info *s;
+	int64_t bo, bi;
+};
+
+/* The weight `name` [out, in] of an FP8 checkpoint (methods fp8 and
+ * compressed-tensors FP8) as stored, checked as atlas_quant_dequant
+ * checks it: 1 with *v filled; 0 when it is not stored as FP8 (another
+ * method, an ignored module, a plain tensor); a negative error naming
+ * the tensor. */
+int atlas_quant_f8_view(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			int64_t out, int64_t in, struct atlas_quant_f8 *v);
+/* v's scales as FP32 into dst (ceil(out/bo) * ceil(in/bi) values), and
+ * W itself as FP32 into dst (out * in values). */
+void atlas_quant_f8_scales(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst);
+void atlas_quant_f8_dequant(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst);
 
 /* Bytes the weight `name` takes in st as stored (quantized tensors and
  * scales together), 0 when it is not stored quantized. */

@@ -114,8 +114,28 @@ static int check_dims(const char *prefix, int64_t out, int64_t in)
 	return 0;
 }
 
+void atlas_quant_f8_dequant(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst)
+{
+	f8_blocks(v->q, v->s, out, in, v->bo, v->bi, dst);
+}
+
+void atlas_quant_f8_scales(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst)
+{
+	const int64_t n = ceil_div(out, v->bo) * ceil_div(in, v->bi);
+	for (int64_t i = 0; i < n; i++)
+		dst[i] = atlas_quant_scale(v->s, i);
+}
+
+/* *v = the module's values w and scales s in blocks of bo x bi; 1. */
+static int f8_view(struct atlas_quant_f8 *v, const struct atlas_tensor_info *w,
+		   const struct atlas_tensor_info *s, int64_t bo, int64_t bi)
+{
+	*v = (struct atlas_quant_f8){w->data, s, bo, bi};
+	return 1;
+}
+
 int atlas_quant_fp8(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		    int64_t out, int64_t in, float *dst)
+		    int64_t out, int64_t in, struct atlas_quant_f8 *v)
 {
 	const struct atlas_tensor_info *w, *s;
 	int64_t bo = q->block[0], bi = q->block[1];
@@ -130,8 +150,7 @@ int atlas_quant_fp8(const struct atlas_quant *q, const struct atlas_st *st, cons
 		/* per-tensor */
 		if (!(s = scalar(st, prefix, "weight_scale_inv", dt_float, 3)))
 			return ATLAS_EFORMAT;
-		f8_blocks(w->data, s, out, in, out, in, dst);
-		return 1;
+		return f8_view(v, w, s, out, in);
 	}
 	if (bo <= 0 || bi <= 0)
 		return atlas_error(ATLAS_EINVAL, "'%s.weight_scale_inv': bad block %lldx%lld",
@@ -139,12 +158,11 @@ int atlas_quant_fp8(const struct atlas_quant *q, const struct atlas_st *st, cons
 	const int64_t sd[2] = {ceil_div(out, bo), ceil_div(in, bi)};
 	if (!(s = atlas_quant_tensor(st, prefix, "weight_scale_inv", true, dt_float, 3, 2, sd)))
 		return ATLAS_EFORMAT;
-	f8_blocks(w->data, s, out, in, bo, bi, dst);
-	return 1;
+	return f8_view(v, w, s, bo, bi);
 }
 
 int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		       int64_t out, int64_t in, float *dst)
+		       int64_t out, int64_t in, struct atlas_quant_f8 *v)
 {
 	const struct atlas_tensor_info *w, *s;
 	int64_t bo, bi;
@@ -158,8 +176,7 @@ int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, c
 	if (q->strategy == ATLAS_QS_TENSOR) {
 		if (!(s = scalar(st, prefix, "weight_scale", dt_float, 3)))
 			return ATLAS_EFORMAT;
-		f8_blocks(w->data, s, out, in, out, in, dst);
-		return 1;
+		return f8_view(v, w, s, out, in);
 	}
 	if (q->strategy == ATLAS_QS_CHANNEL) {
 		/* [out, 1] as compressed-tensors writes it; [out] too */
@@ -169,8 +186,7 @@ int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, c
 		if (!(s = atlas_quant_tensor(st, prefix, "weight_scale", true, dt_float, 3, nd,
 					     sd)))
 			return ATLAS_EFORMAT;
-		f8_blocks(w->data, s, out, in, 1, in, dst);
-		return 1;
+		return f8_view(v, w, s, 1, in);
 	}
 	if (q->strategy == ATLAS_QS_GROUP) /* a group of `in` is a 1 x g block */
 		bo = 1, bi = q->group_size;
@@ -185,8 +201,7 @@ int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, c
 	const int64_t sd[2] = {ceil_div(out, bo), ceil_div(in, bi)};
 	if (!(s = atlas_quant_tensor(st, prefix, "weight_scale", true, dt_float, 3, 2, sd)))
 		return ATLAS_EFORMAT;
-	f8_blocks(w->data, s, out, in, bo, bi, dst);
-	return 1;
+	return f8_view(v, w, s, bo, bi);
 }
 
 int atlas_quant_nvfp4(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,

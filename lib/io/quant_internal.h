@@ -12,10 +12,12 @@
 #include "quant.h"
 #include "safetensors.h"
 
+/* The FP8 formats find the module's tensors and describe them in *v
+ * (atlas_quant_f8_dequant then writes W) */
 int atlas_quant_fp8(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		    int64_t out, int64_t in, float *dst);
+		    int64_t out, int64_t in, struct atlas_quant_f8 *v);
 int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		       int64_t out, int64_t in, float *dst);
+		       int64_t out, int64_t in, struct atlas_quant_f8 *v);
 int atlas_quant_nvfp4(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
 		      int64_t out, int64_t in, float *dst);
 int atlas_quant_awq(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,

@@ -198,6 +198,53 @@ static int bind_quantized(struct atlas_model *m, struct weight *w, const char *n
 	return rc ? rc : 1;
 }
 
+/* Whether m keeps FP8 matrices at one byte a weight (ATLAS_DTYPE_F8B)
+ * instead of dequantizing them: an FP8 checkpoint on a backend whose
+ * matmul ops take F8B, unsplit (one rank), unless ATLAS_FP8_NATIVE=0
+ * asks for the dequantized path (to compare the two). */
+static bool f8b_native(const struct atlas_model *m)
+{
+	const char *e = getenv("ATLAS_FP8_NATIVE");
+	return m->be->f8b_weights && !m->f8b_off && (!m->comm || m->comm->world == 1) &&
+	       (m->quant.method == ATLAS_QUANT_FP8 || m->quant.method == ATLAS_QUANT_CT_FP8) &&
+	       !(e && !strcmp(e, "0"));
+}
+
+/* Matrix `name` [d0, d1] of an FP8 checkpoint handed over as an F8B blob
+ * (backend.h): its bytes as stored and its scales as FP32. 1 when it
+ * was; 0 when it is not stored as FP8 or its layout does not suit the
+ * kernels (a scale block neither a multiple of 32 columns nor the whole
+ * row, or rows not a multiple of 8 bytes): dequantized then; < 0 on
+ * error. */
+static int bind_f8b(struct atlas_model *m, struct weight *w, const char *name, int64_t d0,
+		    int64_t d1)
+{
+	struct atlas_quant_f8 v;
+	int rc = atlas_quant_f8_view(&m->quant, m->st, name, d0, d1, &v);
+	if (rc <= 0)
+		return rc;
+	const int64_t bytes = atlas_f8b_bytes(d0, d1, v.bo, v.bi);
+	char *blob = d1 % 8 ? NULL : malloc((size_t)bytes);
+	if (!blob || atlas_f8b_init(blob, d0, d1, v.bo, v.bi)) {
+		free(blob);
+		return 0;
+	}
+	memcpy(blob + ATLAS_F8B_HEAD, v.q, (size_t)(d0 * d1));
+	atlas_quant_f8_scales(&v, d0, d1, (float *)(blob + atlas_f8b_scale_off(d0, d1)));
+	w->p = m->be->weight_upload(m->be, blob, (size_t)bytes);
+	if (!w->p) {
+		free(blob);
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot load tensor '%s'", name);
+	}
+	if (w->p == blob)
+		w->own = blob; /* used in place (host backends) */
+	else
+		free(blob);
+	w->dtype = ATLAS_DTYPE_F8B;
+	w->nbytes = (size_t)bytes;
+	return 1;
+}
+
 static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 		      int64_t d0, int64_t d1, int required, const struct slice *sl)
 {
@@ -206,7 +253,9 @@ static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 	if (m->quant.method != ATLAS_QUANT_NONE && d1 >= 0 &&
 	    (!t || (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
 		    t->dtype != ATLAS_DTYPE_BF16))) {
-		int rc = bind_quantized(m, w, name, d0, d1, sl);
+		int rc = !sl && f8b_native(m) ? bind_f8b(m, w, name, d0, d1) : 0;
+		if (!rc)
+			rc = bind_quantized(m, w, name, d0, d1, sl);
 		if (rc)
 			return rc < 0 ? rc : 0;
 	}
@@ -499,6 +548,8 @@ static int size_memory(struct atlas_model *m)
 	size_t a = m->act, pad = 256, w = 0;
 	int64_t qd = m->H_loc * c->head_dim, kvd = m->Hkv_loc * c->head_dim;
 	enum atlas_dtype wdt = ATLAS_DTYPE_BF16;
+	const bool native = f8b_native(m);
+	int64_t f8max = 0;
 	for (int64_t i = 0; i < atlas_st_count(m->st); i++) {
 		const struct atlas_tensor_info *t = atlas_st_get(m->st, i);
 		w += rank_bytes(m, t) + pad;
@@ -508,6 +559,18 @@ static int size_memory(struct atlas_model *m)
 			const size_t per = t->dtype == ATLAS_DTYPE_I32 ? 8
 					   : t->dtype == ATLAS_DTYPE_U8 ? 2
 					   : t->dtype == ATLAS_DTYPE_F8_E4M3 ? 1 : 0;
+			/* an F8B matrix stays as stored, with its scales as
+			 * FP32 (the scale tensors' own bytes at most twice
+			 * over) and the backend's BF16 copies of the widest
+			 * pair (gate and up) for products longer than its
+			 * GEMV takes; experts (the moe op) are dequantized */
+			if (native && t->dtype == ATLAS_DTYPE_F8_E4M3 && !strstr(t->name, ".experts.")) {
+				f8max = t->numel > f8max ? t->numel : f8max;
+				continue;
+			}
+			if (native && t->ndim == 2 && t->dtype != ATLAS_DTYPE_F8_E4M3 &&
+			    strstr(t->name, "scale"))
+				w += 2 * rank_bytes(m, t);
 			w += rank_bytes(m, t) / (t->dtype == ATLAS_DTYPE_I32 ? 4 : 1) * per * a;
 		}
 		if (t->ndim == 2 && (t->dtype == ATLAS_DTYPE_F32 || t->dtype == ATLAS_DTYPE_F16 ||
@@ -526,7 +589,8 @@ static int size_memory(struct atlas_model *m)
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
 	/* to_f32 staging and sampling scratch grow on first use */
 	size_t scratch = rows * (size_t)c->vocab_size * 4 + 64 * 2 * (size_t)c->vocab_size * 4 + 4 * pad;
-	size_t total = w + act + kv + meta + scratch + (size_t)c->head_dim * 4 + pad;
+	size_t total = w + act + kv + meta + scratch + (size_t)c->head_dim * 4 + pad +
+		       (size_t)f8max * 4 + (f8max ? 2 * pad : 0);
 	if (be->reserve) {
 		int rc = be->reserve(be, total);
 		if (rc)

@@ -40,6 +40,11 @@ struct atlas_model_params {
 	 * Hkv % P == 0 or P % Hkv == 0, and F % P == 0. Every rank must be
 	 * loaded with the same parameters. */
 	struct atlas_comm *comm;
+	/* atlas_model_synthetic only: the linear layers' weight format, NULL
+	 * or "bf16", or "fp8-block" (FP8 E4M3 with a scale per 128 x 128
+	 * block, as Qwen3-FP8 stores them; kept as F8B where the backend
+	 * takes it, else refused) */
+	const char *synthetic_quant;
 };
 
 void atlas_model_default_params(struct atlas_model_params *p);
@@ -72,7 +77,8 @@ int64_t atlas_model_routed_bytes(const struct atlas_model *m);
 /* A model of the shape `cfg` (a family by cfg->model_type, as from
  * config.json) whose weights are random values the backend makes itself
  * (be->fill_random; nothing is read from disk): for speed measurements
- * at real shapes. All weights are BF16: matrices uniform with unit output
+ * at real shapes. All weights are BF16 (the linear layers' FP8 with
+ * p->synthetic_quant "fp8-block"): matrices uniform with unit output
  * variance, norms 1. `seed` picks the values. Same ownership and
  * parameters as atlas_model_load; NULL with a message, e.g. when the
  * backend cannot fill. */

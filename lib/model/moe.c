@@ -119,7 +119,18 @@ static int check_dtypes(const struct moe_layer *ml, int64_t l)
 	return 0;
 }
 
+static int bind_layer(struct atlas_model *m, int64_t l);
+
+/* The experts go through the moe op, which takes no F8B weights. */
 int atlas_moe_bind_layer(struct atlas_model *m, int64_t l)
+{
+	m->f8b_off = true;
+	int rc = bind_layer(m, l);
+	m->f8b_off = false;
+	return rc;
+}
+
+static int bind_layer(struct atlas_model *m, int64_t l)
 {
 	const struct atlas_config *c = &m->cfg;
 	const struct atlas_moe_family *f = m->fam->moe;

@@ -46,6 +46,45 @@ static int make_matrix(struct atlas_model *m, struct weight *w, int64_t N, int64
 	return make(m, w, N, K, -a, a, seed);
 }
 
+/* A linear layer's matrix [N, K]: as make_matrix, or with m->f8b an F8B
+ * blob (backend.h) of FP8 values uniform in +-448 and every 128 x 128
+ * block's scale a / 448, so W is uniform in +-a again (on the E4M3
+ * grid). */
+static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64_t K,
+		       uint64_t seed)
+{
+	if (!m->f8b)
+		return make_matrix(m, w, N, K, seed);
+	struct atlas_backend *be = m->be;
+	const float a = sqrtf(3.0f / (float)K);
+	const int64_t bytes = atlas_f8b_bytes(N, K, 128, 128);
+	const int64_t nsc = ((N + 127) / 128) * ((K + 127) / 128);
+	char head[ATLAS_F8B_HEAD];
+	char *p = be->alloc(be, (size_t)bytes);
+	if (!p)
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate a [%lld, %lld] FP8 weight",
+					(long long)N, (long long)K);
+	int rc = atlas_f8b_init(head, N, K, 128, 128)
+		     ? atlas_error(ATLAS_EINVAL, "bad FP8 shape [%lld, %lld]", (long long)N, (long long)K)
+		     : 0;
+	if (!rc)
+		rc = be->upload(be, p, head, sizeof(head));
+	if (!rc)
+		rc = be->fill_random(be, p + ATLAS_F8B_HEAD, ATLAS_DTYPE_F8_E4M3, N * K, seed,
+				     -448.0f, 448.0f);
+	if (!rc)
+		rc = be->fill_random(be, p + atlas_f8b_scale_off(N, K), ATLAS_DTYPE_F32, nsc, seed,
+				     a / 448.0f, a / 448.0f);
+	if (!rc)
+		rc = be->sync(be); /* the head's host copy goes out of scope */
+	if (rc) {
+		be->free(be, p);
+		return rc;
+	}
+	*w = (struct weight){p, ATLAS_DTYPE_F8B, (size_t)bytes, NULL};
+	return 0;
+}
+
 /* Layer l's mixture-of-experts MLP into m->moe[l], laid out as
  * transformers 5 saves it (moe.c's fused layout): one [E, 2F, D] tensor
  * of every expert's gate then up rows and one [E, D, F] of the downs,
@@ -100,13 +139,13 @@ static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 	if (!rc)
 		rc = make(m, &L->ln2, D, 0, 1.0f, 1.0f, s + 2);
 	if (!rc)
-		rc = make_matrix(m, &L->wq, qd, D, s + 3);
+		rc = make_linear(m, &L->wq, qd, D, s + 3);
 	if (!rc)
-		rc = make_matrix(m, &L->wk, kvd, D, s + 4);
+		rc = make_linear(m, &L->wk, kvd, D, s + 4);
 	if (!rc)
-		rc = make_matrix(m, &L->wv, kvd, D, s + 5);
+		rc = make_linear(m, &L->wv, kvd, D, s + 5);
 	if (!rc)
-		rc = make_matrix(m, &L->wo, D, qd, s + 6);
+		rc = make_linear(m, &L->wo, D, qd, s + 6);
 	if (!rc && m->fam->qk_norm)
 		rc = make(m, &L->qn, hd, 0, 1.0f, 1.0f, s + 7);
 	if (!rc && m->fam->qk_norm)
@@ -121,11 +160,11 @@ static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 	if (!rc && m->moe && atlas_config_layer_is_moe(c, l))
 		return make_moe(m, l, s);
 	if (!rc)
-		rc = make_matrix(m, &L->wg, F, D, s + 12);
+		rc = make_linear(m, &L->wg, F, D, s + 12);
 	if (!rc)
-		rc = make_matrix(m, &L->wu, F, D, s + 13);
+		rc = make_linear(m, &L->wu, F, D, s + 13);
 	if (!rc)
-		rc = make_matrix(m, &L->wd, D, F, s + 14);
+		rc = make_linear(m, &L->wd, D, F, s + 14);
 	return rc;
 }
 
@@ -201,6 +240,21 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 			    "'%s' is a mixture-of-experts model and backend '%s' has no MoE op",
 			    m->fam->name, be->name);
 		goto fail;
+	}
+	const char *q = p ? p->synthetic_quant : NULL;
+	if (q && strcmp(q, "bf16")) {
+		if (strcmp(q, "fp8-block")) {
+			atlas_error(ATLAS_EINVAL, "unknown weight format '%s' (bf16, fp8-block)", q);
+			goto fail;
+		}
+		if (!be->f8b_weights || m->comm->world != 1 || m->fam->moe) {
+			atlas_error(ATLAS_EUNSUPPORTED,
+				    "fp8-block weights need a backend with FP8 matmuls (%s has %s), "
+				    "one rank and a dense model",
+				    be->name, be->f8b_weights ? "them" : "none");
+			goto fail;
+		}
+		m->f8b = true;
 	}
 	atlas_decoder_size(m, p);
 	if (be->reserve && be->reserve(be, footprint(m)))

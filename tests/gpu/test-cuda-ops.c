@@ -960,6 +960,146 @@ static void test_invariant(void)
 	gpu->batch_invariant = false;
 }
 
+/* An F8B weight [N, K] with [bo, bi] scale blocks (random E4M3 values,
+ * no NaN; scales 2^-8..2^-5 times 1..2): the blob on the GPU and the
+ * BF16 matrix it stands for (atlas_f8b_row_bf16) on the GPU too. */
+struct f8w {
+	const void *blob, *bf;
+};
+
+static struct f8w f8_make(int64_t N, int64_t K, int64_t bo, int64_t bi)
+{
+	const int64_t bytes = atlas_f8b_bytes(N, K, bo, bi);
+	char *blob = calloc(1, (size_t)bytes);
+	CHECK_EQ_INT(atlas_f8b_init(blob, N, K, bo, bi), 0);
+	uint8_t *q = (uint8_t *)blob + ATLAS_F8B_HEAD;
+	for (int64_t i = 0; i < N * K; i++) {
+		uint8_t v = (uint8_t)((rnd() + 1.0f) * 127.99f);
+		q[i] = (v & 0x7f) == 0x7f ? (uint8_t)(v ^ 1) : v;
+	}
+	float *sc = (float *)(blob + atlas_f8b_scale_off(N, K));
+	const int64_t ns = ((N + bo - 1) / bo) * ((K + bi - 1) / bi);
+	for (int64_t i = 0; i < ns; i++)
+		sc[i] = ldexpf(1.5f + 0.5f * rnd(), -8 + (int)(i % 4));
+	uint16_t *bf = malloc((size_t)(N * K) * 2);
+	for (int64_t n = 0; n < N; n++)
+		atlas_f8b_row_bf16(blob, n, bf + n * K);
+	struct f8w w = {gpu->weight_upload(gpu, blob, (size_t)bytes),
+			gpu->weight_upload(gpu, bf, (size_t)(N * K) * 2)};
+	free(blob);
+	free(bf);
+	return w;
+}
+
+/* One product of kind 0 (matmul), 1 (+ BF16 bias), 3 (matmul_multi:
+ * q, k, v with biases) or 4 (matmul_swiglu) with the F8B weights (f8)
+ * or their BF16 matrices. */
+static int f8_run(int kind, int f8, const struct f8w *w, const void *const *bias, void *const *out,
+		  const void *x, void *scratch, int64_t T, const int64_t *Ns, int64_t K)
+{
+	const enum atlas_dtype dt = f8 ? ATLAS_DTYPE_F8B : ATLAS_DTYPE_BF16;
+	const void *ws[3];
+	for (int i = 0; i < 3; i++)
+		ws[i] = f8 ? w[i].blob : w[i].bf;
+	if (kind <= 1)
+		return gpu->matmul(gpu, out[0], x, ws[0], kind ? bias[0] : NULL, dt, T, Ns[0], K);
+	if (kind == 3)
+		return gpu->matmul_multi(gpu, 3, out, x, ws, bias, dt, T, Ns, K);
+	return gpu->matmul_swiglu(gpu, out[0], x, ws[0], ws[1], dt, T, Ns[0], K, scratch);
+}
+
+/* F8B products against the BF16 products of the matrices they stand for:
+ * in batch-invariant mode the same bits (the FP8 GEMV up to 64 rows,
+ * the dequantized copy on the BF16 GEMMs beyond, each the BF16 path's
+ * sums), otherwise within TOL (T = 1 takes another BF16 kernel). */
+static void check_f8b(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int64_t bi)
+{
+	static const char *const names[] = {"matmul", "matmul+bias", "", "matmul_multi",
+					    "matmul_swiglu"};
+	const int np = kind == 3 ? 3 : 1, nw = kind == 3 ? 3 : kind == 4 ? 2 : 1;
+	const int64_t Ns[3] = {N, kind == 3 ? N / 4 : N, kind == 3 ? N / 4 : N};
+	struct buf x = mkbuf(T * K, 1.0f), scratch = mkbuf(T * N, 1.0f);
+	struct f8w w[3] = {{0}};
+	struct wbuf b[3] = {{0}};
+	const void *bias[3] = {NULL};
+	for (int i = 0; i < nw; i++)
+		w[i] = f8_make(Ns[i], K, bo, bi);
+	for (int i = 0; i < 3 && (kind == 1 || kind == 3); i++) {
+		b[i] = mkw(ATLAS_DTYPE_BF16, Ns[i], 0.5f);
+		bias[i] = b[i].d;
+	}
+	for (int inv = 0; inv < 2; inv++) {
+		gpu->batch_invariant = inv;
+		struct buf o8[3], ob[3];
+		void *p8[3] = {NULL}, *pb[3] = {NULL};
+		for (int i = 0; i < np; i++) {
+			o8[i] = mkbuf(T * Ns[i], 1.0f), ob[i] = mkbuf(T * Ns[i], 1.0f);
+			poison(&o8[i]);
+			p8[i] = o8[i].d, pb[i] = ob[i].d;
+		}
+		CHECK_EQ_INT(f8_run(kind, 1, w, bias, p8, x.d, scratch.d, T, Ns, K), 0);
+		CHECK_EQ_INT(f8_run(kind, 0, w, bias, pb, x.d, scratch.d, T, Ns, K), 0);
+		for (int i = 0; i < np; i++) {
+			char what[128];
+			snprintf(what, sizeof(what), "f8b %s%s T=%lld N=%lld K=%lld blk %lldx%lld [%d]",
+				 names[kind], inv ? " inv" : "", (long long)T, (long long)Ns[i],
+				 (long long)K, (long long)bo, (long long)bi, i);
+			const size_t nb = (size_t)(T * Ns[i]) * 2;
+			char *h8 = malloc(nb), *hb = malloc(nb);
+			CHECK_EQ_INT(gpu->download(gpu, h8, o8[i].d, nb), 0);
+			CHECK_EQ_INT(gpu->download(gpu, hb, ob[i].d, nb), 0);
+			if (inv) {
+				int64_t diff = 0;
+				for (size_t e = 0; e < nb / 2; e++)
+					diff += ((uint16_t *)h8)[e] != ((uint16_t *)hb)[e];
+				printf("# %-58s %lld of %lld differ from BF16\n", what, (long long)diff,
+				       (long long)(nb / 2));
+				CHECK(diff == 0);
+			} else {
+				float *ref = malloc(nb * 2);
+				for (size_t e = 0; e < nb / 2; e++)
+					ref[e] = atlas_bf16_to_f32(((uint16_t *)hb)[e]);
+				compare(what, &o8[i], ref, T * Ns[i]);
+				free(ref);
+			}
+			free(h8);
+			free(hb);
+			freebuf(&o8[i]);
+			freebuf(&ob[i]);
+		}
+	}
+	gpu->batch_invariant = false;
+	for (int i = 0; i < nw; i++) {
+		gpu->weight_release(gpu, w[i].blob);
+		gpu->weight_release(gpu, w[i].bf);
+	}
+	for (int i = 0; i < 3; i++)
+		if (b[i].h)
+			freew(&b[i]);
+	freebuf(&x);
+	freebuf(&scratch);
+}
+
+static void test_f8b(void)
+{
+	/* kind, T, N, K, bo, bi: 128x128 blocks (Qwen3-FP8) with partial
+	 * edge blocks in both directions, 32x32 (the golden fixture's),
+	 * per channel (bo 1, bi the row), per tensor; T across the FP8
+	 * GEMV's token tiles and beyond 64 (the dequantized copy) */
+	static const int64_t cases[][6] = {
+	    {0, 1, 4096, 4096, 128, 128},  {1, 1, 300, 320, 128, 128},
+	    {0, 5, 200, 4104, 128, 128},   {3, 3, 1024, 1024, 128, 128},
+	    {4, 1, 1536, 1024, 128, 128},  {4, 8, 3000, 4096, 128, 128},
+	    {1, 16, 150, 520, 32, 32},     {3, 24, 512, 512, 32, 32},
+	    {0, 33, 4096, 1024, 1, 1024},  {4, 64, 768, 2048, 1, 2048},
+	    {0, 2, 777, 4104, 777, 4104},  {1, 65, 2048, 1032, 128, 128},
+	    {3, 130, 1024, 1024, 128, 128}, {4, 200, 3000, 1024, 128, 128},
+	    {0, 512, 4096, 4096, 128, 128}, {4, 100, 80, 64, 32, 32}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_f8b((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4],
+			  cases[i][5]);
+}
+
 /* One MoE layer's weights on both backends. The router rows are one-hot
  * with a power-of-two value, so every logit is exact on both backends
  * (the CPU's x is the GPU's BF16 x): they choose the same experts, and
@@ -1130,6 +1270,7 @@ int main(void)
 	RUN(test_invariant);
 	RUN(test_attention_inv);
 	RUN(test_moe);
+	RUN(test_f8b);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);
 	gpu->destroy(gpu);

@@ -88,6 +88,28 @@ static float *fresh(int64_t n)
 }
 
 /* rc must be an error whose message holds `a` (and `b` when not NULL). */
+/* The FP8 formats as the loader's dequantizer uses them: view, then W. */
+static int fp8_to(int rc, const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *d)
+{
+	if (rc == 1)
+		atlas_quant_f8_dequant(v, out, in, d);
+	return rc;
+}
+
+static int fp8(const struct atlas_quant *q, const struct atlas_st *st, const char *p,
+	       int64_t out, int64_t in, float *d)
+{
+	struct atlas_quant_f8 v;
+	return fp8_to(atlas_quant_fp8(q, st, p, out, in, &v), &v, out, in, d);
+}
+
+static int ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, const char *p,
+		  int64_t out, int64_t in, float *d)
+{
+	struct atlas_quant_f8 v;
+	return fp8_to(atlas_quant_ct_fp8(q, st, p, out, in, &v), &v, out, in, d);
+}
+
 static void expect_err(int rc, const char *a, const char *b)
 {
 	CHECK(rc < 0);
@@ -124,7 +146,7 @@ static void test_fp8_block_partial(void)
 		};
 		struct atlas_st *st = st_build(t, 2);
 		float *d = fresh(out * in);
-		CHECK_EQ_INT(atlas_quant_fp8(&q, st, P, out, in, d), 1);
+		CHECK_EQ_INT(fp8(&q, st, P, out, in, d), 1);
 		CHECK(d[0] == 0.5f);			   /* 0x38 = 1 in block (0, 0) */
 		CHECK(d[(out - 1) * in + in - 1] == 0.5f); /* 0x40 = 2 in block (1, 1) */
 		CHECK(d[130 * in + 5] == -8.0f);	   /* 0xC0 = -2 in block (1, 0) */
@@ -151,7 +173,7 @@ static void test_fp8_per_tensor(void)
 		};
 		struct atlas_st *st = st_build(t, 2);
 		float *d = fresh(out * in);
-		CHECK_EQ_INT(atlas_quant_fp8(&q, st, P, out, in, d), 1);
+		CHECK_EQ_INT(fp8(&q, st, P, out, in, d), 1);
 		CHECK(d[0] == 3.0f);
 		CHECK(d[out * in - 1] == 6.0f);
 		check_blocks(d, w, &s, out, in, out, in);
@@ -173,7 +195,7 @@ static void test_fp8_plain_and_refusals(void)
 	/* a plain BF16 weight, no scale: 0 and dst untouched */
 	struct harness_tensor tp[] = {{P ".weight", "BF16", 2, {out, in}, plain, sizeof(plain)}};
 	struct atlas_st *st = st_build(tp, 1);
-	CHECK_EQ_INT(atlas_quant_fp8(&q, st, P, out, in, d), 0);
+	CHECK_EQ_INT(fp8(&q, st, P, out, in, d), 0);
 	CHECK(d[0] == 12345.0f);
 	CHECK_EQ_INT(atlas_quant_fp_bytes(&q, st, P), 0);
 	atlas_st_close(st);
@@ -182,7 +204,7 @@ static void test_fp8_plain_and_refusals(void)
 	struct harness_tensor tm[] = {{P ".weight", "F8_E4M3", 2, {out, in}, w, 16}};
 	st = st_build(tm, 1);
 	atlas_error_clear();
-	expect_err(atlas_quant_fp8(&q, st, P, out, in, d), "'" P ".weight_scale_inv'", NULL);
+	expect_err(fp8(&q, st, P, out, in, d), "'" P ".weight_scale_inv'", NULL);
 	atlas_st_close(st);
 
 	/* blocks of 2 x 2 need a [2, 2] scale, not [4, 1] */
@@ -192,7 +214,7 @@ static void test_fp8_plain_and_refusals(void)
 	};
 	st = st_build(tw, 2);
 	atlas_error_clear();
-	expect_err(atlas_quant_fp8(&q, st, P, out, in, d), P ".weight_scale_inv", NULL);
+	expect_err(fp8(&q, st, P, out, in, d), P ".weight_scale_inv", NULL);
 	atlas_st_close(st);
 
 	/* per-tensor wants [] or [1], not [4] */
@@ -203,7 +225,7 @@ static void test_fp8_plain_and_refusals(void)
 	};
 	st = st_build(tt, 2);
 	atlas_error_clear();
-	expect_err(atlas_quant_fp8(&q, st, P, out, in, d), P ".weight_scale_inv", NULL);
+	expect_err(fp8(&q, st, P, out, in, d), P ".weight_scale_inv", NULL);
 	atlas_st_close(st);
 
 	/* the weight's shape must be the [out, in] asked for */
@@ -213,7 +235,7 @@ static void test_fp8_plain_and_refusals(void)
 	};
 	st = st_build(ts, 2);
 	atlas_error_clear();
-	expect_err(atlas_quant_fp8(&q, st, P, out, 8, d), "'" P ".weight'", NULL);
+	expect_err(fp8(&q, st, P, out, 8, d), "'" P ".weight'", NULL);
 	/* a scale beside a weight that is not F8 */
 	atlas_st_close(st);
 	struct harness_tensor tb[] = {
@@ -222,7 +244,7 @@ static void test_fp8_plain_and_refusals(void)
 	};
 	st = st_build(tb, 2);
 	atlas_error_clear();
-	expect_err(atlas_quant_fp8(&q, st, P, out, in, d), "'" P ".weight'", "F8_E4M3");
+	expect_err(fp8(&q, st, P, out, in, d), "'" P ".weight'", "F8_E4M3");
 	atlas_st_close(st);
 	free(d);
 	free(w);
@@ -251,7 +273,7 @@ static void test_ct_fp8_strategies(void)
 		    {P ".weight_scale", "F32", nd, {1}, &ts, 4},
 		};
 		struct atlas_st *st = st_build(t, 2);
-		CHECK_EQ_INT(atlas_quant_ct_fp8(&q, st, P, out, in, d), 1);
+		CHECK_EQ_INT(ct_fp8(&q, st, P, out, in, d), 1);
 		CHECK(d[0] == 0.75f);
 		check_blocks(d, w, &ts, out, in, out, in);
 		atlas_st_close(st);
@@ -265,7 +287,7 @@ static void test_ct_fp8_strategies(void)
 		    {P ".weight_scale", "BF16", nd, {out, 1}, chb, 2 * (size_t)out},
 		};
 		struct atlas_st *st = st_build(t, 2);
-		CHECK_EQ_INT(atlas_quant_ct_fp8(&q, st, P, out, in, d), 1);
+		CHECK_EQ_INT(ct_fp8(&q, st, P, out, in, d), 1);
 		CHECK(d[0] == 0.125f);				  /* row 0: 1/8 */
 		CHECK(d[(out - 1) * in + in - 1] == 2.0f * 0.5f); /* row 199: 199 % 7 + 1 = 4 */
 		check_blocks(d, w, ch, out, in, 1, in);
@@ -281,7 +303,7 @@ static void test_ct_fp8_strategies(void)
 	    {P ".weight_scale", "F32", 2, {2, 2}, blk, sizeof(blk)},
 	};
 	struct atlas_st *st = st_build(tb, 2);
-	CHECK_EQ_INT(atlas_quant_ct_fp8(&q, st, P, out, in, d), 1);
+	CHECK_EQ_INT(ct_fp8(&q, st, P, out, in, d), 1);
 	CHECK(d[130 * in + 5] == -16.0f); /* -2 * 8 */
 	CHECK(d[(out - 1) * in + in - 1] == 0.125f);
 	check_blocks(d, w, blk, out, in, 128, 128);
@@ -297,7 +319,7 @@ static void test_ct_fp8_strategies(void)
 	    {P ".weight_scale", "F32", 2, {out, 3}, gs, sizeof(float) * (size_t)(out * 3)},
 	};
 	st = st_build(tg, 2);
-	CHECK_EQ_INT(atlas_quant_ct_fp8(&q, st, P, out, in, d), 1);
+	CHECK_EQ_INT(ct_fp8(&q, st, P, out, in, d), 1);
 	check_blocks(d, w, gs, out, in, 1, 64);
 	atlas_st_close(st);
 	free(gs);
@@ -317,14 +339,14 @@ static void test_ct_fp8_plain_and_refusals(void)
 
 	struct harness_tensor tp[] = {{P ".weight", "F32", 2, {out, in}, plain, sizeof(plain)}};
 	struct atlas_st *st = st_build(tp, 1);
-	CHECK_EQ_INT(atlas_quant_ct_fp8(&q, st, P, out, in, d), 0);
+	CHECK_EQ_INT(ct_fp8(&q, st, P, out, in, d), 0);
 	CHECK(d[0] == 12345.0f);
 	atlas_st_close(st);
 
 	struct harness_tensor tm[] = {{P ".weight", "F8_E4M3", 2, {out, in}, w, 16}};
 	st = st_build(tm, 1);
 	atlas_error_clear();
-	expect_err(atlas_quant_ct_fp8(&q, st, P, out, in, d), "'" P ".weight_scale'", NULL);
+	expect_err(ct_fp8(&q, st, P, out, in, d), "'" P ".weight_scale'", NULL);
 	atlas_st_close(st);
 
 	/* channel wants [out, 1]: [2, 4] is refused */
@@ -334,11 +356,11 @@ static void test_ct_fp8_plain_and_refusals(void)
 	};
 	st = st_build(tw, 2);
 	atlas_error_clear();
-	expect_err(atlas_quant_ct_fp8(&q, st, P, out, in, d), P ".weight_scale", NULL);
+	expect_err(ct_fp8(&q, st, P, out, in, d), P ".weight_scale", NULL);
 	/* tensor wants one element */
 	q.strategy = ATLAS_QS_TENSOR;
 	atlas_error_clear();
-	expect_err(atlas_quant_ct_fp8(&q, st, P, out, in, d), P ".weight_scale", NULL);
+	expect_err(ct_fp8(&q, st, P, out, in, d), P ".weight_scale", NULL);
 	atlas_st_close(st);
 
 	/* an integer scale dtype is refused */
@@ -349,7 +371,7 @@ static void test_ct_fp8_plain_and_refusals(void)
 	};
 	st = st_build(ti, 2);
 	atlas_error_clear();
-	expect_err(atlas_quant_ct_fp8(&q, st, P, out, in, d), P ".weight_scale", "I32");
+	expect_err(ct_fp8(&q, st, P, out, in, d), P ".weight_scale", "I32");
 	atlas_st_close(st);
 	free(d);
 	free(w);

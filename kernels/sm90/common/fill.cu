@@ -9,6 +9,8 @@
  */
 #include "common.cuh"
 
+#include <cuda_fp8.h>
+
 /* splitmix64's finalizer: a bijective 64-bit mix. */
 static __device__ __forceinline__ unsigned long long fill_mix(unsigned long long z)
 {
@@ -30,6 +32,8 @@ extern "C" __global__ void atlas_fill_random(void *out, int wdt, long long n,
 			((bf16 *)out)[i] = atlas_tobf(v);
 		else if (wdt == ATLAS_WDT_F16)
 			((__half *)out)[i] = __float2half_rn(v);
+		else if (wdt == ATLAS_WDT_F8_E4M3) /* rounded to nearest, saturated */
+			((__nv_fp8_storage_t *)out)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
 		else
 			((float *)out)[i] = v;
 	}

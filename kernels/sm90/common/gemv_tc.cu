@@ -46,7 +46,43 @@
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
 
-template <int NT8>
+#include <cuda_fp8.h>
+
+/* FP8 weights (ATLAS_DTYPE_F8B, lib/backend/backend.h): the same kernel
+ * with one byte a weight. Lane (g, c) copies the 8 bytes k0+8c..+7 of
+ * rows g and g+8 (into the first half of its 16-byte unit of the slot),
+ * so k-step s's bytes k0+16s+4c..+3 sit in unit 2s + (c >> 1), half
+ * c & 1, as the BF16 kernel's do; the lane turns its 4 values of a row
+ * into BF16 as bf16(f32(q) * scale) (the matrix the dequantizing loader
+ * would make) and feeds the same mma. Every sum is then the BF16 kernel's
+ * for that matrix, bit for bit, and with it the invariant GEMMs' on the
+ * dequantized copy that longer products take (cuda_ops.c). A row's scale
+ * changes at most once a chunk (blocks are a multiple of 32 columns, or
+ * the whole row); the next block's scales are loaded a block ahead. */
+static __device__ __forceinline__ void atlas_cp8_ca(void *s, const void *p, bool ok)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(p), "r"(ok ? 8 : 0)
+		     : "memory");
+}
+
+/* 4 E4M3 values (byte i = k + i) times sc, as the A registers of one row
+ * of a k-step: .x = k+0..1, .y = k+2..3, BF16 pairs (low half first). */
+static __device__ __forceinline__ uint2 f8x4_bf16(uint32_t q, float sc)
+{
+	const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q & 0xffff), __NV_E4M3);
+	const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q >> 16), __NV_E4M3);
+	const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+	const __nv_bfloat162 x = __floats2bfloat162_rn(a.x * sc, a.y * sc);
+	const __nv_bfloat162 y = __floats2bfloat162_rn(b.x * sc, b.y * sc);
+	uint2 r;
+	r.x = *(const uint32_t *)&x;
+	r.y = *(const uint32_t *)&y;
+	return r;
+}
+
+template <int NT8, bool F8>
 static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 {
 	__shared__ float red[8][16][8 * NT8 + 1]; /* per-warp partial tiles (+1: banks) */
@@ -68,19 +104,23 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 	}
 	const long long N = a.seg[s].N;
 	const long long f0 = (b * rpb + tile) * fpt; /* first feature of this warp's tile */
-	/* weight rows of lane: g and g + 8 of the tile */
-	const bf16 *wr0, *wr1;
+	/* weight rows of lane: g and g + 8 of the tile (the blobs of F8) */
+	const char *wb0, *wb1;
+	long long r0, r1;
 	bool ok0, ok1;
 	if (a.swiglu) {
 		ok0 = ok1 = f0 + g < N;
-		wr0 = (const bf16 *)a.seg[0].w + (ok0 ? f0 + g : 0) * K;
-		wr1 = (const bf16 *)a.seg[1].w + (ok1 ? f0 + g : 0) * K;
+		r0 = r1 = ok0 ? f0 + g : 0;
+		wb0 = (const char *)a.seg[0].w, wb1 = (const char *)a.seg[1].w;
 	} else {
 		ok0 = f0 + g < N;
 		ok1 = f0 + g + 8 < N;
-		wr0 = (const bf16 *)a.seg[s].w + (ok0 ? f0 + g : 0) * K;
-		wr1 = (const bf16 *)a.seg[s].w + (ok1 ? f0 + g + 8 : 0) * K;
+		r0 = ok0 ? f0 + g : 0, r1 = ok1 ? f0 + g + 8 : 0;
+		wb0 = wb1 = (const char *)a.seg[s].w;
 	}
+	const bf16 *wr0 = (const bf16 *)wb0 + r0 * K, *wr1 = (const bf16 *)wb1 + r1 * K;
+	const uint8_t *qr0 = (const uint8_t *)wb0 + ATLAS_F8B_HEAD_BYTES + r0 * K;
+	const uint8_t *qr1 = (const uint8_t *)wb1 + ATLAS_F8B_HEAD_BYTES + r1 * K;
 	/* this warp's chunks: a contiguous range */
 	const long long nch = (K + 31) / 32;
 	const long long cpw = (nch + wpr - 1) / wpr;
@@ -104,8 +144,13 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		const long long k = ch * 32 + 8 * c;
 		const bool kok = ch < ch1 && k < K;
 		uint4 *r = ring + st * (2 + NT8) * 32;
-		atlas_cp16_cg(r, kok && ok0 ? wr0 + k : wr0, kok && ok0);
-		atlas_cp16_cg(r + 32, kok && ok1 ? wr1 + k : wr1, kok && ok1);
+		if (F8) {
+			atlas_cp8_ca(r, kok && ok0 ? qr0 + k : qr0, kok && ok0);
+			atlas_cp8_ca(r + 32, kok && ok1 ? qr1 + k : qr1, kok && ok1);
+		} else {
+			atlas_cp16_cg(r, kok && ok0 ? wr0 + k : wr0, kok && ok0);
+			atlas_cp16_cg(r + 32, kok && ok1 ? wr1 + k : wr1, kok && ok1);
+		}
 	};
 	auto issue_x = [&](long long ch, int st) {
 		const long long k = ch * 32 + 8 * c;
@@ -121,6 +166,26 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 #pragma unroll
 	for (int st = 0; st < S; st++)
 		issue_w(ch0 + st, st);
+	/* F8: the scale rows of rows g and g + 8, the chunks per scale block
+	 * (cpb), the block of the current chunk and the next one's scales */
+	const float *sr0 = nullptr, *sr1 = nullptr;
+	long long cpb = 1, cb = 0, nb = 0, nbc = 1;
+	float sc0 = 1.0f, sc1 = 1.0f, nx0 = 1.0f, nx1 = 1.0f;
+	if (F8) {
+		const atlas_f8b_head_k *h0 = (const atlas_f8b_head_k *)wb0;
+		const atlas_f8b_head_k *h1 = (const atlas_f8b_head_k *)wb1;
+		nbc = h0->nbc;
+		cpb = h0->bi >= K ? nch : h0->bi / 32;
+		sr0 = (const float *)(wb0 + h0->scale_off) + (r0 / h0->bo) * nbc;
+		sr1 = (const float *)(wb1 + h1->scale_off) + (r1 / h1->bo) * nbc;
+		cb = ch0 / cpb;
+		nb = (cb + 1) * cpb;
+		if (ch0 < ch1) {
+			sc0 = __ldg(sr0 + cb), sc1 = __ldg(sr1 + cb);
+			if (cb + 1 < nbc)
+				nx0 = __ldg(sr0 + cb + 1), nx1 = __ldg(sr1 + cb + 1);
+		}
+	}
 	ATLAS_PDL_ENTRY();
 	/* prologue: stage st = chunk ch0 + st; group st holds its x (and,
 	 * for st = 0, every weight copy above) */
@@ -144,7 +209,24 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
 		__syncwarp();
 		const uint2 *r = (const uint2 *)(wring + st * (2 + NT8) * 32);
-		const uint2 wa0 = r[rd0], wb0 = r[64 + rd0], wa1 = r[rd1], wb1 = r[64 + rd1];
+		uint2 wa0, wb0, wa1, wb1;
+		if (F8) {
+			if (ch == nb) { /* into the next scale block */
+				cb++;
+				nb += cpb;
+				sc0 = nx0, sc1 = nx1;
+				if (cb + 1 < nbc)
+					nx0 = __ldg(sr0 + cb + 1), nx1 = __ldg(sr1 + cb + 1);
+			}
+			/* 4-byte reads: unit 2s + (c >> 1), half c & 1 */
+			const uint32_t *r32 = (const uint32_t *)r;
+			wa0 = f8x4_bf16(r32[2 * rd0 - (c & 1)], sc0);
+			wb0 = f8x4_bf16(r32[128 + 2 * rd0 - (c & 1)], sc1);
+			wa1 = f8x4_bf16(r32[2 * rd1 - (c & 1)], sc0);
+			wb1 = f8x4_bf16(r32[128 + 2 * rd1 - (c & 1)], sc1);
+		} else {
+			wa0 = r[rd0], wb0 = r[64 + rd0], wa1 = r[rd1], wb1 = r[64 + rd1];
+		}
 #pragma unroll
 		for (int j = 0; j < NT8; j++) {
 			const uint2 x0 = r[(2 + j) * 64 + rd0], x1 = r[(2 + j) * 64 + rd1];
@@ -200,20 +282,40 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 
 extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc8(const __grid_constant__ atlas_gemv_args a)
 {
-	gtc_impl<1>(a);
+	gtc_impl<1, false>(a);
 }
 
 extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc16(const __grid_constant__ atlas_gemv_args a)
 {
-	gtc_impl<2>(a);
+	gtc_impl<2, false>(a);
 }
 
 extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc32(const __grid_constant__ atlas_gemv_args a)
 {
-	gtc_impl<4>(a);
+	gtc_impl<4, false>(a);
 }
 
 extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc64(const __grid_constant__ atlas_gemv_args a)
 {
-	gtc_impl<8>(a);
+	gtc_impl<8, false>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc8_f8(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<1, true>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc16_f8(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<2, true>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc32_f8(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<4, true>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc64_f8(const __grid_constant__ atlas_gemv_args a)
+{
+	gtc_impl<8, true>(a);
 }

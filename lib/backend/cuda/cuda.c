@@ -15,6 +15,7 @@
 #include "cuda_internal.h"
 #include "kernel_args.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,11 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_INV_T32] = "atlas_gemm_inv_t32",
 	[ATLAS_CK_GEMM_INV_REDUCE] = "atlas_gemm_inv_reduce",
 	[ATLAS_CK_GEMM_TC_INV] = "atlas_gemm_tc_inv",
+	[ATLAS_CK_GEMV_TC8_F8] = "atlas_gemv_tc8_f8",
+	[ATLAS_CK_GEMV_TC16_F8] = "atlas_gemv_tc16_f8",
+	[ATLAS_CK_GEMV_TC32_F8] = "atlas_gemv_tc32_f8",
+	[ATLAS_CK_GEMV_TC64_F8] = "atlas_gemv_tc64_f8",
+	[ATLAS_CK_F8B_DEQUANT] = "atlas_f8b_dequant",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -97,6 +103,12 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_INV_T32] = 1,
 	[ATLAS_CK_GEMM_INV_REDUCE] = 1,
 	[ATLAS_CK_GEMM_TC_INV] = 1,
+	/* without them, FP8 checkpoints load dequantized (f8b_weights off) */
+	[ATLAS_CK_GEMV_TC8_F8] = 1,
+	[ATLAS_CK_GEMV_TC16_F8] = 1,
+	[ATLAS_CK_GEMV_TC32_F8] = 1,
+	[ATLAS_CK_GEMV_TC64_F8] = 1,
+	[ATLAS_CK_F8B_DEQUANT] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -110,6 +122,10 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC16] = ATLAS_GTC_SMEM(2),
 	[ATLAS_CK_GEMV_TC32] = ATLAS_GTC_SMEM(4),
 	[ATLAS_CK_GEMV_TC64] = ATLAS_GTC_SMEM(8),
+	[ATLAS_CK_GEMV_TC8_F8] = ATLAS_GTC_SMEM(1),
+	[ATLAS_CK_GEMV_TC16_F8] = ATLAS_GTC_SMEM(2),
+	[ATLAS_CK_GEMV_TC32_F8] = ATLAS_GTC_SMEM(4),
+	[ATLAS_CK_GEMV_TC64_F8] = ATLAS_GTC_SMEM(8),
 	[ATLAS_CK_GEMV_BULK] = ATLAS_GBK_SMEM_MAX,
 	[ATLAS_CK_MOE_GEMV8] = ATLAS_GTC_SMEM(1),
 	[ATLAS_CK_MOE_GEMV16] = ATLAS_GTC_SMEM(2),
@@ -213,6 +229,8 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->inv_min_t = imin && atoi(imin) > 0 ? atoi(imin) : ATLAS_CUDA_INV_MIN_T;
 	const char *wmin = getenv("ATLAS_CUDA_INV_WG_MIN_T");
 	c->inv_wg_min_t = wmin && atoi(wmin) > 0 ? atoi(wmin) : ATLAS_CUDA_INV_WG_MIN_T;
+	const char *fmax = getenv("ATLAS_CUDA_F8_GEMV_MAX_T");
+	c->f8_gemv_max_t = fmax && atoi(fmax) >= 0 ? atoi(fmax) : ATLAS_CUDA_F8_GEMV_MAX_T;
 	const char *mrpb = getenv("ATLAS_CUDA_MOE_RPB");
 	c->moe_rpb = mrpb && (atoi(mrpb) == 1 || atoi(mrpb) == 2 || atoi(mrpb) == 4 || atoi(mrpb) == 8)
 			 ? atoi(mrpb) : 0;
@@ -275,6 +293,15 @@ static int load_target(struct cuda_ctx *c, const struct atlas_kernel_blob *b)
 	atlas_kernel_blob_name(b, c->target, sizeof(c->target));
 	return 0;
 }
+
+/* kernel_args.h's view of an F8B head is backend.h's */
+_Static_assert(sizeof(struct atlas_f8b_head) == sizeof(struct atlas_f8b_head_k) &&
+		       offsetof(struct atlas_f8b_head, nbc) == offsetof(struct atlas_f8b_head_k, nbc) &&
+		       offsetof(struct atlas_f8b_head, K) == offsetof(struct atlas_f8b_head_k, K) &&
+		       offsetof(struct atlas_f8b_head, scale_off) ==
+			   offsetof(struct atlas_f8b_head_k, scale_off) &&
+		       ATLAS_F8B_HEAD == ATLAS_F8B_HEAD_BYTES,
+	       "struct atlas_f8b_head and struct atlas_f8b_head_k disagree");
 
 /* --- memory ------------------------------------------------------------- */
 
@@ -567,6 +594,11 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	};
 	atlas_cuda_ops_init(be);
 	atlas_cuda_bench_init(be);
+	/* FP8 checkpoints stay at one byte a weight when the target has the
+	 * FP8 GEMVs and the dequantizer (the common target always does) */
+	be->f8b_weights = c->kern[ATLAS_CK_GEMV_TC8_F8] && c->kern[ATLAS_CK_GEMV_TC16_F8] &&
+			  c->kern[ATLAS_CK_GEMV_TC32_F8] && c->kern[ATLAS_CK_GEMV_TC64_F8] &&
+			  c->kern[ATLAS_CK_F8B_DEQUANT];
 	/* split-K attention partials and counters: allocated now and never
 	 * moved, since a decode graph records the pointers; the counters start
 	 * zero (cuda_alloc clears too; the kernel relies on it) and each

@@ -54,6 +54,11 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMM_INV_T32, /* merge of its split form */
 	ATLAS_CK_GEMM_INV_REDUCE,
 	ATLAS_CK_GEMM_TC_INV,  /* gemm_tc.cu: the invariant GEMM's sums on wgmma */
+	ATLAS_CK_GEMV_TC8_F8,  /* gemv_tc.cu: the same on F8B weights */
+	ATLAS_CK_GEMV_TC16_F8,
+	ATLAS_CK_GEMV_TC32_F8,
+	ATLAS_CK_GEMV_TC64_F8,
+	ATLAS_CK_F8B_DEQUANT,  /* f8b.cu: an F8B weight as BF16 */
 	ATLAS_CK_COUNT,
 };
 
@@ -137,6 +142,13 @@ struct cuda_ctx {
 				       * the tensor-core GEMV, with the same sums) */
 	int inv_wg_min_t;             /* ATLAS_CUDA_INV_WG_MIN_T: fewest rows T for
 				       * atlas_gemm_tc_inv (the same sums on wgmma) */
+	int f8_gemv_max_t;            /* ATLAS_CUDA_F8_GEMV_MAX_T: most rows T of an
+				       * F8B product on the FP8 GEMV (default
+				       * ATLAS_CUDA_F8_GEMV_MAX_T); more take the
+				       * BF16 GEMMs on a dequantized copy */
+	void *f8_ws;                  /* those copies (grows at the first long
+				       * product; never inside a graph capture) */
+	size_t f8_ws_cap;             /* its bytes */
 	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles per
 				       * block of the expert GEMVs, else 0 (by shape) */
 	int moe_gemm_min_t;           /* ATLAS_CUDA_MOE_GEMM_MIN_T: fewest tokens for
@@ -229,6 +241,11 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
  * took 9.77 / 15.87 ms with 128, 9.76 / 13.30 with 33 and 11.34 / 13.32
  * with 17 (bench/h200-2026-12-04-inv/NOTES.md): hence 33. */
 #define ATLAS_CUDA_INV_WG_MIN_T 33
+
+/* Most rows of an F8B product on the FP8 GEMV: up to 64 it streams the
+ * weights once per 64 rows at one byte each; beyond, a dequantized BF16
+ * copy (three bytes a weight of traffic, once) feeds the GEMMs. */
+#define ATLAS_CUDA_F8_GEMV_MAX_T 64
 
 /* The batch-invariant products of a (BF16, a->rpb as the tensor-core GEMV
  * chose it) through atlas_gemm_tc_inv: _tiles gives its 128 x 128 tiles,

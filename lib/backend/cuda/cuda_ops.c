@@ -18,6 +18,12 @@ static int check_wdt(enum atlas_dtype wdt, const char *op)
 			   atlas_dtype_name(wdt));
 }
 
+/* The weight dtypes of the matmul ops: check_wdt's and F8B blobs. */
+static int check_mm_wdt(const struct atlas_backend *be, enum atlas_dtype wdt, const char *op)
+{
+	return wdt == ATLAS_DTYPE_F8B && be->f8b_weights ? 0 : check_wdt(wdt, op);
+}
+
 static int op_embed(struct atlas_backend *be, void *out, const void *table, enum atlas_dtype wdt,
 		    const int32_t *ids, int64_t T, int64_t D)
 {
@@ -84,6 +90,15 @@ static int aligned16(const void *p)
 static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atlas_gemv_args *a)
 {
 	const struct cuda_ctx *c = be->ctx;
+	if (a->wdt == ATLAS_DTYPE_F8B) {
+		/* the FP8 GEMV (up to f8_gemv_max_t rows; beyond, a BF16 copy
+		 * and the GEMMs): in either mode, as it gives the BF16
+		 * GEMV's bits for the dequantized matrix */
+		int ok = a->T <= c->f8_gemv_max_t && a->K % 8 == 0 && aligned16(a->x);
+		for (int i = 0; i < a->nseg; i++)
+			ok = ok && aligned16(a->seg[i].w);
+		return ok ? GEMV_TC : GEMV_NONE;
+	}
 	int bf = a->wdt == ATLAS_DTYPE_BF16 && a->K % 8 == 0 && aligned16(a->x);
 	for (int i = 0; i < a->nseg; i++)
 		bf = bf && aligned16(a->seg[i].w);
@@ -211,9 +226,11 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 			a->rpb /= 2;
 		for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 			blocks += CEIL_DIV(a->seg[i].N, fpt * a->rpb);
-		const int inv = gemm_inv_launch(c, a);
+		const int f8 = a->wdt == ATLAS_DTYPE_F8B;
+		const int inv = f8 ? 0 : gemm_inv_launch(c, a);
 		if (inv)
 			return inv < 0 ? inv : 0;
+		const enum atlas_cuda_kernel k0 = f8 ? ATLAS_CK_GEMV_TC8_F8 : ATLAS_CK_GEMV_TC8;
 		/* rows in groups of 64 (more only in batch-invariant mode) */
 		const int64_t T = a->T;
 		const char *x0 = a->x;
@@ -222,10 +239,8 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 			o0[i] = a->seg[i].out;
 		for (int64_t t0 = 0; t0 < T; t0 += 64) {
 			const int64_t n = T - t0 < 64 ? T - t0 : 64;
-			enum atlas_cuda_kernel k = n <= 8    ? ATLAS_CK_GEMV_TC8
-						   : n <= 16 ? ATLAS_CK_GEMV_TC16
-						   : n <= 32 ? ATLAS_CK_GEMV_TC32
-							     : ATLAS_CK_GEMV_TC64;
+			const int lg = n <= 8 ? 0 : n <= 16 ? 1 : n <= 32 ? 2 : 3;
+			const enum atlas_cuda_kernel k = (enum atlas_cuda_kernel)(k0 + lg);
 			a->T = n;
 			a->x = x0 + (size_t)(t0 * a->K) * 2;
 			for (int i = 0; i < a->nseg; i++)
@@ -233,7 +248,7 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 					a->seg[i].out = o0[i] + (size_t)(t0 * a->seg[i].N) *
 								    (a->out_f32 ? 4 : 2);
 			int rc = atlas_cuda_launch(c, k, (unsigned)blocks, 1, 256,
-						   ATLAS_GTC_SMEM(1 << (k - ATLAS_CK_GEMV_TC8)), args);
+						   ATLAS_GTC_SMEM(1 << lg), args);
 			if (rc)
 				return rc;
 		}
@@ -245,6 +260,45 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 		blocks += CEIL_DIV(a->seg[i].N, fpb);
 	return atlas_cuda_launch(c, ATLAS_CK_GEMV, (unsigned)blocks, 1, 256, 0, args);
+}
+
+/* The F8B weights w[0..n) ([N[i], K] each) as BF16 copies in c->f8_ws
+ * (atlas_f8b_dequant), their pointers in bw: the products longer than
+ * the FP8 GEMV takes then run the BF16 paths on the matrix it multiplies
+ * by (the same bits in batch-invariant mode). */
+static int f8_expand(struct atlas_backend *be, int n, const void *const *w, const int64_t *N,
+		     int64_t K, const void **bw)
+{
+	struct cuda_ctx *c = be->ctx;
+	size_t off[ATLAS_GEMV_MAXSEG], need = 0;
+	for (int i = 0; i < n; i++) {
+		off[i] = need;
+		need += ((size_t)(N[i] * K) * 2 + 255) & ~(size_t)255;
+	}
+	if (!c->kern[ATLAS_CK_F8B_DEQUANT])
+		return atlas_error(ATLAS_EUNSUPPORTED, "cuda: kernel target %s has no %s", c->target,
+				   atlas_cuda_kernel_name(ATLAS_CK_F8B_DEQUANT));
+	if (need > c->f8_ws_cap && c->capturing)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "cuda: an FP8 product of more than %d rows cannot be captured "
+				   "before one has run",
+				   c->f8_gemv_max_t);
+	int rc = atlas_cuda_scratch(be, &c->f8_ws, &c->f8_ws_cap, need);
+	if (rc)
+		return atlas_error_wrap(rc, "cuda: no memory for the BF16 copies of FP8 weights "
+					    "(%zu bytes)", need);
+	const int64_t sms = c->sms > 0 ? c->sms : 132;
+	for (int i = 0; i < n; i++) {
+		void *dst = (char *)c->f8_ws + off[i];
+		const void *src = w[i];
+		int64_t blocks = CEIL_DIV(N[i] * K / 8, 256);
+		blocks = blocks < 8 * sms ? blocks : 8 * sms;
+		void *args[] = {&src, &dst};
+		if ((rc = atlas_cuda_launch(c, ATLAS_CK_F8B_DEQUANT, (unsigned)blocks, 1, 256, 0, args)))
+			return rc;
+		bw[i] = dst;
+	}
+	return 0;
 }
 
 /* The n products of one x through the tensor-core GEMM in one launch:
@@ -280,7 +334,7 @@ static int gemm_one(struct atlas_backend *be, void *out, int out_f32, const void
 static int linear(struct atlas_backend *be, void *out, int out_f32, const void *x, const void *w,
 		  const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
-	if (check_wdt(wdt, out_f32 ? "logits" : "matmul"))
+	if (out_f32 ? check_wdt(wdt, "logits") : check_mm_wdt(be, wdt, "matmul"))
 		return ATLAS_EUNSUPPORTED;
 	if (T <= 0 || N <= 0)
 		return 0;
@@ -291,6 +345,11 @@ static int linear(struct atlas_backend *be, void *out, int out_f32, const void *
 	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind != GEMV_NONE)
 		return gemv_launch(be->ctx, &a, kind);
+	if (wdt == ATLAS_DTYPE_F8B) {
+		const void *bw;
+		int rc = f8_expand(be, 1, &w, &N, K, &bw);
+		return rc ? rc : linear(be, out, out_f32, x, bw, bias, ATLAS_DTYPE_BF16, T, N, K);
+	}
 	return gemm_one(be, out, out_f32, x, w, bias, wdt, T, N, K);
 }
 
@@ -313,7 +372,7 @@ static int op_matmul_multi(struct atlas_backend *be, int n, void *const *out, co
 	if (n < 1 || n > ATLAS_GEMV_MAXSEG)
 		return atlas_error(ATLAS_EINVAL, "cuda matmul_multi: %d products (1..%d)", n,
 				   ATLAS_GEMV_MAXSEG);
-	if (check_wdt(wdt, "matmul"))
+	if (check_mm_wdt(be, wdt, "matmul"))
 		return ATLAS_EUNSUPPORTED;
 	if (T <= 0)
 		return 0;
@@ -327,6 +386,11 @@ static int op_matmul_multi(struct atlas_backend *be, int n, void *const *out, co
 		a.seg[i] = (struct atlas_gemv_seg){w[i], bias ? bias[i] : NULL, out[i], N[i]};
 	}
 	enum gemv_kind kind = gemv_pick(be, &a);
+	if (kind == GEMV_NONE && wdt == ATLAS_DTYPE_F8B) {
+		const void *bw[ATLAS_GEMV_MAXSEG];
+		int rc = f8_expand(be, n, w, N, K, bw);
+		return rc ? rc : op_matmul_multi(be, n, out, x, bw, bias, ATLAS_DTYPE_BF16, T, N, K);
+	}
 	if (kind == GEMV_NONE) {
 		int rc = gemm_tc(be, n, out, 0, x, w, bias, wdt, T, N, K);
 		if (rc)
@@ -347,7 +411,7 @@ static int op_matmul_swiglu(struct atlas_backend *be, void *out, const void *x, 
 			    const void *wu, enum atlas_dtype wdt, int64_t T, int64_t F, int64_t K,
 			    void *up_scratch)
 {
-	if (check_wdt(wdt, "matmul"))
+	if (check_mm_wdt(be, wdt, "matmul"))
 		return ATLAS_EUNSUPPORTED;
 	if (T <= 0 || F <= 0)
 		return 0;
@@ -357,6 +421,14 @@ static int op_matmul_swiglu(struct atlas_backend *be, void *out, const void *x, 
 	a.nseg = 2, a.swiglu = 1;
 	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt;
 	enum gemv_kind kind = gemv_pick(be, &a);
+	if (kind == GEMV_NONE && wdt == ATLAS_DTYPE_F8B) {
+		const void *const w2[2] = {wg, wu};
+		const int64_t N2[2] = {F, F};
+		const void *bw[2];
+		int rc = f8_expand(be, 2, w2, N2, K, bw);
+		return rc ? rc : op_matmul_swiglu(be, out, x, bw[0], bw[1], ATLAS_DTYPE_BF16, T, F, K,
+						  up_scratch);
+	}
 	if (kind == GEMV_NONE) {
 		/* gate and up in one launch when the tensor-core GEMM takes them */
 		void *const outs[2] = {out, up_scratch};

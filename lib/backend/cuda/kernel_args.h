@@ -14,12 +14,23 @@ struct atlas_gemv_seg {
 
 #define ATLAS_GEMV_MAXSEG 3
 
+/* The head of an ATLAS_DTYPE_F8B weight blob as the kernels read it:
+ * struct atlas_f8b_head of lib/backend/backend.h, field for field (cuda.c
+ * checks that they agree). q starts ATLAS_F8B_HEAD_BYTES into the blob. */
+#define ATLAS_F8B_HEAD_BYTES 256
+struct atlas_f8b_head_k {
+	unsigned magic;
+	int bo, bi, nbc;
+	long long N, K, scale_off;
+};
+
 struct atlas_gemv_args {
 	struct atlas_gemv_seg seg[ATLAS_GEMV_MAXSEG]; /* the products, in block order */
 	const void *x; /* [T, K] bf16, shared by every segment */
 	long long T, K;
 	int nseg;    /* 1..ATLAS_GEMV_MAXSEG */
-	int wdt;     /* weight (and bias) dtype, enum atlas_dtype numbering */
+	int wdt;     /* weight (and bias) dtype, enum atlas_dtype numbering
+		      * (atlas_gemv_tc*_f8: F8B blobs, BF16 biases) */
 	int rpb;     /* weight rows per block: 1, 2, 4 or 8 (>= 2 with swiglu) */
 	int swiglu;  /* 1: seg[0] = gate, seg[1] = up (same N, no bias);
 		      * seg[0].out = silu(g) * u */
