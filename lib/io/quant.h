@@ -2,7 +2,9 @@
  * from config.json's quantization_config (or ModelOpt's
  * hf_quant_config.json), and each quantized linear weight turned back
  * into a plain matrix at load ("dequantize at load": the reference path,
- * correct on every backend; native quantized kernels are later work).
+ * correct on every backend), or for FP8 handed to the backend as stored
+ * (atlas_quant_f8_view: the model packs it as an F8B blob, backend.h,
+ * for backends whose matmul ops take them).
  *
  * Formats (issue 19), each a set of tensors beside or instead of
  * X.weight, for a weight W [out, in]:

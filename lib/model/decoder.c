@@ -253,7 +253,8 @@ static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 	if (m->quant.method != ATLAS_QUANT_NONE && d1 >= 0 &&
 	    (!t || (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
 		    t->dtype != ATLAS_DTYPE_BF16))) {
-		int rc = !sl && f8b_native(m) ? bind_f8b(m, w, name, d0, d1) : 0;
+		const bool whole = !sl || (sl->r0 == 0 && sl->nr == d0 && sl->c0 == 0 && sl->nc == d1);
+		int rc = whole && f8b_native(m) ? bind_f8b(m, w, name, d0, d1) : 0;
 		if (!rc)
 			rc = bind_quantized(m, w, name, d0, d1, sl);
 		if (rc)
@@ -653,7 +654,10 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		goto fail;
 	if (!(m->st = atlas_st_open(dir)))
 		goto fail;
-	if (m->quant.method != ATLAS_QUANT_NONE)
+	if (m->quant.method != ATLAS_QUANT_NONE && f8b_native(m))
+		atlas_info("quantized checkpoint (%s): linear layers kept in FP8 (F8B, one byte a "
+			   "weight), the rest dequantized to BF16", m->quant.name);
+	else if (m->quant.method != ATLAS_QUANT_NONE)
 		atlas_info("quantized checkpoint (%s): weights dequantized to %s at load", m->quant.name,
 			   be->act_dtype == ATLAS_DTYPE_F32 ? "F32" : "BF16");
 	m->tprefix = atlas_model_tensor_prefix(m->st);

@@ -301,6 +301,71 @@ static void test_staging_reuse(void)
 	be->destroy(be);
 }
 
+/* Logits of the prompt 5, 6, 7, 8 (the last token's) from m, in *out
+ * (V floats, malloc'd). */
+static int last_logits(struct atlas_model *m, float **out)
+{
+	const int64_t V = atlas_model_config(m)->vocab_size;
+	struct atlas_seq *s = atlas_seq_new(m);
+	int32_t ids[4] = {5, 6, 7, 8};
+	*out = malloc((size_t)V * sizeof(float));
+	int rc = atlas_model_forward(m, s, ids, 4, *out, false);
+	atlas_seq_free(s);
+	return rc;
+}
+
+/* An FP8 checkpoint on a backend that takes F8B blobs (the CUDA path;
+ * here the CPU's reference matmul for them) keeps its linear layers at
+ * one byte a weight, and gives the logits of the dequantized model up
+ * to the BF16 rounding of W that F8B defines; ATLAS_FP8_NATIVE=0 asks
+ * for the dequantized load instead. */
+static void test_fp8_native(void)
+{
+	static const char *const fx[] = {"quant-fp8", "quant-ct-fp8"};
+	for (int f = 0; f < 2; f++) {
+		struct atlas_backend *plain = atlas_backend_cpu_new(), *f8 = atlas_backend_cpu_new();
+		f8->f8b_weights = true;
+		struct atlas_model *a = atlas_model_load(golden(fx[f]), plain, NULL);
+		struct atlas_model *b = atlas_model_load(golden(fx[f]), f8, NULL);
+		setenv("ATLAS_FP8_NATIVE", "0", 1);
+		struct atlas_model *c = atlas_model_load(golden(fx[f]), f8, NULL);
+		unsetenv("ATLAS_FP8_NATIVE");
+		CHECK(a && b && c);
+		if (!a || !b || !c)
+			return;
+		/* 55,296 linear weights: FP32 dequantized (4 bytes) against
+		 * FP8 (1 byte, plus a head and scales per matrix) */
+		const int64_t wa = atlas_model_weight_bytes(a), wb = atlas_model_weight_bytes(b);
+		printf("# %s: weight bytes %lld dequantized, %lld as F8B\n", fx[f], (long long)wa,
+		       (long long)wb);
+		CHECK(wa - wb > 100000);
+		CHECK_EQ_INT(atlas_model_weight_bytes(c), wa);
+		float *la = NULL, *lb = NULL;
+		CHECK_EQ_INT(last_logits(a, &la), 0);
+		CHECK_EQ_INT(last_logits(b, &lb), 0);
+		const int64_t V = atlas_model_config(a)->vocab_size;
+		double d2 = 0, r2 = 0;
+		int64_t ia = 0, ib = 0;
+		for (int64_t i = 0; i < V; i++) {
+			d2 += (double)(la[i] - lb[i]) * (la[i] - lb[i]);
+			r2 += (double)la[i] * la[i];
+			ia = la[i] > la[ia] ? i : ia;
+			ib = lb[i] > lb[ib] ? i : ib;
+		}
+		printf("# %s: F8B logits against dequantized: relative L2 %.3g, argmax %lld / %lld\n",
+		       fx[f], sqrt(d2 / r2), (long long)ia, (long long)ib);
+		CHECK(r2 > 0 && sqrt(d2 / r2) < 1e-2);
+		CHECK(d2 > 0); /* W was rounded to BF16: the F8B path really ran */
+		free(la);
+		free(lb);
+		atlas_model_free(a);
+		atlas_model_free(b);
+		atlas_model_free(c);
+		plain->destroy(plain);
+		f8->destroy(f8);
+	}
+}
+
 static void test_fused_selection(void)
 {
 	struct atlas_backend *be = atlas_backend_mock_new();
@@ -425,5 +490,6 @@ int main(void)
 	RUN(test_staging_reuse);
 	RUN(test_pool_exhaustion);
 	RUN(test_weight_bytes);
+	RUN(test_fp8_native);
 	return harness_done();
 }

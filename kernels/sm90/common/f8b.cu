@@ -22,7 +22,7 @@ extern "C" __global__ void atlas_f8b_dequant(const void *blob, bf16 *out)
 	const long long stride = (long long)gridDim.x * blockDim.x;
 	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += stride) {
 		const long long e = i * 8, r = e / K, k = e % K;
-		const float sc = s[(r / h->bo) * h->nbc + k / h->bi];
+		const float sc = s[(unsigned)r / (unsigned)h->bo * h->nbc + (unsigned)k / (unsigned)h->bi];
 		const uint2 v = *(const uint2 *)(q + e);
 		__align__(16) bf16 o[8];
 #pragma unroll

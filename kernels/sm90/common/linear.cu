@@ -2,7 +2,8 @@
  * bias [N] in wdt (bias may be NULL), x and out bf16, FP32 accumulation.
  *
  * atlas_gemv (decode, T <= 8, any weight dtype; BF16 weights take the
- * tensor-core gemv_tc.cu instead): one struct atlas_gemv_args (up to three
+ * tensor-core gemv_tc.cu instead from T = 2; atlas_gemv_f8: F8B blobs at
+ * T = 1): one struct atlas_gemv_args (up to three
  * products of one x, or gate/up with the SwiGLU epilogue), grid = blocks
  * of all products, block 256, rpb weight rows per block and 8/rpb warps
  * splitting each row's K (the host picks rpb so the grid covers the SMs
@@ -25,6 +26,8 @@
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
 
+#include <cuda_fp8.h>
+
 /* Output stores: BF16 activations, or FP32 (the logits). */
 static __device__ __forceinline__ void lin_store(bf16 *p, float v)
 {
@@ -41,6 +44,13 @@ static __device__ __forceinline__ void lin_store(float *p, float v)
 /* 16-byte weight loads each lane issues before it uses any: enough bytes
  * in flight per SM to cover HBM latency (Little's law). */
 #define GEMV_UNROLL 4
+
+/* atlas_gemv_f8's 16-byte loads in flight per lane (-D for A/B runs): on
+ * the H200 a Qwen3-8B FP8 batch-1 step took 3.90 ms with 4 against 4.06
+ * with 8 (bench/h200-2026-12-04-fp8/NOTES.md). */
+#ifndef GEMV_F8_UNROLL
+#define GEMV_F8_UNROLL 4
+#endif
 
 /* Eight weights as loaded: 16 bytes (bf16, f16) or 32 (f32), unpacked
  * only when used, so the loads in flight cost 4 (or 8) registers each. */
@@ -132,6 +142,69 @@ static __device__ __forceinline__ void gemv_vec(float (&acc)[MT], const bf16 *x,
 	}
 	for (; k < K; k += step)
 		gemv_fma8<WDT, MT>(acc, gemv_load<WDT>(w, wo + k), x, K, k, nt);
+}
+
+/* acc[t] += sc * (sixteen FP8 weights . x[t, k..k+15]), t < nt. */
+template <int MT>
+static __device__ __forceinline__ void gemv_fma16_f8(float (&acc)[MT], uint4 r, float sc,
+						     const bf16 *x, long long K, long long k, int nt)
+{
+	float wf[16];
+	const uint32_t wv[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const __half2_raw lo =
+		    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(wv[i] & 0xffff), __NV_E4M3);
+		const __half2_raw hi =
+		    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(wv[i] >> 16), __NV_E4M3);
+		const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+		wf[4 * i] = a.x, wf[4 * i + 1] = a.y, wf[4 * i + 2] = b.x, wf[4 * i + 3] = b.y;
+	}
+#pragma unroll
+	for (int t = 0; t < MT; t++) {
+		if (t < nt) {
+			float xf[16], d = 0.0f;
+			atlas_unpack8(__ldg((const uint4 *)(x + t * K + k)), xf);
+			atlas_unpack8(__ldg((const uint4 *)(x + t * K + k + 8)), xf + 8);
+#pragma unroll
+			for (int j = 0; j < 16; j++)
+				d = fmaf(xf[j], wf[j], d);
+			acc[t] = fmaf(d, sc, acc[t]);
+		}
+	}
+}
+
+/* The FP8 form of gemv_vec for an F8B blob (lib/backend/backend.h): 16
+ * weights a lane a load (slices of 512 columns), each 16 sharing one
+ * scale (blocks are a multiple of 32 columns or the whole row), which
+ * multiplies their dot product. Not the tensor-core GEMV's sums: the
+ * host uses it outside batch-invariant mode only. */
+template <int MT, int U>
+static __device__ __forceinline__ void gemv_vec_f8(float (&acc)[MT], const bf16 *x,
+						   const void *blob, long long n, long long K, int nt,
+						   int wpr, long long k)
+{
+	const atlas_f8b_head_k *h = (const atlas_f8b_head_k *)blob;
+	const uint8_t *q = (const uint8_t *)blob + ATLAS_F8B_HEAD_BYTES + n * K;
+	const float *sr = (const float *)((const char *)blob + h->scale_off) + (n / h->bo) * h->nbc;
+	/* 32-bit divisions (K < 2^31): a 64-bit one costs a call per load */
+	const unsigned bi = (unsigned)h->bi;
+	const long long step = (long long)wpr * 512;
+	for (; k + (U - 1) * step < K; k += U * step) {
+		uint4 r[U];
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+				     : "=r"(r[u].x), "=r"(r[u].y), "=r"(r[u].z), "=r"(r[u].w)
+				     : "l"(q + k + u * step));
+#pragma unroll
+		for (int u = 0; u < U; u++)
+			gemv_fma16_f8<MT>(acc, r[u], __ldg(sr + (unsigned)(k + u * step) / bi), x, K, k + u * step,
+					  nt);
+	}
+	for (; k < K; k += step)
+		gemv_fma16_f8<MT>(acc, __ldg((const uint4 *)(q + k)), __ldg(sr + (unsigned)k / bi), x,
+				  K, k, nt);
 }
 
 /* Any K and alignment: element by element, the same slice split. */
@@ -236,7 +309,8 @@ static __device__ __forceinline__ void gemv_finish(const atlas_gemv_args &a, con
 				for (int i = 0; i < wpr; i++)
 					s += red[r * wpr + i][t];
 				if (g.seg->bias)
-					s += atlas_wload(g.seg->bias, a.wdt, nn);
+					s += atlas_wload(g.seg->bias,
+							 a.wdt == ATLAS_WDT_F8B ? ATLAS_WDT_BF16 : a.wdt, nn);
 			}
 			const long long o = (t0 + t) * N + nn;
 			if (a.out_f32)
@@ -328,6 +402,40 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_con
 		gemv_finish(a, g, red, rpb, wpr, t0, nt);
 		__syncthreads(); /* red is reused by the next group of rows */
 	}
+}
+
+/* atlas_gemv_f8: atlas_gemv for F8B blobs at T = 1 (outside
+ * batch-invariant mode; K % 16 == 0, 16-byte aligned x), its own entry
+ * so that the FP8 path's registers do not weigh on atlas_gemv's. Same
+ * grid, segments, SwiGLU pairing and epilogue (biases BF16). */
+extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv_f8(const __grid_constant__ atlas_gemv_args a)
+{
+	__shared__ float red[8][GEMV_MAXT];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
+	const int wpr = 8 / rpb, ks = warp % wpr, row = warp / wpr;
+	const gemv_where g = gemv_locate(a);
+	const long long K = a.K, N = g.seg->N;
+	const void *w = a.swiglu ? a.seg[row & 1].w : g.seg->w;
+	const long long n = a.swiglu ? g.n0 + row / 2 : g.n0 + row;
+	float acc[1] = {0.0f};
+	/* the weights never change: the warp's first loads go to L2 before
+	 * the wait for the previous kernel (as atlas_gemv's a.pre loads) */
+	const long long k0 = (long long)ks * 512 + lane * 16;
+	if (n < N) {
+		const char *q = (const char *)w + ATLAS_F8B_HEAD_BYTES + n * K;
+#pragma unroll
+		for (int u = 0; u < GEMV_F8_UNROLL; u++)
+			if (k0 + u * wpr * 512LL < K)
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(q + k0 + u * wpr * 512LL));
+	}
+	ATLAS_PDL_ENTRY();
+	if (n < N)
+		gemv_vec_f8<1, GEMV_F8_UNROLL>(acc, (const bf16 *)a.x, w, n, K, 1, wpr, k0);
+	const float sum = atlas_warp_sum(acc[0]);
+	if (lane == 0)
+		red[warp][0] = sum;
+	gemv_finish(a, g, red, rpb, wpr, 0, 1);
 }
 
 /* --- gemm ---------------------------------------------------------- */

@@ -17,6 +17,7 @@
  */
 #include "cpu.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "../../core/error.h"
@@ -141,9 +142,45 @@ static void mm_range(void *ctx, int64_t b, int64_t e)
 	j->fn(&j->m, b * j->unit, n1);
 }
 
+/* An F8B blob (backend.h) times x: its matrix W[n][k] = bf16(f32(q) * s)
+ * and its BF16 bias as FP32, then the FP32 product (the reference for
+ * the CUDA kernels; a copy of W per call, so a test's path, not a fast
+ * one: the CPU backend dequantizes FP8 checkpoints at load unless
+ * f8b_weights is set). */
+static int matmul_f8b(struct atlas_backend *be, float *out, const float *x, const void *w,
+		      const void *bias, int64_t T, int64_t N, int64_t K)
+{
+	struct atlas_f8b_head h;
+	memcpy(&h, w, sizeof(h));
+	if (h.magic != ATLAS_F8B_MAGIC || h.N != N || h.K != K)
+		return atlas_error(ATLAS_EINVAL, "cpu matmul: an F8B weight of [%lld, %lld] used as "
+						 "[%lld, %lld]",
+				   (long long)h.N, (long long)h.K, (long long)N, (long long)K);
+	float *wf = malloc((size_t)(N * K + N) * sizeof(float));
+	uint16_t *row = malloc((size_t)K * sizeof(uint16_t));
+	if (!wf || !row) {
+		free(wf);
+		free(row);
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	}
+	for (int64_t n = 0; n < N; n++) {
+		atlas_f8b_row_bf16(w, n, row);
+		for (int64_t k = 0; k < K; k++)
+			wf[n * K + k] = atlas_bf16_to_f32(row[k]);
+		if (bias)
+			wf[N * K + n] = atlas_bf16_to_f32(((const uint16_t *)bias)[n]);
+	}
+	int rc = atlas_cpu_matmul(be, out, x, wf, bias ? wf + N * K : NULL, ATLAS_DTYPE_F32, T, N, K);
+	free(wf);
+	free(row);
+	return rc;
+}
+
 int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
 		     const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
+	if (wdt == ATLAS_DTYPE_F8B && T > 0 && N > 0 && K > 0)
+		return matmul_f8b(be, out, x, w, bias, T, N, K);
 	int rc = atlas_cpu_check_wdt(wdt, "matmul");
 	if (rc)
 		return rc;

@@ -71,6 +71,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC32_F8] = "atlas_gemv_tc32_f8",
 	[ATLAS_CK_GEMV_TC64_F8] = "atlas_gemv_tc64_f8",
 	[ATLAS_CK_F8B_DEQUANT] = "atlas_f8b_dequant",
+	[ATLAS_CK_GEMV_F8] = "atlas_gemv_f8",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -109,6 +110,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC32_F8] = 1,
 	[ATLAS_CK_GEMV_TC64_F8] = 1,
 	[ATLAS_CK_F8B_DEQUANT] = 1,
+	[ATLAS_CK_GEMV_F8] = 1, /* without it, the tensor-core FP8 GEMV */
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -231,6 +233,8 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->inv_wg_min_t = wmin && atoi(wmin) > 0 ? atoi(wmin) : ATLAS_CUDA_INV_WG_MIN_T;
 	const char *fmax = getenv("ATLAS_CUDA_F8_GEMV_MAX_T");
 	c->f8_gemv_max_t = fmax && atoi(fmax) >= 0 ? atoi(fmax) : ATLAS_CUDA_F8_GEMV_MAX_T;
+	const char *ffma = getenv("ATLAS_CUDA_F8_FMA_MAX_T");
+	c->f8_fma_max_t = ffma && !strcmp(ffma, "0") ? 0 : 1;
 	const char *mrpb = getenv("ATLAS_CUDA_MOE_RPB");
 	c->moe_rpb = mrpb && (atoi(mrpb) == 1 || atoi(mrpb) == 2 || atoi(mrpb) == 4 || atoi(mrpb) == 8)
 			 ? atoi(mrpb) : 0;

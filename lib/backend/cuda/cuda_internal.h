@@ -59,6 +59,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC32_F8,
 	ATLAS_CK_GEMV_TC64_F8,
 	ATLAS_CK_F8B_DEQUANT,  /* f8b.cu: an F8B weight as BF16 */
+	ATLAS_CK_GEMV_F8,      /* linear.cu: atlas_gemv for F8B at T = 1 */
 	ATLAS_CK_COUNT,
 };
 
@@ -146,6 +147,10 @@ struct cuda_ctx {
 				       * F8B product on the FP8 GEMV (default
 				       * ATLAS_CUDA_F8_GEMV_MAX_T); more take the
 				       * BF16 GEMMs on a dequantized copy */
+	int f8_fma_max_t;             /* ATLAS_CUDA_F8_FMA_MAX_T: most rows T of an
+				       * F8B product on atlas_gemv outside
+				       * batch-invariant mode (1, the default; 0:
+				       * never, for A/B runs) */
 	void *f8_ws;                  /* those copies (grows at the first long
 				       * product; never inside a graph capture) */
 	size_t f8_ws_cap;             /* its bytes */

@@ -97,6 +97,11 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
 		int ok = a->T <= c->f8_gemv_max_t && a->K % 8 == 0 && aligned16(a->x);
 		for (int i = 0; i < a->nseg; i++)
 			ok = ok && aligned16(a->seg[i].w);
+		/* outside batch-invariant mode the fewest rows take the CUDA-core
+		 * GEMV's FP8 form (its own sums: 16 weights a load) */
+		if (ok && !be->batch_invariant && a->T <= c->f8_fma_max_t && a->K % 16 == 0 &&
+		    c->gemv_mode != 2 && c->kern[ATLAS_CK_GEMV_F8])
+			return GEMV_FMA;
 		return ok ? GEMV_TC : GEMV_NONE;
 	}
 	int bf = a->wdt == ATLAS_DTYPE_BF16 && a->K % 8 == 0 && aligned16(a->x);
@@ -259,7 +264,8 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 		blocks += CEIL_DIV(a->seg[i].N, fpb);
-	return atlas_cuda_launch(c, ATLAS_CK_GEMV, (unsigned)blocks, 1, 256, 0, args);
+	return atlas_cuda_launch(c, a->wdt == ATLAS_DTYPE_F8B ? ATLAS_CK_GEMV_F8 : ATLAS_CK_GEMV,
+				 (unsigned)blocks, 1, 256, 0, args);
 }
 
 /* The F8B weights w[0..n) ([N[i], K] each) as BF16 copies in c->f8_ws
