@@ -5,7 +5,9 @@
  * the module "m" in one of the seven formats (bytes 1 and 2 give the
  * weight's out and in, 1..64 and 1..256, so shapes both match and miss
  * the tensors'); anything else, a config.json text for
- * atlas_quant_parse. A tensor set that slips past the checks with a bad
+ * atlas_quant_parse; the FP8 formats also through atlas_quant_f8_view
+ * into an F8B blob (backend.h), read back row by row as the GPU loader
+ * and the CPU reference do. A tensor set that slips past the checks with a bad
  * length reads out of bounds here under ASan. See README. */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../lib/backend/backend.h"
 #include "../../lib/io/quant.h"
 #include "../../lib/io/safetensors.h"
 
@@ -97,6 +100,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(void)sink;
 		}
 		atlas_quant_stored_bytes(&q, st, "m.weight");
+		/* the FP8 formats as the loader keeps them on GPUs: the view,
+		 * its scales, an F8B blob and its rows read back */
+		struct atlas_quant_f8 v;
+		if (atlas_quant_f8_view(&q, st, "m.weight", out, in, &v) == 1) {
+			const int64_t bytes = atlas_f8b_bytes(out, in, v.bo, v.bi);
+			char *blob = malloc((size_t)bytes);
+			uint16_t *row = malloc((size_t)in * sizeof(uint16_t));
+			if (blob && row && atlas_f8b_init(blob, out, in, v.bo, v.bi) == 0) {
+				memcpy(blob + ATLAS_F8B_HEAD, v.q, (size_t)(out * in));
+				atlas_quant_f8_scales(&v, out, in,
+						      (float *)(blob + atlas_f8b_scale_off(out, in)));
+				for (int64_t r = 0; r < out; r++)
+					atlas_f8b_row_bf16(blob, r, row);
+			}
+			free(row);
+			free(blob);
+		}
 		free(w);
 		atlas_st_close(st);
 	}

@@ -10,8 +10,10 @@
  * scale, NVFP4 in not a multiple of 16), each naming the tensor. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
+#include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/io/quant_internal.h"
 
@@ -157,6 +159,57 @@ static void test_fp8_block_partial(void)
 		free(d);
 		atlas_st_close(st);
 	}
+	free(w);
+}
+
+/* The F8B blob the GPU loader makes (lib/backend/backend.h) from the
+ * view of an FP8 weight: its rows read back as BF16 equal the BF16
+ * dequantization of the loader's reference path element for element
+ * (partial edge blocks in both directions: out 200, in 330 with 128 x 128
+ * blocks); a scale block neither a multiple of 32 columns nor the whole
+ * row is refused, so that the weight is dequantized instead. */
+static void test_fp8_blob(void)
+{
+	const int64_t out = 200, in = 330;
+	uint8_t *w = f8_weight(out, in);
+	float s[6] = {0.5f, 2.0f, 4.0f, 0.25f, 1.0f, 8.0f}; /* [2, 3] */
+	struct atlas_quant q = {.method = ATLAS_QUANT_FP8, .block = {128, 128}};
+	struct harness_tensor t[] = {
+	    {P ".weight", "F8_E4M3", 2, {out, in}, w, (size_t)(out * in)},
+	    {P ".weight_scale_inv", "F32", 2, {2, 3}, s, sizeof(s)},
+	};
+	struct atlas_st *st = st_build(t, 2);
+	struct atlas_quant_f8 v;
+	CHECK_EQ_INT(atlas_quant_f8_view(&q, st, P ".weight", out, in, &v), 1);
+	CHECK(v.bo == 128 && v.bi == 128 && v.q == (const uint8_t *)atlas_st_find(st, P ".weight")->data);
+	const int64_t bytes = atlas_f8b_bytes(out, in, v.bo, v.bi);
+	CHECK_EQ_INT(bytes, ATLAS_F8B_HEAD + 66048 + 6 * 4); /* 66000 rounded up to 256 */
+	char *blob = malloc((size_t)bytes);
+	CHECK_EQ_INT(atlas_f8b_init(blob, out, in, v.bo, v.bi), 0);
+	memcpy(blob + ATLAS_F8B_HEAD, v.q, (size_t)(out * in));
+	atlas_quant_f8_scales(&v, out, in, (float *)(blob + atlas_f8b_scale_off(out, in)));
+	uint16_t *ref = malloc((size_t)(out * in) * 2), *row = malloc((size_t)in * 2);
+	CHECK_EQ_INT(atlas_quant_dequant(&q, st, P ".weight", out, in, ATLAS_DTYPE_BF16, ref), 1);
+	int64_t diff = 0;
+	for (int64_t r = 0; r < out; r++) {
+		atlas_f8b_row_bf16(blob, r, row);
+		diff += memcmp(row, ref + r * in, (size_t)in * 2) != 0;
+	}
+	CHECK_EQ_INT(diff, 0);
+	/* blocks the kernels take: multiples of 32 columns, or the row */
+	CHECK_EQ_INT(atlas_f8b_init(blob, out, in, 1, 64), 0);
+	CHECK_EQ_INT(atlas_f8b_init(blob, out, in, 7, in), 0);
+	CHECK_EQ_INT(atlas_f8b_init(blob, out, in, 7, 1000), 0);
+	CHECK(atlas_f8b_init(blob, out, in, 128, 48) < 0);
+	CHECK(atlas_f8b_init(blob, out, in, 0, 128) < 0);
+	CHECK(atlas_f8b_init(blob, 0, in, 128, 128) < 0);
+	/* not FP8: no view */
+	struct atlas_quant awq = {.method = ATLAS_QUANT_AWQ, .bits = 4, .group_size = 128};
+	CHECK_EQ_INT(atlas_quant_f8_view(&awq, st, P ".weight", out, in, &v), 0);
+	free(blob);
+	free(ref);
+	free(row);
+	atlas_st_close(st);
 	free(w);
 }
 
@@ -581,6 +634,7 @@ int main(void)
 {
 	RUN(test_fp8_block_partial);
 	RUN(test_fp8_per_tensor);
+	RUN(test_fp8_blob);
 	RUN(test_fp8_plain_and_refusals);
 	RUN(test_ct_fp8_strategies);
 	RUN(test_ct_fp8_plain_and_refusals);
