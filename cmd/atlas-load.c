@@ -228,6 +228,7 @@ static int inspect(const struct opts *o, const char *dir)
 		snprintf(qdesc, sizeof(qdesc), "unsupported: %s", atlas_errmsg());
 	else
 		snprintf(qdesc, sizeof(qdesc), "%s", q.method ? q.name : "");
+	const bool fp8 = qok && (q.method == ATLAS_QUANT_FP8 || q.method == ATLAS_QUANT_CT_FP8);
 	const struct atlas_family *fam = atlas_family_find(&c);
 	const char *why = fam ? NULL : atlas_errmsg();
 	targets_for(fam ? fam->name : NULL, targets, sizeof(targets));
@@ -313,7 +314,9 @@ static int inspect(const struct opts *o, const char *dir)
 	free(moe);
 	if (qdesc[0])
 		printf("quantization:    %s%s\n", qdesc,
-		       qok ? " (dequantized to the activation type at load)" : "");
+		       fp8   ? " (linear layers FP8 on GPUs, dequantized on the CPU)"
+		       : qok ? " (dequantized to the activation type at load)"
+			     : "");
 	printf("tokenizer:       %s\n", ci.tokenizer_type[0] ? ci.tokenizer_type : "none");
 	printf("chat template:   %s\n", ci.chat_template ? "yes" : "no");
 	printf("kernel targets:  %s\n", cpu_only ? "none (CPU-only build)"

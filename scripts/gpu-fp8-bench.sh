@@ -13,7 +13,10 @@
 #            the tensor-core GEMV (ATLAS_CUDA_F8_FMA_MAX_T=0), and FP8 in
 #            batch-invariant mode
 #   prefill  atlas-bench prefill, 512 and 2048 tokens, FP8 and BF16
-# PARTS="checks decode prefill" picks parts. OUT/summary.txt collects the
+#   serve    atlas-bench serve --self on Qwen3-8B-shape checkpoints, FP8
+#            (make-synthetic.py --quant fp8-block) and BF16, concurrency
+#            SERVE_CONC (1,32,64), SERVE_REQS requests (32)
+# PARTS="checks decode prefill" (the default) picks parts; serve on demand. OUT/summary.txt collects the
 # tables.
 out=${1:?usage: gpu-fp8-bench.sh OUT [BUILD]}
 build=${2:-.gpubuild}
@@ -67,6 +70,23 @@ for p in $parts; do
 				--json >"$out/$p/$q.json" 2>"$out/$p/$q.txt"
 			echo "prefill $q: exit $?" >>"$sum"
 			cat "$out/$p/$q.txt" >>"$sum"
+		done
+		;;
+	serve)
+		# the same shape as checkpoints: FP8 (make-synthetic --quant
+		# fp8-block) and BF16, atlas-bench serve --self, batch-invariant
+		# (the server's default), 512-token prompts, 128 generated
+		[ -f /tmp/q8-fp8/config.json ] ||
+			python3 scripts/make-synthetic.py --quant fp8-block qwen3-8b /tmp/q8-fp8 >/dev/null
+		[ -f /tmp/q8-session/config.json ] ||
+			python3 scripts/make-synthetic.py qwen3-8b /tmp/q8-session >/dev/null
+		for m in /tmp/q8-fp8 /tmp/q8-session; do
+			n=$(basename $m)
+			timeout 240 "$build/atlas-bench" serve --self -m $m --concurrency ${SERVE_CONC:-1,32,64} \
+				--prompt 512 --gen 128 --requests ${SERVE_REQS:-32} --vocab 4000 --json \
+				>"$out/$p/$n.json" 2>"$out/$p/$n.txt"
+			echo "serve $n: exit $?" >>"$sum"
+			cat "$out/$p/$n.txt" >>"$sum"
 		done
 		;;
 	esac

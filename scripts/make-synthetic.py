@@ -2,14 +2,20 @@
 """make-synthetic.py - write a random-weight BF16 checkpoint at a real
 model's shape, for speed measurements (speed does not depend on values).
 
-    python3 scripts/make-synthetic.py SHAPE OUTDIR
+    python3 scripts/make-synthetic.py [--quant fp8-block] SHAPE OUTDIR
 
 SHAPE is one of the names below (the mixtures of experts get their own
 model_type and per-expert tensors). Pure Python, no numpy: one block of
 random BF16 values (normal, std 0.02) is drawn and repeated through every
 tensor. The shipped default model's tokenizer is copied in so atlas-run
 can take text prompts (its ids are far below any real vocabulary size).
+--quant fp8-block writes the linear layers (attention, MLP, experts) as
+Qwen3-FP8 stores them: F8_E4M3 weights (one block of random E4M3 values,
+normal with std 1 rounded to the E4M3 grid) and a BF16 weight_scale_inv of
+0.02 per 128 x 128 block, with config.json's quantization_config; the
+embeddings, norms, routers and lm_head stay BF16.
 """
+import bisect
 import json
 import os
 import random
@@ -44,10 +50,44 @@ def bf16_block(n, seed=0):
     return bytes(out)
 
 
+def e4m3(b):
+    """The value of E4M3 byte b (NaN for 0x7f and 0xff)."""
+    s, e, m = b >> 7, (b >> 3) & 15, b & 7
+    if e == 15 and m == 7:
+        return float("nan")
+    v = (m / 8.0) * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7)
+    return -v if s else v
+
+
+def f8_block(n, seed=0):
+    """n E4M3 bytes: normal samples (std 1) rounded to the nearest value."""
+    grid = sorted((e4m3(b), b) for b in range(256) if (b & 0x7f) != 0x7f)
+    vals = [v for v, _ in grid]
+    rng = random.Random(seed)
+    out = bytearray()
+    for _ in range(n):
+        x = rng.gauss(0.0, 1.0)
+        i = bisect.bisect_left(vals, x)
+        if i == len(vals) or (i > 0 and x - vals[i - 1] < vals[i] - x):
+            i -= 1
+        out.append(grid[i][1])
+    return bytes(out)
+
+
+def is_linear(n):
+    """A linear layer's weight: quantized by --quant fp8-block."""
+    return n.endswith("_proj.weight") or any(n.endswith(f".{w}.weight") for w in ("w1", "w2", "w3"))
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in SHAPES:
-        sys.exit("usage: make-synthetic.py {%s} OUTDIR" % ",".join(SHAPES))
-    name, out = sys.argv[1], sys.argv[2]
+    args = sys.argv[1:]
+    quant = None
+    if len(args) >= 2 and args[0] == "--quant":
+        quant, args = args[1], args[2:]
+    if len(args) != 2 or args[0] not in SHAPES or quant not in (None, "bf16", "fp8-block"):
+        sys.exit("usage: make-synthetic.py [--quant fp8-block] {%s} OUTDIR" % ",".join(SHAPES))
+    name, out = args
+    fp8 = quant == "fp8-block"
     D, L, H, KV, hd, F, V, tied = SHAPES[name]
     mtype, E, K, FE, norm = MOE.get(name, ("qwen3", 0, 0, 0, False))
     tensors = [("model.embed_tokens.weight", [V, D]), ("model.norm.weight", [D])]
@@ -75,24 +115,38 @@ def main():
             q = f"{p}{blk}.experts.{e}."
             tensors += [(q + proj[0] + ".weight", [FE, D]), (q + proj[1] + ".weight", [FE, D]),
                         (q + proj[2] + ".weight", [D, FE])]
+    if fp8:  # each linear weight F8_E4M3, its block scales beside it
+        quantized = []
+        for n, shape in tensors:
+            quantized.append((n, shape))
+            if is_linear(n):
+                quantized.append((n[:-len("weight")] + "weight_scale_inv",
+                                  [(shape[0] + 127) // 128, (shape[1] + 127) // 128]))
+        tensors = quantized
     header, off = {}, 0
     for n, shape in tensors:
-        size = 2
+        f8 = fp8 and is_linear(n)
+        size = 1 if f8 else 2
         for d in shape:
             size *= d
-        header[n] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + size]}
+        header[n] = {"dtype": "F8_E4M3" if f8 else "BF16", "shape": shape,
+                     "data_offsets": [off, off + size]}
         off += size
     hjson = json.dumps(header, separators=(",", ":")).encode()
     hjson += b" " * (-len(hjson) % 8)
     os.makedirs(out, exist_ok=True)
     block = bf16_block(1 << 20)
     ones = struct.pack("<H", 0x3F80) * (1 << 16)  # norm weights: 1.0
+    f8 = f8_block(1 << 20) if fp8 else b""
+    scales = struct.pack("<H", 0x3CA4) * (1 << 16)  # BF16 0.02
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(hjson)))
         f.write(hjson)
         for n, shape in tensors:
             size = header[n]["data_offsets"][1] - header[n]["data_offsets"][0]
-            src = ones if n.endswith("norm.weight") else block
+            src = ones if n.endswith("norm.weight") else \
+                scales if n.endswith("weight_scale_inv") else \
+                f8 if fp8 and is_linear(n) else block
             while size > 0:
                 k = min(size, len(src))
                 f.write(src[:k])
@@ -113,12 +167,17 @@ def main():
                     "norm_topk_prob": norm, "decoder_sparse_step": 1, "mlp_only_layers": []})
     elif mtype == "mixtral":
         cfg.update({"num_local_experts": E, "num_experts_per_tok": K, "sliding_window": None})
+    if fp8:
+        cfg["quantization_config"] = {
+            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+            "weight_block_size": [128, 128],
+            "modules_to_not_convert": ["lm_head"]}  # routers: plain BF16, no scales
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     here = os.path.dirname(os.path.abspath(__file__))
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(here, "..", "models", "default", fn), out)
-    print(f"{name}: {off / 1e9:.2f} GB of BF16 weights in {out}")
+    print(f"{name}: {off / 1e9:.2f} GB of {'FP8 and BF16' if fp8 else 'BF16'} weights in {out}")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ FORMATS="quant-fp8 quant-ct-fp8 quant-awq quant-gptq quant-ct-w4a16 quant-nvfp4 
 
 @test "inspect names the scheme; a dense BF16 model has none" {
 	run -0 atlas-load inspect "$GOLDEN/quant-fp8"
-	expect_contains "$output" "quantization:    fp8 block 32x32 (dequantized to the activation type at load)"
+	expect_contains "$output" "quantization:    fp8 block 32x32 (linear layers FP8 on GPUs, dequantized on the CPU)"
 	run -0 atlas-load inspect "$GOLDEN/quant-awq"
 	expect_contains "$output" "quantization:    awq w4 g16"
 	run -0 atlas-load inspect "$GOLDEN/quant-gptq"
