@@ -18,13 +18,9 @@
 #            SERVE_CONC (1,32,64), SERVE_REQS requests (32)
 # PARTS="checks decode prefill" (the default) picks parts; serve on demand. OUT/summary.txt collects the
 # tables.
-out=${1:?usage: gpu-fp8-bench.sh OUT [BUILD]}
-build=${2:-.gpubuild}
-src=$(cd "$(dirname "$0")/.." && pwd)
-case $build in /*) ;; *) build="$src/$build" ;; esac
-cd "$src" || exit 1
-sh scripts/gpu-unpack.sh "$build"
-mkdir -p "$out"
+# shellcheck disable=SC2034 # read by gpu-prelude.sh
+PRELUDE_NO_MODEL=1 # the parts make their own models
+. "$(dirname "$0")/gpu-prelude.sh"
 export ATLAS_HOME="$out/home"
 parts=${PARTS:-checks decode prefill}
 sum="$out/summary.txt"
@@ -78,9 +74,8 @@ for p in $parts; do
 		# (the server's default), 512-token prompts, 128 generated
 		[ -f /tmp/q8-fp8/config.json ] ||
 			python3 scripts/make-synthetic.py --quant fp8-block qwen3-8b /tmp/q8-fp8 >/dev/null
-		[ -f /tmp/q8-session/config.json ] ||
-			python3 scripts/make-synthetic.py qwen3-8b /tmp/q8-session >/dev/null
-		for m in /tmp/q8-fp8 /tmp/q8-session; do
+		[ -f "$m/config.json" ] || python3 scripts/make-synthetic.py qwen3-8b "$m" >/dev/null
+		for m in /tmp/q8-fp8 "$m"; do
 			n=$(basename $m)
 			timeout 240 "$build/atlas-bench" serve --self -m $m --concurrency ${SERVE_CONC:-1,32,64} \
 				--prompt 512 --gen 128 --requests ${SERVE_REQS:-32} --vocab 4000 --json \

@@ -280,42 +280,18 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc8(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<1, false>(a);
-}
+/* One entry point per token tile count and weight format. */
+#define GTC_ENTRY(name, nt8, f8)                                                               \
+	extern "C" __global__ void __launch_bounds__(256) name(const __grid_constant__ atlas_gemv_args a) \
+	{                                                                                      \
+		gtc_impl<nt8, f8>(a);                                                          \
+	}
 
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc16(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<2, false>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc32(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<4, false>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc64(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<8, false>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc8_f8(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<1, true>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc16_f8(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<2, true>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc32_f8(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<4, true>(a);
-}
-
-extern "C" __global__ void __launch_bounds__(256) atlas_gemv_tc64_f8(const __grid_constant__ atlas_gemv_args a)
-{
-	gtc_impl<8, true>(a);
-}
+GTC_ENTRY(atlas_gemv_tc8, 1, false)
+GTC_ENTRY(atlas_gemv_tc16, 2, false)
+GTC_ENTRY(atlas_gemv_tc32, 4, false)
+GTC_ENTRY(atlas_gemv_tc64, 8, false)
+GTC_ENTRY(atlas_gemv_tc8_f8, 1, true)
+GTC_ENTRY(atlas_gemv_tc16_f8, 2, true)
+GTC_ENTRY(atlas_gemv_tc32_f8, 4, true)
+GTC_ENTRY(atlas_gemv_tc64_f8, 8, true)
