@@ -4,8 +4,10 @@
  * (cuda_ops.c), which then run the BF16 GEMMs on the copy: the same
  * matrix the GEMV multiplies by, so the same bits in batch-invariant mode.
  *
- * Launch: grid-stride over groups of 8 weights (K is a multiple of 8),
- * block 256; args (const void *blob, bf16 *out).
+ * Launch: grid ≤ N blocks of 256 threads, block b taking rows b, b +
+ * gridDim.x, ...; a thread converts groups of 8 weights of its row (K is
+ * a multiple of 8), so no index needs a 64-bit division; args (const void
+ * *blob, bf16 *out).
  */
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
@@ -15,23 +17,27 @@
 extern "C" __global__ void atlas_f8b_dequant(const void *blob, bf16 *out)
 {
 	const atlas_f8b_head_k *h = (const atlas_f8b_head_k *)blob;
-	const long long K = h->K, n8 = h->N * K / 8;
+	const long long N = h->N, K = h->K;
+	const unsigned bo = (unsigned)h->bo, bi = (unsigned)h->bi, k8 = (unsigned)(K / 8);
 	const uint8_t *q = (const uint8_t *)blob + ATLAS_F8B_HEAD_BYTES;
 	const float *s = (const float *)((const char *)blob + h->scale_off);
 	ATLAS_PDL_ENTRY();
-	const long long stride = (long long)gridDim.x * blockDim.x;
-	for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8; i += stride) {
-		const long long e = i * 8, r = e / K, k = e % K;
-		const float sc = s[(unsigned)r / (unsigned)h->bo * h->nbc + (unsigned)k / (unsigned)h->bi];
-		const uint2 v = *(const uint2 *)(q + e);
-		__align__(16) bf16 o[8];
+	for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+		const float *sr = s + (unsigned)r / bo * h->nbc;
+		const uint2 *qr = (const uint2 *)(q + r * K);
+		uint4 *orow = (uint4 *)(out + r * K);
+		for (unsigned i = threadIdx.x; i < k8; i += blockDim.x) {
+			const float sc = sr[8 * i / bi];
+			const uint2 v = qr[i];
+			__align__(16) bf16 o[8];
 #pragma unroll
-		for (int j = 0; j < 8; j++) {
-			const uint32_t w = j < 4 ? v.x : v.y;
-			const __half_raw hr =
-			    __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)((w >> (8 * (j & 3))) & 0xff), __NV_E4M3);
-			o[j] = __float2bfloat16_rn(__half2float(__half(hr)) * sc);
+			for (int j = 0; j < 8; j++) {
+				const uint32_t w = j < 4 ? v.x : v.y;
+				const __half_raw hr = __nv_cvt_fp8_to_halfraw(
+				    (__nv_fp8_storage_t)((w >> (8 * (j & 3))) & 0xff), __NV_E4M3);
+				o[j] = __float2bfloat16_rn(__half2float(__half(hr)) * sc);
+			}
+			orow[i] = *(const uint4 *)o;
 		}
-		*(uint4 *)(out + e) = *(const uint4 *)o;
 	}
 }

@@ -297,8 +297,7 @@ static int f8_expand(struct atlas_backend *be, int n, const void *const *w, cons
 	for (int i = 0; i < n; i++) {
 		void *dst = (char *)c->f8_ws + off[i];
 		const void *src = w[i];
-		int64_t blocks = CEIL_DIV(N[i] * K / 8, 256);
-		blocks = blocks < 8 * sms ? blocks : 8 * sms;
+		const int64_t blocks = N[i] < 16 * sms ? N[i] : 16 * sms; /* rows a block */
 		void *args[] = {&src, &dst};
 		if ((rc = atlas_cuda_launch(c, ATLAS_CK_F8B_DEQUANT, (unsigned)blocks, 1, 256, 0, args)))
 			return rc;
