@@ -201,11 +201,12 @@ static int bind_quantized(struct atlas_model *m, struct weight *w, const char *n
 /* Whether m keeps FP8 matrices at one byte a weight (ATLAS_DTYPE_F8B)
  * instead of dequantizing them: an FP8 checkpoint on a backend whose
  * matmul ops take F8B, unsplit (one rank), unless ATLAS_FP8_NATIVE=0
- * asks for the dequantized path (to compare the two). */
+ * asks for the dequantized path (to compare the two). Decided once, at
+ * load, into m->f8b. */
 static bool f8b_native(const struct atlas_model *m)
 {
 	const char *e = getenv("ATLAS_FP8_NATIVE");
-	return m->be->f8b_weights && !m->f8b_off && (!m->comm || m->comm->world == 1) &&
+	return m->be->f8b_weights && (!m->comm || m->comm->world == 1) &&
 	       (m->quant.method == ATLAS_QUANT_FP8 || m->quant.method == ATLAS_QUANT_CT_FP8) &&
 	       !(e && !strcmp(e, "0"));
 }
@@ -224,11 +225,13 @@ static int bind_f8b(struct atlas_model *m, struct weight *w, const char *name, i
 	if (rc <= 0)
 		return rc;
 	const int64_t bytes = atlas_f8b_bytes(d0, d1, v.bo, v.bi);
-	char *blob = d1 % 8 ? NULL : malloc((size_t)bytes);
-	if (!blob || atlas_f8b_init(blob, d0, d1, v.bo, v.bi)) {
-		free(blob);
+	char head[ATLAS_F8B_HEAD];
+	if (d1 % 8 || atlas_f8b_init(head, d0, d1, v.bo, v.bi))
 		return 0;
-	}
+	char *blob = malloc((size_t)bytes);
+	if (!blob)
+		return atlas_error(ATLAS_ENOMEM, "out of memory loading '%s'", name);
+	memcpy(blob, head, sizeof(head));
 	memcpy(blob + ATLAS_F8B_HEAD, v.q, (size_t)(d0 * d1));
 	atlas_quant_f8_scales(&v, d0, d1, (float *)(blob + atlas_f8b_scale_off(d0, d1)));
 	w->p = m->be->weight_upload(m->be, blob, (size_t)bytes);
@@ -254,7 +257,7 @@ static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 	    (!t || (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
 		    t->dtype != ATLAS_DTYPE_BF16))) {
 		const bool whole = !sl || (sl->r0 == 0 && sl->nr == d0 && sl->c0 == 0 && sl->nc == d1);
-		int rc = whole && f8b_native(m) ? bind_f8b(m, w, name, d0, d1) : 0;
+		int rc = whole && m->f8b && !m->f8b_off ? bind_f8b(m, w, name, d0, d1) : 0;
 		if (!rc)
 			rc = bind_quantized(m, w, name, d0, d1, sl);
 		if (rc)
@@ -549,7 +552,7 @@ static int size_memory(struct atlas_model *m)
 	size_t a = m->act, pad = 256, w = 0;
 	int64_t qd = m->H_loc * c->head_dim, kvd = m->Hkv_loc * c->head_dim;
 	enum atlas_dtype wdt = ATLAS_DTYPE_BF16;
-	const bool native = f8b_native(m);
+	const bool native = m->f8b;
 	int64_t f8max = 0;
 	for (int64_t i = 0; i < atlas_st_count(m->st); i++) {
 		const struct atlas_tensor_info *t = atlas_st_get(m->st, i);
@@ -569,8 +572,7 @@ static int size_memory(struct atlas_model *m)
 				f8max = t->numel > f8max ? t->numel : f8max;
 				continue;
 			}
-			if (native && t->ndim == 2 && t->dtype != ATLAS_DTYPE_F8_E4M3 &&
-			    strstr(t->name, "scale"))
+			if (native && t->dtype != ATLAS_DTYPE_F8_E4M3 && strstr(t->name, "scale"))
 				w += 2 * rank_bytes(m, t);
 			w += rank_bytes(m, t) / (t->dtype == ATLAS_DTYPE_I32 ? 4 : 1) * per * a;
 		}
@@ -654,7 +656,8 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		goto fail;
 	if (!(m->st = atlas_st_open(dir)))
 		goto fail;
-	if (m->quant.method != ATLAS_QUANT_NONE && f8b_native(m))
+	m->f8b = f8b_native(m);
+	if (m->f8b)
 		atlas_info("quantized checkpoint (%s): linear layers kept in FP8 (F8B, one byte a "
 			   "weight), the rest dequantized to BF16", m->quant.name);
 	else if (m->quant.method != ATLAS_QUANT_NONE)

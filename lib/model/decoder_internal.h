@@ -161,7 +161,9 @@ struct atlas_model {
 	void *fused;                      /* the backend's fused one-token layer
 					   * stack (fused_prepare), or NULL */
 	bool synthetic;                   /* weights from the backend's random fill */
-	bool f8b;                         /* synthetic.c: linear layers are F8B */
+	bool f8b;                         /* linear layers are F8B (backend.h): an
+					   * FP8 checkpoint on a backend that takes
+					   * them, or synthetic.c's --quant fp8-block */
 	bool f8b_off;                     /* bind dequantizes FP8 matrices even where
 					   * the backend takes F8B (moe.c: the moe op
 					   * does not) */

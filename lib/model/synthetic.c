@@ -68,15 +68,13 @@ static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64
 		     ? atlas_error(ATLAS_EINVAL, "bad FP8 shape [%lld, %lld]", (long long)N, (long long)K)
 		     : 0;
 	if (!rc)
-		rc = be->upload(be, p, head, sizeof(head));
+		rc = be->upload(be, p, head, sizeof(head)); /* plain memory: read before it returns */
 	if (!rc)
 		rc = be->fill_random(be, p + ATLAS_F8B_HEAD, ATLAS_DTYPE_F8_E4M3, N * K, seed,
 				     -448.0f, 448.0f);
 	if (!rc)
 		rc = be->fill_random(be, p + atlas_f8b_scale_off(N, K), ATLAS_DTYPE_F32, nsc, seed,
 				     a / 448.0f, a / 448.0f);
-	if (!rc)
-		rc = be->sync(be); /* the head's host copy goes out of scope */
 	if (rc) {
 		be->free(be, p);
 		return rc;
