@@ -45,7 +45,8 @@ static const char usage_text[] =
 	"                        serve --self; default for --self: the shipped model)\n"
 	"  --synthetic SHAPE     random weights of a named shape instead of -m\n"
 	"  --quant FORMAT        --synthetic: the linear layers' weights, bf16 (default)\n"
-	"                        or fp8-block (FP8 with 128x128 block scales; a GPU)\n"
+	"                        fp8-block (FP8 with 128x128 block scales; a GPU)\n"
+	"                        or w4a16 (4-bit, zero points, scales per 128; a GPU)\n"
 	"  --shape SHAPE         kernels: the shapes (default qwen3-8b)\n"
 	"                        shapes: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b,\n"
 	"                        qwen3-30b-a3b, mixtral-8x7b (mixtures of experts)\n"
@@ -226,8 +227,9 @@ static void parse(int argc, char **argv, struct opts *o)
 		case 'm': o->model = optarg; break;
 		case O_SYN: o->synthetic = optarg; break;
 		case O_QUANT:
-			if (strcmp(optarg, "bf16") && strcmp(optarg, "fp8-block"))
-				bad("--quant: '%s' is not one of bf16, fp8-block", optarg);
+			if (strcmp(optarg, "bf16") && strcmp(optarg, "fp8-block") &&
+			    strcmp(optarg, "w4a16"))
+				bad("--quant: '%s' is not one of bf16, fp8-block, w4a16", optarg);
 			o->quant = optarg;
 			break;
 		case O_SHAPE: o->shape = optarg; break;

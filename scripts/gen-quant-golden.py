@@ -24,6 +24,9 @@ projections of every layer are quantized:
   quant-awq        AWQ gemm, 4 bits, group 16, zero points
   quant-gptq       GPTQ v1, 4 bits, group 16, desc_act with a permuted
                    g_idx, symmetric (zeros stored as 7)
+  quant-gptq-g32   GPTQ v1, 4 bits, group 32 (the MLP's 80 inputs end in
+                   a partial group), no act order, asymmetric: the layout
+                   the native 4-bit kernels take (W4B)
   quant-ct-w4a16   compressed-tensors pack-quantized, 4 bits, group 16,
                    asymmetric (packed zero points)
   quant-nvfp4      ModelOpt NVFP4 (E2M1 pairs, F8 scale per 16, F32 global)
@@ -133,23 +136,36 @@ def q_awq(W, prefix):
             prefix + ".scales": s.t().contiguous().to(torch.float16)}, Wd
 
 
-def q_gptq(W, prefix, seed):
+def q_gptq(W, prefix, seed, g=G, act_order=True, sym=True):
+    """GPTQ v1: with act_order the input rows are taken in a random order
+    (g_idx permuted), without it g_idx is i / g (a partial last group
+    where g does not divide in); sym stores the zero 8 as 7, asymmetric
+    groups their min/max zero (1..15: v1 stores zero - 1)."""
     out, inn = W.shape
     gen = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(inn, generator=gen)  # act order: rows taken in this order
+    perm = torch.randperm(inn, generator=gen) if act_order else torch.arange(inn)
     rank = torch.empty(inn, dtype=torch.int64)
     rank[perm] = torch.arange(inn)
-    g_idx = (rank // G).to(torch.int32)  # group of input row i
-    ng = inn // G
+    g_idx = (rank // g).to(torch.int32)  # group of input row i
+    ng = (inn + g - 1) // g
     s = torch.zeros(ng, out, dtype=torch.float64)
+    z = torch.full((ng, out), 8.0, dtype=torch.float64)
     for gi in range(ng):
         cols = (g_idx == gi).nonzero().flatten()
-        s[gi] = (W[:, cols].abs().amax(1) / 7).clamp(min=1e-8)
+        if sym:
+            s[gi] = (W[:, cols].abs().amax(1) / 7).clamp(min=1e-8)
+        else:
+            lo, hi = W[:, cols].amin(1).clamp(max=0), W[:, cols].amax(1).clamp(min=0)
+            s[gi] = ((hi - lo) / 15).clamp(min=1e-8)
     s = s.to(torch.float16).double()
-    sx = s[g_idx.long()].t()  # [out, in]
-    q = (torch.round(W / sx) + 8).clamp(0, 15)
-    Wd = (q - 8) * sx
-    zeros = torch.full((ng, out), 7, dtype=torch.int64)  # v1: zero - 1
+    if not sym:
+        for gi in range(ng):
+            cols = (g_idx == gi).nonzero().flatten()
+            z[gi] = torch.round(-W[:, cols].amin(1).clamp(max=0) / s[gi]).clamp(1, 15)
+    sx, zx = s[g_idx.long()].t(), z[g_idx.long()].t()  # [out, in]
+    q = (torch.round(W / sx) + zx).clamp(0, 15)
+    Wd = (q - zx) * sx
+    zeros = (z - 1).to(torch.int64)  # v1: zero - 1
     return {prefix + ".qweight": pack_cols_in(q, 4),
             prefix + ".qzeros": pack_rows(zeros, 4),
             prefix + ".scales": s.to(torch.float16),
@@ -251,6 +267,9 @@ FORMATS = {
                                                           "strategy": "tensor_group",
                                                           "group_size": 16, "symmetric": True,
                                                           "dynamic": False})),
+    "quant-gptq-g32": (lambda W, p, s: q_gptq(W, p, s, g=32, act_order=False, sym=False),
+                       {"quant_method": "gptq", "bits": 4, "group_size": 32,
+                        "desc_act": False, "sym": False, "checkpoint_format": "gptq"}),
 }
 
 

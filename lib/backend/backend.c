@@ -48,7 +48,7 @@ struct atlas_backend *atlas_backend_open(const char *device)
 	return NULL;
 }
 
-/* --- ATLAS_DTYPE_F8B blobs (backend.h) ----------------------------------- */
+/* --- ATLAS_DTYPE_F8B and ATLAS_DTYPE_W4B blobs (backend.h) ----------------------------------- */
 
 int atlas_f8b_init(void *blob, int64_t N, int64_t K, int64_t bo, int64_t bi)
 {
@@ -63,6 +63,36 @@ int atlas_f8b_init(void *blob, int64_t N, int64_t K, int64_t bo, int64_t bi)
 	memset(blob, 0, ATLAS_F8B_HEAD);
 	memcpy(blob, &h, sizeof(h));
 	return 0;
+}
+
+int atlas_w4b_init(void *blob, int64_t N, int64_t K, int64_t g)
+{
+	if (N <= 0 || K <= 0 || K % 32 || g <= 0 || (g % 32 && g < K) || g > INT32_MAX ||
+	    (K + g - 1) / g > INT32_MAX)
+		return -1;
+	struct atlas_w4b_head h = {.magic = ATLAS_W4B_MAGIC,
+				   .g = (int32_t)g,
+				   .ng = (int32_t)((K + g - 1) / g),
+				   .N = N,
+				   .K = K,
+				   .z_off = atlas_w4b_z_off(N, K),
+				   .s_off = atlas_w4b_s_off(N, K, g)};
+	memset(blob, 0, ATLAS_W4B_HEAD);
+	memcpy(blob, &h, sizeof(h));
+	return 0;
+}
+
+void atlas_w4b_row_bf16(const void *blob, int64_t n, uint16_t *out)
+{
+	struct atlas_w4b_head h;
+	memcpy(&h, blob, sizeof(h));
+	const uint8_t *q = (const uint8_t *)blob + ATLAS_W4B_HEAD + n * (h.K / 2);
+	const uint8_t *z = (const uint8_t *)blob + h.z_off + n * h.ng;
+	const float *s = (const float *)((const char *)blob + h.s_off) + n * h.ng;
+	for (int64_t k = 0; k < h.K; k++) {
+		const int v = (q[k / 2] >> (4 * (k & 1))) & 15;
+		out[k] = atlas_f32_to_bf16((float)(v - z[k / h.g]) * s[k / h.g]);
+	}
 }
 
 void atlas_f8b_row_bf16(const void *blob, int64_t n, uint16_t *out)

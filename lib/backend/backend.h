@@ -79,6 +79,57 @@ int atlas_f8b_init(void *blob, int64_t N, int64_t K, int64_t bo, int64_t bi);
  * must reproduce. */
 void atlas_f8b_row_bf16(const void *blob, int64_t n, uint16_t *out);
 
+/* A weight of dtype ATLAS_DTYPE_W4B: an [N, K] matrix of 4-bit unsigned
+ * integers q with a zero point z (uint8) and an FP32 scale s per row and
+ * group of g columns, as one blob of backend memory (what the W4A16
+ * checkpoints store: AWQ, GPTQ, compressed-tensors pack-quantized; kept
+ * at half a byte a weight):
+ *   bytes 0..255                          this head
+ *   bytes 256 ..                          q [N, K/2]: byte j of a row holds
+ *                                         column 2j in its low nibble and
+ *                                         column 2j+1 in its high one
+ *   bytes z_off ..                        z [N, ng] uint8
+ *   bytes s_off ..                        s [N, ng] FP32
+ * and the matrix the ops multiply by is, element by element,
+ *   W[n][k] = bf16(f32(q[n][k] - z[n][k / g]) * s[n][k / g])
+ * rounded to nearest even: the product q - z is an integer, so this is
+ * exactly the BF16 matrix that dequantizing at load gives (lib/io/
+ * quant.h), and a backend's W4B products equal its BF16 products of
+ * that matrix bit for bit. K is a multiple of 32; g is a multiple of 32
+ * or covers the whole row (g >= K). Only the matmul ops of a backend
+ * with w4b_weights take it; biases beside it are BF16. */
+#define ATLAS_W4B_MAGIC 0x42345741u /* "AW4B" */
+#define ATLAS_W4B_HEAD 256
+struct atlas_w4b_head {
+	uint32_t magic;
+	int32_t g;                 /* columns a group: a multiple of 32, or >= K */
+	int32_t ng;                /* groups a row: ceil(K / g) */
+	int32_t pad;
+	int64_t N, K;
+	int64_t z_off, s_off;      /* byte offsets of z and s from the blob start */
+};
+
+static inline int64_t atlas_w4b_z_off(int64_t N, int64_t K)
+{
+	return ATLAS_W4B_HEAD + ((N * K / 2 + 255) & ~(int64_t)255);
+}
+static inline int64_t atlas_w4b_s_off(int64_t N, int64_t K, int64_t g)
+{
+	return atlas_w4b_z_off(N, K) + ((N * ((K + g - 1) / g) + 255) & ~(int64_t)255);
+}
+static inline int64_t atlas_w4b_bytes(int64_t N, int64_t K, int64_t g)
+{
+	return atlas_w4b_s_off(N, K, g) + N * ((K + g - 1) / g) * 4;
+}
+/* Fill the head of blob (atlas_w4b_bytes(N, K, g) bytes of host memory);
+ * the caller writes q, z and s where it says. -1 when K is not a
+ * multiple of 32, g neither a multiple of 32 nor >= K, or a dimension
+ * not positive. */
+int atlas_w4b_init(void *blob, int64_t N, int64_t K, int64_t g);
+/* Row n of a host W4B blob as BF16 (K values): the reference the kernels
+ * must reproduce. */
+void atlas_w4b_row_bf16(const void *blob, int64_t n, uint16_t *out);
+
 /* One layer of the fused one-token decode (fused_prepare): backend
  * pointers, the layout of the plain ops. */
 struct atlas_fused_layer {
@@ -175,6 +226,8 @@ struct atlas_backend {
 				     * ATLAS_DTYPE_F8B weights: FP8 checkpoints
 				     * then load at one byte a weight instead of
 				     * dequantized */
+	bool w4b_weights;           /* the same for ATLAS_DTYPE_W4B: 4-bit
+				     * weight-only checkpoints at half a byte */
 	int moe_max_experts;        /* the most experts a layer may have for the
 				     * moe op (0: no limit); models with more are
 				     * refused at load */
@@ -343,8 +396,8 @@ struct atlas_backend {
 
 	/* --- optional: speed and benchmarking (NULL where unsupported) --- */
 
-	/* Fill n elements of dst (F32, F16, BF16 or F8_E4M3, the last rounded
-	 * to nearest and saturated) with lo + (hi - lo) * u,
+	/* Fill n elements of dst (F32, F16, BF16, F8_E4M3 rounded to nearest
+	 * and saturated, or U8 rounded down and clamped) with lo + (hi - lo) * u,
 	 * u uniform in [0, 1) from a hash of (seed, element index): random
 	 * weights made on the device, for benchmarks at real shapes. */
 	int (*fill_random)(struct atlas_backend *be, void *dst, enum atlas_dtype dt,

@@ -16,6 +16,7 @@ static const struct {
 	[ATLAS_DTYPE_I32] = {"I32", 4},
 	[ATLAS_DTYPE_I64] = {"I64", 8},
 	[ATLAS_DTYPE_F8B] = {"F8B", 1},
+	[ATLAS_DTYPE_W4B] = {"W4B", 1},
 };
 
 size_t atlas_dtype_size(enum atlas_dtype t)
@@ -31,7 +32,7 @@ const char *atlas_dtype_name(enum atlas_dtype t)
 int atlas_dtype_parse(const char *s, enum atlas_dtype *out)
 {
 	for (int i = 0; i < ATLAS_DTYPE_COUNT; i++) {
-		if (i != ATLAS_DTYPE_F8B && !strcmp(s, info[i].name)) {
+		if (i != ATLAS_DTYPE_F8B && i != ATLAS_DTYPE_W4B && !strcmp(s, info[i].name)) {
 			*out = (enum atlas_dtype)i;
 			return 0;
 		}

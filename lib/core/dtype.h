@@ -19,6 +19,9 @@ enum atlas_dtype {
 	ATLAS_DTYPE_F8B,   /* not a file dtype: a backend weight of FP8 E4M3
 			    * values with FP32 block scales, one blob
 			    * (lib/backend/backend.h, struct atlas_f8b_head) */
+	ATLAS_DTYPE_W4B,   /* not a file dtype either: 4-bit integers with
+			    * zero points and FP32 group scales (struct
+			    * atlas_w4b_head) */
 	ATLAS_DTYPE_COUNT,
 };
 
@@ -27,7 +30,7 @@ size_t atlas_dtype_size(enum atlas_dtype t);
 /* The safetensors spelling ("F32", "BF16", ...). Static string. */
 const char *atlas_dtype_name(enum atlas_dtype t);
 /* Parse a safetensors dtype string; returns 0 and sets *out, or -1
- * (F8B is not one: no file can claim it). */
+ * (F8B and W4B are not: no file can claim them). */
 int atlas_dtype_parse(const char *s, enum atlas_dtype *out);
 /* Parse a torch dtype name as config.json spells it ("bfloat16",
  * "float16", "float32"); returns 0 and sets *out, or -1. */

@@ -1,7 +1,8 @@
 /* quant.c - which quantization a checkpoint uses (config.json's
  * quantization_config, or ModelOpt's hf_quant_config.json), the
  * modules it leaves alone, and the dispatch of a weight to its format's
- * dequantizer (quant_fp.c, quant_int.c). See quant.h for the formats. */
+ * dequantizer or view (quant_fp.c, quant_int.c). See quant.h for the
+ * formats. */
 #include "quant.h"
 
 #include <json-c/json.h>
@@ -448,6 +449,27 @@ int atlas_quant_f8_view(const struct atlas_quant *q, const struct atlas_st *st, 
 		rc = atlas_quant_fp8(q, st, prefix, out, in, v);
 	else if (q->method == ATLAS_QUANT_CT_FP8)
 		rc = atlas_quant_ct_fp8(q, st, prefix, out, in, v);
+	else
+		return 0;
+	if (rc < 0)
+		atlas_error_wrap(rc, "cannot load '%s' (%s)", name, q->name);
+	return rc;
+}
+
+int atlas_quant_int_view(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			 int64_t out, int64_t in, struct atlas_quant_int *v)
+{
+	char prefix[512];
+	memset(v, 0, sizeof(*v));
+	int rc = quant_module(q, name, out, in, prefix, sizeof(prefix));
+	if (rc <= 0)
+		return rc;
+	if (q->method == ATLAS_QUANT_AWQ)
+		rc = atlas_quant_awq_view(q, st, prefix, out, in, v);
+	else if (q->method == ATLAS_QUANT_GPTQ)
+		rc = atlas_quant_gptq_view(q, st, prefix, out, in, v);
+	else if (q->method == ATLAS_QUANT_CT_INT)
+		rc = atlas_quant_ct_int_view(q, st, prefix, out, in, v);
 	else
 		return 0;
 	if (rc < 0)

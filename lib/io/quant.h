@@ -2,9 +2,10 @@
  * from config.json's quantization_config (or ModelOpt's
  * hf_quant_config.json), and each quantized linear weight turned back
  * into a plain matrix at load ("dequantize at load": the reference path,
- * correct on every backend), or for FP8 handed to the backend as stored
- * (atlas_quant_f8_view: the model packs it as an F8B blob, backend.h,
- * for backends whose matmul ops take them).
+ * correct on every backend), or handed to the backend as stored: FP8
+ * (atlas_quant_f8_view: the model packs it as an F8B blob, backend.h)
+ * and the integer formats unpacked (atlas_quant_int_view: the model packs
+ * 4-bit ones as a W4B blob), for backends whose matmul ops take them.
  *
  * Formats (issue 19), each a set of tensors beside or instead of
  * X.weight, for a weight W [out, in]:
@@ -123,6 +124,42 @@ int atlas_quant_f8_view(const struct atlas_quant *q, const struct atlas_st *st, 
  * W itself as FP32 into dst (out * in values). */
 void atlas_quant_f8_scales(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst);
 void atlas_quant_f8_dequant(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst);
+
+/* An integer weight [out, in] as stored (AWQ, GPTQ, compressed-tensors
+ * pack-quantized), unpacked to a byte a value: W[o][i] =
+ * (float)(q[o*in + i] - z[o*ng + grp(i)]) * s[o*ng + grp(i)], grp(i) =
+ * grp ? grp[i] : i / g. Exactly the FP32 values atlas_quant_dequant
+ * gives. Each format's offsets are folded into z: GPTQ v1's stored
+ * zero - 1 is z - 1, compressed-tensors' values and zero points are
+ * stored + 2^(bits-1) and kept so (a symmetric weight has z =
+ * 2^(bits-1)), so q - z is the signed value either way. */
+struct atlas_quant_int {
+	int bits;     /* 4 or 8 */
+	int64_t g;    /* columns a group (in when the whole row is one group;
+		       * GPTQ's last group may be partial) */
+	int64_t ng;   /* groups a row: ceil(in / g) */
+	uint8_t *q;   /* [out * in] one unsigned value a byte, 0 .. 2^bits - 1 */
+	int32_t *grp; /* [in] group of each column (act-order), NULL when it
+		       * is i / g (a g_idx that says i / g gives NULL too) */
+	int16_t *z;   /* [out * ng] zero points, 0 .. 2^bits (GPTQ v1 may
+		       * store 2^bits - 1, i.e. a zero of 2^bits) */
+	float *s;     /* [out * ng] scales */
+};
+
+/* The weight `name` [out, in] of an integer checkpoint (methods awq,
+ * gptq and compressed-tensors pack-quantized) unpacked into *v, checked
+ * as atlas_quant_dequant checks it: 1 with *v filled, its arrays
+ * malloc'd and owned by the caller (atlas_quant_int_free); 0 when it is
+ * not stored in an integer format (another method, an ignored module, a
+ * plain tensor); a negative error naming the tensor (ATLAS_ENOMEM when
+ * the out * in bytes of q cannot be had). On 0 and on error *v is zeroed,
+ * so atlas_quant_int_free may be called on it either way. */
+int atlas_quant_int_view(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			 int64_t out, int64_t in, struct atlas_quant_int *v);
+/* W itself as FP32 into dst (out * in values, row-major). */
+void atlas_quant_int_dequant(const struct atlas_quant_int *v, int64_t out, int64_t in, float *dst);
+/* Free v's arrays and zero *v (a zeroed *v is fine). */
+void atlas_quant_int_free(struct atlas_quant_int *v);
 
 /* Bytes the weight `name` takes in st as stored (quantized tensors and
  * scales together), 0 when it is not stored quantized. */

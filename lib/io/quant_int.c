@@ -5,10 +5,13 @@
  * Every format stores small unsigned integers packed into I32 words,
  * value k of a word in bits [bits*k, bits*(k+1)) (AWQ shuffles which
  * column goes in which nibble), with one scale and zero point per group
- * of `in` and output row. The scales and zero points of a weight are
- * unpacked first into plain arrays [groups, out] (a few percent of the
- * weight), then W[o][i] = (q - z) * s, exact in FP32: |q - z| < 2^9 and
- * a 16-bit scale have a product of at most 24 significant bits.
+ * of `in` and output row. Each format is unpacked in one place, its
+ * _view function, into the canonical struct atlas_quant_int (quant.h):
+ * a byte a value in W's row-major order and zero points and scales
+ * [out, groups] with the format's offsets folded into the zeros. The
+ * dequantizers are that view expanded, W[o][i] = (q - z) * s, exact in
+ * FP32: |q - z| <= 2^8 and a 16-bit scale have a product of at most 24
+ * significant bits. The view takes a byte a weight while it lives.
  *
  * Tensor data sit at any alignment in the mmap (the header has any
  * length), so words are read with memcpy. Every tensor's shape is
@@ -74,45 +77,52 @@ static int need(const struct atlas_tensor_info *t, int64_t n)
 	return 0;
 }
 
-/* The n scales of t as floats: malloc'd, the caller frees; NULL with
- * ATLAS_ENOMEM's message. */
-static float *scales_f32(const struct atlas_tensor_info *t, int64_t n)
+/* min(a, b) for the loop bounds of the blocked unpacking */
+static int64_t min64(int64_t a, int64_t b)
 {
-	float *s = malloc(sizeof(float) * (size_t)(n ? n : 1));
-	if (!s) {
-		atlas_error(ATLAS_ENOMEM, "'%s': out of memory for %lld scales", t->name,
-			    (long long)n);
-		return NULL;
-	}
-	for (int64_t k = 0; k < n; k++)
-		s[k] = atlas_quant_scale(t, k);
-	return s;
+	return a < b ? a : b;
+}
+
+/* s[o * ng + r] for the scales t [ng, out] (AWQ, GPTQ: stored the other
+ * way round), read in their order. */
+static void scales_transposed(const struct atlas_tensor_info *t, int64_t ng, int64_t out, float *s)
+{
+	for (int64_t r = 0; r < ng; r++)
+		for (int64_t o = 0; o < out; o++)
+			s[o * ng + r] = atlas_quant_scale(t, r * out + o);
 }
 
 /* The group of each input column [in] into *out (malloc'd, the caller
- * frees): g_idx's values when the tensor is given, each checked to lie
- * in [0, groups), else i / g. */
+ * frees) from the g_idx tensor, each value checked to lie in [0,
+ * groups); *out stays NULL when there is no g_idx or it says i / g for
+ * every i (most desc_act=false checkpoints write that one out). */
 static int groups_of(const struct atlas_tensor_info *g_idx, int64_t in, int64_t g, int64_t groups,
 		     int32_t **out)
 {
-	int32_t *grp = malloc(sizeof(int32_t) * (size_t)in);
 	*out = NULL;
+	if (!g_idx)
+		return 0;
+	int32_t *grp = malloc(sizeof(int32_t) * (size_t)in);
 	if (!grp)
 		return atlas_error(ATLAS_ENOMEM, "out of memory for %lld group indices",
 				   (long long)in);
+	bool seq = true;
 	for (int64_t i = 0; i < in; i++) {
-		int64_t v = g_idx ? int_at(g_idx, i) : i / g;
+		int64_t v = int_at(g_idx, i);
 		if (v < 0 || v >= groups) {
 			free(grp);
 			return atlas_error(
 			    ATLAS_EFORMAT,
-			    "'%s': group %lld of input %lld is out of range [0, %lld)",
-			    g_idx ? g_idx->name : "g_idx", (long long)v, (long long)i,
-			    (long long)groups);
+			    "'%s': group %lld of input %lld is out of range [0, %lld)", g_idx->name,
+			    (long long)v, (long long)i, (long long)groups);
 		}
 		grp[i] = (int32_t)v;
+		seq = seq && v == i / g;
 	}
-	*out = grp;
+	if (seq)
+		free(grp);
+	else
+		*out = grp;
 	return 0;
 }
 
@@ -131,6 +141,67 @@ static int opt_g_idx(const struct atlas_st *st, const char *prefix, const char *
 	return need(*out, in);
 }
 
+/* --- the view -------------------------------------------------------- */
+
+void atlas_quant_int_free(struct atlas_quant_int *v)
+{
+	free(v->q);
+	free(v->grp);
+	free(v->z);
+	free(v->s);
+	memset(v, 0, sizeof(*v));
+}
+
+/* v's arrays for W [out, in] in ng groups of g (v->grp set before, or
+ * NULL); on failure everything in *v is freed and the message names
+ * prefix.what. */
+static int view_alloc(struct atlas_quant_int *v, int bits, int64_t out, int64_t in, int64_t g,
+		      int64_t ng, const char *prefix, const char *what)
+{
+	v->bits = bits;
+	v->g = g;
+	v->ng = ng;
+	v->q = malloc((size_t)(out * in));
+	v->z = malloc(sizeof(int16_t) * (size_t)(out * ng));
+	v->s = malloc(sizeof(float) * (size_t)(out * ng));
+	if (!v->q || !v->z || !v->s) {
+		atlas_quant_int_free(v);
+		return atlas_error(ATLAS_ENOMEM, "'%s.%s': out of memory", prefix, what);
+	}
+	return 0;
+}
+
+void atlas_quant_int_dequant(const struct atlas_quant_int *v, int64_t out, int64_t in, float *dst)
+{
+	for (int64_t o = 0; o < out; o++) {
+		const uint8_t *q = v->q + o * in;
+		const int16_t *z = v->z + o * v->ng;
+		const float *s = v->s + o * v->ng;
+		float *d = dst + o * in;
+		if (v->grp) {
+			for (int64_t i = 0; i < in; i++)
+				d[i] = (float)(q[i] - z[v->grp[i]]) * s[v->grp[i]];
+			continue;
+		}
+		/* sequential groups: one zero and scale over a run of columns */
+		for (int64_t r = 0; r < v->ng; r++) {
+			const int zr = z[r];
+			const float sr = s[r];
+			for (int64_t i = r * v->g, i1 = min64(i + v->g, in); i < i1; i++)
+				d[i] = (float)(q[i] - zr) * sr;
+		}
+	}
+}
+
+/* W from the format's view, then the view freed. */
+static int expand(int rc, struct atlas_quant_int *v, int64_t out, int64_t in, float *dst)
+{
+	if (rc == 1)
+		atlas_quant_int_dequant(v, out, in, dst);
+	atlas_quant_int_free(v);
+	return rc;
+}
+
 /* --- AWQ gemm -------------------------------------------------------- */
 
 /* Column 8p + j of a packed word lives in nibble awq_rev[j]: AutoAWQ
@@ -139,9 +210,10 @@ static int opt_g_idx(const struct atlas_st *st, const char *prefix, const char *
 static const int awq_rev[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 /* qweight I32 [in, out/8], qzeros I32 [in/g, out/8], scales [in/g, out]. */
-int atlas_quant_awq(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		    int64_t out, int64_t in, float *dst)
+int atlas_quant_awq_view(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
+			 int64_t out, int64_t in, struct atlas_quant_int *v)
 {
+	memset(v, 0, sizeof(*v));
 	if (!has(st, prefix, "qweight"))
 		return 0;
 	if (q->bits != 4)
@@ -169,38 +241,37 @@ int atlas_quant_awq(const struct atlas_quant *q, const struct atlas_st *st, cons
 	int rc;
 	if ((rc = need(qw, in * pw)) || (rc = need(qz, ng * pw)) || (rc = need(sc, ng * out)))
 		return rc;
+	if ((rc = view_alloc(v, 4, out, in, g, ng, prefix, "qzeros")))
+		return rc;
 
-	float *s = scales_f32(sc, ng * out);
-	uint8_t *z = malloc((size_t)(ng * out));
-	if (!s || !z) {
-		free(s);
-		free(z);
-		return atlas_error(ATLAS_ENOMEM, "'%s.qzeros': out of memory", prefix);
-	}
+	scales_transposed(sc, ng, out, v->s);
 	for (int64_t r = 0; r < ng; r++)
 		for (int64_t p = 0; p < pw; p++) {
 			uint32_t w = word(qz, r * pw + p);
 			for (int j = 0; j < 8; j++)
-				z[r * out + 8 * p + j] = (uint8_t)((w >> (4 * awq_rev[j])) & 15u);
+				v->z[(8 * p + j) * ng + r] =
+				    (int16_t)((w >> (4 * awq_rev[j])) & 15u);
 		}
-	/* A word holds 8 rows of W at one column i: 16 columns at a time keep
-	 * the writes to those rows within a cache line each. */
-	for (int64_t i0 = 0; i0 < in; i0 += 16) {
-		int64_t i1 = i0 + 16 < in ? i0 + 16 : in;
+	/* A word holds 8 rows of W at one column i: 64 columns at a time
+	 * keep the writes to those rows within a cache line each. */
+	for (int64_t i0 = 0; i0 < in; i0 += 64) {
+		int64_t i1 = min64(i0 + 64, in);
 		for (int64_t p = 0; p < pw; p++)
 			for (int64_t i = i0; i < i1; i++) {
 				uint32_t w = word(qw, i * pw + p);
-				int64_t gz = (i / g) * out + 8 * p;
-				for (int j = 0; j < 8; j++) {
-					int v = (int)((w >> (4 * awq_rev[j])) & 15u);
-					dst[(8 * p + j) * in + i] =
-					    (float)(v - z[gz + j]) * s[gz + j];
-				}
+				uint8_t *col = v->q + 8 * p * in + i;
+				for (int j = 0; j < 8; j++)
+					col[j * in] = (uint8_t)((w >> (4 * awq_rev[j])) & 15u);
 			}
 	}
-	free(s);
-	free(z);
 	return 1;
+}
+
+int atlas_quant_awq(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
+		    int64_t out, int64_t in, float *dst)
+{
+	struct atlas_quant_int v;
+	return expand(atlas_quant_awq_view(q, st, prefix, out, in, &v), &v, out, in, dst);
 }
 
 /* --- GPTQ ------------------------------------------------------------ */
@@ -209,9 +280,10 @@ int atlas_quant_awq(const struct atlas_quant *q, const struct atlas_st *st, cons
  * out/pack] packed along out, scales [groups, out], g_idx I32 [in]
  * optional. groups = ceil(in / g): AutoGPTQ sizes its buffers so and
  * gives input i group i / g, a partial last group included. */
-int atlas_quant_gptq(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		     int64_t out, int64_t in, float *dst)
+int atlas_quant_gptq_view(const struct atlas_quant *q, const struct atlas_st *st,
+			  const char *prefix, int64_t out, int64_t in, struct atlas_quant_int *v)
 {
+	memset(v, 0, sizeof(*v));
 	if (!has(st, prefix, "qweight"))
 		return 0;
 	if (q->bits != 4 && q->bits != 8)
@@ -228,6 +300,8 @@ int atlas_quant_gptq(const struct atlas_quant *q, const struct atlas_st *st, con
 	if (g <= 0)
 		return atlas_error(ATLAS_EFORMAT, "'%s.scales': group size %d", prefix,
 				   q->group_size);
+	/* a group wider than the row is the row (the view's g says so) */
+	g = min64(g, in);
 	int64_t ng = (in + g - 1) / g, pin = in / pack, pout = out / pack;
 	const struct atlas_tensor_info *qw = get2(st, prefix, "qweight", dt_i32, 1, pin, out);
 	if (!qw)
@@ -247,41 +321,40 @@ int atlas_quant_gptq(const struct atlas_quant *q, const struct atlas_st *st, con
 				   prefix);
 	if ((rc = need(qw, pin * out)) || (rc = need(qz, ng * pout)) || (rc = need(sc, ng * out)))
 		return rc;
-
-	int32_t *grp;
-	if ((rc = groups_of(gi, in, g, ng, &grp)))
+	if ((rc = groups_of(gi, in, g, ng, &v->grp)) ||
+	    (rc = view_alloc(v, bits, out, in, g, ng, prefix, "qzeros")))
 		return rc;
-	float *s = scales_f32(sc, ng * out);
-	int16_t *z = malloc(sizeof(int16_t) * (size_t)(ng * out));
-	if (!s || !z) {
-		free(grp);
-		free(s);
-		free(z);
-		return atlas_error(ATLAS_ENOMEM, "'%s.qzeros': out of memory", prefix);
-	}
+
+	scales_transposed(sc, ng, out, v->s);
 	/* v1 checkpoints (AutoGPTQ) store zero - 1. */
 	int zoff = q->gptq_v2 ? 0 : 1;
 	for (int64_t r = 0; r < ng; r++)
 		for (int64_t p = 0; p < pout; p++) {
 			uint32_t w = word(qz, r * pout + p);
 			for (int k = 0; k < pack; k++)
-				z[r * out + p * pack + k] =
+				v->z[(p * pack + k) * ng + r] =
 				    (int16_t)((int)((w >> (bits * k)) & mask) + zoff);
 		}
-	for (int64_t r = 0; r < pin; r++)
-		for (int64_t o = 0; o < out; o++) {
-			uint32_t w = word(qw, r * out + o);
-			float *row = dst + o * in + r * pack;
-			for (int k = 0; k < pack; k++) {
-				int64_t gz = (int64_t)grp[r * pack + k] * out + o;
-				int v = (int)((w >> (bits * k)) & mask);
-				row[k] = (float)(v - z[gz]) * s[gz];
+	/* A word holds `pack` consecutive columns of one row o: 64 rows at a
+	 * time keep the rows being written in cache while r walks along them. */
+	for (int64_t o0 = 0; o0 < out; o0 += 64) {
+		int64_t o1 = min64(o0 + 64, out);
+		for (int64_t r = 0; r < pin; r++)
+			for (int64_t o = o0; o < o1; o++) {
+				uint32_t w = word(qw, r * out + o);
+				uint8_t *d = v->q + o * in + r * pack;
+				for (int k = 0; k < pack; k++)
+					d[k] = (uint8_t)((w >> (bits * k)) & mask);
 			}
-		}
-	free(grp);
-	free(s);
-	free(z);
+	}
 	return 1;
+}
+
+int atlas_quant_gptq(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
+		     int64_t out, int64_t in, float *dst)
+{
+	struct atlas_quant_int v;
+	return expand(atlas_quant_gptq_view(q, st, prefix, out, in, &v), &v, out, in, dst);
 }
 
 /* --- compressed-tensors pack-quantized ------------------------------- */
@@ -311,11 +384,13 @@ static int ct_check_shape(const struct atlas_st *st, const char *prefix, int64_t
 /* weight_packed I32 [out, ceil(in/pack)] packed along in (the last word
  * of a row padded), weight_scale [out, groups], weight_zero_point I32
  * [ceil(out/pack), groups] packed along out when asymmetric, values and
- * zero points stored + 2^(bits-1); weight_g_idx I32 [in] optional
+ * zero points stored + 2^(bits-1) (the view keeps them so, and gives a
+ * symmetric weight the zero 2^(bits-1)); weight_g_idx I32 [in] optional
  * (actorder "group"). groups = in / g, or 1 for strategy channel. */
-int atlas_quant_ct_int(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		       int64_t out, int64_t in, float *dst)
+int atlas_quant_ct_int_view(const struct atlas_quant *q, const struct atlas_st *st,
+			    const char *prefix, int64_t out, int64_t in, struct atlas_quant_int *v)
 {
+	memset(v, 0, sizeof(*v));
 	if (!has(st, prefix, "weight_packed"))
 		return 0;
 	if (q->bits != 4 && q->bits != 8)
@@ -360,39 +435,33 @@ int atlas_quant_ct_int(const struct atlas_quant *q, const struct atlas_st *st, c
 		return rc;
 	if ((rc = need(wp, out * pin)) || (rc = need(ws, out * ng)))
 		return rc;
-
-	int32_t *grp;
-	if ((rc = groups_of(gi, in, g, ng, &grp)))
+	if ((rc = groups_of(gi, in, g, ng, &v->grp)) ||
+	    (rc = view_alloc(v, bits, out, in, g, ng, prefix, "weight_scale")))
 		return rc;
-	float *s = scales_f32(ws, out * ng);
-	int16_t *z = calloc((size_t)(out * ng), sizeof(int16_t));
-	if (!s || !z) {
-		free(grp);
-		free(s);
-		free(z);
-		return atlas_error(ATLAS_ENOMEM, "'%s.weight_scale': out of memory", prefix);
-	}
+
+	for (int64_t k = 0; k < out * ng; k++)
+		v->s[k] = atlas_quant_scale(ws, k);
 	/* z [out, groups]: row o of W's zeros is field o % pack of row o / pack. */
-	if (wz)
-		for (int64_t o = 0; o < out; o++)
-			for (int64_t r = 0; r < ng; r++) {
-				uint32_t w = word(wz, (o / pack) * ng + r);
-				z[o * ng + r] =
-				    (int16_t)((int)((w >> (bits * (o % pack))) & mask) - half);
-			}
+	for (int64_t o = 0; o < out; o++)
+		for (int64_t r = 0; r < ng; r++)
+			v->z[o * ng + r] =
+			    wz ? (int16_t)((word(wz, (o / pack) * ng + r) >> (bits * (o % pack))) &
+					   mask)
+			       : (int16_t)half;
 	for (int64_t o = 0; o < out; o++)
 		for (int64_t p = 0; p < pin; p++) {
 			uint32_t w = word(wp, o * pin + p);
-			for (int k = 0; k < pack && p * pack + k < in; k++) {
-				int64_t i = p * pack + k, gz = o * ng + grp[i];
-				int v = (int)((w >> (bits * k)) & mask) - half;
-				dst[o * in + i] = (float)(v - z[gz]) * s[gz];
-			}
+			for (int k = 0; k < pack && p * pack + k < in; k++)
+				v->q[o * in + p * pack + k] = (uint8_t)((w >> (bits * k)) & mask);
 		}
-	free(grp);
-	free(s);
-	free(z);
 	return 1;
+}
+
+int atlas_quant_ct_int(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
+		       int64_t out, int64_t in, float *dst)
+{
+	struct atlas_quant_int v;
+	return expand(atlas_quant_ct_int_view(q, st, prefix, out, in, &v), &v, out, in, dst);
 }
 
 /* --- stored size ----------------------------------------------------- */

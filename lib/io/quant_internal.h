@@ -20,6 +20,15 @@ int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, c
 		       int64_t out, int64_t in, struct atlas_quant_f8 *v);
 int atlas_quant_nvfp4(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
 		      int64_t out, int64_t in, float *dst);
+/* The integer formats unpack the module's tensors into *v (see struct
+ * atlas_quant_int; *v zeroed unless 1 is returned), and the three after
+ * them write W from that view */
+int atlas_quant_awq_view(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
+			 int64_t out, int64_t in, struct atlas_quant_int *v);
+int atlas_quant_gptq_view(const struct atlas_quant *q, const struct atlas_st *st,
+			  const char *prefix, int64_t out, int64_t in, struct atlas_quant_int *v);
+int atlas_quant_ct_int_view(const struct atlas_quant *q, const struct atlas_st *st,
+			    const char *prefix, int64_t out, int64_t in, struct atlas_quant_int *v);
 int atlas_quant_awq(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
 		    int64_t out, int64_t in, float *dst);
 int atlas_quant_gptq(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,

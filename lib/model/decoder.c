@@ -248,6 +248,83 @@ static int bind_f8b(struct atlas_model *m, struct weight *w, const char *name, i
 	return 1;
 }
 
+/* Whether m keeps 4-bit integer matrices at half a byte a weight
+ * (ATLAS_DTYPE_W4B): a 4-bit AWQ, GPTQ or compressed-tensors
+ * pack-quantized checkpoint on a backend whose matmul ops take W4B,
+ * unsplit and without act order (GPTQ desc_act: its g_idx scatters a
+ * group's columns, so the model is dequantized), unless
+ * ATLAS_W4_NATIVE=0. Decided once, at load, into m->w4b. */
+static bool w4b_native(const struct atlas_model *m)
+{
+	const char *e = getenv("ATLAS_W4_NATIVE");
+	const enum atlas_quant_method q = m->quant.method;
+	return m->be->w4b_weights && (!m->comm || m->comm->world == 1) && m->quant.bits == 4 &&
+	       !m->quant.desc_act &&
+	       (q == ATLAS_QUANT_AWQ || q == ATLAS_QUANT_GPTQ || q == ATLAS_QUANT_CT_INT) &&
+	       !(e && !strcmp(e, "0"));
+}
+
+/* Pack the view v of a 4-bit matrix [d0, d1] into the W4B blob (host
+ * memory of atlas_w4b_bytes) whose head is already written. */
+static void pack_w4b(char *blob, const struct atlas_quant_int *v, int64_t d0, int64_t d1)
+{
+	uint8_t *q = (uint8_t *)blob + ATLAS_W4B_HEAD;
+	uint8_t *z = (uint8_t *)blob + atlas_w4b_z_off(d0, d1);
+	float *s = (float *)(blob + atlas_w4b_s_off(d0, d1, v->g));
+	for (int64_t i = 0; i < d0 * d1 / 2; i++)
+		q[i] = (uint8_t)((v->q[2 * i] & 15) | (v->q[2 * i + 1] & 15) << 4);
+	for (int64_t i = 0; i < d0 * v->ng; i++) {
+		z[i] = (uint8_t)v->z[i];
+		s[i] = v->s[i];
+	}
+}
+
+/* Matrix `name` [d0, d1] of a 4-bit checkpoint handed over as a W4B
+ * blob (backend.h). 1 when it was; 0 when it is not stored as 4-bit
+ * integers or its layout does not suit the kernels (rows not a multiple
+ * of 32 columns, groups neither a multiple of 32 columns nor the row,
+ * an act-order g_idx, a zero point beyond a byte): dequantized then;
+ * < 0 on error. */
+static int bind_w4b(struct atlas_model *m, struct weight *w, const char *name, int64_t d0,
+		    int64_t d1)
+{
+	struct atlas_quant_int v;
+	int rc = atlas_quant_int_view(&m->quant, m->st, name, d0, d1, &v);
+	if (rc <= 0)
+		return rc;
+	char head[ATLAS_W4B_HEAD];
+	bool fits = v.bits == 4 && !v.grp && !atlas_w4b_init(head, d0, d1, v.g);
+	for (int64_t i = 0; fits && i < d0 * v.ng; i++)
+		fits = v.z[i] >= 0 && v.z[i] <= 255;
+	if (!fits) {
+		atlas_quant_int_free(&v);
+		m->w4b_dequant++;
+		return 0;
+	}
+	const int64_t bytes = atlas_w4b_bytes(d0, d1, v.g);
+	char *blob = malloc((size_t)bytes);
+	if (!blob) {
+		atlas_quant_int_free(&v);
+		return atlas_error(ATLAS_ENOMEM, "out of memory loading '%s'", name);
+	}
+	memcpy(blob, head, sizeof(head));
+	pack_w4b(blob, &v, d0, d1);
+	atlas_quant_int_free(&v);
+	w->p = m->be->weight_upload(m->be, blob, (size_t)bytes);
+	if (!w->p) {
+		free(blob);
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot load tensor '%s'", name);
+	}
+	if (w->p == blob)
+		w->own = blob; /* used in place (host backends) */
+	else
+		free(blob);
+	w->dtype = ATLAS_DTYPE_W4B;
+	w->nbytes = (size_t)bytes;
+	m->w4b_kept++;
+	return 1;
+}
+
 static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 		      int64_t d0, int64_t d1, int required, const struct slice *sl)
 {
@@ -257,7 +334,10 @@ static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 	    (!t || (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
 		    t->dtype != ATLAS_DTYPE_BF16))) {
 		const bool whole = !sl || (sl->r0 == 0 && sl->nr == d0 && sl->c0 == 0 && sl->nc == d1);
-		int rc = whole && m->f8b && !m->f8b_off ? bind_f8b(m, w, name, d0, d1) : 0;
+		int rc = !whole || m->blob_off ? 0
+			 : m->f8b	       ? bind_f8b(m, w, name, d0, d1)
+			 : m->w4b	       ? bind_w4b(m, w, name, d0, d1)
+					       : 0;
 		if (!rc)
 			rc = bind_quantized(m, w, name, d0, d1, sl);
 		if (rc)
@@ -574,6 +654,19 @@ static int size_memory(struct atlas_model *m)
 			}
 			if (native && t->dtype != ATLAS_DTYPE_F8_E4M3 && strstr(t->name, "scale"))
 				w += 2 * rank_bytes(m, t);
+			/* a W4B matrix likewise: packed values as stored (8 a
+			 * word), zero points a byte and scales FP32 (at most
+			 * twice their stored bytes) */
+			if (m->w4b && t->dtype == ATLAS_DTYPE_I32 && !strstr(t->name, ".experts.") &&
+			    (strstr(t->name, "qweight") || strstr(t->name, "weight_packed"))) {
+				f8max = 8 * t->numel > f8max ? 8 * t->numel : f8max;
+				continue;
+			}
+			if (m->w4b && !strstr(t->name, ".experts.") &&
+			    (strstr(t->name, "scale") || strstr(t->name, "zero"))) {
+				w += 2 * rank_bytes(m, t);
+				continue;
+			}
 			w += rank_bytes(m, t) / (t->dtype == ATLAS_DTYPE_I32 ? 4 : 1) * per * a;
 		}
 		if (t->ndim == 2 && (t->dtype == ATLAS_DTYPE_F32 || t->dtype == ATLAS_DTYPE_F16 ||
@@ -657,9 +750,13 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	if (!(m->st = atlas_st_open(dir)))
 		goto fail;
 	m->f8b = f8b_native(m);
+	m->w4b = w4b_native(m);
 	if (m->f8b)
 		atlas_info("quantized checkpoint (%s): linear layers kept in FP8 (F8B, one byte a "
 			   "weight), the rest dequantized to BF16", m->quant.name);
+	else if (m->w4b)
+		atlas_info("quantized checkpoint (%s): linear layers kept in 4 bits (W4B, half a "
+			   "byte a weight), the rest dequantized to BF16", m->quant.name);
 	else if (m->quant.method != ATLAS_QUANT_NONE)
 		atlas_info("quantized checkpoint (%s): weights dequantized to %s at load", m->quant.name,
 			   be->act_dtype == ATLAS_DTYPE_F32 ? "F32" : "BF16");
@@ -715,6 +812,10 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		   (long long)m->block_size,
 		   (long long)((2 * c->num_layers * m->n_blocks * m->block_size *
 				m->Hkv_loc * c->head_dim * (int64_t)m->act) >> 20));
+	if (m->w4b_dequant)
+		atlas_info("W4B: %d of %d linear matrices kept in 4 bits; %d dequantized (act-order "
+			   "groups, groups not a multiple of 32 columns, or rows not a multiple of 32)",
+			   m->w4b_kept, m->w4b_kept + m->w4b_dequant, m->w4b_dequant);
 	atlas_info("weights read per token: %lld bytes", (long long)atlas_model_weight_bytes(m));
 	return m;
 fail:

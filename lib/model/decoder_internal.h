@@ -164,9 +164,16 @@ struct atlas_model {
 	bool f8b;                         /* linear layers are F8B (backend.h): an
 					   * FP8 checkpoint on a backend that takes
 					   * them, or synthetic.c's --quant fp8-block */
-	bool f8b_off;                     /* bind dequantizes FP8 matrices even where
-					   * the backend takes F8B (moe.c: the moe op
-					   * does not) */
+	bool w4b;                         /* linear layers are W4B (backend.h): a
+					   * 4-bit weight-only checkpoint (AWQ, GPTQ,
+					   * compressed-tensors) on a backend that
+					   * takes them, or --quant w4a16 */
+	int w4b_kept, w4b_dequant;        /* matrices bound as W4B, and those of a
+					   * w4b model dequantized instead (a layout
+					   * the kernels do not take) */
+	bool blob_off;                    /* bind dequantizes quantized matrices even
+					   * where the backend takes F8B / W4B (moe.c:
+					   * the moe op does not) */
 };
 
 struct atlas_seq {

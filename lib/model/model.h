@@ -41,9 +41,10 @@ struct atlas_model_params {
 	 * loaded with the same parameters. */
 	struct atlas_comm *comm;
 	/* atlas_model_synthetic only: the linear layers' weight format, NULL
-	 * or "bf16", or "fp8-block" (FP8 E4M3 with a scale per 128 x 128
+	 * or "bf16", "fp8-block" (FP8 E4M3 with a scale per 128 x 128
 	 * block, as Qwen3-FP8 stores them; kept as F8B where the backend
-	 * takes it, else refused) */
+	 * takes it, else refused) or "w4a16" (4-bit with zero points and
+	 * scales per 128 columns, as W4B; the same rule) */
 	const char *synthetic_quant;
 };
 
@@ -78,7 +79,7 @@ int64_t atlas_model_routed_bytes(const struct atlas_model *m);
  * config.json) whose weights are random values the backend makes itself
  * (be->fill_random; nothing is read from disk): for speed measurements
  * at real shapes. All weights are BF16 (the linear layers' FP8 with
- * p->synthetic_quant "fp8-block"): matrices uniform with unit output
+ * p->synthetic_quant "fp8-block", 4-bit with "w4a16"): matrices uniform with unit output
  * variance, norms 1. `seed` picks the values. Same ownership and
  * parameters as atlas_model_load; NULL with a message, e.g. when the
  * backend cannot fill. */

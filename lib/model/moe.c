@@ -121,12 +121,12 @@ static int check_dtypes(const struct moe_layer *ml, int64_t l)
 
 static int bind_layer(struct atlas_model *m, int64_t l);
 
-/* The experts go through the moe op, which takes no F8B weights. */
+/* The experts go through the moe op, which takes no F8B or W4B weights. */
 int atlas_moe_bind_layer(struct atlas_model *m, int64_t l)
 {
-	m->f8b_off = true;
+	m->blob_off = true;
 	int rc = bind_layer(m, l);
-	m->f8b_off = false;
+	m->blob_off = false;
 	return rc;
 }
 

@@ -50,9 +50,13 @@ static int make_matrix(struct atlas_model *m, struct weight *w, int64_t N, int64
  * blob (backend.h) of FP8 values uniform in +-448 and every 128 x 128
  * block's scale a / 448, so W is uniform in +-a again (on the E4M3
  * grid). */
+static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed);
+
 static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64_t K,
 		       uint64_t seed)
 {
+	if (m->w4b)
+		return make_w4b(m, w, N, K, seed);
 	if (!m->f8b)
 		return make_matrix(m, w, N, K, seed);
 	struct atlas_backend *be = m->be;
@@ -80,6 +84,40 @@ static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64
 		return rc;
 	}
 	*w = (struct weight){p, ATLAS_DTYPE_F8B, (size_t)bytes, NULL};
+	return 0;
+}
+
+/* With m->w4b, a W4B blob (backend.h) of uniform random bytes (each
+ * nibble uniform in 0..15), every zero point 8 and every group of 128
+ * columns' scale a / 8: W uniform on the grid a * (-8..7) / 8. */
+static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed)
+{
+	struct atlas_backend *be = m->be;
+	const float a = sqrtf(3.0f / (float)K);
+	const int64_t g = 128, bytes = atlas_w4b_bytes(N, K, g), ng = (K + g - 1) / g;
+	char head[ATLAS_W4B_HEAD];
+	if (atlas_w4b_init(head, N, K, g))
+		return atlas_error(ATLAS_EINVAL, "bad 4-bit shape [%lld, %lld] (K a multiple of 32)",
+				   (long long)N, (long long)K);
+	char *p = be->alloc(be, (size_t)bytes);
+	if (!p)
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate a [%lld, %lld] 4-bit weight",
+					(long long)N, (long long)K);
+	int rc = be->upload(be, p, head, sizeof(head)); /* plain memory: read before it returns */
+	if (!rc)
+		rc = be->fill_random(be, p + ATLAS_W4B_HEAD, ATLAS_DTYPE_U8, N * K / 2, seed, 0.0f,
+				     256.0f);
+	if (!rc)
+		rc = be->fill_random(be, p + atlas_w4b_z_off(N, K), ATLAS_DTYPE_U8, N * ng, seed,
+				     8.0f, 8.0f);
+	if (!rc)
+		rc = be->fill_random(be, p + atlas_w4b_s_off(N, K, g), ATLAS_DTYPE_F32, N * ng, seed,
+				     a / 8.0f, a / 8.0f);
+	if (rc) {
+		be->free(be, p);
+		return rc;
+	}
+	*w = (struct weight){p, ATLAS_DTYPE_W4B, (size_t)bytes, NULL};
 	return 0;
 }
 
@@ -241,18 +279,22 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 	}
 	const char *q = p ? p->synthetic_quant : NULL;
 	if (q && strcmp(q, "bf16")) {
-		if (strcmp(q, "fp8-block")) {
-			atlas_error(ATLAS_EINVAL, "unknown weight format '%s' (bf16, fp8-block)", q);
+		const bool w4 = !strcmp(q, "w4a16");
+		if (!w4 && strcmp(q, "fp8-block")) {
+			atlas_error(ATLAS_EINVAL, "unknown weight format '%s' (bf16, fp8-block, w4a16)",
+				    q);
 			goto fail;
 		}
-		if (!be->f8b_weights || m->comm->world != 1 || m->fam->moe) {
+		const bool has = w4 ? be->w4b_weights : be->f8b_weights;
+		if (!has || m->comm->world != 1 || m->fam->moe) {
 			atlas_error(ATLAS_EUNSUPPORTED,
-				    "fp8-block weights need a backend with FP8 matmuls (%s has %s), "
-				    "one rank and a dense model",
-				    be->name, be->f8b_weights ? "them" : "none");
+				    "%s weights need a backend with %s matmuls (%s has %s), one rank "
+				    "and a dense model",
+				    q, w4 ? "4-bit" : "FP8", be->name, has ? "them" : "none");
 			goto fail;
 		}
-		m->f8b = true;
+		m->f8b = !w4;
+		m->w4b = w4;
 	}
 	atlas_decoder_size(m, p);
 	if (be->reserve && be->reserve(be, footprint(m)))

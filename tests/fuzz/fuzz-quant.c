@@ -7,8 +7,11 @@
  * the tensors'); anything else, a config.json text for
  * atlas_quant_parse; the FP8 formats also through atlas_quant_f8_view
  * into an F8B blob (backend.h), read back row by row as the GPU loader
- * and the CPU reference do. A tensor set that slips past the checks with a bad
- * length reads out of bounds here under ASan. See README. */
+ * and the CPU reference do, and the integer ones through
+ * atlas_quant_int_view, whose values, zeros and groups must be in range
+ * and whose W must be atlas_quant_dequant's bit for bit (else abort). A
+ * tensor set that slips past the checks with a bad length reads out of
+ * bounds here under ASan. See README. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +96,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct atlas_st *st = atlas_st_open(path);
 	if (st) {
 		float *w = malloc((size_t)(out * in) * sizeof(float));
-		if (w && atlas_quant_dequant(&q, st, "m.weight", out, in, ATLAS_DTYPE_F32, w) == 1) {
+		const int deq =
+		    w ? atlas_quant_dequant(&q, st, "m.weight", out, in, ATLAS_DTYPE_F32, w) : 0;
+		if (deq == 1) {
 			volatile float sink = 0;
 			for (int64_t i = 0; i < out * in; i++)
 				sink += w[i];
@@ -117,6 +122,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			free(row);
 			free(blob);
 		}
+		/* the integer formats as the loader unpacks them */
+		struct atlas_quant_int iv;
+		if (atlas_quant_int_view(&q, st, "m.weight", out, in, &iv) == 1) {
+			const int top = 1 << iv.bits;
+			if (iv.g < 1 || iv.g > in || iv.ng != (in + iv.g - 1) / iv.g)
+				abort();
+			for (int64_t k = 0; k < out * in; k++)
+				if (iv.q[k] >= top)
+					abort();
+			for (int64_t k = 0; k < out * iv.ng; k++)
+				if (iv.z[k] < 0 || iv.z[k] > top)
+					abort();
+			for (int64_t i = 0; iv.grp && i < in; i++)
+				if (iv.grp[i] < 0 || iv.grp[i] >= iv.ng)
+					abort();
+			float *w2 = malloc((size_t)(out * in) * sizeof(float));
+			if (w2 && deq == 1) {
+				atlas_quant_int_dequant(&iv, out, in, w2);
+				if (memcmp(w, w2, (size_t)(out * in) * sizeof(float)))
+					abort();
+			}
+			free(w2);
+		}
+		atlas_quant_int_free(&iv);
 		free(w);
 		atlas_st_close(st);
 	}

@@ -991,13 +991,41 @@ static struct f8w f8_make(int64_t N, int64_t K, int64_t bo, int64_t bi)
 	return w;
 }
 
+/* A W4B weight [N, K] with groups of g along K: random nibbles, zero
+ * points 0..15 (GPTQ's and AWQ's range; the format takes 0..255), scales
+ * 2^-6..2^-3 times 1..2; the blob and its BF16 matrix on the GPU. */
+static struct f8w w4_make(int64_t N, int64_t K, int64_t g)
+{
+	const int64_t bytes = atlas_w4b_bytes(N, K, g), ng = (K + g - 1) / g;
+	char *blob = calloc(1, (size_t)bytes);
+	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, g), 0);
+	uint8_t *q = (uint8_t *)blob + ATLAS_W4B_HEAD;
+	for (int64_t i = 0; i < N * K / 2; i++)
+		q[i] = (uint8_t)((rnd() + 1.0f) * 127.99f);
+	uint8_t *z = (uint8_t *)blob + atlas_w4b_z_off(N, K);
+	float *sc = (float *)(blob + atlas_w4b_s_off(N, K, g));
+	for (int64_t i = 0; i < N * ng; i++) {
+		z[i] = (uint8_t)((rnd() + 1.0f) * 7.99f);
+		sc[i] = ldexpf(1.5f + 0.5f * rnd(), -6 + (int)(i % 4));
+	}
+	uint16_t *bf = malloc((size_t)(N * K) * 2);
+	for (int64_t n = 0; n < N; n++)
+		atlas_w4b_row_bf16(blob, n, bf + n * K);
+	struct f8w w = {gpu->weight_upload(gpu, blob, (size_t)bytes),
+			gpu->weight_upload(gpu, bf, (size_t)(N * K) * 2)};
+	free(blob);
+	free(bf);
+	return w;
+}
+
 /* One product of kind 0 (matmul), 1 (+ BF16 bias), 3 (matmul_multi:
  * q, k, v with biases) or 4 (matmul_swiglu) with the F8B weights (f8)
  * or their BF16 matrices. */
-static int f8_run(int kind, int f8, const struct f8w *w, const void *const *bias, void *const *out,
-		  const void *x, void *scratch, int64_t T, const int64_t *Ns, int64_t K)
+static int f8_run(int kind, enum atlas_dtype blobdt, int f8, const struct f8w *w,
+		  const void *const *bias, void *const *out, const void *x, void *scratch, int64_t T,
+		  const int64_t *Ns, int64_t K)
 {
-	const enum atlas_dtype dt = f8 ? ATLAS_DTYPE_F8B : ATLAS_DTYPE_BF16;
+	const enum atlas_dtype dt = f8 ? blobdt : ATLAS_DTYPE_BF16;
 	const void *ws[3];
 	for (int i = 0; i < 3; i++)
 		ws[i] = f8 ? w[i].blob : w[i].bf;
@@ -1008,12 +1036,15 @@ static int f8_run(int kind, int f8, const struct f8w *w, const void *const *bias
 	return gpu->matmul_swiglu(gpu, out[0], x, ws[0], ws[1], dt, T, Ns[0], K, scratch);
 }
 
-/* F8B products against the BF16 products of the matrices they stand for:
- * in batch-invariant mode the same bits (the FP8 GEMV up to 64 rows,
+/* F8B (bi > 0: [bo, bi] scale blocks) or W4B (bi == 0: groups of bo)
+ * products against the BF16 products of the matrices they stand for:
+ * in batch-invariant mode the same bits (the blob's GEMV up to 64 rows,
  * the dequantized copy on the BF16 GEMMs beyond, each the BF16 path's
  * sums), otherwise within TOL (T = 1 takes another BF16 kernel). */
 static void check_f8b(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int64_t bi)
 {
+	const bool w4 = bi == 0;
+	const enum atlas_dtype blobdt = w4 ? ATLAS_DTYPE_W4B : ATLAS_DTYPE_F8B;
 	static const char *const names[] = {"matmul", "matmul+bias", "", "matmul_multi",
 					    "matmul_swiglu"};
 	const int np = kind == 3 ? 3 : 1, nw = kind == 3 ? 3 : kind == 4 ? 2 : 1;
@@ -1023,7 +1054,7 @@ static void check_f8b(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int
 	struct wbuf b[3] = {{0}};
 	const void *bias[3] = {NULL};
 	for (int i = 0; i < nw; i++)
-		w[i] = f8_make(Ns[i], K, bo, bi);
+		w[i] = w4 ? w4_make(Ns[i], K, bo) : f8_make(Ns[i], K, bo, bi);
 	for (int i = 0; i < 3 && (kind == 1 || kind == 3); i++) {
 		b[i] = mkw(ATLAS_DTYPE_BF16, Ns[i], 0.5f);
 		bias[i] = b[i].d;
@@ -1037,13 +1068,20 @@ static void check_f8b(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int
 			poison(&o8[i]);
 			p8[i] = o8[i].d, pb[i] = ob[i].d;
 		}
-		CHECK_EQ_INT(f8_run(kind, 1, w, bias, p8, x.d, scratch.d, T, Ns, K), 0);
-		CHECK_EQ_INT(f8_run(kind, 0, w, bias, pb, x.d, scratch.d, T, Ns, K), 0);
+		CHECK_EQ_INT(f8_run(kind, blobdt, 1, w, bias, p8, x.d, scratch.d, T, Ns, K), 0);
+		CHECK_EQ_INT(f8_run(kind, blobdt, 0, w, bias, pb, x.d, scratch.d, T, Ns, K), 0);
 		for (int i = 0; i < np; i++) {
 			char what[128];
-			snprintf(what, sizeof(what), "f8b %s%s T=%lld N=%lld K=%lld blk %lldx%lld [%d]",
-				 names[kind], inv ? " inv" : "", (long long)T, (long long)Ns[i],
-				 (long long)K, (long long)bo, (long long)bi, i);
+			if (w4)
+				snprintf(what, sizeof(what), "w4b %s%s T=%lld N=%lld K=%lld g%lld [%d]",
+					 names[kind], inv ? " inv" : "", (long long)T,
+					 (long long)Ns[i], (long long)K, (long long)bo, i);
+			else
+				snprintf(what, sizeof(what),
+					 "f8b %s%s T=%lld N=%lld K=%lld blk %lldx%lld [%d]",
+					 names[kind], inv ? " inv" : "", (long long)T,
+					 (long long)Ns[i], (long long)K, (long long)bo,
+					 (long long)bi, i);
 			const size_t nb = (size_t)(T * Ns[i]) * 2;
 			char *h8 = malloc(nb), *hb = malloc(nb);
 			CHECK_EQ_INT(gpu->download(gpu, h8, o8[i].d, nb), 0);
@@ -1098,6 +1136,24 @@ static void test_f8b(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		check_f8b((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4],
 			  cases[i][5]);
+}
+
+/* W4B: groups of 128 (the usual GPTQ/AWQ/compressed-tensors size), 32
+ * and a whole row (group_size -1), a partial last group (K 4128 is
+ * not a multiple of 128); T across the 4-bit GEMV's token tiles (1, 8,
+ * 16, 32, 64) and beyond 64 (the dequantized copy); the golden
+ * fixture's shapes. */
+static void test_w4b(void)
+{
+	static const int64_t cases[][5] = {
+	    {0, 1, 4096, 4096, 128},  {1, 1, 300, 320, 32},	 {0, 1, 4096, 12288, 128},
+	    {0, 5, 200, 4128, 128},   {3, 3, 1024, 1024, 128}, {4, 1, 1536, 1024, 128},
+	    {4, 8, 3000, 4096, 128},  {1, 16, 150, 512, 32},	 {3, 24, 512, 512, 32},
+	    {0, 33, 4096, 1024, 1024}, {4, 64, 768, 2048, 2048}, {0, 2, 777, 4128, 4128},
+	    {1, 65, 2048, 1024, 128}, {3, 130, 1024, 1024, 128}, {4, 200, 3000, 1024, 128},
+	    {0, 512, 4096, 4096, 128}, {4, 100, 80, 64, 32},	 {0, 7, 64, 4128, 128}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_f8b((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], 0);
 }
 
 /* One MoE layer's weights on both backends. The router rows are one-hot
@@ -1271,6 +1327,7 @@ int main(void)
 	RUN(test_attention_inv);
 	RUN(test_moe);
 	RUN(test_f8b);
+	RUN(test_w4b);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);
 	gpu->destroy(gpu);

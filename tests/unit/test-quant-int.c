@@ -6,10 +6,13 @@
  * formats' packing code (not from the dequantizer), and compares W with
  * (q - z) * s computed from the tables. Malformed sets are refused with
  * the tensor's name. One AWQ case also goes through quantization_config
- * and atlas_quant_dequant. */
+ * and atlas_quant_dequant. The view (atlas_quant_int_view) of every
+ * format is checked against the tables it was written from and, as
+ * (q - z) * s, against atlas_quant_dequant element for element. */
 #include <stdlib.h>
 
 #include "harness.h"
+#include "../../lib/backend/backend.h"
 #include "../../lib/core/dtype.h"
 #include "../../lib/core/error.h"
 #include "../../lib/io/quant_internal.h"
@@ -526,6 +529,7 @@ struct ct_case {
 	const char *scale_dtype; /* "BF16", "F16" or "F32" */
 	const char *shape_dtype; /* weight_shape "I64"/"I32", NULL: none */
 	int64_t shape_lie;	 /* added to weight_shape[1] */
+	const int *g_idx;	 /* weight_g_idx [in], or NULL */
 };
 
 static struct atlas_st *ct_write(const struct ct_case *c, const int *vm, const int *zm,
@@ -559,6 +563,8 @@ static struct atlas_st *ct_write(const struct ct_case *c, const int *vm, const i
 		int32_t sh[2] = {(int32_t)c->out, (int32_t)(c->in + c->shape_lie)};
 		stw_1d(&w, "weight_shape", "I32", 2, sh, 4);
 	}
+	if (c->g_idx)
+		stw_1d(&w, "weight_g_idx", "I32", c->in, c->g_idx, 4);
 	free(u);
 	free(uz);
 	free(wp);
@@ -575,26 +581,54 @@ static struct atlas_quant ct_q(const struct ct_case *c)
 				    .strategy = c->g ? ATLAS_QS_GROUP : ATLAS_QS_CHANNEL};
 }
 
-static void ct_check(const struct ct_case *c)
+/* The signed tables of a case: values vm [out, in], zeros zm [out, ng]
+ * (0 when symmetric), scales sf [out, ng]; malloc'd, ct_tables_free. */
+struct ct_tables {
+	int64_t g, ng;
+	int *vm, *zm;
+	float *sf;
+};
+
+static struct ct_tables ct_tables(const struct ct_case *c)
 {
 	int half = 1 << (c->bits - 1);
-	int64_t g = c->g ? c->g : c->in, ng = c->in / g, n = c->out * c->in;
-	int *vm = malloc(sizeof(int) * (size_t)n), *zm = calloc((size_t)(c->out * ng), sizeof(int));
-	float *sf = malloc(sizeof(float) * (size_t)(c->out * ng));
-	float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+	struct ct_tables t = {.g = c->g ? c->g : c->in};
+	int64_t ng = t.ng = c->in / t.g;
+	t.vm = malloc(sizeof(int) * (size_t)(c->out * c->in));
+	t.zm = calloc((size_t)(c->out * ng), sizeof(int));
+	t.sf = malloc(sizeof(float) * (size_t)(c->out * ng));
 	for (int64_t o = 0; o < c->out; o++)
 		for (int64_t i = 0; i < c->in; i++)
-			vm[o * c->in + i] = (int)((o * 5 + i * 3 + o * i) % (2 * half)) - half;
+			t.vm[o * c->in + i] = (int)((o * 5 + i * 3 + o * i) % (2 * half)) - half;
 	for (int64_t o = 0; o < c->out; o++)
 		for (int64_t r = 0; r < ng; r++) {
 			if (!c->sym)
-				zm[o * ng + r] = (int)((o * 7 + r * 3) % (2 * half)) - half;
-			sf[o * ng + r] = scale_of(o * 2 + r * 5);
+				t.zm[o * ng + r] = (int)((o * 7 + r * 3) % (2 * half)) - half;
+			t.sf[o * ng + r] = scale_of(o * 2 + r * 5);
 		}
+	return t;
+}
+
+static void ct_tables_free(struct ct_tables *t)
+{
+	free(t->vm);
+	free(t->zm);
+	free(t->sf);
+}
+
+static void ct_check(const struct ct_case *c)
+{
+	struct ct_tables t = ct_tables(c);
+	int64_t g = t.g, ng = t.ng, n = c->out * c->in;
+	const int *vm = t.vm, *zm = t.zm;
+	const float *sf = t.sf;
+	float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
 	for (int64_t o = 0; o < c->out; o++)
-		for (int64_t i = 0; i < c->in; i++)
+		for (int64_t i = 0; i < c->in; i++) {
+			int64_t r = c->g_idx ? c->g_idx[i] : i / g;
 			want[o * c->in + i] =
-			    (float)(vm[o * c->in + i] - zm[o * ng + i / g]) * sf[o * ng + i / g];
+			    (float)(vm[o * c->in + i] - zm[o * ng + r]) * sf[o * ng + r];
+		}
 	struct atlas_st *st = ct_write(c, vm, zm, sf, ng);
 	struct atlas_quant q = ct_q(c);
 	CHECK_EQ_INT(atlas_quant_ct_int(&q, st, P, c->out, c->in, got), 1);
@@ -607,9 +641,7 @@ static void ct_check(const struct ct_case *c)
 	}
 	CHECK(atlas_quant_int_bytes(&q, st, P) > 0);
 	atlas_st_close(st);
-	free(vm);
-	free(zm);
-	free(sf);
+	ct_tables_free(&t);
 	free(want);
 	free(got);
 }
@@ -647,6 +679,34 @@ static void test_ct_asym(void)
 				   .shape_dtype = "I32"});
 	ct_check(&(struct ct_case){
 	    .bits = 8, .g = 8, .sym = false, .out = 6, .in = 16, .scale_dtype = "BF16"});
+}
+
+/* actorder "group": weight_g_idx gives input i its group; an
+ * out-of-range entry is refused with the tensor's name */
+static void test_ct_g_idx(void)
+{
+	enum { OUT = 8, IN = 32, G = 8 };
+	int gi[IN];
+	for (int i = 0; i < IN; i++)
+		gi[i] = (i * 3 + 2) % (IN / G);
+	struct ct_case c = {.bits = 4,
+			    .g = G,
+			    .sym = false,
+			    .out = OUT,
+			    .in = IN,
+			    .scale_dtype = "BF16",
+			    .g_idx = gi};
+	ct_check(&c);
+	gi[5] = IN / G;
+	struct ct_tables t = ct_tables(&c);
+	struct atlas_st *st = ct_write(&c, t.vm, t.zm, t.sf, t.ng);
+	struct atlas_quant q = ct_q(&c);
+	float got[OUT * IN];
+	CHECK(atlas_quant_ct_int(&q, st, P, OUT, IN, got) < 0);
+	CHECK_CONTAINS(atlas_errmsg(), P ".weight_g_idx");
+	CHECK_CONTAINS(atlas_errmsg(), "input 5");
+	atlas_st_close(st);
+	ct_tables_free(&t);
 }
 
 static void test_ct_refusals(void)
@@ -690,6 +750,381 @@ static void test_ct_refusals(void)
 	atlas_st_close(st);
 }
 
+/* --- the view ------------------------------------------------------- */
+
+/* P.weight of q's checkpoint st through atlas_quant_int_view into *v
+ * (the caller frees it), checked: values, zeros and groups in range, and
+ * (q - z) * s, computed here from the definition in quant.h, equal to
+ * atlas_quant_dequant's W element for element, as is
+ * atlas_quant_int_dequant's. */
+static void view_check(const struct atlas_quant *q, const struct atlas_st *st, int64_t out,
+		       int64_t in, struct atlas_quant_int *v)
+{
+	int64_t n = out * in;
+	float *want = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+	CHECK_EQ_INT(atlas_quant_dequant(q, st, P ".weight", out, in, ATLAS_DTYPE_F32, want), 1);
+	CHECK_EQ_INT(atlas_quant_int_view(q, st, P ".weight", out, in, v), 1);
+	if (!v->q) {
+		free(want);
+		free(got);
+		return;
+	}
+	CHECK_EQ_INT(v->bits, q->bits);
+	CHECK(v->g >= 1 && v->g <= in);
+	CHECK_EQ_INT(v->ng, (in + v->g - 1) / v->g);
+	const int top = 1 << v->bits;
+	int64_t bad_q = 0, bad_z = 0, bad_g = 0;
+	for (int64_t k = 0; k < n; k++)
+		bad_q += v->q[k] >= top;
+	for (int64_t k = 0; k < out * v->ng; k++)
+		bad_z += v->z[k] < 0 || v->z[k] > top;
+	for (int64_t i = 0; v->grp && i < in; i++)
+		bad_g += v->grp[i] < 0 || v->grp[i] >= v->ng;
+	CHECK_EQ_INT(bad_q, 0);
+	CHECK_EQ_INT(bad_z, 0);
+	CHECK_EQ_INT(bad_g, 0);
+	for (int64_t o = 0; o < out; o++)
+		for (int64_t i = 0; i < in; i++) {
+			int64_t r = o * v->ng + (v->grp ? v->grp[i] : i / v->g);
+			got[o * in + i] = (float)(v->q[o * in + i] - v->z[r]) * v->s[r];
+		}
+	CHECK_EQ_INT(mismatches(got, want, out, in), 0);
+	memset(got, 0, sizeof(float) * (size_t)n);
+	atlas_quant_int_dequant(v, out, in, got);
+	CHECK_EQ_INT(mismatches(got, want, out, in), 0);
+	free(want);
+	free(got);
+}
+
+/* Entries of the view's arrays that differ from the tables. */
+static int64_t view_q_diff(const struct atlas_quant_int *v, const int *m, int64_t out, int64_t in,
+			   bool transposed, int add)
+{
+	int64_t d = 0;
+	for (int64_t o = 0; v->q && o < out; o++)
+		for (int64_t i = 0; i < in; i++)
+			d +=
+			    v->q[o * in + i] != (transposed ? m[i * out + o] : m[o * in + i]) + add;
+	return d;
+}
+
+static int64_t view_zs_diff(const struct atlas_quant_int *v, const int *zm, const float *sf,
+			    int64_t out, bool transposed, int add)
+{
+	int64_t d = 0;
+	for (int64_t o = 0; v->z && o < out; o++)
+		for (int64_t r = 0; r < v->ng; r++) {
+			int64_t k = transposed ? r * out + o : o * v->ng + r;
+			d += v->z[o * v->ng + r] != (zm ? zm[k] : 0) + add;
+			d += v->s[o * v->ng + r] != sf[k];
+		}
+	return d;
+}
+
+/* AWQ W [out, in] in groups of g (-1: the row): the nibbles in
+ * column order, zeros and scales turned to [out, ng]. */
+static void awq_view_case(int64_t out, int64_t in, int g)
+{
+	int64_t gg = g == -1 ? in : g, ng = in / gg;
+	int *qm = malloc(sizeof(int) * (size_t)(in * out)),
+	    *zm = malloc(sizeof(int) * (size_t)(ng * out));
+	float *sf = malloc(sizeof(float) * (size_t)(ng * out));
+	for (int64_t i = 0; i < in; i++)
+		for (int64_t o = 0; o < out; o++)
+			qm[i * out + o] = (int)((o + 5 * i + o * i) % 16);
+	for (int64_t r = 0; r < ng; r++)
+		for (int64_t o = 0; o < out; o++) {
+			zm[r * out + o] = (int)((3 * o + 5 * r + 1) % 16);
+			sf[r * out + o] = scale_of(o + 7 * r);
+		}
+	uint32_t *qw = pack_awq(qm, in, out), *qz = pack_awq(zm, ng, out);
+	uint16_t *s = to_f16(sf, ng * out);
+	struct stw w = {0};
+	stw_2d(&w, "qweight", "I32", in, out / 8, qw, 4);
+	stw_2d(&w, "qzeros", "I32", ng, out / 8, qz, 4);
+	stw_2d(&w, "scales", "F16", ng, out, s, 2);
+	struct atlas_st *st = stw_open(&w);
+	struct atlas_quant q = awq_q(g);
+	struct atlas_quant_int v;
+	view_check(&q, st, out, in, &v);
+	CHECK_EQ_INT(v.g, gg);
+	CHECK_EQ_INT(v.ng, ng);
+	CHECK(v.grp == NULL);
+	CHECK_EQ_INT(view_q_diff(&v, qm, out, in, true, 0), 0);
+	CHECK_EQ_INT(view_zs_diff(&v, zm, sf, out, true, 0), 0);
+	atlas_quant_int_free(&v);
+	CHECK(v.q == NULL && v.z == NULL && v.s == NULL && v.bits == 0);
+	atlas_st_close(st);
+	free(qm);
+	free(zm);
+	free(sf);
+	free(qw);
+	free(qz);
+	free(s);
+}
+
+static void test_view_awq(void)
+{
+	awq_view_case(16, 32, 8);
+	awq_view_case(24, 72, 8); /* in crosses the 64-column unpacking block */
+	awq_view_case(8, 16, -1);
+}
+
+/* GPTQ case c as v1 or v2 (sym: every zero 2^(bits-1), as symmetric
+ * checkpoints store them; zmax: one zero of 2^bits, v1 only): q and the
+ * true zeros, grp from a g_idx only when it is not i / g. */
+static void gptq_view_case(struct gptq_case *c, bool v2, bool sym, bool zmax)
+{
+	gptq_fill(c);
+	if (sym)
+		for (int64_t k = 0; k < c->ng * c->out; k++)
+			c->zm[k] = 1 << (c->bits - 1);
+	if (zmax)
+		c->zm[c->out + 1] = 1 << c->bits; /* stored 2^bits - 1 */
+	struct atlas_st *st = gptq_write(c, v2);
+	struct atlas_quant q = gptq_q(c, v2);
+	q.sym = sym;
+	int64_t g = c->g == -1 || c->g > c->in ? c->in : c->g;
+	bool seq = true;
+	for (int64_t i = 0; c->g_idx && i < c->in; i++)
+		seq = seq && c->g_idx[i] == i / g;
+	struct atlas_quant_int v;
+	view_check(&q, st, c->out, c->in, &v);
+	CHECK_EQ_INT(v.g, g);
+	CHECK_EQ_INT(v.ng, c->ng);
+	CHECK_EQ_INT(view_q_diff(&v, c->qm, c->out, c->in, true, 0), 0);
+	CHECK_EQ_INT(view_zs_diff(&v, c->zm, c->sf, c->out, true, 0), 0);
+	if (c->g_idx && !seq) {
+		CHECK(v.grp != NULL);
+		for (int64_t i = 0; v.grp && i < c->in; i++)
+			CHECK_EQ_INT(v.grp[i], c->g_idx[i]);
+	} else {
+		CHECK(v.grp == NULL);
+	}
+	if (zmax)
+		CHECK_EQ_INT(v.z[1 * c->ng + 1], 1 << c->bits);
+	atlas_quant_int_free(&v);
+	atlas_st_close(st);
+	gptq_free(c);
+}
+
+static void test_view_gptq(void)
+{
+	enum { OUT = 16, IN = 32, G = 8 };
+	int gi[IN], gs[IN];
+	for (int i = 0; i < IN; i++) {
+		gi[i] = (i * 3 + 1) % (IN / G);
+		gs[i] = i / G;
+	}
+	struct gptq_case c = {.bits = 4, .g = G, .out = OUT, .in = IN};
+	gptq_view_case(&c, false, true, false); /* v1 symmetric */
+	gptq_view_case(&c, false, false, true); /* v1 asymmetric, a zero of 16 */
+	gptq_view_case(&c, true, false, false); /* v2 */
+	c.g_idx = gi;				/* desc_act */
+	gptq_view_case(&c, false, false, false);
+	gptq_view_case(&c, true, true, false);
+	c.g_idx = gs; /* a g_idx that says i / g */
+	gptq_view_case(&c, false, false, false);
+	struct gptq_case b8 = {.bits = 8, .g = 4, .out = 8, .in = 16};
+	gptq_view_case(&b8, false, false, true);
+	gptq_view_case(&b8, true, true, false);
+	/* a partial last group (in 24, g 16) over 72 rows (the 64-row
+	 * unpacking block and a rest), the whole row, a group wider than it */
+	struct gptq_case p = {.bits = 4, .g = 16, .out = 72, .in = 24};
+	gptq_view_case(&p, false, false, false);
+	struct gptq_case r = {.bits = 4, .g = -1, .out = 8, .in = 24};
+	gptq_view_case(&r, true, false, false);
+	struct gptq_case wide = {.bits = 4, .g = 128, .out = 8, .in = 24};
+	gptq_view_case(&wide, false, false, false);
+}
+
+/* compressed-tensors case c: q and z as stored (+ 2^(bits-1)), a
+ * symmetric weight's zero 2^(bits-1), scales as written. */
+static void ct_view_case(const struct ct_case *c)
+{
+	int half = 1 << (c->bits - 1);
+	struct ct_tables t = ct_tables(c);
+	struct atlas_st *st = ct_write(c, t.vm, t.zm, t.sf, t.ng);
+	struct atlas_quant q = ct_q(c);
+	bool seq = true;
+	for (int64_t i = 0; c->g_idx && i < c->in; i++)
+		seq = seq && c->g_idx[i] == i / t.g;
+	struct atlas_quant_int v;
+	view_check(&q, st, c->out, c->in, &v);
+	CHECK_EQ_INT(v.g, t.g);
+	CHECK_EQ_INT(v.ng, t.ng);
+	CHECK_EQ_INT(view_q_diff(&v, t.vm, c->out, c->in, false, half), 0);
+	CHECK_EQ_INT(view_zs_diff(&v, c->sym ? NULL : t.zm, t.sf, c->out, false, half), 0);
+	if (c->g_idx && !seq) {
+		CHECK(v.grp != NULL);
+		for (int64_t i = 0; v.grp && i < c->in; i++)
+			CHECK_EQ_INT(v.grp[i], c->g_idx[i]);
+	} else {
+		CHECK(v.grp == NULL);
+	}
+	atlas_quant_int_free(&v);
+	atlas_st_close(st);
+	ct_tables_free(&t);
+}
+
+static void test_view_ct(void)
+{
+	enum { IN = 32, G = 8 };
+	int gi[IN], gs[IN];
+	for (int i = 0; i < IN; i++) {
+		gi[i] = (i * 3 + 2) % (IN / G);
+		gs[i] = i / G;
+	}
+	/* int4 symmetric and asymmetric groups, F16/BF16/F32 scales */
+	ct_view_case(&(struct ct_case){
+	    .bits = 4, .g = 8, .sym = true, .out = 8, .in = 16, .scale_dtype = "BF16"});
+	ct_view_case(&(struct ct_case){.bits = 4,
+				       .g = 4,
+				       .sym = false,
+				       .out = 16,
+				       .in = 16,
+				       .scale_dtype = "F16",
+				       .shape_dtype = "I32"});
+	/* channel: one group, g = in; rows and zero columns padded */
+	ct_view_case(&(struct ct_case){.bits = 4,
+				       .g = 0,
+				       .sym = false,
+				       .out = 12,
+				       .in = 12,
+				       .scale_dtype = "F32",
+				       .shape_dtype = "I64"});
+	ct_view_case(&(struct ct_case){
+	    .bits = 4, .g = 0, .sym = true, .out = 8, .in = 20, .scale_dtype = "BF16"});
+	/* int8 */
+	ct_view_case(&(struct ct_case){
+	    .bits = 8, .g = 4, .sym = true, .out = 4, .in = 16, .scale_dtype = "F16"});
+	ct_view_case(&(struct ct_case){
+	    .bits = 8, .g = 8, .sym = false, .out = 6, .in = 16, .scale_dtype = "BF16"});
+	/* weight_g_idx: a permutation, and one that says i / g */
+	ct_view_case(&(struct ct_case){.bits = 4,
+				       .g = G,
+				       .sym = false,
+				       .out = 8,
+				       .in = IN,
+				       .scale_dtype = "BF16",
+				       .g_idx = gi});
+	ct_view_case(&(struct ct_case){.bits = 4,
+				       .g = G,
+				       .sym = true,
+				       .out = 8,
+				       .in = IN,
+				       .scale_dtype = "BF16",
+				       .g_idx = gs});
+}
+
+/* 0 for what is not stored as integers (a plain tensor, an ignored
+ * module, another method, a name that is no weight), and an error
+ * naming the weight and the tensor; *v zeroed each time. */
+static void test_view_none(void)
+{
+	enum { OUT = 8, IN = 8 };
+	float plain[OUT * IN] = {0};
+	struct stw w = {0};
+	stw_2d(&w, "weight", "F32", OUT, IN, plain, 4);
+	struct atlas_st *st = stw_open(&w);
+	struct atlas_quant_int v;
+	struct atlas_quant q = awq_q(4);
+	const struct atlas_quant_int zero = {0};
+	memset(&v, 0x5a, sizeof(v));
+	CHECK_EQ_INT(atlas_quant_int_view(&q, st, P ".weight", OUT, IN, &v), 0);
+	CHECK(!memcmp(&v, &zero, sizeof(v)));
+	struct gptq_case gc = {.bits = 4, .g = 4, .out = OUT, .in = IN};
+	q = gptq_q(&gc, false);
+	CHECK_EQ_INT(atlas_quant_int_view(&q, st, P ".weight", OUT, IN, &v), 0);
+	struct ct_case cc = {.bits = 4, .g = 4, .sym = true, .out = OUT, .in = IN};
+	q = ct_q(&cc);
+	CHECK_EQ_INT(atlas_quant_int_view(&q, st, P ".weight", OUT, IN, &v), 0);
+	atlas_quant_int_free(&v);
+	atlas_st_close(st);
+
+	/* an AWQ module: ignored by name, read as another method, or not
+	 * named as a weight; then read with the wrong group size */
+	uint32_t qw[IN] = {0}, qz[2] = {0};
+	uint16_t s[2 * OUT] = {0};
+	stw_2d(&w, "qweight", "I32", IN, OUT / 8, qw, 4);
+	stw_2d(&w, "qzeros", "I32", 2, OUT / 8, qz, 4);
+	stw_2d(&w, "scales", "F16", 2, OUT, s, 2);
+	st = stw_open(&w);
+	struct atlas_quant qi;
+	CHECK_EQ_INT(atlas_quant_parse("{\"quantization_config\":{\"quant_method\":\"awq\","
+				       "\"version\":\"gemm\",\"bits\":4,\"group_size\":4,"
+				       "\"modules_to_not_convert\":[\"down_proj\"]}}",
+				       NULL, "config.json", &qi),
+		     0);
+	memset(&v, 0x5a, sizeof(v));
+	CHECK_EQ_INT(atlas_quant_int_view(&qi, st, P ".weight", OUT, IN, &v), 0);
+	CHECK(!memcmp(&v, &zero, sizeof(v)));
+	atlas_quant_free(&qi);
+	q = (struct atlas_quant){.method = ATLAS_QUANT_FP8, .bits = 8};
+	CHECK_EQ_INT(atlas_quant_int_view(&q, st, P ".weight", OUT, IN, &v), 0);
+	q = (struct atlas_quant){0};
+	CHECK_EQ_INT(atlas_quant_int_view(&q, st, P ".weight", OUT, IN, &v), 0);
+	q = awq_q(4);
+	CHECK_EQ_INT(atlas_quant_int_view(&q, st, P ".qweight", OUT, IN, &v), 0);
+	CHECK_EQ_INT(atlas_quant_int_view(&q, st, P ".weight", OUT, IN, &v), 1);
+	CHECK(v.q != NULL && v.bits == 4 && v.g == 4 && v.ng == 2);
+	atlas_quant_int_free(&v);
+	q = awq_q(8);
+	memset(&v, 0x5a, sizeof(v));
+	CHECK(atlas_quant_int_view(&q, st, P ".weight", OUT, IN, &v) < 0);
+	CHECK_CONTAINS(atlas_errmsg(), "cannot load '" P ".weight'");
+	CHECK_CONTAINS(atlas_errmsg(), P ".qzeros");
+	CHECK(!memcmp(&v, &zero, sizeof(v)));
+	atlas_quant_int_free(&v);
+	CHECK(atlas_quant_int_view(&q, st, P ".weight", OUT, 0, &v) < 0);
+	CHECK_CONTAINS(atlas_errmsg(), "out of range");
+	atlas_st_close(st);
+}
+
+/* The W4B blob (backend.h): nibble order (low nibble the even column),
+ * one zero point and scale per row and group, W = bf16(f32(q - z) * s),
+ * a partial last group; the layouts atlas_w4b_init refuses. */
+static void test_w4b_blob(void)
+{
+	const int64_t N = 3, K = 96, g = 64, ng = 2;
+	const int64_t bytes = atlas_w4b_bytes(N, K, g);
+	CHECK_EQ_INT(bytes, ATLAS_W4B_HEAD + 256 + 256 + N * ng * 4);
+	char *blob = calloc(1, (size_t)bytes);
+	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, g), 0);
+	uint8_t *q = (uint8_t *)blob + ATLAS_W4B_HEAD;
+	uint8_t *z = (uint8_t *)blob + atlas_w4b_z_off(N, K);
+	float *sc = (float *)(blob + atlas_w4b_s_off(N, K, g));
+	for (int64_t i = 0; i < N * K / 2; i++)
+		q[i] = (uint8_t)(i * 37 + 11);
+	for (int64_t i = 0; i < N * ng; i++) {
+		z[i] = (uint8_t)(i == 5 ? 200 : 3 + i);
+		sc[i] = 0.1f * (float)(i + 1);
+	}
+	uint16_t row[96];
+	int64_t bad = 0;
+	for (int64_t n = 0; n < N; n++) {
+		atlas_w4b_row_bf16(blob, n, row);
+		for (int64_t k = 0; k < K; k++) {
+			const uint8_t b = q[(n * K + k) / 2];
+			const int v = k % 2 ? b >> 4 : b & 15;
+			const int64_t gi = n * ng + k / g;
+			bad += row[k] != atlas_f32_to_bf16((float)(v - z[gi]) * sc[gi]);
+		}
+	}
+	CHECK_EQ_INT(bad, 0);
+	atlas_w4b_row_bf16(blob, 2, row); /* z 200 in the last row's second group */
+	CHECK(atlas_bf16_to_f32(row[95]) < -100.0f);
+	/* groups: multiples of 32 columns, or the row; rows of 32k columns */
+	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, 32), 0);
+	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, 1000), 0);
+	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, 96), 0);
+	CHECK(atlas_w4b_init(blob, N, K, 16) < 0);
+	CHECK(atlas_w4b_init(blob, N, K, 48) < 0);
+	CHECK(atlas_w4b_init(blob, N, 80, 32) < 0);
+	CHECK(atlas_w4b_init(blob, 0, K, 32) < 0);
+	free(blob);
+}
+
 int main(void)
 {
 	RUN(test_awq_nibble_order);
@@ -702,6 +1137,12 @@ int main(void)
 	RUN(test_gptq_refusals);
 	RUN(test_ct_sym_group);
 	RUN(test_ct_asym);
+	RUN(test_ct_g_idx);
 	RUN(test_ct_refusals);
+	RUN(test_view_awq);
+	RUN(test_view_gptq);
+	RUN(test_view_ct);
+	RUN(test_view_none);
+	RUN(test_w4b_blob);
 	return harness_done();
 }

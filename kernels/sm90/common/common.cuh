@@ -21,7 +21,9 @@ typedef __nv_bfloat16 bf16;
 #define ATLAS_WDT_F16 1
 #define ATLAS_WDT_BF16 2
 #define ATLAS_WDT_F8_E4M3 3
+#define ATLAS_WDT_U8 5
 #define ATLAS_WDT_F8B 8 /* blobs of lib/backend/backend.h (matmul ops only) */
+#define ATLAS_WDT_W4B 9 /* the same, 4-bit */
 
 // Element i of a weight array in dtype wdt, as float.
 static __device__ __forceinline__ float atlas_wload(const void *w, int wdt, long long i)

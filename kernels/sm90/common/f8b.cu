@@ -1,4 +1,6 @@
-/* f8b.cu - atlas_f8b_dequant: an ATLAS_DTYPE_F8B weight (lib/backend/
+/* f8b.cu - atlas_f8b_dequant and atlas_w4b_dequant: a quantized weight
+ * blob (lib/backend/backend.h) as BF16. atlas_f8b_dequant: an
+ * ATLAS_DTYPE_F8B weight (lib/backend/
  * backend.h) written out as its BF16 matrix, W[n][k] = bf16(f32(q) *
  * s[n / bo][k / bi]), for the products too long for the FP8 GEMV
  * (cuda_ops.c), which then run the BF16 GEMMs on the copy: the same
@@ -8,6 +10,10 @@
  * gridDim.x, ...; a thread converts groups of 8 weights of its row (K is
  * a multiple of 8), so no index needs a 64-bit division; args (const void
  * *blob, bf16 *out).
+ *
+ * atlas_w4b_dequant: an ATLAS_DTYPE_W4B weight the same way, W[n][k] =
+ * bf16(f32(q - z[n][k / g]) * s[n][k / g]), 8 weights (4 bytes) a thread
+ * per step (K is a multiple of 32); same launch and arguments.
  */
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
@@ -37,6 +43,34 @@ extern "C" __global__ void atlas_f8b_dequant(const void *blob, bf16 *out)
 				    (__nv_fp8_storage_t)((w >> (8 * (j & 3))) & 0xff), __NV_E4M3);
 				o[j] = __float2bfloat16_rn(__half2float(__half(hr)) * sc);
 			}
+			orow[i] = *(const uint4 *)o;
+		}
+	}
+}
+
+extern "C" __global__ void atlas_w4b_dequant(const void *blob, bf16 *out)
+{
+	const atlas_w4b_head_k *h = (const atlas_w4b_head_k *)blob;
+	const long long N = h->N, K = h->K;
+	const unsigned g = (unsigned)h->g, k8 = (unsigned)(K / 8);
+	const uint8_t *q = (const uint8_t *)blob + ATLAS_W4B_HEAD_BYTES;
+	const uint8_t *z = (const uint8_t *)blob + h->z_off;
+	const float *s = (const float *)((const char *)blob + h->s_off);
+	ATLAS_PDL_ENTRY();
+	for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+		const float *sr = s + r * h->ng;
+		const uint8_t *zr = z + r * h->ng;
+		const uint32_t *qr = (const uint32_t *)(q + r * (K / 2));
+		uint4 *orow = (uint4 *)(out + r * K);
+		for (unsigned i = threadIdx.x; i < k8; i += blockDim.x) {
+			const unsigned grp = 8 * i / g;
+			const float sc = sr[grp], zf = 8388608.0f + zr[grp];
+			const uint32_t v = qr[i];
+			__align__(16) bf16 o[8];
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				o[j] = __float2bfloat16_rn(
+				    (__int_as_float(0x4b000000 | ((v >> (4 * j)) & 15u)) - zf) * sc);
 			orow[i] = *(const uint4 *)o;
 		}
 	}

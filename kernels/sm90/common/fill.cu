@@ -34,6 +34,8 @@ extern "C" __global__ void atlas_fill_random(void *out, int wdt, long long n,
 			((__half *)out)[i] = __float2half_rn(v);
 		else if (wdt == ATLAS_WDT_F8_E4M3) /* rounded to nearest, saturated */
 			((__nv_fp8_storage_t *)out)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+		else if (wdt == ATLAS_WDT_U8) /* rounded down, clamped to 0..255 */
+			((unsigned char *)out)[i] = (unsigned char)fminf(fmaxf(floorf(v), 0.0f), 255.0f);
 		else
 			((float *)out)[i] = v;
 	}

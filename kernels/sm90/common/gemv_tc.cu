@@ -82,7 +82,43 @@ static __device__ __forceinline__ uint2 f8x4_bf16(uint32_t q, float sc)
 	return r;
 }
 
-template <int NT8, bool F8>
+/* 4-bit weights (ATLAS_DTYPE_W4B): the same again with half a byte a
+ * weight. Lane (g, c) copies the 4 bytes of columns k0+8c..+7 of rows g
+ * and g + 8 (the first quarter of its unit), so k-step s's columns
+ * k0+16s+4c..+3 are the 2 bytes at 2 * (c & 1) in unit 2s + (c >> 1);
+ * the lane makes them bf16(f32(q - z) * s), exactly the matrix of the
+ * dequantizing loader. 2^23 + q is a float's bit pattern 0x4b000000 | q,
+ * so (2^23 + q) - (2^23 + z) gives q - z exactly in one subtraction. */
+static __device__ __forceinline__ void atlas_cp4_ca(void *s, const void *p, bool ok)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(p), "r"(ok ? 4 : 0)
+		     : "memory");
+}
+
+/* 4 nibbles (column k + i in bits 4i..4i+3) as the A registers of one
+ * row of a k-step: zf = 2^23 + z, sc the group's scale. */
+static __device__ __forceinline__ uint2 w4x4_bf16(uint32_t h, float zf, float sc)
+{
+	const float f0 = __int_as_float(0x4b000000 | (h & 15u)) - zf;
+	const float f1 = __int_as_float(0x4b000000 | ((h >> 4) & 15u)) - zf;
+	const float f2 = __int_as_float(0x4b000000 | ((h >> 8) & 15u)) - zf;
+	const float f3 = __int_as_float(0x4b000000 | ((h >> 12) & 15u)) - zf;
+	const __nv_bfloat162 x = __floats2bfloat162_rn(f0 * sc, f1 * sc);
+	const __nv_bfloat162 y = __floats2bfloat162_rn(f2 * sc, f3 * sc);
+	uint2 r;
+	r.x = *(const uint32_t *)&x;
+	r.y = *(const uint32_t *)&y;
+	return r;
+}
+
+/* Weight formats of gtc_impl. */
+#define GTC_BF16 0
+#define GTC_F8 1
+#define GTC_W4 2
+
+template <int NT8, int FMT>
 static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 {
 	__shared__ float red[8][16][8 * NT8 + 1]; /* per-warp partial tiles (+1: banks) */
@@ -119,8 +155,10 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		wb0 = wb1 = (const char *)a.seg[s].w;
 	}
 	const bf16 *wr0 = (const bf16 *)wb0 + r0 * K, *wr1 = (const bf16 *)wb1 + r1 * K;
-	const uint8_t *qr0 = (const uint8_t *)wb0 + ATLAS_F8B_HEAD_BYTES + r0 * K;
-	const uint8_t *qr1 = (const uint8_t *)wb1 + ATLAS_F8B_HEAD_BYTES + r1 * K;
+	/* F8: K bytes a row; W4: K / 2 */
+	const long long qk = FMT == GTC_W4 ? K / 2 : K;
+	const uint8_t *qr0 = (const uint8_t *)wb0 + ATLAS_F8B_HEAD_BYTES + r0 * qk;
+	const uint8_t *qr1 = (const uint8_t *)wb1 + ATLAS_F8B_HEAD_BYTES + r1 * qk;
 	/* this warp's chunks: a contiguous range */
 	const long long nch = (K + 31) / 32;
 	const long long cpw = (nch + wpr - 1) / wpr;
@@ -144,9 +182,12 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		const long long k = ch * 32 + 8 * c;
 		const bool kok = ch < ch1 && k < K;
 		uint4 *r = ring + st * (2 + NT8) * 32;
-		if (F8) {
+		if (FMT == GTC_F8) {
 			atlas_cp8_ca(r, kok && ok0 ? qr0 + k : qr0, kok && ok0);
 			atlas_cp8_ca(r + 32, kok && ok1 ? qr1 + k : qr1, kok && ok1);
+		} else if (FMT == GTC_W4) {
+			atlas_cp4_ca(r, kok && ok0 ? qr0 + k / 2 : qr0, kok && ok0);
+			atlas_cp4_ca(r + 32, kok && ok1 ? qr1 + k / 2 : qr1, kok && ok1);
 		} else {
 			atlas_cp16_cg(r, kok && ok0 ? wr0 + k : wr0, kok && ok0);
 			atlas_cp16_cg(r + 32, kok && ok1 ? wr1 + k : wr1, kok && ok1);
@@ -171,7 +212,31 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 	const float *sr0 = nullptr, *sr1 = nullptr;
 	long long cpb = 1, cb = 0, nb = 0, nbc = 1;
 	float sc0 = 1.0f, sc1 = 1.0f, nx0 = 1.0f, nx1 = 1.0f;
-	if (F8) {
+	/* W4: the zero points of rows g and g + 8, as 2^23 + z */
+	const uint8_t *zr0 = nullptr, *zr1 = nullptr;
+	float zf0 = 0.0f, zf1 = 0.0f, nz0 = 0.0f, nz1 = 0.0f;
+	if (FMT == GTC_W4) {
+		const atlas_w4b_head_k *h0 = (const atlas_w4b_head_k *)wb0;
+		const atlas_w4b_head_k *h1 = (const atlas_w4b_head_k *)wb1;
+		nbc = h0->ng;
+		cpb = h0->g >= K ? nch : h0->g / 32;
+		sr0 = (const float *)(wb0 + h0->s_off) + r0 * nbc;
+		sr1 = (const float *)(wb1 + h1->s_off) + r1 * nbc;
+		zr0 = (const uint8_t *)(wb0 + h0->z_off) + r0 * nbc;
+		zr1 = (const uint8_t *)(wb1 + h1->z_off) + r1 * nbc;
+		cb = ch0 / cpb;
+		nb = (cb + 1) * cpb;
+		if (ch0 < ch1) {
+			sc0 = __ldg(sr0 + cb), sc1 = __ldg(sr1 + cb);
+			zf0 = 8388608.0f + __ldg(zr0 + cb), zf1 = 8388608.0f + __ldg(zr1 + cb);
+			if (cb + 1 < nbc) {
+				nx0 = __ldg(sr0 + cb + 1), nx1 = __ldg(sr1 + cb + 1);
+				nz0 = 8388608.0f + __ldg(zr0 + cb + 1);
+				nz1 = 8388608.0f + __ldg(zr1 + cb + 1);
+			}
+		}
+	}
+	if (FMT == GTC_F8) {
 		const atlas_f8b_head_k *h0 = (const atlas_f8b_head_k *)wb0;
 		const atlas_f8b_head_k *h1 = (const atlas_f8b_head_k *)wb1;
 		nbc = h0->nbc;
@@ -210,7 +275,25 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		__syncwarp();
 		const uint2 *r = (const uint2 *)(wring + st * (2 + NT8) * 32);
 		uint2 wa0, wb0, wa1, wb1;
-		if (F8) {
+		if (FMT == GTC_W4) {
+			if (ch == nb) { /* into the next group */
+				cb++;
+				nb += cpb;
+				sc0 = nx0, sc1 = nx1, zf0 = nz0, zf1 = nz1;
+				if (cb + 1 < nbc) {
+					nx0 = __ldg(sr0 + cb + 1), nx1 = __ldg(sr1 + cb + 1);
+					nz0 = 8388608.0f + __ldg(zr0 + cb + 1);
+					nz1 = 8388608.0f + __ldg(zr1 + cb + 1);
+				}
+			}
+			/* 2-byte reads: unit 2s + (c >> 1), bytes 2 (c & 1) .. +1 */
+			const uint16_t *r16 = (const uint16_t *)r;
+			const int u0 = 4 * g + ((c >> 1) ^ (g & 2)), u1 = 4 * g + ((2 + (c >> 1)) ^ (g & 2));
+			wa0 = w4x4_bf16(r16[8 * u0 + (c & 1)], zf0, sc0);
+			wb0 = w4x4_bf16(r16[256 + 8 * u0 + (c & 1)], zf1, sc1);
+			wa1 = w4x4_bf16(r16[8 * u1 + (c & 1)], zf0, sc0);
+			wb1 = w4x4_bf16(r16[256 + 8 * u1 + (c & 1)], zf1, sc1);
+		} else if (FMT == GTC_F8) {
 			if (ch == nb) { /* into the next scale block */
 				cb++;
 				nb += cpb;
@@ -281,17 +364,21 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 }
 
 /* One entry point per token tile count and weight format. */
-#define GTC_ENTRY(name, nt8, f8)                                                               \
+#define GTC_ENTRY(name, nt8, fmt)                                                              \
 	extern "C" __global__ void __launch_bounds__(256) name(const __grid_constant__ atlas_gemv_args a) \
 	{                                                                                      \
-		gtc_impl<nt8, f8>(a);                                                          \
+		gtc_impl<nt8, fmt>(a);                                                         \
 	}
 
-GTC_ENTRY(atlas_gemv_tc8, 1, false)
-GTC_ENTRY(atlas_gemv_tc16, 2, false)
-GTC_ENTRY(atlas_gemv_tc32, 4, false)
-GTC_ENTRY(atlas_gemv_tc64, 8, false)
-GTC_ENTRY(atlas_gemv_tc8_f8, 1, true)
-GTC_ENTRY(atlas_gemv_tc16_f8, 2, true)
-GTC_ENTRY(atlas_gemv_tc32_f8, 4, true)
-GTC_ENTRY(atlas_gemv_tc64_f8, 8, true)
+GTC_ENTRY(atlas_gemv_tc8, 1, GTC_BF16)
+GTC_ENTRY(atlas_gemv_tc16, 2, GTC_BF16)
+GTC_ENTRY(atlas_gemv_tc32, 4, GTC_BF16)
+GTC_ENTRY(atlas_gemv_tc64, 8, GTC_BF16)
+GTC_ENTRY(atlas_gemv_tc8_f8, 1, GTC_F8)
+GTC_ENTRY(atlas_gemv_tc16_f8, 2, GTC_F8)
+GTC_ENTRY(atlas_gemv_tc32_f8, 4, GTC_F8)
+GTC_ENTRY(atlas_gemv_tc64_f8, 8, GTC_F8)
+GTC_ENTRY(atlas_gemv_tc8_w4, 1, GTC_W4)
+GTC_ENTRY(atlas_gemv_tc16_w4, 2, GTC_W4)
+GTC_ENTRY(atlas_gemv_tc32_w4, 4, GTC_W4)
+GTC_ENTRY(atlas_gemv_tc64_w4, 8, GTC_W4)

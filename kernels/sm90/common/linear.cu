@@ -2,8 +2,8 @@
  * bias [N] in wdt (bias may be NULL), x and out bf16, FP32 accumulation.
  *
  * atlas_gemv (decode, T <= 8, any weight dtype; BF16 weights take the
- * tensor-core gemv_tc.cu instead from T = 2; atlas_gemv_f8: F8B blobs at
- * T = 1): one struct atlas_gemv_args (up to three
+ * tensor-core gemv_tc.cu instead from T = 2; atlas_gemv_f8 and
+ * atlas_gemv_w4: F8B and W4B blobs at T = 1): one struct atlas_gemv_args (up to three
  * products of one x, or gate/up with the SwiGLU epilogue), grid = blocks
  * of all products, block 256, rpb weight rows per block and 8/rpb warps
  * splitting each row's K (the host picks rpb so the grid covers the SMs
@@ -205,6 +205,24 @@ static __device__ __forceinline__ void gemv_vec_f8(float (&acc)[MT], const bf16 
 	for (; k < K; k += step)
 		gemv_fma16_f8<MT>(acc, __ldg((const uint4 *)(q + k)), __ldg(sr + (unsigned)k / bi), x,
 				  K, k, nt);
+}
+
+/* acc += sc * (32 4-bit weights (q - z) . x[k..k+31]): r's nibble j is
+ * column k + j; zf = 2^23 + z, so (2^23 + q) - zf is q - z exactly. */
+static __device__ __forceinline__ float gemv_fma32_w4(uint4 r, float zf, const bf16 *x,
+						      long long k)
+{
+	const uint32_t wv[4] = {r.x, r.y, r.z, r.w};
+	float d = 0.0f;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float xf[8];
+		atlas_unpack8(__ldg((const uint4 *)(x + k + 8 * i)), xf);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			d = fmaf(xf[j], __int_as_float(0x4b000000 | ((wv[i] >> (4 * j)) & 15u)) - zf, d);
+	}
+	return d;
 }
 
 /* Any K and alignment: element by element, the same slice split. */
@@ -433,6 +451,70 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv_f8(const __grid_
 	if (n < N)
 		gemv_vec_f8<1, GEMV_F8_UNROLL>(acc, (const bf16 *)a.x, w, n, K, 1, wpr, k0);
 	const float sum = atlas_warp_sum(acc[0]);
+	if (lane == 0)
+		red[warp][0] = sum;
+	gemv_finish(a, g, red, rpb, wpr, 0, 1);
+}
+
+/* atlas_gemv_w4: atlas_gemv for W4B blobs at T = 1 (outside
+ * batch-invariant mode; K % 32 == 0 as every W4B, 16-byte aligned x).
+ * A lane loads 16 bytes (32 weights, one group's: groups are multiples of
+ * 32 columns) a step, slices of 1024 columns a warp, its dot product
+ * with x times the group's scale into one accumulator. Same grid,
+ * segments, SwiGLU pairing and epilogue as atlas_gemv_f8. */
+#ifndef GEMV_W4_UNROLL
+#define GEMV_W4_UNROLL 4
+#endif
+extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv_w4(const __grid_constant__ atlas_gemv_args a)
+{
+	__shared__ float red[8][GEMV_MAXT];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
+	const int wpr = 8 / rpb, ks = warp % wpr, row = warp / wpr;
+	const gemv_where g = gemv_locate(a);
+	const long long K = a.K, N = g.seg->N;
+	const void *w = a.swiglu ? a.seg[row & 1].w : g.seg->w;
+	const long long n = a.swiglu ? g.n0 + row / 2 : g.n0 + row;
+	float acc = 0.0f;
+	/* columns: lane's first 32, the warp's step */
+	const long long k0 = (long long)ks * 1024 + lane * 32, step = (long long)wpr * 1024;
+	const char *q = (const char *)w + ATLAS_W4B_HEAD_BYTES + n * (K / 2);
+	if (n < N) {
+#pragma unroll
+		for (int u = 0; u < GEMV_W4_UNROLL; u++)
+			if (k0 + u * step < K)
+				asm volatile("prefetch.global.L2 [%0];" ::"l"(q + (k0 + u * step) / 2));
+	}
+	ATLAS_PDL_ENTRY();
+	if (n < N) {
+		const atlas_w4b_head_k *h = (const atlas_w4b_head_k *)w;
+		const float *sr = (const float *)((const char *)w + h->s_off) + n * h->ng;
+		const uint8_t *zr = (const uint8_t *)w + h->z_off + n * h->ng;
+		const unsigned gs = (unsigned)h->g;
+		const bf16 *x = (const bf16 *)a.x;
+		long long k = k0;
+		for (; k + (GEMV_W4_UNROLL - 1) * step < K; k += GEMV_W4_UNROLL * step) {
+			uint4 r[GEMV_W4_UNROLL];
+#pragma unroll
+			for (int u = 0; u < GEMV_W4_UNROLL; u++)
+				asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+					     : "=r"(r[u].x), "=r"(r[u].y), "=r"(r[u].z), "=r"(r[u].w)
+					     : "l"(q + (k + u * step) / 2));
+#pragma unroll
+			for (int u = 0; u < GEMV_W4_UNROLL; u++) {
+				const unsigned gi = (unsigned)(k + u * step) / gs;
+				acc = fmaf(gemv_fma32_w4(r[u], 8388608.0f + __ldg(zr + gi), x, k + u * step),
+					   __ldg(sr + gi), acc);
+			}
+		}
+		for (; k < K; k += step) {
+			const unsigned gi = (unsigned)k / gs;
+			acc = fmaf(gemv_fma32_w4(__ldg((const uint4 *)(q + k / 2)), 8388608.0f + __ldg(zr + gi),
+						 x, k),
+				   __ldg(sr + gi), acc);
+		}
+	}
+	const float sum = atlas_warp_sum(acc);
 	if (lane == 0)
 		red[warp][0] = sum;
 	gemv_finish(a, g, red, rpb, wpr, 0, 1);

@@ -142,20 +142,31 @@ static void mm_range(void *ctx, int64_t b, int64_t e)
 	j->fn(&j->m, b * j->unit, n1);
 }
 
-/* An F8B blob (backend.h) times x: its matrix W[n][k] = bf16(f32(q) * s)
- * and its BF16 bias as FP32, then the FP32 product (the reference for
- * the CUDA kernels; a copy of W per call, so a test's path, not a fast
- * one: the CPU backend dequantizes FP8 checkpoints at load unless
- * f8b_weights is set). */
-static int matmul_f8b(struct atlas_backend *be, float *out, const float *x, const void *w,
-		      const void *bias, int64_t T, int64_t N, int64_t K)
+/* A quantized blob (backend.h: F8B or W4B) times x: its matrix, W[n][k]
+ * = bf16(f32(q) * s) or bf16(f32(q - z) * s), and its BF16 bias as
+ * FP32, then the FP32 product (the reference for the CUDA kernels; a
+ * copy of W per call, so a test's path, not a fast one: the CPU backend
+ * dequantizes quantized checkpoints at load unless f8b_weights or
+ * w4b_weights is set). */
+static int matmul_blob(struct atlas_backend *be, float *out, const float *x, const void *w,
+		       enum atlas_dtype wdt, const void *bias, int64_t T, int64_t N, int64_t K)
 {
-	struct atlas_f8b_head h;
-	memcpy(&h, w, sizeof(h));
-	if (h.magic != ATLAS_F8B_MAGIC || h.N != N || h.K != K)
-		return atlas_error(ATLAS_EINVAL, "cpu matmul: an F8B weight of [%lld, %lld] used as "
+	int64_t hn, hk;
+	bool ok;
+	if (wdt == ATLAS_DTYPE_F8B) {
+		struct atlas_f8b_head h;
+		memcpy(&h, w, sizeof(h));
+		ok = h.magic == ATLAS_F8B_MAGIC, hn = h.N, hk = h.K;
+	} else {
+		struct atlas_w4b_head h;
+		memcpy(&h, w, sizeof(h));
+		ok = h.magic == ATLAS_W4B_MAGIC, hn = h.N, hk = h.K;
+	}
+	if (!ok || hn != N || hk != K)
+		return atlas_error(ATLAS_EINVAL, "cpu matmul: a %s weight of [%lld, %lld] used as "
 						 "[%lld, %lld]",
-				   (long long)h.N, (long long)h.K, (long long)N, (long long)K);
+				   atlas_dtype_name(wdt), (long long)hn, (long long)hk, (long long)N,
+				   (long long)K);
 	float *wf = malloc((size_t)(N * K + N) * sizeof(float));
 	uint16_t *row = malloc((size_t)K * sizeof(uint16_t));
 	if (!wf || !row) {
@@ -164,7 +175,10 @@ static int matmul_f8b(struct atlas_backend *be, float *out, const float *x, cons
 		return atlas_error(ATLAS_ENOMEM, "out of memory");
 	}
 	for (int64_t n = 0; n < N; n++) {
-		atlas_f8b_row_bf16(w, n, row);
+		if (wdt == ATLAS_DTYPE_F8B)
+			atlas_f8b_row_bf16(w, n, row);
+		else
+			atlas_w4b_row_bf16(w, n, row);
 		for (int64_t k = 0; k < K; k++)
 			wf[n * K + k] = atlas_bf16_to_f32(row[k]);
 		if (bias)
@@ -179,8 +193,8 @@ static int matmul_f8b(struct atlas_backend *be, float *out, const float *x, cons
 int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
 		     const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
-	if (wdt == ATLAS_DTYPE_F8B && T > 0 && N > 0 && K > 0)
-		return matmul_f8b(be, out, x, w, bias, T, N, K);
+	if ((wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B) && T > 0 && N > 0 && K > 0)
+		return matmul_blob(be, out, x, w, wdt, bias, T, N, K);
 	int rc = atlas_cpu_check_wdt(wdt, "matmul");
 	if (rc)
 		return rc;

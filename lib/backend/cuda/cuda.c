@@ -72,6 +72,12 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC64_F8] = "atlas_gemv_tc64_f8",
 	[ATLAS_CK_F8B_DEQUANT] = "atlas_f8b_dequant",
 	[ATLAS_CK_GEMV_F8] = "atlas_gemv_f8",
+	[ATLAS_CK_GEMV_TC8_W4] = "atlas_gemv_tc8_w4",
+	[ATLAS_CK_GEMV_TC16_W4] = "atlas_gemv_tc16_w4",
+	[ATLAS_CK_GEMV_TC32_W4] = "atlas_gemv_tc32_w4",
+	[ATLAS_CK_GEMV_TC64_W4] = "atlas_gemv_tc64_w4",
+	[ATLAS_CK_W4B_DEQUANT] = "atlas_w4b_dequant",
+	[ATLAS_CK_GEMV_W4] = "atlas_gemv_w4",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -111,6 +117,13 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC64_F8] = 1,
 	[ATLAS_CK_F8B_DEQUANT] = 1,
 	[ATLAS_CK_GEMV_F8] = 1, /* without it, the tensor-core FP8 GEMV */
+	/* without them, 4-bit checkpoints load dequantized (w4b_weights off) */
+	[ATLAS_CK_GEMV_TC8_W4] = 1,
+	[ATLAS_CK_GEMV_TC16_W4] = 1,
+	[ATLAS_CK_GEMV_TC32_W4] = 1,
+	[ATLAS_CK_GEMV_TC64_W4] = 1,
+	[ATLAS_CK_W4B_DEQUANT] = 1,
+	[ATLAS_CK_GEMV_W4] = 1, /* without it, the tensor-core W4 GEMV */
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -128,6 +141,10 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC16_F8] = ATLAS_GTC_SMEM(2),
 	[ATLAS_CK_GEMV_TC32_F8] = ATLAS_GTC_SMEM(4),
 	[ATLAS_CK_GEMV_TC64_F8] = ATLAS_GTC_SMEM(8),
+	[ATLAS_CK_GEMV_TC8_W4] = ATLAS_GTC_SMEM(1),
+	[ATLAS_CK_GEMV_TC16_W4] = ATLAS_GTC_SMEM(2),
+	[ATLAS_CK_GEMV_TC32_W4] = ATLAS_GTC_SMEM(4),
+	[ATLAS_CK_GEMV_TC64_W4] = ATLAS_GTC_SMEM(8),
 	[ATLAS_CK_GEMV_BULK] = ATLAS_GBK_SMEM_MAX,
 	[ATLAS_CK_MOE_GEMV8] = ATLAS_GTC_SMEM(1),
 	[ATLAS_CK_MOE_GEMV16] = ATLAS_GTC_SMEM(2),
@@ -306,6 +323,16 @@ _Static_assert(sizeof(struct atlas_f8b_head) == sizeof(struct atlas_f8b_head_k) 
 			   offsetof(struct atlas_f8b_head_k, scale_off) &&
 		       ATLAS_F8B_HEAD == ATLAS_F8B_HEAD_BYTES,
 	       "struct atlas_f8b_head and struct atlas_f8b_head_k disagree");
+_Static_assert(sizeof(struct atlas_w4b_head) == sizeof(struct atlas_w4b_head_k) &&
+		       offsetof(struct atlas_w4b_head, g) == offsetof(struct atlas_w4b_head_k, g) &&
+		       offsetof(struct atlas_w4b_head, K) == offsetof(struct atlas_w4b_head_k, K) &&
+		       offsetof(struct atlas_w4b_head, z_off) ==
+			   offsetof(struct atlas_w4b_head_k, z_off) &&
+		       offsetof(struct atlas_w4b_head, s_off) ==
+			   offsetof(struct atlas_w4b_head_k, s_off) &&
+		       ATLAS_W4B_HEAD == ATLAS_W4B_HEAD_BYTES && ATLAS_DTYPE_W4B == 9 &&
+		       ATLAS_DTYPE_U8 == 5,
+	       "struct atlas_w4b_head and struct atlas_w4b_head_k disagree");
 
 /* --- memory ------------------------------------------------------------- */
 
@@ -603,6 +630,9 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	be->f8b_weights = c->kern[ATLAS_CK_GEMV_TC8_F8] && c->kern[ATLAS_CK_GEMV_TC16_F8] &&
 			  c->kern[ATLAS_CK_GEMV_TC32_F8] && c->kern[ATLAS_CK_GEMV_TC64_F8] &&
 			  c->kern[ATLAS_CK_F8B_DEQUANT];
+	be->w4b_weights = c->kern[ATLAS_CK_GEMV_TC8_W4] && c->kern[ATLAS_CK_GEMV_TC16_W4] &&
+			  c->kern[ATLAS_CK_GEMV_TC32_W4] && c->kern[ATLAS_CK_GEMV_TC64_W4] &&
+			  c->kern[ATLAS_CK_W4B_DEQUANT];
 	/* split-K attention partials and counters: allocated now and never
 	 * moved, since a decode graph records the pointers; the counters start
 	 * zero (cuda_alloc clears too; the kernel relies on it) and each

@@ -24,7 +24,7 @@ static int op_fill_random(struct atlas_backend *be, void *dst, enum atlas_dtype 
 	unsigned long long s = seed;
 	void *args[] = {&dst, &wdt, &nn, &s, &lo, &hi};
 	if (dt != ATLAS_DTYPE_F32 && dt != ATLAS_DTYPE_F16 && dt != ATLAS_DTYPE_BF16 &&
-	    dt != ATLAS_DTYPE_F8_E4M3)
+	    dt != ATLAS_DTYPE_F8_E4M3 && dt != ATLAS_DTYPE_U8)
 		return atlas_error(ATLAS_EUNSUPPORTED, "cuda fill_random: unsupported dtype '%s'",
 				   atlas_dtype_name(dt));
 	if (n <= 0)

@@ -60,6 +60,12 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC64_F8,
 	ATLAS_CK_F8B_DEQUANT,  /* f8b.cu: an F8B weight as BF16 */
 	ATLAS_CK_GEMV_F8,      /* linear.cu: atlas_gemv for F8B at T = 1 */
+	ATLAS_CK_GEMV_TC8_W4,  /* gemv_tc.cu: the same on W4B weights */
+	ATLAS_CK_GEMV_TC16_W4,
+	ATLAS_CK_GEMV_TC32_W4,
+	ATLAS_CK_GEMV_TC64_W4,
+	ATLAS_CK_W4B_DEQUANT,  /* f8b.cu: a W4B weight as BF16 */
+	ATLAS_CK_GEMV_W4,      /* linear.cu: atlas_gemv for W4B at T = 1 */
 	ATLAS_CK_COUNT,
 };
 

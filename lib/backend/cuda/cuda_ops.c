@@ -18,10 +18,20 @@ static int check_wdt(enum atlas_dtype wdt, const char *op)
 			   atlas_dtype_name(wdt));
 }
 
-/* The weight dtypes of the matmul ops: check_wdt's and F8B blobs. */
+/* The weight dtypes of the matmul ops: check_wdt's and the quantized
+ * blobs (F8B, W4B). */
 static int check_mm_wdt(const struct atlas_backend *be, enum atlas_dtype wdt, const char *op)
 {
-	return wdt == ATLAS_DTYPE_F8B && be->f8b_weights ? 0 : check_wdt(wdt, op);
+	if ((wdt == ATLAS_DTYPE_F8B && be->f8b_weights) || (wdt == ATLAS_DTYPE_W4B && be->w4b_weights))
+		return 0;
+	return check_wdt(wdt, op);
+}
+
+/* A quantized blob (backend.h): the ops convert it in their kernels, or
+ * expand it to BF16 for the long products. */
+static int is_blob(int wdt)
+{
+	return wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B;
 }
 
 static int op_embed(struct atlas_backend *be, void *out, const void *table, enum atlas_dtype wdt,
@@ -90,17 +100,19 @@ static int aligned16(const void *p)
 static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atlas_gemv_args *a)
 {
 	const struct cuda_ctx *c = be->ctx;
-	if (a->wdt == ATLAS_DTYPE_F8B) {
-		/* the FP8 GEMV (up to f8_gemv_max_t rows; beyond, a BF16 copy
-		 * and the GEMMs): in either mode, as it gives the BF16
-		 * GEMV's bits for the dequantized matrix */
+	if (is_blob(a->wdt)) {
+		/* the FP8 / 4-bit GEMV (up to f8_gemv_max_t rows; beyond, a
+		 * BF16 copy and the GEMMs): in either mode, as it gives the
+		 * BF16 GEMV's bits for the dequantized matrix */
+		const enum atlas_cuda_kernel fma =
+		    a->wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_GEMV_W4 : ATLAS_CK_GEMV_F8;
 		int ok = a->T <= c->f8_gemv_max_t && a->K % 8 == 0 && aligned16(a->x);
 		for (int i = 0; i < a->nseg; i++)
 			ok = ok && aligned16(a->seg[i].w);
 		/* outside batch-invariant mode the fewest rows take the CUDA-core
-		 * GEMV's FP8 form (its own sums: 16 weights a load) */
+		 * GEMV's FP8 / 4-bit form (its own sums: 16 or 32 weights a load) */
 		if (ok && !be->batch_invariant && a->T <= c->f8_fma_max_t && a->K % 16 == 0 &&
-		    c->gemv_mode != 2 && c->kern[ATLAS_CK_GEMV_F8])
+		    c->gemv_mode != 2 && c->kern[fma])
 			return GEMV_FMA;
 		return ok ? GEMV_TC : GEMV_NONE;
 	}
@@ -231,11 +243,12 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 			a->rpb /= 2;
 		for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 			blocks += CEIL_DIV(a->seg[i].N, fpt * a->rpb);
-		const int f8 = a->wdt == ATLAS_DTYPE_F8B;
-		const int inv = f8 ? 0 : gemm_inv_launch(c, a);
+		const int inv = is_blob(a->wdt) ? 0 : gemm_inv_launch(c, a);
 		if (inv)
 			return inv < 0 ? inv : 0;
-		const enum atlas_cuda_kernel k0 = f8 ? ATLAS_CK_GEMV_TC8_F8 : ATLAS_CK_GEMV_TC8;
+		const enum atlas_cuda_kernel k0 = a->wdt == ATLAS_DTYPE_F8B   ? ATLAS_CK_GEMV_TC8_F8
+						  : a->wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_GEMV_TC8_W4
+									      : ATLAS_CK_GEMV_TC8;
 		/* rows in groups of 64 (more only in batch-invariant mode) */
 		const int64_t T = a->T;
 		const char *x0 = a->x;
@@ -264,34 +277,39 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 		blocks += CEIL_DIV(a->seg[i].N, fpb);
-	return atlas_cuda_launch(c, a->wdt == ATLAS_DTYPE_F8B ? ATLAS_CK_GEMV_F8 : ATLAS_CK_GEMV,
-				 (unsigned)blocks, 1, 256, 0, args);
+	const enum atlas_cuda_kernel k = a->wdt == ATLAS_DTYPE_F8B   ? ATLAS_CK_GEMV_F8
+					 : a->wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_GEMV_W4
+								     : ATLAS_CK_GEMV;
+	return atlas_cuda_launch(c, k, (unsigned)blocks, 1, 256, 0, args);
 }
 
-/* The F8B weights w[0..n) ([N[i], K] each) as BF16 copies in c->f8_ws
- * (atlas_f8b_dequant), their pointers in bw: the products longer than
- * the FP8 GEMV takes then run the BF16 paths on the matrix it multiplies
- * by (the same bits in batch-invariant mode). */
-static int f8_expand(struct atlas_backend *be, int n, const void *const *w, const int64_t *N,
-		     int64_t K, const void **bw)
+/* The blob weights w[0..n) (F8B or W4B as wdt says, [N[i], K] each) as
+ * BF16 copies in c->f8_ws (atlas_f8b_dequant, atlas_w4b_dequant), their
+ * pointers in bw: the products longer than the quantized GEMVs take then
+ * run the BF16 paths on the matrix they multiply by (the same bits in
+ * batch-invariant mode). */
+static int f8_expand(struct atlas_backend *be, enum atlas_dtype wdt, int n, const void *const *w,
+		     const int64_t *N, int64_t K, const void **bw)
 {
 	struct cuda_ctx *c = be->ctx;
+	const enum atlas_cuda_kernel dq =
+	    wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_W4B_DEQUANT : ATLAS_CK_F8B_DEQUANT;
 	size_t off[ATLAS_GEMV_MAXSEG], need = 0;
 	for (int i = 0; i < n; i++) {
 		off[i] = need;
 		need += ((size_t)(N[i] * K) * 2 + 255) & ~(size_t)255;
 	}
-	if (!c->kern[ATLAS_CK_F8B_DEQUANT])
+	if (!c->kern[dq])
 		return atlas_error(ATLAS_EUNSUPPORTED, "cuda: kernel target %s has no %s", c->target,
-				   atlas_cuda_kernel_name(ATLAS_CK_F8B_DEQUANT));
+				   atlas_cuda_kernel_name(dq));
 	if (need > c->f8_ws_cap && c->capturing)
 		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "cuda: an FP8 product of more than %d rows cannot be captured "
+				   "cuda: a quantized product of more than %d rows cannot be captured "
 				   "before one has run",
 				   c->f8_gemv_max_t);
 	int rc = atlas_cuda_scratch(be, &c->f8_ws, &c->f8_ws_cap, need);
 	if (rc)
-		return atlas_error_wrap(rc, "cuda: no memory for the BF16 copies of FP8 weights "
+		return atlas_error_wrap(rc, "cuda: no memory for the BF16 copies of quantized weights "
 					    "(%zu bytes)", need);
 	const int64_t sms = c->sms > 0 ? c->sms : 132;
 	for (int i = 0; i < n; i++) {
@@ -299,7 +317,7 @@ static int f8_expand(struct atlas_backend *be, int n, const void *const *w, cons
 		const void *src = w[i];
 		const int64_t blocks = N[i] < 16 * sms ? N[i] : 16 * sms; /* rows a block */
 		void *args[] = {&src, &dst};
-		if ((rc = atlas_cuda_launch(c, ATLAS_CK_F8B_DEQUANT, (unsigned)blocks, 1, 256, 0, args)))
+		if ((rc = atlas_cuda_launch(c, dq, (unsigned)blocks, 1, 256, 0, args)))
 			return rc;
 		bw[i] = dst;
 	}
@@ -350,9 +368,9 @@ static int linear(struct atlas_backend *be, void *out, int out_f32, const void *
 	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind != GEMV_NONE)
 		return gemv_launch(be->ctx, &a, kind);
-	if (wdt == ATLAS_DTYPE_F8B) {
+	if (is_blob(wdt)) {
 		const void *bw;
-		int rc = f8_expand(be, 1, &w, &N, K, &bw);
+		int rc = f8_expand(be, wdt, 1, &w, &N, K, &bw);
 		return rc ? rc : linear(be, out, out_f32, x, bw, bias, ATLAS_DTYPE_BF16, T, N, K);
 	}
 	return gemm_one(be, out, out_f32, x, w, bias, wdt, T, N, K);
@@ -391,9 +409,9 @@ static int op_matmul_multi(struct atlas_backend *be, int n, void *const *out, co
 		a.seg[i] = (struct atlas_gemv_seg){w[i], bias ? bias[i] : NULL, out[i], N[i]};
 	}
 	enum gemv_kind kind = gemv_pick(be, &a);
-	if (kind == GEMV_NONE && wdt == ATLAS_DTYPE_F8B) {
+	if (kind == GEMV_NONE && is_blob(wdt)) {
 		const void *bw[ATLAS_GEMV_MAXSEG];
-		int rc = f8_expand(be, n, w, N, K, bw);
+		int rc = f8_expand(be, wdt, n, w, N, K, bw);
 		return rc ? rc : op_matmul_multi(be, n, out, x, bw, bias, ATLAS_DTYPE_BF16, T, N, K);
 	}
 	if (kind == GEMV_NONE) {
@@ -426,11 +444,11 @@ static int op_matmul_swiglu(struct atlas_backend *be, void *out, const void *x, 
 	a.nseg = 2, a.swiglu = 1;
 	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt;
 	enum gemv_kind kind = gemv_pick(be, &a);
-	if (kind == GEMV_NONE && wdt == ATLAS_DTYPE_F8B) {
+	if (kind == GEMV_NONE && is_blob(wdt)) {
 		const void *const w2[2] = {wg, wu};
 		const int64_t N2[2] = {F, F};
 		const void *bw[2];
-		int rc = f8_expand(be, 2, w2, N2, K, bw);
+		int rc = f8_expand(be, wdt, 2, w2, N2, K, bw);
 		return rc ? rc : op_matmul_swiglu(be, out, x, bw[0], bw[1], ATLAS_DTYPE_BF16, T, F, K,
 						  up_scratch);
 	}

@@ -24,13 +24,24 @@ struct atlas_f8b_head_k {
 	long long N, K, scale_off;
 };
 
+/* The head of an ATLAS_DTYPE_W4B weight blob as the kernels read it:
+ * struct atlas_w4b_head of backend.h (cuda.c checks that they agree);
+ * q starts ATLAS_W4B_HEAD_BYTES into the blob, K / 2 bytes a row. */
+#define ATLAS_W4B_HEAD_BYTES 256
+struct atlas_w4b_head_k {
+	unsigned magic;
+	int g, ng, pad;
+	long long N, K, z_off, s_off;
+};
+
 struct atlas_gemv_args {
 	struct atlas_gemv_seg seg[ATLAS_GEMV_MAXSEG]; /* the products, in block order */
 	const void *x; /* [T, K] bf16, shared by every segment */
 	long long T, K;
 	int nseg;    /* 1..ATLAS_GEMV_MAXSEG */
 	int wdt;     /* weight (and bias) dtype, enum atlas_dtype numbering
-		      * (atlas_gemv_tc*_f8: F8B blobs, BF16 biases) */
+		      * (atlas_gemv_tc*_f8: F8B blobs, *_w4: W4B blobs;
+		      * BF16 biases) */
 	int rpb;     /* weight rows per block: 1, 2, 4 or 8 (>= 2 with swiglu) */
 	int swiglu;  /* 1: seg[0] = gate, seg[1] = up (same N, no bias);
 		      * seg[0].out = silu(g) * u */
