@@ -229,6 +229,12 @@ static int inspect(const struct opts *o, const char *dir)
 	else
 		snprintf(qdesc, sizeof(qdesc), "%s", q.method ? q.name : "");
 	const bool fp8 = qok && (q.method == ATLAS_QUANT_FP8 || q.method == ATLAS_QUANT_CT_FP8);
+	/* the layouts the W4B kernels take (decoder.c's w4b_native; a
+	 * matrix whose rows are not a multiple of 32 is still dequantized) */
+	const bool w4 = qok && q.bits == 4 && !q.desc_act &&
+			(q.method == ATLAS_QUANT_AWQ || q.method == ATLAS_QUANT_GPTQ ||
+			 q.method == ATLAS_QUANT_CT_INT) &&
+			(q.group_size == -1 || (q.group_size > 0 && q.group_size % 32 == 0));
 	const struct atlas_family *fam = atlas_family_find(&c);
 	const char *why = fam ? NULL : atlas_errmsg();
 	targets_for(fam ? fam->name : NULL, targets, sizeof(targets));
@@ -315,6 +321,7 @@ static int inspect(const struct opts *o, const char *dir)
 	if (qdesc[0])
 		printf("quantization:    %s%s\n", qdesc,
 		       fp8   ? " (linear layers FP8 on GPUs, dequantized on the CPU)"
+		       : w4  ? " (linear layers 4-bit on GPUs, dequantized on the CPU)"
 		       : qok ? " (dequantized to the activation type at load)"
 			     : "");
 	printf("tokenizer:       %s\n", ci.tokenizer_type[0] ? ci.tokenizer_type : "none");

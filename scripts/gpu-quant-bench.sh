@@ -79,20 +79,16 @@ for p in $parts; do
 		done
 		;;
 	serve)
-		# the same shape as checkpoints: FP8 (make-synthetic --quant
-		# fp8-block) and BF16, atlas-bench serve --self, batch-invariant
+		# the same shape as checkpoints: the format (make-synthetic
+		# --quant) and BF16, atlas-bench serve --self, batch-invariant
 		# (the server's default), 512-token prompts, 128 generated
-		if [ "$q" != fp8-block ]; then
-			echo "serve: fp8 only (make-synthetic.py writes no 4-bit checkpoints)" >>"$sum"
-			continue
-		fi
-		[ -f /tmp/q8-fp8/config.json ] ||
-			python3 scripts/make-synthetic.py --quant fp8-block qwen3-8b /tmp/q8-fp8 >/dev/null
+		[ -f "/tmp/q8-$q/config.json" ] ||
+			python3 scripts/make-synthetic.py --quant "$q" qwen3-8b "/tmp/q8-$q" >/dev/null
 		[ -f "$m/config.json" ] || python3 scripts/make-synthetic.py qwen3-8b "$m" >/dev/null
-		for m in /tmp/q8-fp8 "$m"; do
-			n=$(basename $m)
-			timeout 240 "$build/atlas-bench" serve --self -m $m --concurrency ${SERVE_CONC:-1,32,64} \
-				--prompt 512 --gen 128 --requests ${SERVE_REQS:-32} --vocab 4000 --json \
+		for m in "/tmp/q8-$q" "$m"; do
+			n=$(basename "$m")
+			timeout 240 "$build/atlas-bench" serve --self -m "$m" --concurrency "${SERVE_CONC:-1,32,64}" \
+				--prompt 512 --gen 128 --requests "${SERVE_REQS:-32}" --vocab 4000 --json \
 				>"$out/$p/$n.json" 2>"$out/$p/$n.txt"
 			echo "serve $n: exit $?" >>"$sum"
 			cat "$out/$p/$n.txt" >>"$sum"

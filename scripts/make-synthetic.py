@@ -2,7 +2,7 @@
 """make-synthetic.py - write a random-weight BF16 checkpoint at a real
 model's shape, for speed measurements (speed does not depend on values).
 
-    python3 scripts/make-synthetic.py [--quant fp8-block] SHAPE OUTDIR
+    python3 scripts/make-synthetic.py [--quant fp8-block|w4a16] SHAPE OUTDIR
 
 SHAPE is one of the names below (the mixtures of experts get their own
 model_type and per-expert tensors). Pure Python, no numpy: one block of
@@ -13,7 +13,10 @@ can take text prompts (its ids are far below any real vocabulary size).
 Qwen3-FP8 stores them: F8_E4M3 weights (one block of random E4M3 values,
 normal with std 1 rounded to the E4M3 grid) and a BF16 weight_scale_inv of
 0.02 per 128 x 128 block, with config.json's quantization_config; the
-embeddings, norms, routers and lm_head stay BF16.
+embeddings, norms, routers and lm_head stay BF16. --quant w4a16 writes
+them as compressed-tensors pack-quantized W4A16 (RedHatAI's layout:
+symmetric int4, groups of 128): weight_packed I32 [out, in/8] of random
+nibbles, weight_scale BF16 [out, in/128] of 0.004, weight_shape I64.
 """
 import bisect
 import json
@@ -84,10 +87,12 @@ def main():
     quant = None
     if len(args) >= 2 and args[0] == "--quant":
         quant, args = args[1], args[2:]
-    if len(args) != 2 or args[0] not in SHAPES or quant not in (None, "bf16", "fp8-block"):
-        sys.exit("usage: make-synthetic.py [--quant fp8-block] {%s} OUTDIR" % ",".join(SHAPES))
+    if len(args) != 2 or args[0] not in SHAPES or \
+            quant not in (None, "bf16", "fp8-block", "w4a16"):
+        sys.exit("usage: make-synthetic.py [--quant fp8-block|w4a16] {%s} OUTDIR" %
+                 ",".join(SHAPES))
     name, out = args
-    fp8 = quant == "fp8-block"
+    fp8, w4 = quant == "fp8-block", quant == "w4a16"
     D, L, H, KV, hd, F, V, tied = SHAPES[name]
     mtype, E, K, FE, norm = MOE.get(name, ("qwen3", 0, 0, 0, False))
     tensors = [("model.embed_tokens.weight", [V, D]), ("model.norm.weight", [D])]
@@ -123,14 +128,27 @@ def main():
                 quantized.append((n[:-len("weight")] + "weight_scale_inv",
                                   [(shape[0] + 127) // 128, (shape[1] + 127) // 128]))
         tensors = quantized
+    shapes = {}  # weight_shape tensor: the [out, in] it holds
+    if w4:  # each linear weight packed, its group scales and shape beside it
+        quantized = []
+        for n, shape in tensors:
+            if not is_linear(n):
+                quantized.append((n, shape))
+                continue
+            b = n[:-len("weight")]
+            quantized += [(b + "weight_packed", [shape[0], shape[1] // 8]),
+                          (b + "weight_scale", [shape[0], (shape[1] + 127) // 128]),
+                          (b + "weight_shape", [2])]
+            shapes[b + "weight_shape"] = shape
+        tensors = quantized
     header, off = {}, 0
     for n, shape in tensors:
         f8 = fp8 and is_linear(n)
-        size = 1 if f8 else 2
+        dt, size = ("F8_E4M3", 1) if f8 else ("I32", 4) if n.endswith("weight_packed") else \
+            ("I64", 8) if n.endswith("weight_shape") else ("BF16", 2)
         for d in shape:
             size *= d
-        header[n] = {"dtype": "F8_E4M3" if f8 else "BF16", "shape": shape,
-                     "data_offsets": [off, off + size]}
+        header[n] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + size]}
         off += size
     hjson = json.dumps(header, separators=(",", ":")).encode()
     hjson += b" " * (-len(hjson) % 8)
@@ -139,6 +157,8 @@ def main():
     ones = struct.pack("<H", 0x3F80) * (1 << 16)  # norm weights: 1.0
     f8 = f8_block(1 << 20) if fp8 else b""
     scales = struct.pack("<H", 0x3CA4) * (1 << 16)  # BF16 0.02
+    scales4 = struct.pack("<H", 0x3B83) * (1 << 16)  # BF16 0.004: q - 8 in -8..7
+    nibbles = random.Random(1).randbytes(1 << 20) if w4 else b"" 
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(hjson)))
         f.write(hjson)
@@ -146,6 +166,9 @@ def main():
             size = header[n]["data_offsets"][1] - header[n]["data_offsets"][0]
             src = ones if n.endswith("norm.weight") else \
                 scales if n.endswith("weight_scale_inv") else \
+                scales4 if n.endswith("weight_scale") else \
+                nibbles if n.endswith("weight_packed") else \
+                struct.pack("<qq", *shapes[n]) if n in shapes else \
                 f8 if fp8 and is_linear(n) else block
             while size > 0:
                 k = min(size, len(src))
@@ -172,12 +195,22 @@ def main():
             "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
             "weight_block_size": [128, 128],
             "modules_to_not_convert": ["lm_head"]}  # routers: plain BF16, no scales
+    if w4:
+        cfg["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "pack-quantized",
+            "quantization_status": "compressed",
+            "config_groups": {"group_0": {
+                "targets": ["Linear"], "input_activations": None,
+                "weights": {"num_bits": 4, "type": "int", "strategy": "group",
+                            "group_size": 128, "symmetric": True, "dynamic": False}}},
+            "ignore": ["lm_head"]}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     here = os.path.dirname(os.path.abspath(__file__))
     for fn in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(here, "..", "models", "default", fn), out)
-    print(f"{name}: {off / 1e9:.2f} GB of {'FP8 and BF16' if fp8 else 'BF16'} weights in {out}")
+    kind = "FP8 and BF16" if fp8 else "int4 and BF16" if w4 else "BF16"
+    print(f"{name}: {off / 1e9:.2f} GB of {kind} weights in {out}")
 
 
 if __name__ == "__main__":

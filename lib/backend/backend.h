@@ -88,15 +88,18 @@ void atlas_f8b_row_bf16(const void *blob, int64_t n, uint16_t *out);
  *   bytes 256 ..                          q [N, K/2]: byte j of a row holds
  *                                         column 2j in its low nibble and
  *                                         column 2j+1 in its high one
- *   bytes z_off ..                        z [N, ng] uint8
+ *   bytes z_off ..                        z [N, ng] uint8, 0..128
  *   bytes s_off ..                        s [N, ng] FP32
  * and the matrix the ops multiply by is, element by element,
  *   W[n][k] = bf16(f32(q[n][k] - z[n][k / g]) * s[n][k / g])
  * rounded to nearest even: the product q - z is an integer, so this is
  * exactly the BF16 matrix that dequantizing at load gives (lib/io/
  * quant.h), and a backend's W4B products equal its BF16 products of
- * that matrix bit for bit. K is a multiple of 32; g is a multiple of 32
- * or covers the whole row (g >= K). Only the matmul ops of a backend
+ * that matrix bit for bit (in batch-invariant mode; outside it, a
+ * batch-1 product has its own sums). K is a multiple of 32; g is a
+ * multiple of 32 or covers the whole row (g >= K); z <= 128 (4-bit
+ * checkpoints store 0..16: the kernels form q - z as BF16 128 + q minus
+ * 128 + z, exact up to 256). Only the matmul ops of a backend
  * with w4b_weights take it; biases beside it are BF16. */
 #define ATLAS_W4B_MAGIC 0x42345741u /* "AW4B" */
 #define ATLAS_W4B_HEAD 256

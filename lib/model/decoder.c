@@ -283,7 +283,7 @@ static void pack_w4b(char *blob, const struct atlas_quant_int *v, int64_t d0, in
  * blob (backend.h). 1 when it was; 0 when it is not stored as 4-bit
  * integers or its layout does not suit the kernels (rows not a multiple
  * of 32 columns, groups neither a multiple of 32 columns nor the row,
- * an act-order g_idx, a zero point beyond a byte): dequantized then;
+ * an act-order g_idx, a zero point above 128): dequantized then;
  * < 0 on error. */
 static int bind_w4b(struct atlas_model *m, struct weight *w, const char *name, int64_t d0,
 		    int64_t d1)
@@ -295,7 +295,7 @@ static int bind_w4b(struct atlas_model *m, struct weight *w, const char *name, i
 	char head[ATLAS_W4B_HEAD];
 	bool fits = v.bits == 4 && !v.grp && !atlas_w4b_init(head, d0, d1, v.g);
 	for (int64_t i = 0; fits && i < d0 * v.ng; i++)
-		fits = v.z[i] >= 0 && v.z[i] <= 255;
+		fits = v.z[i] >= 0 && v.z[i] <= 128;
 	if (!fits) {
 		atlas_quant_int_free(&v);
 		m->w4b_dequant++;

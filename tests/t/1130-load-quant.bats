@@ -8,7 +8,7 @@
 
 load test_helper
 
-FORMATS="quant-fp8 quant-ct-fp8 quant-awq quant-gptq quant-ct-w4a16 quant-nvfp4 quant-ct-nvfp4"
+FORMATS="quant-fp8 quant-ct-fp8 quant-awq quant-gptq quant-gptq-g32 quant-ct-w4a16 quant-nvfp4 quant-ct-nvfp4"
 
 @test "every quantized fixture validates" {
 	for f in $FORMATS; do
@@ -24,8 +24,11 @@ FORMATS="quant-fp8 quant-ct-fp8 quant-awq quant-gptq quant-ct-w4a16 quant-nvfp4 
 	expect_contains "$output" "quantization:    awq w4 g16"
 	run -0 atlas-load inspect "$GOLDEN/quant-gptq"
 	expect_contains "$output" "quantization:    gptq w4 g16 act-order"
+	expect_contains "$output" "act-order (dequantized to the activation type at load)"
+	run -0 atlas-load inspect "$GOLDEN/quant-gptq-g32"
+	expect_contains "$output" "quantization:    gptq w4 g32 (linear layers 4-bit on GPUs, dequantized on the CPU)"
 	run -0 atlas-load inspect "$GOLDEN/quant-ct-w4a16"
-	expect_contains "$output" "quantization:    compressed-tensors w4a16 g16 asym"
+	expect_contains "$output" "quantization:    compressed-tensors w4a16 g16 asym (dequantized"
 	run -0 atlas-load inspect "$GOLDEN/quant-ct-nvfp4"
 	expect_contains "$output" "quantization:    compressed-tensors nvfp4"
 	run -0 --separate-stderr atlas-load inspect --json "$GOLDEN/quant-nvfp4"

@@ -366,6 +366,62 @@ static void test_fp8_native(void)
 	}
 }
 
+/* A 4-bit GPTQ checkpoint (groups of 32, no act order) on a backend that
+ * takes W4B blobs keeps the matrices whose rows are a multiple of 32
+ * columns at half a byte a weight (q, k, v, o, gate, up: the 80-wide
+ * down projection is dequantized), with the logits of the dequantized
+ * model up to the BF16 rounding of W; ATLAS_W4_NATIVE=0 and a layout
+ * the kernels do not take (groups of 16) load dequantized. */
+static void test_w4_native(void)
+{
+	struct atlas_backend *plain = atlas_backend_cpu_new(), *w4 = atlas_backend_cpu_new();
+	w4->w4b_weights = true;
+	struct atlas_model *a = atlas_model_load(golden("quant-gptq-g32"), plain, NULL);
+	struct atlas_model *b = atlas_model_load(golden("quant-gptq-g32"), w4, NULL);
+	setenv("ATLAS_W4_NATIVE", "0", 1);
+	struct atlas_model *c = atlas_model_load(golden("quant-gptq-g32"), w4, NULL);
+	unsetenv("ATLAS_W4_NATIVE");
+	struct atlas_model *d = atlas_model_load(golden("quant-ct-w4a16"), plain, NULL);
+	struct atlas_model *e = atlas_model_load(golden("quant-ct-w4a16"), w4, NULL);
+	CHECK(a && b && c && d && e);
+	if (a && b && c && d && e) {
+		/* 45,056 weights in W4B: 4 bytes (F32) to half a byte, plus a
+		 * head, zero points and scales per matrix */
+		const int64_t wa = atlas_model_weight_bytes(a), wb = atlas_model_weight_bytes(b);
+		printf("# quant-gptq-g32: weight bytes %lld dequantized, %lld with W4B\n",
+		       (long long)wa, (long long)wb);
+		CHECK(wa - wb > 120000);
+		CHECK_EQ_INT(atlas_model_weight_bytes(c), wa);
+		CHECK_EQ_INT(atlas_model_weight_bytes(e), atlas_model_weight_bytes(d));
+		float *la = NULL, *lb = NULL;
+		CHECK_EQ_INT(last_logits(a, &la), 0);
+		CHECK_EQ_INT(last_logits(b, &lb), 0);
+		const int64_t V = atlas_model_config(a)->vocab_size;
+		double d2 = 0, r2 = 0;
+		int64_t ia = 0, ib = 0;
+		for (int64_t i = 0; i < V; i++) {
+			d2 += (double)(la[i] - lb[i]) * (la[i] - lb[i]);
+			r2 += (double)la[i] * la[i];
+			ia = la[i] > la[ia] ? i : ia;
+			ib = lb[i] > lb[ib] ? i : ib;
+		}
+		printf("# W4B logits against dequantized: relative L2 %.3g, argmax %lld / %lld\n",
+		       sqrt(d2 / r2), (long long)ia, (long long)ib);
+		CHECK(r2 > 0 && sqrt(d2 / r2) < 1e-2);
+		CHECK(d2 > 0); /* W was rounded to BF16: the W4B path really ran */
+		CHECK_EQ_INT(ia, ib);
+		free(la);
+		free(lb);
+	}
+	atlas_model_free(a);
+	atlas_model_free(b);
+	atlas_model_free(c);
+	atlas_model_free(d);
+	atlas_model_free(e);
+	plain->destroy(plain);
+	w4->destroy(w4);
+}
+
 static void test_fused_selection(void)
 {
 	struct atlas_backend *be = atlas_backend_mock_new();
@@ -491,5 +547,6 @@ int main(void)
 	RUN(test_pool_exhaustion);
 	RUN(test_weight_bytes);
 	RUN(test_fp8_native);
+	RUN(test_w4_native);
 	return harness_done();
 }

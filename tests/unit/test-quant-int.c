@@ -1097,7 +1097,7 @@ static void test_w4b_blob(void)
 	for (int64_t i = 0; i < N * K / 2; i++)
 		q[i] = (uint8_t)(i * 37 + 11);
 	for (int64_t i = 0; i < N * ng; i++) {
-		z[i] = (uint8_t)(i == 5 ? 200 : 3 + i);
+		z[i] = (uint8_t)(i == 5 ? 128 : 3 + i);
 		sc[i] = 0.1f * (float)(i + 1);
 	}
 	uint16_t row[96];
@@ -1112,8 +1112,8 @@ static void test_w4b_blob(void)
 		}
 	}
 	CHECK_EQ_INT(bad, 0);
-	atlas_w4b_row_bf16(blob, 2, row); /* z 200 in the last row's second group */
-	CHECK(atlas_bf16_to_f32(row[95]) < -100.0f);
+	atlas_w4b_row_bf16(blob, 2, row); /* z 128 in the last row's second group */
+	CHECK(atlas_bf16_to_f32(row[95]) < -60.0f);
 	/* groups: multiples of 32 columns, or the row; rows of 32k columns */
 	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, 32), 0);
 	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, 1000), 0);

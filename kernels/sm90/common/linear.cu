@@ -3,7 +3,8 @@
  *
  * atlas_gemv (decode, T <= 8, any weight dtype; BF16 weights take the
  * tensor-core gemv_tc.cu instead from T = 2; atlas_gemv_f8 and
- * atlas_gemv_w4: F8B and W4B blobs at T = 1): one struct atlas_gemv_args (up to three
+ * atlas_gemv_w4: F8B and W4B blobs at T = 1, the latter 16 rows a block
+ * on the tensor cores): one struct atlas_gemv_args (up to three
  * products of one x, or gate/up with the SwiGLU epilogue), grid = blocks
  * of all products, block 256, rpb weight rows per block and 8/rpb warps
  * splitting each row's K (the host picks rpb so the grid covers the SMs
@@ -209,22 +210,6 @@ static __device__ __forceinline__ void gemv_vec_f8(float (&acc)[MT], const bf16 
 
 /* acc += sc * (32 4-bit weights (q - z) . x[k..k+31]): r's nibble j is
  * column k + j; zf = 2^23 + z, so (2^23 + q) - zf is q - z exactly. */
-static __device__ __forceinline__ float gemv_fma32_w4(uint4 r, float zf, const bf16 *x,
-						      long long k)
-{
-	const uint32_t wv[4] = {r.x, r.y, r.z, r.w};
-	float d = 0.0f;
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		float xf[8];
-		atlas_unpack8(__ldg((const uint4 *)(x + k + 8 * i)), xf);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			d = fmaf(xf[j], __int_as_float(0x4b000000 | ((wv[i] >> (4 * j)) & 15u)) - zf, d);
-	}
-	return d;
-}
-
 /* Any K and alignment: element by element, the same slice split. */
 template <int MT>
 static __device__ __forceinline__ void gemv_scalar(float (&acc)[MT], const bf16 *x,
@@ -328,7 +313,10 @@ static __device__ __forceinline__ void gemv_finish(const atlas_gemv_args &a, con
 					s += red[r * wpr + i][t];
 				if (g.seg->bias)
 					s += atlas_wload(g.seg->bias,
-							 a.wdt == ATLAS_WDT_F8B ? ATLAS_WDT_BF16 : a.wdt, nn);
+							 a.wdt == ATLAS_WDT_F8B || a.wdt == ATLAS_WDT_W4B
+							     ? ATLAS_WDT_BF16
+							     : a.wdt,
+							 nn);
 			}
 			const long long o = (t0 + t) * N + nn;
 			if (a.out_f32)
@@ -457,67 +445,154 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv_f8(const __grid_
 }
 
 /* atlas_gemv_w4: atlas_gemv for W4B blobs at T = 1 (outside
- * batch-invariant mode; K % 32 == 0 as every W4B, 16-byte aligned x).
- * A lane loads 16 bytes (32 weights, one group's: groups are multiples of
- * 32 columns) a step, slices of 1024 columns a warp, its dot product
- * with x times the group's scale into one accumulator. Same grid,
- * segments, SwiGLU pairing and epilogue as atlas_gemv_f8. */
+ * batch-invariant mode; K % 32 == 0 as every W4B, 16-byte aligned x),
+ * on the tensor cores: the CUDA-core form spent five instructions a
+ * weight (unpack, zero point, FMA, x) and ran at a third of the copy
+ * rate. A block is 16 weight rows (8 features in SwiGLU mode: lane group
+ * gq's row gq of the gate, row gq of the up matrix in the mma's rows gq
+ * and gq + 8) and its 8 warps split K in chunks of 128 columns (warp w:
+ * chunks w, w + 8, ...). In a chunk lane t reads 16 bytes of each of its
+ * two rows (columns 32t..32t+31, one group's: groups are multiples of 32
+ * columns) and 64 bytes of x. Nibbles p and p + 4 of a word become one
+ * BF16 pair 128 + q by a mask and an OR (BF16 has an ulp of 1 at 128),
+ * and one BF16 subtraction of 128 + z gives q - z exactly (z <= 128);
+ * x is paired to match (bytes permuted), and every column of B carries
+ * the same x, so column 0 of D is the product. Mma k-slots 2t.. and
+ * 2t+8.. are the lane's own pairs: any order of k is a dot product.
+ * Scales: where a chunk lies in one group (g a multiple of 128, or the
+ * row) the chunk's FP32 sum is multiplied by the FP32 scale; otherwise
+ * (g 32 or 64) A is multiplied by the scale rounded to BF16 first (one
+ * rounding of an exact product: within the BF16 rounding W has anyway).
+ * Its own sums: batch-invariant mode takes the tensor-core GEMV. */
 #ifndef GEMV_W4_UNROLL
 #define GEMV_W4_UNROLL 4
 #endif
-extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv_w4(const __grid_constant__ atlas_gemv_args a)
+
+static __device__ __forceinline__ unsigned w4_bf2(float a, float b)
 {
-	__shared__ float red[8][GEMV_MAXT];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
-	const int wpr = 8 / rpb, ks = warp % wpr, row = warp / wpr;
-	const gemv_where g = gemv_locate(a);
-	const long long K = a.K, N = g.seg->N;
-	const void *w = a.swiglu ? a.seg[row & 1].w : g.seg->w;
-	const long long n = a.swiglu ? g.n0 + row / 2 : g.n0 + row;
-	float acc = 0.0f;
-	/* columns: lane's first 32, the warp's step */
-	const long long k0 = (long long)ks * 1024 + lane * 32, step = (long long)wpr * 1024;
-	const char *q = (const char *)w + ATLAS_W4B_HEAD_BYTES + n * (K / 2);
-	if (n < N) {
+	const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+	return *(const unsigned *)&v;
+}
+
+/* Nibbles p and p + 4 of w as BF16 (q - z) [* s] (zz: 128 + z twice). */
+static __device__ __forceinline__ unsigned w4_pair(unsigned w, int p, unsigned zz, unsigned ss,
+						   bool pre)
+{
+	const unsigned m = ((w >> (4 * p)) & 0x000f000fu) | 0x43004300u;
+	__nv_bfloat162 v = __hsub2(*(const __nv_bfloat162 *)&m, *(const __nv_bfloat162 *)&zz);
+	if (pre)
+		v = __hmul2(v, *(const __nv_bfloat162 *)&ss);
+	return *(const unsigned *)&v;
+}
+
+/* One 128-column chunk of the lane's rows (words r0, r1) against x from
+ * column col (x zero where !ok) into d. */
+static __device__ __forceinline__ void w4_chunk(float (&d)[4], const uint4 &r0, const uint4 &r1,
+						const bf16 *x, long long col, bool ok, unsigned zz0,
+						unsigned zz1, unsigned ss0, unsigned ss1, bool pre)
+{
+	uint4 xv[4];
 #pragma unroll
-		for (int u = 0; u < GEMV_W4_UNROLL; u++)
-			if (k0 + u * step < K)
-				asm volatile("prefetch.global.L2 [%0];" ::"l"(q + (k0 + u * step) / 2));
+	for (int i = 0; i < 4; i++)
+		xv[i] = ok ? __ldg((const uint4 *)(x + col + 8 * i)) : make_uint4(0, 0, 0, 0);
+	const unsigned a[4] = {r0.x, r0.y, r0.z, r0.w}, b[4] = {r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		/* x pairs (8i + p, 8i + p + 4), as the nibble pairs */
+		const unsigned x0 = __byte_perm(xv[i].x, xv[i].z, 0x5410);
+		const unsigned x1 = __byte_perm(xv[i].x, xv[i].z, 0x7632);
+		const unsigned x2 = __byte_perm(xv[i].y, xv[i].w, 0x5410);
+		const unsigned x3 = __byte_perm(xv[i].y, xv[i].w, 0x7632);
+		atlas_mma_bf16(d, w4_pair(a[i], 0, zz0, ss0, pre), w4_pair(b[i], 0, zz1, ss1, pre),
+			       w4_pair(a[i], 1, zz0, ss0, pre), w4_pair(b[i], 1, zz1, ss1, pre), x0, x1);
+		atlas_mma_bf16(d, w4_pair(a[i], 2, zz0, ss0, pre), w4_pair(b[i], 2, zz1, ss1, pre),
+			       w4_pair(a[i], 3, zz0, ss0, pre), w4_pair(b[i], 3, zz1, ss1, pre), x2, x3);
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) atlas_gemv_w4(const __grid_constant__ atlas_gemv_args a)
+{
+	__shared__ float red[128][GEMV_MAXT];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int gq = lane >> 2, t = lane & 3;
+	const gemv_where g = gemv_locate(a); /* a.rpb is 16 */
+	const long long K = a.K, N = g.seg->N, nch = (K + 127) / 128;
+	const void *w0 = a.swiglu ? a.seg[0].w : g.seg->w, *w1 = a.swiglu ? a.seg[1].w : g.seg->w;
+	const long long n0 = g.n0 + gq, n1 = a.swiglu ? n0 : n0 + 8;
+	const bool l0 = n0 < N, l1 = n1 < N;
+	const char *q0 = (const char *)w0 + ATLAS_W4B_HEAD_BYTES + (l0 ? n0 : 0) * (K / 2);
+	const char *q1 = (const char *)w1 + ATLAS_W4B_HEAD_BYTES + (l1 ? n1 : 0) * (K / 2);
+	/* the weights never change: the first loads go to L2 before the
+	 * wait for the previous kernel */
+#pragma unroll
+	for (int u = 0; u < GEMV_W4_UNROLL; u++) {
+		const long long col = (warp + 8LL * u) * 128 + t * 32;
+		if (col < K && l0)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(q0 + col / 2));
+		if (col < K && l1)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(q1 + col / 2));
 	}
 	ATLAS_PDL_ENTRY();
-	if (n < N) {
-		const atlas_w4b_head_k *h = (const atlas_w4b_head_k *)w;
-		const float *sr = (const float *)((const char *)w + h->s_off) + n * h->ng;
-		const uint8_t *zr = (const uint8_t *)w + h->z_off + n * h->ng;
-		const unsigned gs = (unsigned)h->g;
-		const bf16 *x = (const bf16 *)a.x;
-		long long k = k0;
-		for (; k + (GEMV_W4_UNROLL - 1) * step < K; k += GEMV_W4_UNROLL * step) {
-			uint4 r[GEMV_W4_UNROLL];
+	const atlas_w4b_head_k *h0 = (const atlas_w4b_head_k *)w0, *h1 = (const atlas_w4b_head_k *)w1;
+	const unsigned g0 = (unsigned)h0->g, g1 = (unsigned)h1->g;
+	/* FP32 scales after each chunk where a chunk is one group */
+	const bool pre = !((g0 % 128 == 0 || h0->ng == 1) && (g1 % 128 == 0 || h1->ng == 1));
+	const float *s0 = (const float *)((const char *)w0 + h0->s_off) + (l0 ? n0 : 0) * h0->ng;
+	const float *s1 = (const float *)((const char *)w1 + h1->s_off) + (l1 ? n1 : 0) * h1->ng;
+	const uint8_t *z0 = (const uint8_t *)w0 + h0->z_off + (l0 ? n0 : 0) * h0->ng;
+	const uint8_t *z1 = (const uint8_t *)w1 + h1->z_off + (l1 ? n1 : 0) * h1->ng;
+	const bf16 *x = (const bf16 *)a.x;
+	float d[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc0 = 0.0f, acc1 = 0.0f;
+	for (long long c0 = warp; c0 < nch; c0 += 8 * GEMV_W4_UNROLL) {
+		uint4 r0[GEMV_W4_UNROLL], r1[GEMV_W4_UNROLL];
 #pragma unroll
-			for (int u = 0; u < GEMV_W4_UNROLL; u++)
+		for (int u = 0; u < GEMV_W4_UNROLL; u++) {
+			const long long col = (c0 + 8 * u) * 128 + t * 32;
+			r0[u] = r1[u] = make_uint4(0, 0, 0, 0);
+			if (col < K && l0)
 				asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-					     : "=r"(r[u].x), "=r"(r[u].y), "=r"(r[u].z), "=r"(r[u].w)
-					     : "l"(q + (k + u * step) / 2));
+					     : "=r"(r0[u].x), "=r"(r0[u].y), "=r"(r0[u].z), "=r"(r0[u].w)
+					     : "l"(q0 + col / 2));
+			if (col < K && l1)
+				asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+					     : "=r"(r1[u].x), "=r"(r1[u].y), "=r"(r1[u].z), "=r"(r1[u].w)
+					     : "l"(q1 + col / 2));
+		}
 #pragma unroll
-			for (int u = 0; u < GEMV_W4_UNROLL; u++) {
-				const unsigned gi = (unsigned)(k + u * step) / gs;
-				acc = fmaf(gemv_fma32_w4(r[u], 8388608.0f + __ldg(zr + gi), x, k + u * step),
-					   __ldg(sr + gi), acc);
+		for (int u = 0; u < GEMV_W4_UNROLL; u++) {
+			const long long c = c0 + 8 * u, col = c * 128 + t * 32;
+			if (c >= nch) /* the same for the whole warp: mma.sync needs every lane */
+				break;
+			const bool ok = col < K;
+			const unsigned i0 = ok ? (unsigned)col / g0 : 0, i1 = ok ? (unsigned)col / g1 : 0;
+			const float zf0 = l0 && ok ? (float)__ldg(z0 + i0) : 0.0f;
+			const float zf1 = l1 && ok ? (float)__ldg(z1 + i1) : 0.0f;
+			const float sf0 = l0 && ok ? __ldg(s0 + i0) : 0.0f;
+			const float sf1 = l1 && ok ? __ldg(s1 + i1) : 0.0f;
+			const unsigned zz0 = w4_bf2(128.0f + zf0, 128.0f + zf0);
+			const unsigned zz1 = w4_bf2(128.0f + zf1, 128.0f + zf1);
+			if (pre) {
+				w4_chunk(d, r0[u], r1[u], x, col, ok, zz0, zz1, w4_bf2(sf0, sf0),
+					 w4_bf2(sf1, sf1), true);
+			} else {
+				float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+				w4_chunk(e, r0[u], r1[u], x, col, ok, zz0, zz1, 0, 0, false);
+				/* lanes t of a row share its group: one scale */
+				acc0 = fmaf(sf0, e[0], acc0);
+				acc1 = fmaf(sf1, e[2], acc1);
 			}
 		}
-		for (; k < K; k += step) {
-			const unsigned gi = (unsigned)k / gs;
-			acc = fmaf(gemv_fma32_w4(__ldg((const uint4 *)(q + k / 2)), 8388608.0f + __ldg(zr + gi),
-						 x, k),
-				   __ldg(sr + gi), acc);
-		}
 	}
-	const float sum = atlas_warp_sum(acc);
-	if (lane == 0)
-		red[warp][0] = sum;
-	gemv_finish(a, g, red, rpb, wpr, 0, 1);
+	if (pre)
+		acc0 = d[0], acc1 = d[2];
+	/* d's columns are equal (every column of B is x): lane t == 0 of
+	 * each group writes rows gq and gq + 8 (gate and up of feature gq in
+	 * SwiGLU mode, where gemv_finish pairs rows 2r and 2r + 1) */
+	if (t == 0) {
+		red[(a.swiglu ? 2 * gq : gq) * 8 + warp][0] = acc0;
+		red[(a.swiglu ? 2 * gq + 1 : gq + 8) * 8 + warp][0] = acc1;
+	}
+	gemv_finish(a, g, red, 16, 8, 0, 1);
 }
 
 /* --- gemm ---------------------------------------------------------- */

@@ -272,7 +272,8 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 		}
 		return 0;
 	}
-	a->rpb = gemv_rows_per_block(c, rows, a->swiglu ? 2 : 1);
+	/* atlas_gemv_w4 takes 16 rows a block (the mma's), the others 1..8 */
+	a->rpb = a->wdt == ATLAS_DTYPE_W4B ? 16 : gemv_rows_per_block(c, rows, a->swiglu ? 2 : 1);
 	a->pre = c->gemv_pre;
 	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
