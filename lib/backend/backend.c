@@ -88,10 +88,10 @@ void atlas_w4b_row_bf16(const void *blob, int64_t n, uint16_t *out)
 	memcpy(&h, blob, sizeof(h));
 	const uint8_t *q = (const uint8_t *)blob + ATLAS_W4B_HEAD + n * (h.K / 2);
 	const uint8_t *z = (const uint8_t *)blob + h.z_off + n * h.ng;
-	const float *s = (const float *)((const char *)blob + h.s_off) + n * h.ng;
+	const uint16_t *s = (const uint16_t *)((const char *)blob + h.s_off) + n * h.ng;
 	for (int64_t k = 0; k < h.K; k++) {
 		const int v = (q[k / 2] >> (4 * (k & 1))) & 15;
-		out[k] = atlas_f32_to_bf16((float)(v - z[k / h.g]) * s[k / h.g]);
+		out[k] = atlas_f32_to_bf16((float)(v - z[k / h.g]) * atlas_bf16_to_f32(s[k / h.g]));
 	}
 }
 

@@ -80,7 +80,7 @@ int atlas_f8b_init(void *blob, int64_t N, int64_t K, int64_t bo, int64_t bi);
 void atlas_f8b_row_bf16(const void *blob, int64_t n, uint16_t *out);
 
 /* A weight of dtype ATLAS_DTYPE_W4B: an [N, K] matrix of 4-bit unsigned
- * integers q with a zero point z (uint8) and an FP32 scale s per row and
+ * integers q with a zero point z (uint8) and a BF16 scale s per row and
  * group of g columns, as one blob of backend memory (what the W4A16
  * checkpoints store: AWQ, GPTQ, compressed-tensors pack-quantized; kept
  * at half a byte a weight):
@@ -89,13 +89,18 @@ void atlas_f8b_row_bf16(const void *blob, int64_t n, uint16_t *out);
  *                                         column 2j in its low nibble and
  *                                         column 2j+1 in its high one
  *   bytes z_off ..                        z [N, ng] uint8, 0..128
- *   bytes s_off ..                        s [N, ng] FP32
+ *   bytes s_off ..                        s [N, ng] BF16
  * and the matrix the ops multiply by is, element by element,
  *   W[n][k] = bf16(f32(q[n][k] - z[n][k / g]) * s[n][k / g])
- * rounded to nearest even: the product q - z is an integer, so this is
- * exactly the BF16 matrix that dequantizing at load gives (lib/io/
- * quant.h), and a backend's W4B products equal its BF16 products of
- * that matrix bit for bit (in batch-invariant mode; outside it, a
+ * rounded to nearest even: q - z is an integer of at most 8 bits and s
+ * a BF16, so their product is exact in FP32 and W is one correctly
+ * rounded BF16 multiply of exact operands (the kernels dequantize a pair
+ * of weights by a mask, a subtraction and a multiply). Checkpoints with
+ * BF16 scales (compressed-tensors) give exactly the BF16 matrix that
+ * dequantizing at load gives (lib/io/quant.h); AWQ's and GPTQ's FP16
+ * scales are rounded to BF16 (as Marlin does for BF16 models: a relative
+ * change of at most 2^-9 per group). A backend's W4B products equal its
+ * BF16 products of W bit for bit (in batch-invariant mode; outside it, a
  * batch-1 product has its own sums). K is a multiple of 32; g is a
  * multiple of 32 or covers the whole row (g >= K); z <= 128 (4-bit
  * checkpoints store 0..16: the kernels form q - z as BF16 128 + q minus
@@ -122,7 +127,7 @@ static inline int64_t atlas_w4b_s_off(int64_t N, int64_t K, int64_t g)
 }
 static inline int64_t atlas_w4b_bytes(int64_t N, int64_t K, int64_t g)
 {
-	return atlas_w4b_s_off(N, K, g) + N * ((K + g - 1) / g) * 4;
+	return atlas_w4b_s_off(N, K, g) + N * ((K + g - 1) / g) * 2;
 }
 /* Fill the head of blob (atlas_w4b_bytes(N, K, g) bytes of host memory);
  * the caller writes q, z and s where it says. -1 when K is not a

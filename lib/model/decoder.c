@@ -270,12 +270,12 @@ static void pack_w4b(char *blob, const struct atlas_quant_int *v, int64_t d0, in
 {
 	uint8_t *q = (uint8_t *)blob + ATLAS_W4B_HEAD;
 	uint8_t *z = (uint8_t *)blob + atlas_w4b_z_off(d0, d1);
-	float *s = (float *)(blob + atlas_w4b_s_off(d0, d1, v->g));
+	uint16_t *s = (uint16_t *)(blob + atlas_w4b_s_off(d0, d1, v->g));
 	for (int64_t i = 0; i < d0 * d1 / 2; i++)
 		q[i] = (uint8_t)((v->q[2 * i] & 15) | (v->q[2 * i + 1] & 15) << 4);
 	for (int64_t i = 0; i < d0 * v->ng; i++) {
 		z[i] = (uint8_t)v->z[i];
-		s[i] = v->s[i];
+		s[i] = atlas_f32_to_bf16(v->s[i]); /* FP16 scales (AWQ, GPTQ) rounded */
 	}
 }
 

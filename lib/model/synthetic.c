@@ -111,7 +111,7 @@ static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t 
 		rc = be->fill_random(be, p + atlas_w4b_z_off(N, K), ATLAS_DTYPE_U8, N * ng, seed,
 				     8.0f, 8.0f);
 	if (!rc)
-		rc = be->fill_random(be, p + atlas_w4b_s_off(N, K, g), ATLAS_DTYPE_F32, N * ng, seed,
+		rc = be->fill_random(be, p + atlas_w4b_s_off(N, K, g), ATLAS_DTYPE_BF16, N * ng, seed,
 				     a / 8.0f, a / 8.0f);
 	if (rc) {
 		be->free(be, p);

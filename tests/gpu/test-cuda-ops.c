@@ -992,8 +992,8 @@ static struct f8w f8_make(int64_t N, int64_t K, int64_t bo, int64_t bi)
 }
 
 /* A W4B weight [N, K] with groups of g along K: random nibbles, zero
- * points 0..15 (GPTQ's and AWQ's range; the format takes 0..255), scales
- * 2^-6..2^-3 times 1..2; the blob and its BF16 matrix on the GPU. */
+ * points 0..15 (GPTQ's and AWQ's range; the format takes 0..128), BF16
+ * scales 2^-6..2^-3 times 1..2; the blob and its BF16 matrix on the GPU. */
 static struct f8w w4_make(int64_t N, int64_t K, int64_t g)
 {
 	const int64_t bytes = atlas_w4b_bytes(N, K, g), ng = (K + g - 1) / g;
@@ -1003,10 +1003,10 @@ static struct f8w w4_make(int64_t N, int64_t K, int64_t g)
 	for (int64_t i = 0; i < N * K / 2; i++)
 		q[i] = (uint8_t)((rnd() + 1.0f) * 127.99f);
 	uint8_t *z = (uint8_t *)blob + atlas_w4b_z_off(N, K);
-	float *sc = (float *)(blob + atlas_w4b_s_off(N, K, g));
+	uint16_t *sc = (uint16_t *)(blob + atlas_w4b_s_off(N, K, g));
 	for (int64_t i = 0; i < N * ng; i++) {
 		z[i] = (uint8_t)((rnd() + 1.0f) * 7.99f);
-		sc[i] = ldexpf(1.5f + 0.5f * rnd(), -6 + (int)(i % 4));
+		sc[i] = atlas_f32_to_bf16(ldexpf(1.5f + 0.5f * rnd(), -6 + (int)(i % 4)));
 	}
 	uint16_t *bf = malloc((size_t)(N * K) * 2);
 	for (int64_t n = 0; n < N; n++)

@@ -1082,23 +1082,24 @@ static void test_view_none(void)
 }
 
 /* The W4B blob (backend.h): nibble order (low nibble the even column),
- * one zero point and scale per row and group, W = bf16(f32(q - z) * s),
+ * one zero point and BF16 scale per row and group, W = bf16(f32(q - z) *
+ * s),
  * a partial last group; the layouts atlas_w4b_init refuses. */
 static void test_w4b_blob(void)
 {
 	const int64_t N = 3, K = 96, g = 64, ng = 2;
 	const int64_t bytes = atlas_w4b_bytes(N, K, g);
-	CHECK_EQ_INT(bytes, ATLAS_W4B_HEAD + 256 + 256 + N * ng * 4);
+	CHECK_EQ_INT(bytes, ATLAS_W4B_HEAD + 256 + 256 + N * ng * 2);
 	char *blob = calloc(1, (size_t)bytes);
 	CHECK_EQ_INT(atlas_w4b_init(blob, N, K, g), 0);
 	uint8_t *q = (uint8_t *)blob + ATLAS_W4B_HEAD;
 	uint8_t *z = (uint8_t *)blob + atlas_w4b_z_off(N, K);
-	float *sc = (float *)(blob + atlas_w4b_s_off(N, K, g));
+	uint16_t *sc = (uint16_t *)(blob + atlas_w4b_s_off(N, K, g));
 	for (int64_t i = 0; i < N * K / 2; i++)
 		q[i] = (uint8_t)(i * 37 + 11);
 	for (int64_t i = 0; i < N * ng; i++) {
 		z[i] = (uint8_t)(i == 5 ? 128 : 3 + i);
-		sc[i] = 0.1f * (float)(i + 1);
+		sc[i] = atlas_f32_to_bf16(0.1f * (float)(i + 1));
 	}
 	uint16_t row[96];
 	int64_t bad = 0;
@@ -1108,7 +1109,7 @@ static void test_w4b_blob(void)
 			const uint8_t b = q[(n * K + k) / 2];
 			const int v = k % 2 ? b >> 4 : b & 15;
 			const int64_t gi = n * ng + k / g;
-			bad += row[k] != atlas_f32_to_bf16((float)(v - z[gi]) * sc[gi]);
+			bad += row[k] != atlas_f32_to_bf16((float)(v - z[gi]) * atlas_bf16_to_f32(sc[gi]));
 		}
 	}
 	CHECK_EQ_INT(bad, 0);

@@ -12,7 +12,7 @@
  * *blob, bf16 *out).
  *
  * atlas_w4b_dequant: an ATLAS_DTYPE_W4B weight the same way, W[n][k] =
- * bf16(f32(q - z[n][k / g]) * s[n][k / g]), 8 weights (4 bytes) a thread
+ * bf16(f32(q - z[n][k / g]) * f32(s[n][k / g])) (s BF16), 8 weights (4 bytes) a thread
  * per step (K is a multiple of 32); same launch and arguments.
  */
 #include "common.cuh"
@@ -55,16 +55,16 @@ extern "C" __global__ void atlas_w4b_dequant(const void *blob, bf16 *out)
 	const unsigned g = (unsigned)h->g, k8 = (unsigned)(K / 8);
 	const uint8_t *q = (const uint8_t *)blob + ATLAS_W4B_HEAD_BYTES;
 	const uint8_t *z = (const uint8_t *)blob + h->z_off;
-	const float *s = (const float *)((const char *)blob + h->s_off);
+	const bf16 *s = (const bf16 *)((const char *)blob + h->s_off);
 	ATLAS_PDL_ENTRY();
 	for (long long r = blockIdx.x; r < N; r += gridDim.x) {
-		const float *sr = s + r * h->ng;
+		const bf16 *sr = s + r * h->ng;
 		const uint8_t *zr = z + r * h->ng;
 		const uint32_t *qr = (const uint32_t *)(q + r * (K / 2));
 		uint4 *orow = (uint4 *)(out + r * K);
 		for (unsigned i = threadIdx.x; i < k8; i += blockDim.x) {
 			const unsigned grp = 8 * i / g;
-			const float sc = sr[grp], zf = 8388608.0f + zr[grp];
+			const float sc = __bfloat162float(sr[grp]), zf = 8388608.0f + zr[grp];
 			const uint32_t v = qr[i];
 			__align__(16) bf16 o[8];
 #pragma unroll

@@ -86,9 +86,10 @@ static __device__ __forceinline__ uint2 f8x4_bf16(uint32_t q, float sc)
  * weight. Lane (g, c) copies the 4 bytes of columns k0+8c..+7 of rows g
  * and g + 8 (the first quarter of its unit), so k-step s's columns
  * k0+16s+4c..+3 are the 2 bytes at 2 * (c & 1) in unit 2s + (c >> 1);
- * the lane makes them bf16(f32(q - z) * s), exactly the matrix of the
- * dequantizing loader. 2^23 + q is a float's bit pattern 0x4b000000 | q,
- * so (2^23 + q) - (2^23 + z) gives q - z exactly in one subtraction. */
+ * the lane makes them W = bf16(f32(q - z) * s), the blob's matrix
+ * (backend.h): a nibble pair masked into BF16 128 + q (BF16's ulp at 128
+ * is 1), one BF16x2 subtraction of 128 + z (exact: z <= 128) and one
+ * BF16x2 multiply by the BF16 scale (the exact product rounded once). */
 static __device__ __forceinline__ void atlas_cp4_ca(void *s, const void *p, bool ok)
 {
 	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(
@@ -98,19 +99,33 @@ static __device__ __forceinline__ void atlas_cp4_ca(void *s, const void *p, bool
 }
 
 /* 4 nibbles (column k + i in bits 4i..4i+3) as the A registers of one
- * row of a k-step: zf = 2^23 + z, sc the group's scale. */
-static __device__ __forceinline__ uint2 w4x4_bf16(uint32_t h, float zf, float sc)
+ * row of a k-step: zz = BF16 128 + z twice, ss the group's BF16 scale
+ * twice. t = h | h << 12 puts nibbles 0 and 1 at bits 0 and 16, and
+ * nibbles 2 and 3 at bits 8 and 24. */
+static __device__ __forceinline__ uint2 w4x4_bf16(uint32_t h, uint32_t zz, uint32_t ss)
 {
-	const float f0 = __int_as_float(0x4b000000 | (h & 15u)) - zf;
-	const float f1 = __int_as_float(0x4b000000 | ((h >> 4) & 15u)) - zf;
-	const float f2 = __int_as_float(0x4b000000 | ((h >> 8) & 15u)) - zf;
-	const float f3 = __int_as_float(0x4b000000 | ((h >> 12) & 15u)) - zf;
-	const __nv_bfloat162 x = __floats2bfloat162_rn(f0 * sc, f1 * sc);
-	const __nv_bfloat162 y = __floats2bfloat162_rn(f2 * sc, f3 * sc);
+	const uint32_t t = h | h << 12;
+	const uint32_t m0 = (t & 0x000f000fu) | 0x43004300u;
+	const uint32_t m1 = ((t >> 8) & 0x000f000fu) | 0x43004300u;
+	const __nv_bfloat162 z2 = *(const __nv_bfloat162 *)&zz, s2 = *(const __nv_bfloat162 *)&ss;
+	const __nv_bfloat162 x = __hmul2(__hsub2(*(const __nv_bfloat162 *)&m0, z2), s2);
+	const __nv_bfloat162 y = __hmul2(__hsub2(*(const __nv_bfloat162 *)&m1, z2), s2);
 	uint2 r;
 	r.x = *(const uint32_t *)&x;
 	r.y = *(const uint32_t *)&y;
 	return r;
+}
+
+/* BF16 128 + z and a BF16 scale bit pattern, each twice in a word. */
+static __device__ __forceinline__ uint32_t w4_zz(uint8_t z)
+{
+	const __nv_bfloat162 v = __float2bfloat162_rn(128.0f + (float)z);
+	return *(const uint32_t *)&v;
+}
+
+static __device__ __forceinline__ uint32_t w4_ss(unsigned short s)
+{
+	return (uint32_t)s | (uint32_t)s << 16;
 }
 
 /* Weight formats of gtc_impl. */
@@ -212,27 +227,28 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 	const float *sr0 = nullptr, *sr1 = nullptr;
 	long long cpb = 1, cb = 0, nb = 0, nbc = 1;
 	float sc0 = 1.0f, sc1 = 1.0f, nx0 = 1.0f, nx1 = 1.0f;
-	/* W4: the zero points of rows g and g + 8, as 2^23 + z */
+	/* W4: the zero points and BF16 scales of rows g and g + 8, as the
+	 * words w4x4_bf16 takes: this group's (zz, ss) and the next one's */
 	const uint8_t *zr0 = nullptr, *zr1 = nullptr;
-	float zf0 = 0.0f, zf1 = 0.0f, nz0 = 0.0f, nz1 = 0.0f;
+	const unsigned short *wr0s = nullptr, *wr1s = nullptr;
+	uint32_t zz0 = 0, zz1 = 0, nzz0 = 0, nzz1 = 0, ss0 = 0, ss1 = 0, nss0 = 0, nss1 = 0;
 	if (FMT == GTC_W4) {
 		const atlas_w4b_head_k *h0 = (const atlas_w4b_head_k *)wb0;
 		const atlas_w4b_head_k *h1 = (const atlas_w4b_head_k *)wb1;
 		nbc = h0->ng;
 		cpb = h0->g >= K ? nch : h0->g / 32;
-		sr0 = (const float *)(wb0 + h0->s_off) + r0 * nbc;
-		sr1 = (const float *)(wb1 + h1->s_off) + r1 * nbc;
+		wr0s = (const unsigned short *)(wb0 + h0->s_off) + r0 * nbc;
+		wr1s = (const unsigned short *)(wb1 + h1->s_off) + r1 * nbc;
 		zr0 = (const uint8_t *)(wb0 + h0->z_off) + r0 * nbc;
 		zr1 = (const uint8_t *)(wb1 + h1->z_off) + r1 * nbc;
 		cb = ch0 / cpb;
 		nb = (cb + 1) * cpb;
 		if (ch0 < ch1) {
-			sc0 = __ldg(sr0 + cb), sc1 = __ldg(sr1 + cb);
-			zf0 = 8388608.0f + __ldg(zr0 + cb), zf1 = 8388608.0f + __ldg(zr1 + cb);
+			ss0 = w4_ss(__ldg(wr0s + cb)), ss1 = w4_ss(__ldg(wr1s + cb));
+			zz0 = w4_zz(__ldg(zr0 + cb)), zz1 = w4_zz(__ldg(zr1 + cb));
 			if (cb + 1 < nbc) {
-				nx0 = __ldg(sr0 + cb + 1), nx1 = __ldg(sr1 + cb + 1);
-				nz0 = 8388608.0f + __ldg(zr0 + cb + 1);
-				nz1 = 8388608.0f + __ldg(zr1 + cb + 1);
+				nss0 = w4_ss(__ldg(wr0s + cb + 1)), nss1 = w4_ss(__ldg(wr1s + cb + 1));
+				nzz0 = w4_zz(__ldg(zr0 + cb + 1)), nzz1 = w4_zz(__ldg(zr1 + cb + 1));
 			}
 		}
 	}
@@ -279,20 +295,21 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 			if (ch == nb) { /* into the next group */
 				cb++;
 				nb += cpb;
-				sc0 = nx0, sc1 = nx1, zf0 = nz0, zf1 = nz1;
+				ss0 = nss0, ss1 = nss1, zz0 = nzz0, zz1 = nzz1;
 				if (cb + 1 < nbc) {
-					nx0 = __ldg(sr0 + cb + 1), nx1 = __ldg(sr1 + cb + 1);
-					nz0 = 8388608.0f + __ldg(zr0 + cb + 1);
-					nz1 = 8388608.0f + __ldg(zr1 + cb + 1);
+					nss0 = w4_ss(__ldg(wr0s + cb + 1));
+					nss1 = w4_ss(__ldg(wr1s + cb + 1));
+					nzz0 = w4_zz(__ldg(zr0 + cb + 1));
+					nzz1 = w4_zz(__ldg(zr1 + cb + 1));
 				}
 			}
 			/* 2-byte reads: unit 2s + (c >> 1), bytes 2 (c & 1) .. +1 */
 			const uint16_t *r16 = (const uint16_t *)r;
 			const int u0 = 4 * g + ((c >> 1) ^ (g & 2)), u1 = 4 * g + ((2 + (c >> 1)) ^ (g & 2));
-			wa0 = w4x4_bf16(r16[8 * u0 + (c & 1)], zf0, sc0);
-			wb0 = w4x4_bf16(r16[256 + 8 * u0 + (c & 1)], zf1, sc1);
-			wa1 = w4x4_bf16(r16[8 * u1 + (c & 1)], zf0, sc0);
-			wb1 = w4x4_bf16(r16[256 + 8 * u1 + (c & 1)], zf1, sc1);
+			wa0 = w4x4_bf16(r16[8 * u0 + (c & 1)], zz0, ss0);
+			wb0 = w4x4_bf16(r16[256 + 8 * u0 + (c & 1)], zz1, ss1);
+			wa1 = w4x4_bf16(r16[8 * u1 + (c & 1)], zz0, ss0);
+			wb1 = w4x4_bf16(r16[256 + 8 * u1 + (c & 1)], zz1, ss1);
 		} else if (FMT == GTC_F8) {
 			if (ch == nb) { /* into the next scale block */
 				cb++;

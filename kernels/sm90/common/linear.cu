@@ -459,10 +459,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv_f8(const __grid_
  * x is paired to match (bytes permuted), and every column of B carries
  * the same x, so column 0 of D is the product. Mma k-slots 2t.. and
  * 2t+8.. are the lane's own pairs: any order of k is a dot product.
- * Scales: where a chunk lies in one group (g a multiple of 128, or the
- * row) the chunk's FP32 sum is multiplied by the FP32 scale; otherwise
- * (g 32 or 64) A is multiplied by the scale rounded to BF16 first (one
- * rounding of an exact product: within the BF16 rounding W has anyway).
+ * Scales (BF16): where a chunk lies in one group (g a multiple of 128,
+ * or the row) the chunk's FP32 sum is multiplied by the scale; otherwise
+ * (g 32 or 64) A is multiplied by it, giving W's own BF16 values.
  * Its own sums: batch-invariant mode takes the tensor-core GEMV. */
 #ifndef GEMV_W4_UNROLL
 #define GEMV_W4_UNROLL 4
@@ -537,8 +536,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) atlas_gemv_w4(const __grid_
 	const unsigned g0 = (unsigned)h0->g, g1 = (unsigned)h1->g;
 	/* FP32 scales after each chunk where a chunk is one group */
 	const bool pre = !((g0 % 128 == 0 || h0->ng == 1) && (g1 % 128 == 0 || h1->ng == 1));
-	const float *s0 = (const float *)((const char *)w0 + h0->s_off) + (l0 ? n0 : 0) * h0->ng;
-	const float *s1 = (const float *)((const char *)w1 + h1->s_off) + (l1 ? n1 : 0) * h1->ng;
+	const unsigned short *s0 =
+	    (const unsigned short *)((const char *)w0 + h0->s_off) + (l0 ? n0 : 0) * h0->ng;
+	const unsigned short *s1 =
+	    (const unsigned short *)((const char *)w1 + h1->s_off) + (l1 ? n1 : 0) * h1->ng;
 	const uint8_t *z0 = (const uint8_t *)w0 + h0->z_off + (l0 ? n0 : 0) * h0->ng;
 	const uint8_t *z1 = (const uint8_t *)w1 + h1->z_off + (l1 ? n1 : 0) * h1->ng;
 	const bf16 *x = (const bf16 *)a.x;
@@ -567,13 +568,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) atlas_gemv_w4(const __grid_
 			const unsigned i0 = ok ? (unsigned)col / g0 : 0, i1 = ok ? (unsigned)col / g1 : 0;
 			const float zf0 = l0 && ok ? (float)__ldg(z0 + i0) : 0.0f;
 			const float zf1 = l1 && ok ? (float)__ldg(z1 + i1) : 0.0f;
-			const float sf0 = l0 && ok ? __ldg(s0 + i0) : 0.0f;
-			const float sf1 = l1 && ok ? __ldg(s1 + i1) : 0.0f;
+			/* BF16 scales (0 for a dead row or column) */
+			const unsigned sb0 = l0 && ok ? __ldg(s0 + i0) : 0u;
+			const unsigned sb1 = l1 && ok ? __ldg(s1 + i1) : 0u;
+			const float sf0 = __uint_as_float(sb0 << 16), sf1 = __uint_as_float(sb1 << 16);
 			const unsigned zz0 = w4_bf2(128.0f + zf0, 128.0f + zf0);
 			const unsigned zz1 = w4_bf2(128.0f + zf1, 128.0f + zf1);
 			if (pre) {
-				w4_chunk(d, r0[u], r1[u], x, col, ok, zz0, zz1, w4_bf2(sf0, sf0),
-					 w4_bf2(sf1, sf1), true);
+				w4_chunk(d, r0[u], r1[u], x, col, ok, zz0, zz1, sb0 | sb0 << 16,
+					 sb1 | sb1 << 16, true);
 			} else {
 				float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 				w4_chunk(e, r0[u], r1[u], x, col, ok, zz0, zz1, 0, 0, false);
