@@ -211,6 +211,26 @@ static bool f8b_native(const struct atlas_model *m)
 	       !(e && !strcmp(e, "0"));
 }
 
+/* Hand the host blob (malloc'd, `bytes` long) of matrix `name` to the
+ * backend as w, of dtype dt; the blob is freed or kept (a host backend
+ * uses it in place). 1, or < 0 on error. */
+static int upload_blob(struct atlas_model *m, struct weight *w, char *blob, int64_t bytes,
+		       enum atlas_dtype dt, const char *name)
+{
+	w->p = m->be->weight_upload(m->be, blob, (size_t)bytes);
+	if (!w->p) {
+		free(blob);
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot load tensor '%s'", name);
+	}
+	if (w->p == blob)
+		w->own = blob; /* used in place (host backends) */
+	else
+		free(blob);
+	w->dtype = dt;
+	w->nbytes = (size_t)bytes;
+	return 1;
+}
+
 /* Matrix `name` [d0, d1] of an FP8 checkpoint handed over as an F8B blob
  * (backend.h): its bytes as stored and its scales as FP32. 1 when it
  * was; 0 when it is not stored as FP8 or its layout does not suit the
@@ -234,18 +254,7 @@ static int bind_f8b(struct atlas_model *m, struct weight *w, const char *name, i
 	memcpy(blob, head, sizeof(head));
 	memcpy(blob + ATLAS_F8B_HEAD, v.q, (size_t)(d0 * d1));
 	atlas_quant_f8_scales(&v, d0, d1, (float *)(blob + atlas_f8b_scale_off(d0, d1)));
-	w->p = m->be->weight_upload(m->be, blob, (size_t)bytes);
-	if (!w->p) {
-		free(blob);
-		return atlas_error_wrap(ATLAS_ENOMEM, "cannot load tensor '%s'", name);
-	}
-	if (w->p == blob)
-		w->own = blob; /* used in place (host backends) */
-	else
-		free(blob);
-	w->dtype = ATLAS_DTYPE_F8B;
-	w->nbytes = (size_t)bytes;
-	return 1;
+	return upload_blob(m, w, blob, bytes, ATLAS_DTYPE_F8B, name);
 }
 
 /* Whether m keeps 4-bit integer matrices at half a byte a weight
@@ -310,19 +319,8 @@ static int bind_w4b(struct atlas_model *m, struct weight *w, const char *name, i
 	memcpy(blob, head, sizeof(head));
 	pack_w4b(blob, &v, d0, d1);
 	atlas_quant_int_free(&v);
-	w->p = m->be->weight_upload(m->be, blob, (size_t)bytes);
-	if (!w->p) {
-		free(blob);
-		return atlas_error_wrap(ATLAS_ENOMEM, "cannot load tensor '%s'", name);
-	}
-	if (w->p == blob)
-		w->own = blob; /* used in place (host backends) */
-	else
-		free(blob);
-	w->dtype = ATLAS_DTYPE_W4B;
-	w->nbytes = (size_t)bytes;
 	m->w4b_kept++;
-	return 1;
+	return upload_blob(m, w, blob, bytes, ATLAS_DTYPE_W4B, name);
 }
 
 static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,

@@ -314,6 +314,32 @@ static int last_logits(struct atlas_model *m, float **out)
 	return rc;
 }
 
+/* The last logits of model b (a blob path: F8B or W4B) against those of
+ * a (dequantized at load): within 1e-2 relative L2, not equal (W was
+ * rounded to BF16: the blob path really ran), the same argmax. */
+static void blob_logits(struct atlas_model *a, struct atlas_model *b, const char *what)
+{
+	float *la = NULL, *lb = NULL;
+	CHECK_EQ_INT(last_logits(a, &la), 0);
+	CHECK_EQ_INT(last_logits(b, &lb), 0);
+	const int64_t V = atlas_model_config(a)->vocab_size;
+	double d2 = 0, r2 = 0;
+	int64_t ia = 0, ib = 0;
+	for (int64_t i = 0; la && lb && i < V; i++) {
+		d2 += (double)(la[i] - lb[i]) * (la[i] - lb[i]);
+		r2 += (double)la[i] * la[i];
+		ia = la[i] > la[ia] ? i : ia;
+		ib = lb[i] > lb[ib] ? i : ib;
+	}
+	printf("# %s: blob logits against dequantized: relative L2 %.3g, argmax %lld / %lld\n",
+	       what, r2 > 0 ? sqrt(d2 / r2) : -1.0, (long long)ia, (long long)ib);
+	CHECK(r2 > 0 && sqrt(d2 / r2) < 1e-2);
+	CHECK(d2 > 0);
+	CHECK_EQ_INT(ia, ib);
+	free(la);
+	free(lb);
+}
+
 /* An FP8 checkpoint on a backend that takes F8B blobs (the CUDA path;
  * here the CPU's reference matmul for them) keeps its linear layers at
  * one byte a weight, and gives the logits of the dequantized model up
@@ -340,24 +366,7 @@ static void test_fp8_native(void)
 		       (long long)wb);
 		CHECK(wa - wb > 100000);
 		CHECK_EQ_INT(atlas_model_weight_bytes(c), wa);
-		float *la = NULL, *lb = NULL;
-		CHECK_EQ_INT(last_logits(a, &la), 0);
-		CHECK_EQ_INT(last_logits(b, &lb), 0);
-		const int64_t V = atlas_model_config(a)->vocab_size;
-		double d2 = 0, r2 = 0;
-		int64_t ia = 0, ib = 0;
-		for (int64_t i = 0; i < V; i++) {
-			d2 += (double)(la[i] - lb[i]) * (la[i] - lb[i]);
-			r2 += (double)la[i] * la[i];
-			ia = la[i] > la[ia] ? i : ia;
-			ib = lb[i] > lb[ib] ? i : ib;
-		}
-		printf("# %s: F8B logits against dequantized: relative L2 %.3g, argmax %lld / %lld\n",
-		       fx[f], sqrt(d2 / r2), (long long)ia, (long long)ib);
-		CHECK(r2 > 0 && sqrt(d2 / r2) < 1e-2);
-		CHECK(d2 > 0); /* W was rounded to BF16: the F8B path really ran */
-		free(la);
-		free(lb);
+		blob_logits(a, b, fx[f]);
 		atlas_model_free(a);
 		atlas_model_free(b);
 		atlas_model_free(c);
@@ -393,25 +402,7 @@ static void test_w4_native(void)
 		CHECK(wa - wb > 120000);
 		CHECK_EQ_INT(atlas_model_weight_bytes(c), wa);
 		CHECK_EQ_INT(atlas_model_weight_bytes(e), atlas_model_weight_bytes(d));
-		float *la = NULL, *lb = NULL;
-		CHECK_EQ_INT(last_logits(a, &la), 0);
-		CHECK_EQ_INT(last_logits(b, &lb), 0);
-		const int64_t V = atlas_model_config(a)->vocab_size;
-		double d2 = 0, r2 = 0;
-		int64_t ia = 0, ib = 0;
-		for (int64_t i = 0; i < V; i++) {
-			d2 += (double)(la[i] - lb[i]) * (la[i] - lb[i]);
-			r2 += (double)la[i] * la[i];
-			ia = la[i] > la[ia] ? i : ia;
-			ib = lb[i] > lb[ib] ? i : ib;
-		}
-		printf("# W4B logits against dequantized: relative L2 %.3g, argmax %lld / %lld\n",
-		       sqrt(d2 / r2), (long long)ia, (long long)ib);
-		CHECK(r2 > 0 && sqrt(d2 / r2) < 1e-2);
-		CHECK(d2 > 0); /* W was rounded to BF16: the W4B path really ran */
-		CHECK_EQ_INT(ia, ib);
-		free(la);
-		free(lb);
+		blob_logits(a, b, "quant-gptq-g32");
 	}
 	atlas_model_free(a);
 	atlas_model_free(b);
