@@ -20,8 +20,8 @@
  * Shapes: Qwen3-0.6B, Qwen3-8B and Llama3-8B as they are, and the
  * Qwen3-0.6B sizes as a Qwen2 model (random q/k/v biases, no q/k norm)
  * and as a Mistral model with an 80-key sliding window, and with 16 kv
- * heads (one query head each) run to 600 tokens (attention items of
- * several tiles).
+ * heads (one query head each) run to 400 and to 1500 tokens (attention
+ * items of several tiles).
  * Prints TAP; needs a GPU: without one it prints a skip line and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -379,8 +379,12 @@ int main(void)
 	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0);     /* q/k/v biases, no q/k norm */
 	test_shape("qwen3-0.6b", "mistral", 80, 0, 0); /* a window the long run passes */
 	/* one query head a kv head: 16 kv heads leave 8 splits (132 SMs),
-	 * so at 600 keys an attention item walks 3 tiles */
-	test_shape("qwen3-0.6b", NULL, 0, 16, 600);
+	 * so at 400 keys an attention item walks 2 tiles (the new key in
+	 * the second, which went out before phase B with the default 3
+	 * tile buffers) and at 1500 keys 6 (the buffers go round twice;
+	 * the new key's tile is copied after the key is stored) */
+	test_shape("qwen3-0.6b", NULL, 0, 16, 400);
+	test_shape("qwen3-0.6b", NULL, 0, 16, 1500);
 	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
 	       "steps\n",
 	       all_worst, TOL, (long long)all_agree, (long long)all_steps);

@@ -252,6 +252,28 @@ static __device__ __forceinline__ float att_dot8(float4 a, float4 b, const float
 	return fmaf(b.w, k[7], d);
 }
 
+/* d[4g + u] = the lane's partial dot product of query head g with key
+ * u (dims 8 lane .. + 8), for heads g < NH; zero for the others. */
+template <int NH>
+static __device__ __forceinline__ void att_dots(float (&d)[32], const float (*qs)[ATT_MAXHD],
+						const float (&kf)[4][8], int lane)
+{
+#pragma unroll
+	for (int g = 0; g < ATT_GH; g++) {
+		if (g >= NH) {
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				d[4 * g + u] = 0.0f;
+			continue;
+		}
+		const float4 qa = *(const float4 *)&qs[g][lane * 8];
+		const float4 qb = *(const float4 *)&qs[g][lane * 8 + 4];
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			d[4 * g + u] = att_dot8(qa, qb, kf[u]);
+	}
+}
+
 /* Eight floats, bf16-rounded, to 16-byte aligned p. */
 static __device__ __forceinline__ void att_store8(bf16 *p, const float *o)
 {
@@ -393,14 +415,14 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 #pragma unroll
 				for (int u = 0; u < 4; u++)
 					atlas_unpack8(kr[4 * c + u], kf[u]);
-#pragma unroll
-				for (int g = 0; g < ATT_GH; g++) {
-					const float4 qa = *(const float4 *)&qs[g][lane * 8];
-					const float4 qb = *(const float4 *)&qs[g][lane * 8 + 4];
-#pragma unroll
-					for (int u = 0; u < 4; u++)
-						d[4 * g + u] = att_dot8(qa, qb, kf[u]);
-				}
+				/* with 4 heads or fewer in the group (Qwen3-8B has 4),
+				 * heads 4..7 score zero without their dot products; the
+				 * reduce-scatter never mixes heads, so the others' bits
+				 * are unchanged */
+				if (gn > ATT_GH / 2)
+					att_dots<ATT_GH>(d, qs, kf, lane);
+				else
+					att_dots<ATT_GH / 2>(d, qs, kf, lane);
 				const float sc = att_reduce_scatter32(d, lane);
 				const int g = lane >> 2, i = i0 + (4 * c + (lane & 3)) * nwarps;
 				if (g < gn && i < nc)
