@@ -379,10 +379,9 @@ int main(void)
 	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0);     /* q/k/v biases, no q/k norm */
 	test_shape("qwen3-0.6b", "mistral", 80, 0, 0); /* a window the long run passes */
 	/* one query head a kv head: 16 kv heads leave 8 splits (132 SMs),
-	 * so at 400 keys an attention item walks 2 tiles (the new key in
-	 * the second, which went out before phase B with the default 3
-	 * tile buffers) and at 1500 keys 6 (the buffers go round twice;
-	 * the new key's tile is copied after the key is stored) */
+	 * so at 400 keys an attention item walks 2 tiles and at 1500 keys
+	 * 6 (the new key in a later tile than the first: read back from
+	 * the cache after it is stored) */
 	test_shape("qwen3-0.6b", NULL, 0, 16, 400);
 	test_shape("qwen3-0.6b", NULL, 0, 16, 1500);
 	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
