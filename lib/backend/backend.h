@@ -37,6 +37,17 @@ struct atlas_kv_batch {
 	int64_t max_keys;            /* most keys any token sees (<= max_blocks*block_size) */
 };
 
+/* The element format of the paged KV cache (--kv-dtype; kvq.h has the
+ * row layouts and the host reference of each). A backend's kv_store and
+ * attention ops read and write the cache in be->kv_dtype. */
+enum atlas_kv_dtype {
+	ATLAS_KV_AUTO = 0, /* the activation type: F32 on the CPU, BF16 on CUDA */
+	ATLAS_KV_BF16,     /* BF16 */
+	ATLAS_KV_FP8,      /* FP8 E4M3, an FP32 scale per (token, kv head) row */
+	ATLAS_KV_Q4,       /* 4-bit codes of a Hadamard-rotated row, an F16
+			    * scale per 32 values */
+};
+
 /* A weight of dtype ATLAS_DTYPE_F8B: an [N, K] matrix of FP8 E4M3 values
  * q with an FP32 scale per [bo, bi] block, as one blob of backend memory
  * (what an FP8 checkpoint stores, kept at one byte a weight so that decode
@@ -230,6 +241,9 @@ struct atlas_backend {
 				     * the same bits whatever else is in the batch
 				     * (one kernel per op for all T, no T-dependent
 				     * paths); the server sets it */
+	enum atlas_kv_dtype kv_dtype; /* set by the model before it allocates
+				     * its cache: the format kv_store writes and
+				     * attention reads (kvq.h) */
 	bool f8b_weights;           /* matmul, matmul_multi and matmul_swiglu take
 				     * ATLAS_DTYPE_F8B weights: FP8 checkpoints
 				     * then load at one byte a weight instead of
@@ -307,17 +321,22 @@ struct atlas_backend {
 	int (*rope)(struct atlas_backend *be, void *x, const int32_t *pos,
 		    const float *inv_freq, int64_t T, int64_t H, int64_t hd);
 	/* Store the K and V rows of T tokens into the paged cache: row t of
-	 * k, v ([T, row] each) goes to cache row slot[t] of kc, vc
-	 * ([n_slots, row]); slot [T] int32 in backend memory. */
+	 * k, v ([T, Hkv*hd] each, act_dtype) goes to cache row slot[t] of kc,
+	 * vc, in be->kv_dtype (rows of atlas_kv_row_bytes bytes, kvq.h);
+	 * slot [T] int32 in backend memory. */
 	int (*kv_store)(struct atlas_backend *be, void *kc, void *vc, const void *k,
-			const void *v, const int32_t *slot, int64_t T, int64_t row);
+			const void *v, const int32_t *slot, int64_t T, int64_t Hkv,
+			int64_t hd);
 	/* Causal attention of the T tokens of a batch against the paged KV
 	 * cache (which already holds their own keys and values): token t of
 	 * sequence b->seq_of[t] at position p = b->pos[t] sees the keys at
 	 * positions max(0, p-window+1)..p of its sequence (window 0 = all),
 	 * key j being cache row block_tables[seq][j / block_size] *
 	 * block_size + j % block_size. q, out [T,H,hd]; kc, vc
-	 * [n_slots, Hkv, hd]. GQA: head h reads kv head h / (H/Hkv). */
+	 * [n_slots, Hkv, hd] in be->kv_dtype (kvq.h: a quantized cache is
+	 * dequantized as it is read; with q4, q is rotated as the keys were
+	 * and the output rotated back, so the op's meaning is unchanged).
+	 * GQA: head h reads kv head h / (H/Hkv). */
 	int (*attention)(struct atlas_backend *be, void *out, const void *q,
 			 const void *kc, const void *vc,
 			 const struct atlas_kv_batch *b, int64_t T, int64_t H,

@@ -147,7 +147,7 @@ static int run(struct bufs *b, const struct atlas_config *c, const struct call *
 	if (!strcmp(k->op, "rope"))
 		return be->rope(be, b->y, b->pos, b->inv_freq, T, c->num_heads, hd);
 	if (!strcmp(k->op, "kv_store"))
-		return be->kv_store(be, b->kc, b->vc, b->x, b->z, b->slot, T, k->N);
+		return be->kv_store(be, b->kc, b->vc, b->x, b->z, b->slot, T, c->num_kv_heads, hd);
 	if (!strcmp(k->op, "attention")) {
 		struct atlas_kv_batch kb = {b->seq_of, b->pos, b->tables, 1, b->blocks, 16, context};
 		return be->attention(be, b->y, b->x, b->kc, b->vc, &kb, T, c->num_heads,

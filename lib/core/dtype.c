@@ -88,6 +88,26 @@ uint16_t atlas_f32_to_f16(float f)
 	return sign | (uint16_t)(r >> 13);
 }
 
+uint8_t atlas_f32_to_f8e4m3(float f)
+{
+	if (isnan(f))
+		return 0x7F;
+	uint8_t sign = signbit(f) ? 0x80 : 0;
+	float a = fabsf(f);
+	if (a >= 448.0f)
+		return sign | 0x7E;
+	if (a < 0x1p-6f) /* subnormal: m / 8 * 2^-6; m = 8 is the smallest normal */
+		return sign | (uint8_t)lrintf(a * 0x1p9f);
+	int e;
+	frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+	e -= 1;        /* a = 1.m * 2^e */
+	long m = lrintf((ldexpf(a, -e) - 1.0f) * 8.0f);
+	if (m == 8)
+		m = 0, e++;
+	int code = ((e + 7) << 3) | (int)m;
+	return sign | (uint8_t)(code > 0x7E ? 0x7E : code);
+}
+
 float atlas_f8e4m3_to_f32(uint8_t v)
 {
 	int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;

@@ -58,6 +58,10 @@ static inline uint16_t atlas_f32_to_bf16(float f)
 float atlas_f16_to_f32(uint16_t h);
 uint16_t atlas_f32_to_f16(float f);
 float atlas_f8e4m3_to_f32(uint8_t v);
+/* FP32 to F8_E4M3 (the "fn" variant: no infinities), round to nearest
+ * even, saturating at +-448; NaN gives 0x7F (as CUDA's
+ * __nv_cvt_float_to_fp8 with __NV_SATFINITE). */
+uint8_t atlas_f32_to_f8e4m3(float f);
 /* n elements of src (F32, F16 or BF16) into dst in d (F32, F16 or BF16),
  * rounding to nearest even; a plain copy when the dtypes agree. */
 void atlas_dtype_convert(void *dst, enum atlas_dtype d, const void *src, enum atlas_dtype s,

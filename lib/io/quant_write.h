@@ -19,6 +19,8 @@
 
 #include <stdint.h>
 
+#include "../core/dtype.h"
+
 enum atlas_quant_scheme {
 	ATLAS_QSCHEME_NONE = 0,
 	ATLAS_QSCHEME_FP8_BLOCK,   /* quant_method fp8, 128x128 blocks, BF16 weight_scale_inv */
@@ -32,10 +34,6 @@ enum atlas_quant_scheme {
 int atlas_quant_scheme_parse(const char *s, enum atlas_quant_scheme *out);
 /* The spelling above (static string; "none" for NONE). */
 const char *atlas_quant_scheme_name(enum atlas_quant_scheme s);
-
-/* FP32 to F8_E4M3 (the "fn" variant: no infinities), round to nearest
- * even, saturating at +-448; NaN gives 0x7F. */
-uint8_t atlas_f32_to_f8e4m3(float f);
 
 /* q [out, in], scale [ceil(out/bo), ceil(in/bi)] BF16 bits (edge blocks
  * partial). The channel scheme is bo = 1, bi = in. */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/kvq.h"
 #include "../comm/comm.h"
 #include "../core/error.h"
 #include "../core/log.h"
@@ -516,7 +517,7 @@ int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm)
 	return 0;
 }
 
-void atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p)
+int atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p)
 {
 	const struct atlas_config *c = &m->cfg;
 	m->max_ctx = p && p->max_context > 0 ? p->max_context
@@ -526,6 +527,19 @@ void atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *
 	m->block_size = p && p->block_size > 0 ? p->block_size : 16;
 	m->max_blocks = (m->max_ctx + m->block_size - 1) / m->block_size;
 	m->n_blocks = p && p->kv_blocks > 0 ? p->kv_blocks : m->max_seqs * m->max_blocks;
+	/* the cache's format: the backend's ops read it from be->kv_dtype;
+	 * BF16 is the activation type on a BF16 backend */
+	m->kv_dt = p ? p->kv_dtype : ATLAS_KV_AUTO;
+	if (m->kv_dt == ATLAS_KV_BF16 && m->be->act_dtype == ATLAS_DTYPE_BF16)
+		m->kv_dt = ATLAS_KV_AUTO;
+	if ((unsigned)m->kv_dt > ATLAS_KV_Q4)
+		return atlas_error(ATLAS_EINVAL, "unknown KV cache format %d", (int)m->kv_dt);
+	int rc = atlas_kv_check(m->kv_dt, c->head_dim);
+	if (rc)
+		return rc;
+	m->be->kv_dtype = m->kv_dt;
+	m->kv_row = (size_t)atlas_kv_row_bytes(m->kv_dt, m->act, m->Hkv_loc, c->head_dim);
+	return 0;
 }
 
 int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_family *fam)
@@ -677,8 +691,7 @@ static int size_memory(struct atlas_model *m)
 		     rows * 4 * (size_t)c->vocab_size +
 		     (size_t)m->max_seqs * (size_t)c->hidden_size * a + moe_scratch_bytes(m) +
 		     16 * pad;
-	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) *
-		    (size_t)kvd * a;
+	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * m->kv_row;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
 	/* to_f32 staging and sampling scratch grow on first use */
@@ -716,7 +729,8 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	if (!(m->fam = atlas_family_find(c)) || atlas_decoder_check_config(c, m->fam) ||
 	    atlas_decoder_set_parallel(m, p ? p->comm : NULL))
 		goto fail;
-	atlas_decoder_size(m, p);
+	if (atlas_decoder_size(m, p))
+		goto fail;
 	if (m->fam->moe && !be->moe) {
 		atlas_error(ATLAS_EUNSUPPORTED,
 			    "'%s' is a mixture-of-experts model and backend '%s' has no MoE op "
@@ -806,10 +820,11 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 			   "MLP rows %lld..%lld", m->comm->rank, m->comm->world, (long long)m->q0,
 			   (long long)m->kv0, (long long)m->Hkv_loc, (long long)m->f0,
 			   (long long)(m->f0 + m->F_loc - 1));
-	atlas_info("KV cache: %lld blocks of %lld tokens (%lld MiB)", (long long)m->n_blocks,
+	atlas_info("KV cache: %lld blocks of %lld tokens, %s (%lld MiB)", (long long)m->n_blocks,
 		   (long long)m->block_size,
+		   m->kv_dt ? atlas_kv_dtype_name(m->kv_dt) : atlas_dtype_name(be->act_dtype),
 		   (long long)((2 * c->num_layers * m->n_blocks * m->block_size *
-				m->Hkv_loc * c->head_dim * (int64_t)m->act) >> 20));
+				(int64_t)m->kv_row) >> 20));
 	if (m->w4b_dequant)
 		atlas_info("W4B: %d of %d linear matrices kept in 4 bits; %d dequantized (act-order "
 			   "groups, groups not a multiple of 32 columns, or rows not a multiple of 32)",

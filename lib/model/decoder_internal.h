@@ -121,8 +121,11 @@ struct atlas_model {
 	/* activation buffers, max_tokens rows each */
 	void *x, *h, *q, *k, *v, *att, *o, *g, *u, *sel;
 	float *logits;                    /* backend [max_tokens, V], FP32 always */
-	/* KV pool: K then V, each [num_layers][n_blocks * block_size][Hkv*hd] */
+	/* KV pool: K then V, each [num_layers][n_blocks * block_size] rows
+	 * of kv_row bytes (Hkv*hd values in format kv_dt, kvq.h) */
 	void *kv;                         /* backend */
+	enum atlas_kv_dtype kv_dt;        /* the cache's format (--kv-dtype) */
+	size_t kv_row;                    /* bytes of one token's K (or V) row */
 	int64_t block_size;               /* tokens per block */
 	int64_t n_blocks;                 /* blocks in the pool */
 	int64_t max_blocks;               /* blocks per sequence at most */
@@ -203,7 +206,7 @@ int atlas_decoder_check_config(const struct atlas_config *c, const struct atlas_
 int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm);
 /* Context, sequences, tokens per step and KV blocks of m from p (NULL or
  * zero fields: the defaults) and m->cfg. */
-void atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p);
+int atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p);
 int atlas_decoder_alloc_buffers(struct atlas_model *m);
 
 /* decoder.c, for moe.c: bind tensor `name` of shape [d0] or [d0, d1]

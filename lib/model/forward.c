@@ -50,8 +50,7 @@
 static void *kv_pool(struct atlas_model *m, int which, int64_t l)
 {
 	const struct atlas_config *c = &m->cfg;
-	size_t per_layer = (size_t)(m->n_blocks * m->block_size) *
-			   (size_t)(m->Hkv_loc * c->head_dim) * m->act;
+	size_t per_layer = (size_t)(m->n_blocks * m->block_size) * m->kv_row;
 	return (char *)m->kv + ((size_t)which * (size_t)c->num_layers + (size_t)l) * per_layer;
 }
 
@@ -95,7 +94,7 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 		}
 		TRY(be->rope(be, m->q, m->d_pos, m->inv_freq, T, H, hd));
 		TRY(be->rope(be, m->k, m->d_pos, m->inv_freq, T, Hkv, hd));
-		TRY(be->kv_store(be, kc, vc, m->k, m->v, m->d_slot, T, Hkv * hd));
+		TRY(be->kv_store(be, kc, vc, m->k, m->v, m->d_slot, T, Hkv, hd));
 	}
 	TRY(be->attention(be, m->att, m->q, kc, vc, kb, T, H, Hkv, hd, window,
 			  1.0f / sqrtf((float)hd)));
@@ -443,9 +442,10 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 	struct atlas_backend *be = m->be;
 	const struct atlas_config *c = &m->cfg;
 	const int64_t nl = c->num_layers;
-	/* the fused stack is dense-only: an MoE model never reaches it */
+	/* the fused stack is dense-only: an MoE model never reaches it; it
+	 * reads a BF16 cache (a quantized one runs op by op) */
 	if (!be->fused_prepare || m->comm->world != 1 || be->act_dtype != ATLAS_DTYPE_BF16 ||
-	    nl < 1 || m->moe)
+	    nl < 1 || m->moe || m->kv_dt != ATLAS_KV_AUTO)
 		return;
 	const struct layer *L0 = &m->layers[0];
 	const enum atlas_dtype wdt = L0->wq.dtype, nwdt = L0->ln1.dtype;

@@ -45,8 +45,7 @@ int atlas_kvpool_init(struct atlas_model *m)
 {
 	const struct atlas_config *c = &m->cfg;
 	size_t rows = (size_t)(m->n_blocks * m->block_size);
-	size_t bytes = 2 * (size_t)c->num_layers * rows *
-		       (size_t)(m->Hkv_loc * c->head_dim) * m->act;
+	size_t bytes = 2 * (size_t)c->num_layers * rows * m->kv_row;
 	m->meta_stride = (m->max_tokens + 63) / 64 * 64;
 	size_t nt = (size_t)m->meta_stride * sizeof(int32_t);
 	size_t nb = (size_t)(m->max_seqs * m->max_blocks) * sizeof(int32_t);
@@ -231,7 +230,7 @@ static int copy_last(struct atlas_seq *s)
 				   "a shared partial KV block cannot be copied with tensor parallelism");
 	/* one layer's K (or V) pool: n_blocks * B rows of `row` bytes, a
 	 * block's rows contiguous; K then V, layer by layer */
-	size_t row = (size_t)(m->Hkv_loc * m->cfg.head_dim) * m->act;
+	size_t row = m->kv_row;
 	size_t pool = (size_t)(m->n_blocks * B) * row;
 	int32_t from = s->blocks[i], to = take(m);
 	for (int64_t p = 0; p < 2 * m->cfg.num_layers; p++) {

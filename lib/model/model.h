@@ -28,6 +28,8 @@ struct atlas_model_params {
 	int64_t max_tokens;  /* tokens in one forward step; 0 = 128 */
 	int64_t block_size;  /* tokens per KV block; 0 = 16 */
 	int64_t kv_blocks;   /* blocks in the pool; 0 = enough for max_seqs full sequences */
+	enum atlas_kv_dtype kv_dtype; /* the cache's element format (--kv-dtype;
+			      * lib/backend/kvq.h); 0 = the activation type */
 	/* Tensor parallelism: load the model as rank comm->rank of
 	 * comm->world (not owned; must outlive the model). NULL: one rank.
 	 * Rank r keeps heads [r*H/P, (r+1)*H/P) of q/k/v (kv heads likewise,

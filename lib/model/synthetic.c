@@ -241,7 +241,7 @@ static size_t footprint(const struct atlas_model *m)
 		     rows * 4 * (size_t)c->vocab_size + (size_t)m->max_seqs * (size_t)D * a +
 		     (md.n_experts ? atlas_moe_scratch_bytes(&md, m->max_tokens) : 0) +
 		     (md.n_experts && m->comm->rank > 0 ? rows * (size_t)D * a : 0) + 16 * pad;
-	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * (size_t)kvd * a;
+	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * m->kv_row;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
 	size_t scratch = rows * (size_t)c->vocab_size * 4 + 64 * 2 * (size_t)c->vocab_size * 4 + 4 * pad;
@@ -296,7 +296,8 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 		m->f8b = !w4;
 		m->w4b = w4;
 	}
-	atlas_decoder_size(m, p);
+	if (atlas_decoder_size(m, p))
+		goto fail;
 	if (be->reserve && be->reserve(be, footprint(m)))
 		goto fail;
 	if (be->specialize && be->specialize(be, m->fam->name, "bf16"))

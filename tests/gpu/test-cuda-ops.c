@@ -348,8 +348,8 @@ static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int
 	gpu->upload(gpu, dpos, pos, (size_t)nt * 4);
 	gpu->upload(gpu, dslot, slot, (size_t)nt * 4);
 	char what[128];
-	CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, nt, row), 0);
-	CHECK_EQ_INT(gpu->kv_store(gpu, kc.d, vc.d, k.d, v.d, dslot, nt, row), 0);
+	CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, nt, Hkv, hd), 0);
+	CHECK_EQ_INT(gpu->kv_store(gpu, kc.d, vc.d, k.d, v.d, dslot, nt, Hkv, hd), 0);
 	snprintf(what, sizeof(what), "kv_store T=%lld row=%lld", (long long)nt, (long long)row);
 	compare(what, &kc, kc.h, slots * row);
 	struct atlas_kv_batch hb = {seq, pos, tab, nseq, nb, B, S};
@@ -824,7 +824,7 @@ static void test_fused(void)
 			}
 			CHECK_EQ_INT(cpu->rope(cpu, q.h, pos, freq, T, H, hd), 0);
 			CHECK_EQ_INT(cpu->rope(cpu, k.h, pos, freq, T, Hkv, hd), 0);
-			CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, T, row), 0);
+			CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, T, Hkv, hd), 0);
 			snprintf(what, sizeof(what), "qk_rope_store T=%lld H=%lld Hkv=%lld hd=%lld%s",
 				 (long long)T, (long long)H, (long long)Hkv, (long long)hd,
 				 norm ? " norm" : "");

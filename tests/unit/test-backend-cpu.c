@@ -445,7 +445,7 @@ static void test_kv_store(void)
 	int32_t slot[5] = {3, 39, 0, 17, 18};
 	poison(kc, slots * row);
 	poison(vc, slots * row);
-	CHECK_EQ_INT(be->kv_store(be, kc, vc, k, v, slot, T, row), 0);
+	CHECK_EQ_INT(be->kv_store(be, kc, vc, k, v, slot, T, 3, row / 3), 0);
 	int ok = 1, untouched = 1;
 	for (int64_t t = 0; t < T; t++)
 		for (int64_t i = 0; i < row; i++)

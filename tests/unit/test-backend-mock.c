@@ -36,7 +36,7 @@ static void test_records_ops(void)
 	int32_t pos[2] = {7, 8}, seq_of[2] = {0, 0}, table[1] = {0}, slot[2] = {7, 8};
 	struct atlas_kv_batch kb = {.seq_of = seq_of, .pos = pos, .block_tables = table,
 				    .n_seq = 1, .max_blocks = 1, .block_size = 16, .max_keys = 9};
-	CHECK_EQ_INT(be->kv_store(be, a, a, a, a, slot, 2, 8), 0);
+	CHECK_EQ_INT(be->kv_store(be, a, a, a, a, slot, 2, 2, 4), 0);
 	CHECK_EQ_INT(be->attention(be, a, a, a, a, &kb, 2, 4, 2, 8, 0, 0.5f), 0);
 	CHECK_EQ_INT(be->swiglu(be, a, a, a, 2, 24), 0);
 	CHECK_EQ_INT(be->add(be, a, a, 48), 0);

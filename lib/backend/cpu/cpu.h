@@ -93,7 +93,7 @@ int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
 int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
 		   int64_t T, int64_t H, int64_t hd);
 int atlas_cpu_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
-		       const void *v, const int32_t *slot, int64_t T, int64_t row);
+		       const void *v, const int32_t *slot, int64_t T, int64_t Hkv, int64_t hd);
 int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
 			const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
 			int64_t Hkv, int64_t hd, int64_t window, float scale);

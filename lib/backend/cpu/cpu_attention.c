@@ -1,6 +1,8 @@
 /* cpu_attention.c - causal (optionally sliding-window) grouped-query
- * attention of a batch of tokens against the paged f32 KV cache, and the
- * store of new K/V rows into it, on the CPU.
+ * attention of a batch of tokens against the paged KV cache, and the
+ * store of new K/V rows into it, on the CPU. The cache is f32 (auto), or
+ * bf16, fp8 or q4 (be->kv_dtype, kvq.h): the reference of each format,
+ * a key or value row dequantized as it is read.
  *
  * Each (query, head) pair is independent, so they are the unit of
  * parallel work. For one pair: scores over the visible keys, softmax
@@ -9,6 +11,7 @@
  * contexts, else malloc'd once per task (not per pair).
  */
 #include "cpu.h"
+#include "../kvq.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -25,8 +28,10 @@
 struct attn_job {
 	float *out;	    /* [T,H,hd] */
 	const float *q;	    /* [T,H,hd] */
-	const float *kc;    /* [n_slots,Hkv,hd] */
-	const float *vc;    /* [n_slots,Hkv,hd] */
+	const float *kc;    /* [n_slots,Hkv,hd] (auto), or rows of rb bytes */
+	const float *vc;    /* likewise */
+	enum atlas_kv_dtype kvdt; /* the cache's format */
+	int64_t rb;         /* bytes of a cache row */
 	const struct atlas_kv_batch *b; /* token positions and block tables */
 	int64_t H, Hkv, hd; /* heads, kv heads, head size */
 	int64_t window;	    /* keys visible per query, 0 = all */
@@ -90,6 +95,66 @@ ATTN_CLONES static void attend(const struct attn_job *j, int64_t t, int64_t h, f
 			o[d] += pr * v[d];
 	}
 }
+#undef ROW
+
+/* Head kvh of cache row r as FP32 (a quantized cache's q4 rows stay
+ * rotated). */
+static void cache_head(const struct attn_job *j, const void *pool, int64_t r, int64_t kvh,
+		       float *out)
+{
+	const char *row = (const char *)pool + r * j->rb;
+	if (j->kvdt == ATLAS_KV_BF16) {
+		const uint16_t *b = (const uint16_t *)row + kvh * j->hd;
+		for (int64_t d = 0; d < j->hd; d++)
+			out[d] = atlas_bf16_to_f32(b[d]);
+		return;
+	}
+	atlas_kv_dequant_head(j->kvdt, row, j->Hkv, j->hd, kvh, out);
+}
+
+/* attend() for a bf16, fp8 or q4 cache; w has room for 3 * hd floats:
+ * the (rotated) query, a key or value row, the (rotated) output. */
+static void attend_q(const struct attn_job *j, int64_t t, int64_t h, float *sc, float *w)
+{
+	const int64_t hd = j->hd, bs = j->b->block_size;
+	const int64_t p = j->b->pos[t], kvh = h / (j->H / j->Hkv);
+	const int32_t *table = j->b->block_tables + (int64_t)j->b->seq_of[t] * j->b->max_blocks;
+	int64_t lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+	float *qv = w, *row = w + hd, *acc = w + 2 * hd;
+	float *o = j->out + (t * j->H + h) * hd;
+	const bool rot = j->kvdt == ATLAS_KV_Q4;
+	int64_t n = p - lo + 1;
+#define ROW(key) ((int64_t)table[(key) / bs] * bs + (key) % bs)
+
+	memcpy(qv, j->q + (t * j->H + h) * hd, (size_t)hd * sizeof(float));
+	if (rot)
+		atlas_kv_rotate(qv, hd);
+	float mx = -INFINITY;
+	for (int64_t i = 0; i < n; i++) {
+		cache_head(j, j->kc, ROW(lo + i), kvh, row);
+		sc[i] = j->scale * dot(qv, row, hd);
+		if (sc[i] > mx)
+			mx = sc[i];
+	}
+	float sum = 0.0f;
+	for (int64_t i = 0; i < n; i++) {
+		sc[i] = expf(sc[i] - mx);
+		sum += sc[i];
+	}
+	float inv = 1.0f / sum;
+	for (int64_t d = 0; d < hd; d++)
+		acc[d] = 0.0f;
+	for (int64_t i = 0; i < n; i++) {
+		cache_head(j, j->vc, ROW(lo + i), kvh, row);
+		float pr = sc[i] * inv;
+		for (int64_t d = 0; d < hd; d++)
+			acc[d] += pr * row[d];
+	}
+	if (rot)
+		atlas_kv_rotate(acc, hd);
+	memcpy(o, acc, (size_t)hd * sizeof(float));
+#undef ROW
+}
 
 static void attn_range(void *ctx, int64_t b, int64_t e)
 {
@@ -103,26 +168,51 @@ static void attn_range(void *ctx, int64_t b, int64_t e)
 			return;
 		}
 	}
-	for (int64_t i = b; i < e; i++)
-		attend(j, i / j->H, i % j->H, sc);
+	float *w = NULL;
+	if (j->kvdt != ATLAS_KV_AUTO && !(w = malloc((size_t)(3 * j->hd) * sizeof(float)))) {
+		atomic_store(&j->failed, 1);
+		if (sc != stack)
+			free(sc);
+		return;
+	}
+	for (int64_t i = b; i < e; i++) {
+		if (w)
+			attend_q(j, i / j->H, i % j->H, sc, w);
+		else
+			attend(j, i / j->H, i % j->H, sc);
+	}
+	free(w);
 	if (sc != stack)
 		free(sc);
 }
 
-#undef ROW
-
 int atlas_cpu_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
-		       const void *v, const int32_t *slot, int64_t T, int64_t row)
+		       const void *v, const int32_t *slot, int64_t T, int64_t Hkv, int64_t hd)
 {
-	if (T < 0 || row <= 0)
-		return atlas_error(ATLAS_EINVAL, "cpu kv_store: bad shape T=%lld row=%lld",
-				   (long long)T, (long long)row);
-	size_t rb = (size_t)row * sizeof(float);
+	if (T < 0 || Hkv <= 0 || hd <= 0 || atlas_kv_check(be->kv_dtype, hd))
+		return atlas_error(ATLAS_EINVAL, "cpu kv_store: bad shape T=%lld Hkv=%lld hd=%lld for a %s cache",
+				   (long long)T, (long long)Hkv, (long long)hd,
+				   atlas_kv_dtype_name(be->kv_dtype));
+	const enum atlas_kv_dtype kd = be->kv_dtype;
+	const int64_t row = Hkv * hd;
+	const size_t rb = (size_t)atlas_kv_row_bytes(kd, sizeof(float), Hkv, hd);
 	for (int64_t t = 0; t < T; t++) {
 		if (slot[t] < 0)
 			return atlas_error(ATLAS_EINVAL, "cpu kv_store: negative slot %d", slot[t]);
-		memcpy((char *)kc + (size_t)slot[t] * rb, (const char *)k + (size_t)t * rb, rb);
-		memcpy((char *)vc + (size_t)slot[t] * rb, (const char *)v + (size_t)t * rb, rb);
+		const float *src[2] = {(const float *)k + t * row, (const float *)v + t * row};
+		char *dst[2] = {(char *)kc + (size_t)slot[t] * rb, (char *)vc + (size_t)slot[t] * rb};
+		for (int u = 0; u < 2; u++) {
+			if (kd == ATLAS_KV_AUTO) {
+				memcpy(dst[u], src[u], rb);
+			} else if (kd == ATLAS_KV_BF16) {
+				for (int64_t i = 0; i < row; i++) {
+					uint16_t b = atlas_f32_to_bf16(src[u][i]);
+					memcpy(dst[u] + 2 * i, &b, 2);
+				}
+			} else {
+				atlas_kv_quant_row(kd, src[u], Hkv, hd, dst[u]);
+			}
+		}
 	}
 	return 0;
 }
@@ -136,6 +226,8 @@ int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, cons
 		return atlas_error(
 		    ATLAS_EINVAL, "cpu attention: bad shape T=%lld H=%lld Hkv=%lld hd=%lld window=%lld",
 		    (long long)T, (long long)H, (long long)Hkv, (long long)hd, (long long)window);
+	if (atlas_kv_check(be->kv_dtype, hd))
+		return ATLAS_EUNSUPPORTED;
 	for (int64_t t = 0; t < T; t++)
 		if (b->pos[t] < 0 || b->pos[t] >= b->max_keys || b->seq_of[t] < 0 ||
 		    b->seq_of[t] >= b->n_seq || b->pos[t] / b->block_size >= b->max_blocks)
@@ -147,6 +239,8 @@ int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, cons
 	    .q = q,
 	    .kc = kc,
 	    .vc = vc,
+	    .kvdt = be->kv_dtype,
+	    .rb = atlas_kv_row_bytes(be->kv_dtype, sizeof(float), Hkv, hd),
 	    .b = b,
 	    .H = H,
 	    .Hkv = Hkv,

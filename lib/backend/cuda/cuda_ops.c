@@ -489,7 +489,7 @@ static int op_qk_rope_store(struct atlas_backend *be, void *q, void *k, const vo
 			rc = be->rope(be, q, pos, inv_freq, T, H, hd);
 		if (!rc)
 			rc = be->rope(be, k, pos, inv_freq, T, Hkv, hd);
-		return rc ? rc : be->kv_store(be, kc, vc, k, v, slot, T, Hkv * hd);
+		return rc ? rc : be->kv_store(be, kc, vc, k, v, slot, T, Hkv, hd);
 	}
 	int wd = (int)nwdt;
 	long long t = T, h = H, hk = Hkv, d = hd;
@@ -512,9 +512,9 @@ static int op_rope(struct atlas_backend *be, void *x, const int32_t *pos, const 
 }
 
 static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k, const void *v,
-		       const int32_t *slot, int64_t T, int64_t row)
+		       const int32_t *slot, int64_t T, int64_t Hkv, int64_t hd)
 {
-	long long t = T, r = row;
+	long long t = T, r = Hkv * hd;
 	void *args[] = {&kc, &vc, &k, &v, &slot, &t, &r};
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_KV_STORE, (unsigned)T, 1, 256, 0, args);
 }

@@ -148,9 +148,9 @@ static int mock_rope(struct atlas_backend *be, void *x, const int32_t *pos, cons
 }
 
 static int mock_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
-			 const void *v, const int32_t *slot, int64_t T, int64_t row)
+			 const void *v, const int32_t *slot, int64_t T, int64_t Hkv, int64_t hd)
 {
-	return record(be, "kv_store T=%lld row=%lld", (long long)T, (long long)row);
+	return record(be, "kv_store T=%lld row=%lld", (long long)T, (long long)(Hkv * hd));
 }
 
 /* pos0 is the first token's position (mock memory is host memory, so

@@ -1,0 +1,87 @@
+/* kvq.h - the element formats of the paged KV cache (--kv-dtype), and
+ * their host reference: the CPU backend stores and reads the cache with
+ * these functions, and the CUDA kernels (kernels/sm90/common/kvq.cuh)
+ * must write the same bytes for the same input row.
+ *
+ * A cache row is one token of one layer's K (or V) pool: Hkv heads of hd
+ * values. Its bytes, atlas_kv_row_bytes(), are
+ *
+ *   auto, bf16   Hkv * hd elements of the activation type (auto) or BF16
+ *   fp8          a scale area of Hkv FP32 scales, padded to 16 bytes, then
+ *                Hkv * hd FP8 E4M3 codes, head by head:
+ *                  x[h][i] = f32(e4m3[h][i]) * scale[h]
+ *                scale[h] = amax_h / 448 (the head's largest magnitude at
+ *                the top of E4M3's range; 1 for an all-zero head), the
+ *                codes E4M3(x * (448 / amax_h)), nearest even, saturating
+ *   q4           a scale area of Hkv * hd / 32 F16 scales, padded to 16
+ *                bytes, then Hkv * hd / 2 bytes of 4-bit codes, head by
+ *                head, dim 2j in the low nibble of byte j, 2j + 1 in the
+ *                high one. A head's row y is first rotated,
+ *                  y = Hadamard(x) / sqrt(hd)     (orthonormal, its own
+ *                                                  inverse; hd a power of 2)
+ *                then each block of 32 values is coded against a 16-level
+ *                Lloyd-Max codebook of the unit normal (what a rotated row
+ *                looks like, outlier channels spread over all of them)
+ *                scaled by the block's RMS s (F16): y[i] = level[code] * s.
+ *                Attention reads rotated keys and values: the rotation of
+ *                q cancels in q.k (R is orthonormal), and the output,
+ *                a sum of rotated values, is rotated back at the end.
+ *
+ * Why a scale per (token, head) rather than one per (layer, head): it is
+ * computed from the row alone, at write time, so a token's cache bytes
+ * depend on nothing else (batch invariance, warm prefix caches equal to
+ * cold), need no calibration, and cost 4 bytes per 128 (3%).
+ *
+ * Every sum below runs in the order written (serial, FP32, fmaf), so the
+ * CUDA store can reproduce the bytes exactly. */
+#ifndef ATLAS_BACKEND_KVQ_H
+#define ATLAS_BACKEND_KVQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define ATLAS_KV_Q4_BLOCK 32   /* values per q4 scale */
+#define ATLAS_KV_FP8_MAX 448.0f /* largest finite E4M3 */
+
+/* "auto", "bf16", "fp8", "q4": 0 and *out, or -1. */
+int atlas_kv_dtype_parse(const char *s, enum atlas_kv_dtype *out);
+/* The spelling parse takes; static string. */
+const char *atlas_kv_dtype_name(enum atlas_kv_dtype k);
+/* A quantized format (fp8, q4). */
+static inline int atlas_kv_quantized(enum atlas_kv_dtype k)
+{
+	return k == ATLAS_KV_FP8 || k == ATLAS_KV_Q4;
+}
+
+/* 0 when format k can hold heads of hd values, else -1 with a message
+ * naming the rule (q4: hd a power of two, 32 to 256; fp8: hd a multiple
+ * of 8). */
+int atlas_kv_check(enum atlas_kv_dtype k, int64_t hd);
+
+/* Bytes of the scale area at the start of a row (0 for auto and bf16). */
+int64_t atlas_kv_scale_bytes(enum atlas_kv_dtype k, int64_t Hkv, int64_t hd);
+/* Bytes of one cache row; act_size is sizeof the activation type. */
+int64_t atlas_kv_row_bytes(enum atlas_kv_dtype k, size_t act_size, int64_t Hkv, int64_t hd);
+
+/* The q4 codebook: levels of the unit normal's 16-level Lloyd-Max
+ * quantizer, ascending (code 0 = most negative), and the 15 decision
+ * thresholds between them (midpoints): code = #{thresholds < v}. */
+extern const float atlas_kv_q4_level[16];
+extern const float atlas_kv_q4_thresh[15];
+
+/* In place: x = Hadamard(x) / sqrt(n), n a power of two (Sylvester
+ * order, butterflies of span 1, 2, 4, ... as a serial loop does them). */
+void atlas_kv_rotate(float *x, int64_t n);
+
+/* Quantize one cache row: x [Hkv * hd] FP32 (the head rows) to row
+ * (atlas_kv_row_bytes bytes) in format fp8 or q4. */
+void atlas_kv_quant_row(enum atlas_kv_dtype k, const float *x, int64_t Hkv, int64_t hd,
+			void *row);
+/* Head h of a quantized row as FP32 (hd values), as stored: for q4 in
+ * the rotated space (atlas_kv_rotate gives the original back). */
+void atlas_kv_dequant_head(enum atlas_kv_dtype k, const void *row, int64_t Hkv, int64_t hd,
+			   int64_t h, float *out);
+
+#endif
