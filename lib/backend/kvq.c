@@ -40,13 +40,13 @@ const char *atlas_kv_dtype_name(enum atlas_kv_dtype k)
 
 int atlas_kv_check(enum atlas_kv_dtype k, int64_t hd)
 {
-	if (k == ATLAS_KV_FP8 && (hd <= 0 || hd % 8))
+	if (k == ATLAS_KV_FP8 && (hd <= 0 || hd % 16))
 		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "--kv-dtype fp8 needs a head_dim that is a multiple of 8, not %lld",
+				   "--kv-dtype fp8 needs a head_dim that is a multiple of 16, not %lld",
 				   (long long)hd);
-	if (k == ATLAS_KV_Q4 && (hd < 32 || hd > 256 || (hd & (hd - 1))))
+	if (k == ATLAS_KV_Q4 && (hd < 64 || hd > 256 || (hd & (hd - 1))))
 		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "--kv-dtype q4 needs a head_dim that is a power of two from 32 to "
+				   "--kv-dtype q4 needs a head_dim that is a power of two from 64 to "
 				   "256 (the Hadamard rotation), not %lld",
 				   (long long)hd);
 	return 0;

@@ -55,9 +55,11 @@ static inline int atlas_kv_quantized(enum atlas_kv_dtype k)
 	return k == ATLAS_KV_FP8 || k == ATLAS_KV_Q4;
 }
 
-/* 0 when format k can hold heads of hd values, else -1 with a message
- * naming the rule (q4: hd a power of two, 32 to 256; fp8: hd a multiple
- * of 8). */
+/* 0 when format k can hold heads of hd values, else ATLAS_EUNSUPPORTED
+ * with a message naming the rule (q4: hd a power of two, 64 to 256; fp8:
+ * hd a multiple of 16: every row, head and scale area then starts on 16
+ * bytes, the kernels' copy size, and a head's q4 scales fill whole
+ * 4-byte words). */
 int atlas_kv_check(enum atlas_kv_dtype k, int64_t hd);
 
 /* Bytes of the scale area at the start of a row (0 for auto and bf16). */

@@ -58,24 +58,25 @@ static void test_names_and_sizes(void)
 	CHECK_EQ_INT(atlas_kv_row_bytes(ATLAS_KV_Q4, 2, 8, 128), 64 + 512);
 	/* scale areas pad to 16 bytes: 3 heads of fp8 scales are 12 bytes */
 	CHECK_EQ_INT(atlas_kv_scale_bytes(ATLAS_KV_FP8, 3, 64), 16);
-	CHECK_EQ_INT(atlas_kv_scale_bytes(ATLAS_KV_Q4, 1, 32), 16);
+	CHECK_EQ_INT(atlas_kv_scale_bytes(ATLAS_KV_Q4, 1, 64), 16);
 	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_Q4, 128), 0);
 	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_Q4, 96), ATLAS_EUNSUPPORTED);
 	CHECK_CONTAINS(atlas_errmsg(), "power of two");
 	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_Q4, 512), ATLAS_EUNSUPPORTED);
+	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_Q4, 32), ATLAS_EUNSUPPORTED);
 	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_FP8, 80), 0);
-	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_FP8, 12), ATLAS_EUNSUPPORTED);
+	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_FP8, 24), ATLAS_EUNSUPPORTED);
 	CHECK_EQ_INT(atlas_kv_check(ATLAS_KV_AUTO, 6), 0);
 }
 
 static void test_fp8_codes(void)
 {
-	/* two heads of 8: the first's amax 2 goes to 448 (scale 2/448), the
+	/* two heads of 16: the first's amax 2 goes to 448 (scale 2/448), the
 	 * second is all zero (scale 1, codes 0) */
-	float x[16] = {2.0f, -1.0f, 0.5f, 0.0f, -2.0f, 1.5f, 0.25f, 1e-6f};
-	uint8_t row[16 + 16];
+	float x[32] = {2.0f, -1.0f, 0.5f, 0.0f, -2.0f, 1.5f, 0.25f, 1e-6f};
+	uint8_t row[16 + 32];
 	memset(row, 0xAB, sizeof(row));
-	atlas_kv_quant_row(ATLAS_KV_FP8, x, 2, 8, row);
+	atlas_kv_quant_row(ATLAS_KV_FP8, x, 2, 16, row);
 	float s[2];
 	memcpy(s, row, 8);
 	CHECK(s[0] == 2.0f / 448.0f);
@@ -86,10 +87,10 @@ static void test_fp8_codes(void)
 	CHECK_EQ_INT(q[2], 0x6E);        /* 112 = 1.75 * 2^6 */
 	CHECK_EQ_INT(q[3], 0);
 	CHECK_EQ_INT(q[4], 0xFE);        /* -448 */
-	for (int i = 8; i < 16; i++)
+	for (int i = 8; i < 32; i++)
 		CHECK_EQ_INT(q[i], 0);
-	float out[8];
-	atlas_kv_dequant_head(ATLAS_KV_FP8, row, 2, 8, 0, out);
+	float out[16];
+	atlas_kv_dequant_head(ATLAS_KV_FP8, row, 2, 16, 0, out);
 	CHECK(out[0] == 2.0f && out[1] == -1.0f && out[2] == 0.5f && out[4] == -2.0f);
 	CHECK_NEAR(out[5], 1.5, 1.5 / 16);
 	CHECK(out[7] == 0.0f); /* 1e-6 * 224 is below E4M3's smallest subnormal / 2 */
@@ -102,20 +103,23 @@ static void test_fp8_codes(void)
 
 static void test_q4_unpack(void)
 {
-	/* one head of 32: scale 2 (F16 0x4000), byte j holds dims 2j (low
+	/* one head of 64: scales 2 and 0.5 (F16), byte j holds dims 2j (low
 	 * nibble) and 2j + 1 (high) */
-	uint8_t row[16 + 16] = {0};
-	const uint16_t two = atlas_f32_to_f16(2.0f);
-	memcpy(row, &two, 2);
+	uint8_t row[16 + 32] = {0};
+	const uint16_t sc[2] = {atlas_f32_to_f16(2.0f), atlas_f32_to_f16(0.5f)};
+	memcpy(row, sc, 4);
 	row[16] = 0x21; /* dim 0 code 1, dim 1 code 2 */
 	row[17] = 0xF0; /* dim 2 code 0, dim 3 code 15 */
-	float out[32];
-	atlas_kv_dequant_head(ATLAS_KV_Q4, row, 1, 32, 0, out);
+	row[16 + 16] = 0x0F; /* dim 32 code 15 (second block), dim 33 code 0 */
+	float out[64];
+	atlas_kv_dequant_head(ATLAS_KV_Q4, row, 1, 64, 0, out);
 	CHECK(out[0] == atlas_kv_q4_level[1] * 2.0f);
 	CHECK(out[1] == atlas_kv_q4_level[2] * 2.0f);
 	CHECK(out[2] == atlas_kv_q4_level[0] * 2.0f);
 	CHECK(out[3] == atlas_kv_q4_level[15] * 2.0f);
 	CHECK(out[4] == atlas_kv_q4_level[0] * 2.0f);
+	CHECK(out[32] == atlas_kv_q4_level[15] * 0.5f);
+	CHECK(out[33] == atlas_kv_q4_level[0] * 0.5f);
 	/* the codebook is symmetric and its thresholds are the midpoints */
 	for (int i = 0; i < 16; i++)
 		CHECK(atlas_kv_q4_level[i] == -atlas_kv_q4_level[15 - i]);
@@ -191,9 +195,9 @@ static void test_format_error(void)
 	 * error stays that of a Gaussian row */
 	double e4o = format_error(ATLAS_KV_Q4, 128, 20.0f);
 	CHECK(e4o < 0.12);
-	double e4s = format_error(ATLAS_KV_Q4, 32, 1.0f);
+	double e4s = format_error(ATLAS_KV_Q4, 64, 1.0f);
 	CHECK(e4s > 0.07 && e4s < 0.13);
-	printf("# relative RMS error: fp8 %.4f, q4 %.4f (outlier channel %.4f, hd 32 %.4f)\n",
+	printf("# relative RMS error: fp8 %.4f, q4 %.4f (outlier channel %.4f, hd 64 %.4f)\n",
 		     e8, e4, e4o, e4s);
 }
 
@@ -306,7 +310,7 @@ static void test_attention_formats(void)
 		check_attention_format(ks[i], 1, 0, 4, 2, 64, 0);
 		check_attention_format(ks[i], 3, 17, 8, 2, 64, 0);
 		check_attention_format(ks[i], 9, 40, 6, 3, 128, 12);
-		check_attention_format(ks[i], 2, 30, 4, 4, 32, 0);
+		check_attention_format(ks[i], 2, 30, 4, 4, 256, 0);
 	}
 	/* a head_dim the format cannot hold is refused by the ops */
 	struct atlas_backend *be = atlas_backend_cpu_new();
