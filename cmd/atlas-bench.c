@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib/backend/kvq.h"
 #include "../lib/bench/bench.h"
 #include "../lib/bench/loadgen.h"
 #include "../lib/bench/runs.h"
@@ -75,6 +76,9 @@ static const char usage_text[] =
 	"  --no-graphs           decode: op by op, no CUDA graphs\n"
 	"  --batch-invariant     decode, prefill, generate: the kernels the server uses\n"
 	"                        by default (a row's bits never depend on its batch)\n"
+	"  --kv-dtype FMT        decode, prefill, generate, serve --self: the KV\n"
+	"                        cache's format, auto (the activation type), bf16,\n"
+	"                        fp8 or q4 (default auto; serve --self passes it on)\n"
 	"  --no-baseline         kernels: skip the CPU reference column on a GPU\n"
 	"Server load (serve):\n"
 	"  --url URL             the server, e.g. http://127.0.0.1:8888\n"
@@ -105,7 +109,7 @@ enum {
 	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
 	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
 	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
-	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI, O_QUANT
+	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI, O_QUANT, O_KV_DTYPE
 };
 
 static const struct option longopts[] = {
@@ -129,6 +133,7 @@ static const struct option longopts[] = {
 	{"no-record", no_argument, NULL, O_NOREC},  {"quiet", no_argument, NULL, 'q'},
 	{"tp", required_argument, NULL, O_TP}, {"no-batch-invariant", no_argument, NULL, O_NOBI},
 	{"batch-invariant", no_argument, NULL, O_BI},
+	{"kv-dtype", required_argument, NULL, O_KV_DTYPE},
 	{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, O_VERSION},
 	{NULL, 0, NULL, 0},
 };
@@ -151,6 +156,8 @@ struct opts {
 	int profile, graphs, baseline, self, json, quiet, record; /* switches */
 	int no_bi;                     /* --no-batch-invariant (serve --self) */
 	int bi;                        /* --batch-invariant (decode, prefill, generate) */
+	enum atlas_kv_dtype kv;        /* --kv-dtype: the KV cache's format (auto) */
+	bool kv_given;                 /* --kv-dtype was given */
 	const char *min_max[MAX_GATES]; /* --min/--max specs, in order */
 	bool is_max[MAX_GATES];        /* which of the two */
 	int n_gates;                   /* count */
@@ -254,6 +261,12 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_SELF: o->self = 1; break;
 		case O_NOBI: o->no_bi = 1; break;
 		case O_BI: o->bi = 1; break;
+		case O_KV_DTYPE:
+			if (atlas_kv_dtype_parse(optarg, &o->kv))
+				bad("--kv-dtype: unknown KV cache format '%s' (" CMD_KV_DTYPES ")",
+				    optarg);
+			o->kv_given = true;
+			break;
 		case O_CONC: list_arg("--concurrency", optarg, &o->conc, 1024); break;
 		case O_REQS: o->requests = num("--requests", optarg, 1, 100000); break;
 		case O_TIMEOUT: o->timeout = num("--timeout", optarg, 1, 86400); break;
@@ -322,6 +335,9 @@ static void check(struct opts *o)
 		bad("--batch-invariant is for decode, prefill and generate (serve: the server's mode)");
 	if (o->no_bi && !(!strcmp(o->cmd, "serve") && o->self))
 		bad("--no-batch-invariant is for serve --self (the server started here)");
+	if (o->kv_given && !model_cmd && !(!strcmp(o->cmd, "serve") && o->self))
+		bad("--kv-dtype is for decode, prefill, generate and serve --self (serve --url: "
+		    "the server's format)");
 	if (o->url && strncmp(o->url, "http://", 7) && strncmp(o->url, "https://", 8))
 		bad("--url: '%s' is not an http:// or https:// address", o->url);
 	struct atlas_bench_gate g;
@@ -444,6 +460,7 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		}
 		ADD("profile", B(o->profile));
 		ADD("batch_invariant", B(o->bi));
+		ADD("kv_dtype", jstr(atlas_kv_dtype_name(o->kv)));
 	} else {
 		ADD("url", jstr(o->url));
 		ADD("self", B(o->self));
@@ -452,6 +469,7 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		ADD("tp", I(o->tp));
 		/* asked for; null with --url (server.batch_invariant: as reported) */
 		ADD("batch_invariant", o->self ? B(!o->no_bi) : NULL);
+		ADD("kv_dtype", o->self ? jstr(atlas_kv_dtype_name(o->kv)) : NULL);
 		ADD("concurrency", jlist(&o->conc));
 		ADD("prompt", jlist(&o->prompt));
 		ADD("gen", jlist(&o->gen));
@@ -597,6 +615,7 @@ static int run_model(const struct opts *o, struct atlas_session *ses, struct mod
 	mp->max_seqs = maxb;
 	mp->max_tokens = maxp > maxb ? maxp : maxb;
 	mp->max_context = maxp + (pre ? 0 : maxg + o->warmup) + 4;
+	mp->kv_dtype = o->kv;
 	*srcp = src;
 	if ((rc = atlas_session_load(ses, mp)))
 		return rc;
@@ -695,6 +714,8 @@ static int run_model(const struct opts *o, struct atlas_session *ses, struct mod
 			fprintf(tf, " (%lld tensor-parallel thread ranks)", (long long)o->tp);
 		if (o->bi)
 			fprintf(tf, ", batch-invariant");
+		if (o->kv)
+			fprintf(tf, ", KV cache %s", atlas_kv_dtype_name(o->kv));
 		fprintf(tf, "\n");
 		print_ceilings(tf, &ceil);
 		table(tf, res, pre ? pcols : gen ? gcols : dcols);
@@ -782,6 +803,10 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 		}
 		if (o->no_bi)
 			args[n++] = "--no-batch-invariant";
+		if (o->kv) {
+			args[n++] = "--kv-dtype";
+			args[n++] = atlas_kv_dtype_name(o->kv);
+		}
 		if (!(exe = atlas_selfserve_sibling("atlas-serve")))
 			return ATLAS_ENOTFOUND;
 		rc = atlas_selfserve_start(&ss, exe, args, o->timeout);
@@ -831,8 +856,11 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 		static const char *const cols[] = {"concurrency", "prompt", "gen", "errors",
 						   "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms",
 						   "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", NULL};
-		fprintf(tf, "serve load against %s%s%s\n", o->url, o->self ? " (started here)" : "",
-			inv < 0 ? "" : inv ? ", batch-invariant" : ", not batch-invariant");
+		fprintf(tf, "serve load against %s%s%s%s%s\n", o->url,
+			o->self ? " (started here)" : "",
+			inv < 0 ? "" : inv ? ", batch-invariant" : ", not batch-invariant",
+			o->self && o->kv ? ", KV cache " : "",
+			o->self && o->kv ? atlas_kv_dtype_name(o->kv) : "");
 		table(tf, res, cols);
 	}
 	if (o->self)

@@ -61,6 +61,10 @@ static const char usage_text[] =
 	"                            gives alone, written in input order)\n"
 	"      --no-prefix-cache     recompute every prompt instead of reusing the KV\n"
 	"                            blocks of an earlier prompt's equal prefix\n"
+	"      --kv-dtype FMT        the KV cache's format: auto (the activation type:\n"
+	"                            f32 on the CPU, bf16 on CUDA), bf16, fp8 (E4M3,\n"
+	"                            a scale per token and head) or q4 (4-bit, a\n"
+	"                            scale per 32 values); default auto\n"
 	"      --tp N                tensor parallelism over N ranks, one thread each\n"
 	"                            (default 1); on the CPU, N thread ranks in this\n"
 	"                            process; on CUDA, one GPU per rank\n"
@@ -116,7 +120,7 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
 	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP, OPT_PARALLEL,
 	OPT_JSON_SCHEMA, OPT_JSON, OPT_GRAMMAR, OPT_REGEX,
-	OPT_NO_PREFIX };
+	OPT_NO_PREFIX, OPT_KV_DTYPE };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -151,6 +155,7 @@ static const struct option longopts[] = {
 	{"grammar", required_argument, NULL, OPT_GRAMMAR},
 	{"regex", required_argument, NULL, OPT_REGEX},
 	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX},
+	{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
@@ -175,6 +180,7 @@ struct opts {
 	int tp;                  /* --tp: tensor-parallel ranks (1) */
 	int64_t parallel;        /* --parallel: prompts in flight, 0 unset */
 	bool no_prefix_cache;    /* --no-prefix-cache */
+	enum atlas_kv_dtype kv_dtype; /* --kv-dtype: the KV cache's format (auto) */
 	const char *json_schema; /* --json-schema FILE */
 	bool json;               /* --json */
 	const char *grammar;     /* --grammar FILE */
@@ -244,6 +250,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_TP: o->tp = (int)cmd_parse_int("--tp", optarg, 1, 256); break;
 		case OPT_PARALLEL: o->parallel = cmd_parse_int("--parallel", optarg, 1, 4096); break;
 		case OPT_NO_PREFIX: o->no_prefix_cache = true; break;
+		case OPT_KV_DTYPE: o->kv_dtype = cmd_parse_kv_dtype("--kv-dtype", optarg); break;
 		case OPT_JSON_SCHEMA: o->json_schema = optarg; break;
 		case OPT_JSON: o->json = true; break;
 		case OPT_GRAMMAR: o->grammar = optarg; break;
@@ -415,6 +422,7 @@ static int load(struct ctx *x, bool need_model, bool need_tok, bool many)
 	sp.no_tok = !need_tok;
 	sp.prefix_cache = !o->no_prefix_cache;
 	sp.model.max_context = o->ctx;
+	sp.model.kv_dtype = o->kv_dtype;
 	x->parallel = !many ? 1 : o->parallel > 0 ? o->parallel : 64;
 	if (many) {
 		/* a pool for `parallel` sequences of up to 1,024 tokens (at

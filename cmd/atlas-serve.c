@@ -97,6 +97,10 @@ static const char usage_text[] =
 	"                             chunks (default 512)\n"
 	"      --kv-blocks N          KV cache blocks of 16 tokens (default: enough\n"
 	"                             for --max-seqs full contexts)\n"
+	"      --kv-dtype FMT         the KV cache's format: auto (the activation\n"
+	"                             type: f32 on the CPU, bf16 on CUDA), bf16,\n"
+	"                             fp8 (E4M3, a scale per token and head) or q4\n"
+	"                             (4-bit, a scale per 32 values); default auto\n"
 	"      --no-prefix-cache      recompute every prompt (default: reuse the KV\n"
 	"                             blocks of prompt prefixes seen before)\n"
 	"      --no-batch-invariant   the fastest kernels for each step's shape; a\n"
@@ -113,7 +117,7 @@ enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, O
 	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE,
 	OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_TIMEOUT, OPT_SHUTDOWN_TIMEOUT, OPT_ORIGINS,
 	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM, OPT_TMPL_STEPS, OPT_TMPL_OUTPUT, OPT_TMPL_MEMORY,
-	OPT_TOOL_PARSER, OPT_REASONING_BUDGET, OPT_NO_BATCH_INVARIANT };
+	OPT_TOOL_PARSER, OPT_REASONING_BUDGET, OPT_NO_BATCH_INVARIANT, OPT_KV_DTYPE };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -125,6 +129,7 @@ static const struct option longopts[] = {
 	{"max-seqs", required_argument, NULL, OPT_MAX_SEQS},
 	{"max-batch-tokens", required_argument, NULL, OPT_MAX_BATCH},
 	{"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
+	{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
 	{"no-batch-invariant", no_argument, NULL, OPT_NO_BATCH_INVARIANT},
 	{"api-key", required_argument, NULL, OPT_API_KEY},
@@ -284,6 +289,7 @@ int main(int argc, char **argv)
 			p.max_batch_tokens = cmd_parse_int("--max-batch-tokens", optarg, 1, 1 << 20);
 			break;
 		case OPT_KV_BLOCKS: p.kv_blocks = cmd_parse_int("--kv-blocks", optarg, 1, 1 << 28); break;
+		case OPT_KV_DTYPE: p.kv_dtype = cmd_parse_kv_dtype("--kv-dtype", optarg); break;
 		case OPT_NO_PREFIX_CACHE: p.no_prefix_cache = true; break;
 		case OPT_NO_BATCH_INVARIANT: p.no_batch_invariant = true; break;
 		case OPT_API_KEY: add_key(&keys, optarg, "--api-key"); break;

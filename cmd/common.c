@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../lib/backend/backend.h"
+#include "../lib/backend/kvq.h"
 #include "../lib/core/error.h"
 #include "../lib/io/hfcache.h"
 
@@ -79,6 +80,14 @@ uint64_t cmd_parse_u64(const char *flag, const char *s)
 	if (errno || end == s || *end)
 		cmd_usage_error("%s: '%s' is not an integer", flag, s);
 	return v;
+}
+
+enum atlas_kv_dtype cmd_parse_kv_dtype(const char *flag, const char *s)
+{
+	enum atlas_kv_dtype k;
+	if (atlas_kv_dtype_parse(s, &k))
+		cmd_usage_error("%s: unknown KV cache format '%s' (" CMD_KV_DTYPES ")", flag, s);
+	return k;
 }
 
 int64_t cmd_parse_size(const char *flag, const char *s, int64_t min)

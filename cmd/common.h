@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "../lib/backend/backend.h"
+
 extern const char *cmd_name; /* program name for messages, set by main */
 
 /* Print "NAME: error: MSG" to stderr. */
@@ -20,6 +22,12 @@ void cmd_usage_error(const char *fmt, ...)
 int64_t cmd_parse_int(const char *flag, const char *s, int64_t min, int64_t max);
 double cmd_parse_double(const char *flag, const char *s, double min, double max);
 uint64_t cmd_parse_u64(const char *flag, const char *s);
+
+/* The values --kv-dtype takes, as the messages and usage texts list them. */
+#define CMD_KV_DTYPES "auto, bf16, fp8 or q4"
+/* Parse a KV cache format for a flag (lib/backend/kvq.h) or exit 2
+ * naming the flag and the accepted values. */
+enum atlas_kv_dtype cmd_parse_kv_dtype(const char *flag, const char *s);
 
 /* Parse a byte size for a flag: a number with an optional unit, B, KB,
  * MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024);

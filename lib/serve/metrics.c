@@ -1,14 +1,15 @@
 /* metrics.c - counters and histograms of atlas-serve, rendered as
  * Prometheus text for GET /metrics: requests by status, tokens, time to
  * first token, time per output token, connections and requests in
- * flight, running/waiting requests, the KV pool, the prefix cache and
- * whether the kernels run batch-invariant.
+ * flight, running/waiting requests, the KV pool and its format, the
+ * prefix cache and whether the kernels run batch-invariant.
  * Also the per-client token buckets of the rate limits, which count the
  * same requests and tokens. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../backend/kvq.h"
 #include "serve_internal.h"
 
 /* Histogram bucket upper bounds, seconds (the last is +Inf). */
@@ -88,6 +89,19 @@ static int metric(struct sbuf *b, const char *name, const char *type, const char
 	return sbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", name, help, name, type, name, v);
 }
 
+const char *serve_kv_format(const struct atlas_backend *be, enum atlas_kv_dtype asked)
+{
+	if (!be || be->kv_dtype != ATLAS_KV_AUTO)
+		return atlas_kv_dtype_name(be ? be->kv_dtype : asked);
+	/* the activation type, spelled as --kv-dtype spells formats */
+	switch (be->act_dtype) {
+	case ATLAS_DTYPE_F32: return "f32";
+	case ATLAS_DTYPE_BF16: return "bf16";
+	case ATLAS_DTYPE_F16: return "f16";
+	default: return atlas_dtype_name(be->act_dtype);
+	}
+}
+
 int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 {
 	struct atlas_sched_stats st = {0};
@@ -152,6 +166,12 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 	if (!rc)
 		rc = metric(b, "atlas_requests_waiting", "gauge",
 			    "Requests queued for admission.", st.waiting);
+	if (!rc)
+		rc = sbuf_printf(b, "# HELP atlas_kv_cache_info The KV cache's element format "
+				 "(--kv-dtype; auto shows the activation type once loaded).\n"
+				 "# TYPE atlas_kv_cache_info gauge\n"
+				 "atlas_kv_cache_info{dtype=\"%s\"} 1\n",
+				 serve_kv_format(ready ? s->be : NULL, s->p.kv_dtype));
 	if (!rc)
 		rc = metric(b, "atlas_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
 			    st.kv_blocks_total);

@@ -103,6 +103,11 @@ struct atlas_server {
 	bool parse_only;              /* fuzzing entry point: no daemon, no scheduler */
 };
 
+/* The KV cache's format by its --kv-dtype name ("fp8", "q4"...): the
+ * one backend `be` runs (auto resolved to its activation type, "f32" or
+ * "bf16"), or with be NULL (not loaded yet) `asked`. Static string. */
+const char *serve_kv_format(const struct atlas_backend *be, enum atlas_kv_dtype asked);
+
 /* A growable byte buffer. */
 struct sbuf {
 	char *p;                      /* bytes (NUL-terminated when non-NULL) */

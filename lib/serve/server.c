@@ -70,6 +70,7 @@ static int load(struct atlas_server *s)
 	sp.model.max_seqs = s->p.max_seqs;
 	sp.model.max_tokens = s->p.max_batch_tokens;
 	sp.model.kv_blocks = s->p.kv_blocks;
+	sp.model.kv_dtype = s->p.kv_dtype;
 	sp.sched_max_seqs = s->p.max_seqs;
 	sp.sched_max_tokens = s->p.max_batch_tokens;
 	sp.batch_invariant = !s->p.no_batch_invariant;
@@ -87,11 +88,13 @@ static int load(struct atlas_server *s)
 	char tp_note[48] = "";
 	if (s->p.tp > 1)
 		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
-	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens, "
-		  "%lld sequences and %lld tokens per step, %s, prefix cache %s, tool calls %s%s%s%s",
+	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens "
+		  "(%s), %lld sequences and %lld tokens per step, %s, prefix cache %s, tool calls "
+		  "%s%s%s%s",
 		  s->served_name, s->be->name, tp_note, (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
-		  (long long)atlas_model_block_size(s->model), (long long)s->p.max_seqs,
+		  (long long)atlas_model_block_size(s->model),
+		  serve_kv_format(s->be, s->p.kv_dtype), (long long)s->p.max_seqs,
 		  (long long)s->p.max_batch_tokens,
 		  s->be->batch_invariant ? "batch-invariant" : "not batch-invariant",
 		  s->p.no_prefix_cache ? "off" : "on",

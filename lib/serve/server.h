@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../backend/backend.h"
+
 struct atlas_server_params {
 	const char *host;             /* address to bind; NULL = 127.0.0.1 */
 	int port;                     /* TCP port; 0 = any free port */
@@ -22,6 +24,10 @@ struct atlas_server_params {
 	int64_t max_seqs;             /* sequences per step; 0 = 16 */
 	int64_t max_batch_tokens;     /* tokens per step; 0 = 512 */
 	int64_t kv_blocks;            /* KV pool blocks; 0 = enough for max_seqs full sequences */
+	enum atlas_kv_dtype kv_dtype; /* --kv-dtype: the KV cache's element format
+				       * (lib/backend/kvq.h); 0 = auto, the
+				       * activation type. A model whose head_dim
+				       * the format cannot hold fails to load */
 	const char *const *api_keys;  /* accepted keys (a request needs one of them) */
 	int n_api_keys;               /* entries in api_keys; 0 = no key needed */
 	size_t max_body;              /* largest request body; 0 = 32 MiB */

@@ -34,7 +34,7 @@ param_keys() {
 		expect_eq "$(top_keys "$output")" "ceilings command commit gates machine metrics model params profile results time version " "$c keys"
 	done
 	run -0 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --prompt 4 --json
-	expect_eq "$(param_keys "$output")" "batch batch_invariant copy_size device gemm_n gen graphs model profile prompt record seed synthetic threads thresholds_file tp warmup " "decode params"
+	expect_eq "$(param_keys "$output")" "batch batch_invariant copy_size device gemm_n gen graphs kv_dtype model profile prompt record seed synthetic threads thresholds_file tp warmup " "decode params"
 	expect_contains "$output" '"warmup":2'
 	expect_contains "$output" '"tp":1'
 	expect_contains "$output" '"driver_version":'
@@ -44,5 +44,5 @@ param_keys() {
 @test "serve" {
 	run -0 --separate-stderr atlas-bench serve --self --prompt 4 --gen 2 --requests 1 --json
 	expect_eq "$(top_keys "$output")" "command commit gates machine metrics params results server time version " "keys"
-	expect_eq "$(param_keys "$output")" "api_key batch_invariant concurrency device gen model prompt record requests seed self served_model threads thresholds_file timeout_s tp url vocab " "params"
+	expect_eq "$(param_keys "$output")" "api_key batch_invariant concurrency device gen kv_dtype model prompt record requests seed self served_model threads thresholds_file timeout_s tp url vocab " "params"
 }
