@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../../lib/backend/backend.h"
+#include "../../lib/backend/kvq.h"
 #include "../../lib/core/error.h"
 #include "../unit/harness.h"
 
@@ -463,6 +464,291 @@ static void test_attention(void)
 	check_attention(24, 2000, 32, 8, 128, 0, 1, 16);
 	check_attention(16, 0, 32, 8, 128, 0, 1, 16);
 	check_attention(20, 100, 8, 2, 64, 0, 2, 16);
+}
+
+/* A quantized cache (kvq.h) on both sides: nrows rows of rb bytes, the
+ * host's in h, the GPU's at d. */
+struct qbuf {
+	uint8_t *h;
+	void *d;
+	int64_t nrows, rb;
+};
+
+static struct qbuf mkq(enum atlas_kv_dtype kvf, int64_t nrows, int64_t Hkv, int64_t hd)
+{
+	struct qbuf b = {NULL, NULL, nrows, atlas_kv_row_bytes(kvf, 2, Hkv, hd)};
+	b.h = calloc((size_t)(nrows * b.rb), 1);
+	b.d = gpu->alloc(gpu, (size_t)(nrows * b.rb));
+	gpu->upload(gpu, b.d, b.h, (size_t)(nrows * b.rb));
+	return b;
+}
+
+static void freeq(struct qbuf *b)
+{
+	free(b->h);
+	gpu->free(gpu, b->d);
+}
+
+/* The GPU's cache against the host's: bytes that differ, and the
+ * dequantized rows' relative L2 difference. exact: every byte must
+ * match (the store kernels write the host reference's bytes for the
+ * same BF16 inputs); else the rows must agree to TOL (the inputs went
+ * through different rope and norm arithmetic, so a code may flip). */
+static void compare_q(const char *what, enum atlas_kv_dtype kvf, const struct qbuf *b,
+		      int64_t Hkv, int64_t hd, int exact)
+{
+	size_t n = (size_t)(b->nrows * b->rb);
+	uint8_t *g = malloc(n);
+	int rc = gpu->download(gpu, g, b->d, n);
+	int64_t diff = 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		diff += g[i] != b->h[i];
+	double d2 = 0, r2 = 0;
+	float *x = malloc((size_t)hd * 4), *y = malloc((size_t)hd * 4);
+	for (int64_t r = 0; r < b->nrows && !rc; r++)
+		for (int64_t h = 0; h < Hkv; h++) {
+			atlas_kv_dequant_head(kvf, g + r * b->rb, Hkv, hd, h, x);
+			atlas_kv_dequant_head(kvf, b->h + r * b->rb, Hkv, hd, h, y);
+			for (int64_t i = 0; i < hd; i++) {
+				d2 += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+				r2 += (double)y[i] * y[i];
+			}
+		}
+	double l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+	int ok = !rc && (exact ? diff == 0 : l2 < TOL);
+	printf("# %-58s bytes_differ %-8lld rel_l2 %-10.3g %s\n", what, (long long)diff, l2,
+	       ok ? "ok" : "FAIL");
+	CHECK(ok);
+	free(g);
+	free(x);
+	free(y);
+}
+
+/* kv_store and paged attention over a cache in format kvf: nseq
+ * sequences of pos0 + T tokens (all stored; the last T attend), blocks
+ * of B rows in scrambled order. The stored bytes must be the host's;
+ * the attention must match the CPU's over the same cache (both read the
+ * same dequantized rows) and repeat bit for bit; with inv, batch
+ * invariance as in check_attention. */
+static void check_attention_q(enum atlas_kv_dtype kvf, int64_t T, int64_t pos0, int64_t H,
+			      int64_t Hkv, int64_t hd, int64_t window, int64_t nseq, int64_t B,
+			      int inv)
+{
+	int64_t S = pos0 + T, nb = (S + B - 1) / B, row = Hkv * hd, slots = nseq * nb * B;
+	int64_t nt = nseq * T, na = nseq * S;
+	struct qbuf kc = mkq(kvf, slots, Hkv, hd), vc = mkq(kvf, slots, Hkv, hd);
+	/* K spread per channel (a few channels 8x the others, as real keys
+	 * have), V plain */
+	struct buf k = mkbuf(na * row, 1.0f), v = mkbuf(na * row, 1.0f);
+	for (int64_t i = 0; i < na * row; i++)
+		if ((i % hd) % 37 == 5)
+			k.h[i] = atlas_bf16_to_f32(atlas_f32_to_bf16(k.h[i] * 8.0f));
+	{
+		uint16_t *t = malloc((size_t)(na * row) * 2);
+		for (int64_t i = 0; i < na * row; i++)
+			t[i] = atlas_f32_to_bf16(k.h[i]);
+		gpu->upload(gpu, k.d, t, (size_t)(na * row) * 2);
+		free(t);
+	}
+	struct buf q = mkbuf(nt * H * hd, 1.0f), o = mkbuf(nt * H * hd, 1.0f);
+	int32_t *tab = malloc((size_t)(nseq * nb) * 4), *seq = malloc((size_t)nt * 4);
+	int32_t *pos = malloc((size_t)nt * 4), *slot = malloc((size_t)na * 4);
+	int64_t mul = 5;
+	for (;; mul++) {
+		int64_t a = mul, b = nseq * nb;
+		while (b) {
+			int64_t r = a % b;
+			a = b, b = r;
+		}
+		if (a == 1)
+			break;
+	}
+	for (int64_t s = 0; s < nseq; s++)
+		for (int64_t i = 0; i < nb; i++)
+			tab[s * nb + i] = (int32_t)(((i * nseq + s) * mul + 3) % (nseq * nb));
+	for (int64_t s = 0; s < nseq; s++) {
+		for (int64_t p = 0; p < S; p++)
+			slot[s * S + p] = (int32_t)(tab[s * nb + p / B] * B + p % B);
+		for (int64_t t = 0; t < T; t++) {
+			seq[s * T + t] = (int32_t)s;
+			pos[s * T + t] = (int32_t)(pos0 + t);
+		}
+	}
+	int32_t *dtab = gpu->alloc(gpu, (size_t)(nseq * nb) * 4), *dseq = gpu->alloc(gpu, (size_t)nt * 4);
+	int32_t *dpos = gpu->alloc(gpu, (size_t)nt * 4), *dslot = gpu->alloc(gpu, (size_t)na * 4);
+	gpu->upload(gpu, dtab, tab, (size_t)(nseq * nb) * 4);
+	gpu->upload(gpu, dseq, seq, (size_t)nt * 4);
+	gpu->upload(gpu, dpos, pos, (size_t)nt * 4);
+	gpu->upload(gpu, dslot, slot, (size_t)na * 4);
+	cpu->kv_dtype = kvf;
+	gpu->kv_dtype = kvf;
+	char what[160];
+	CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, na, Hkv, hd), 0);
+	CHECK_EQ_INT(gpu->kv_store(gpu, kc.d, vc.d, k.d, v.d, dslot, na, Hkv, hd), 0);
+	snprintf(what, sizeof(what), "kv_store %s T=%lld Hkv=%lld hd=%lld K", atlas_kv_dtype_name(kvf),
+		 (long long)na, (long long)Hkv, (long long)hd);
+	compare_q(what, kvf, &kc, Hkv, hd, 1);
+	what[strlen(what) - 1] = 'V';
+	compare_q(what, kvf, &vc, Hkv, hd, 1);
+	struct atlas_kv_batch hb = {seq, pos, tab, nseq, nb, B, S};
+	struct atlas_kv_batch db = {dseq, dpos, dtab, nseq, nb, B, S};
+	float *ref = malloc((size_t)(nt * H * hd) * 4);
+	float scale = 1.0f / sqrtf((float)hd);
+	poison(&o);
+	CHECK_EQ_INT(cpu->attention(cpu, ref, q.h, kc.h, vc.h, &hb, nt, H, Hkv, hd, window, scale), 0);
+	CHECK_EQ_INT(gpu->attention(gpu, o.d, q.d, kc.d, vc.d, &db, nt, H, Hkv, hd, window, scale), 0);
+	snprintf(what, sizeof(what), "attention %s T=%lld pos0=%lld H=%lld Hkv=%lld hd=%lld w=%lld seqs=%lld%s",
+		 atlas_kv_dtype_name(kvf), (long long)T, (long long)pos0, (long long)H, (long long)Hkv,
+		 (long long)hd, (long long)window, (long long)nseq, inv ? " inv" : "");
+	compare(what, &o, ref, nt * H * hd);
+	uint16_t *o1 = malloc((size_t)(nt * H * hd) * 2), *o2 = malloc((size_t)(nt * H * hd) * 2);
+	CHECK_EQ_INT(gpu->download(gpu, o1, o.d, (size_t)(nt * H * hd) * 2), 0);
+	CHECK_EQ_INT(gpu->attention(gpu, o.d, q.d, kc.d, vc.d, &db, nt, H, Hkv, hd, window, scale), 0);
+	CHECK_EQ_INT(gpu->download(gpu, o2, o.d, (size_t)(nt * H * hd) * 2), 0);
+	CHECK(memcmp(o1, o2, (size_t)(nt * H * hd) * 2) == 0);
+	if (inv) {
+		gpu->batch_invariant = true;
+		CHECK_EQ_INT(gpu->attention(gpu, o.d, q.d, kc.d, vc.d, &db, nt, H, Hkv, hd, window,
+					    scale),
+			     0);
+		CHECK_EQ_INT(gpu->download(gpu, o1, o.d, (size_t)(nt * H * hd) * 2), 0);
+		int64_t diff = 0;
+		for (int64_t i = 0; i < nt; i++) {
+			struct atlas_kv_batch d1 = {dseq + i, dpos + i, dtab, nseq, nb, B, pos[i] + 1};
+			CHECK_EQ_INT(gpu->attention(gpu, o.d, (const char *)q.d + (size_t)(i * H * hd) * 2,
+						    kc.d, vc.d, &d1, 1, H, Hkv, hd, window, scale),
+				     0);
+			CHECK_EQ_INT(gpu->download(gpu, o2, o.d, (size_t)(H * hd) * 2), 0);
+			diff += memcmp(o2, o1 + i * H * hd, (size_t)(H * hd) * 2) != 0;
+		}
+		gpu->batch_invariant = false;
+		printf("# invariant %s: %lld of %lld tokens differ from alone\n", what,
+		       (long long)diff, (long long)nt);
+		CHECK(diff == 0);
+	}
+	cpu->kv_dtype = ATLAS_KV_AUTO;
+	gpu->kv_dtype = ATLAS_KV_AUTO;
+	free(o1);
+	free(o2);
+	freeq(&kc);
+	freeq(&vc);
+	freebuf(&k);
+	freebuf(&v);
+	freebuf(&q);
+	freebuf(&o);
+	free(tab);
+	free(seq);
+	free(pos);
+	free(slot);
+	free(ref);
+	gpu->free(gpu, dtab);
+	gpu->free(gpu, dseq);
+	gpu->free(gpu, dpos);
+	gpu->free(gpu, dslot);
+}
+
+/* The fp8 and q4 caches: stores, decode steps (one split and split-K
+ * with the merge), several sequences, GQA 32/8 and MQA, windows, hd
+ * 64, 128 and 256 (q4's whole range; fp8 also 96 and 16), prefill
+ * chunks (the split-K kernel takes them too: the flash kernel reads
+ * BF16 only), odd block sizes, and batch invariance. */
+static void test_kvq(void)
+{
+	static const enum atlas_kv_dtype fmts[] = {ATLAS_KV_FP8, ATLAS_KV_Q4};
+	for (int f = 0; f < 2; f++) {
+		enum atlas_kv_dtype kvf = fmts[f];
+		check_attention_q(kvf, 1, 0, 8, 2, 64, 0, 1, 16, 0);
+		check_attention_q(kvf, 1, 300, 32, 8, 128, 0, 4, 16, 0);
+		check_attention_q(kvf, 1, 4999, 32, 8, 128, 0, 2, 16, 1);
+		check_attention_q(kvf, 2, 3000, 16, 4, 64, 1000, 3, 32, 0);
+		check_attention_q(kvf, 1, 2500, 16, 1, 128, 0, 2, 16, 0);
+		check_attention_q(kvf, 3, 100, 12, 1, 64, 0, 1, 16, 0);
+		check_attention_q(kvf, 1, 600, 8, 2, 256, 0, 1, 16, 1);
+		check_attention_q(kvf, 1, 300, 32, 8, 128, 0, 64, 16, 0);
+		check_attention_q(kvf, 7, 28, 32, 8, 128, 0, 8, 16, 0);
+		check_attention_q(kvf, 200, 0, 32, 8, 128, 0, 2, 16, 1);
+		check_attention_q(kvf, 70, 20, 8, 4, 64, 30, 3, 5, 1);
+	}
+	check_attention_q(ATLAS_KV_FP8, 2, 2000, 8, 8, 96, 0, 2, 16, 0);
+	check_attention_q(ATLAS_KV_FP8, 9, 13, 4, 1, 16, 6, 3, 7, 0);
+	/* qk_rope_store into a quantized cache (the fused kernel's _q form):
+	 * q as the plain ops give it, the cache rows as the host stores the
+	 * BF16-rounded roped k */
+	static const int64_t rshapes[][4] = {/* T, H, Hkv, hd */
+					     {1, 32, 8, 128}, {5, 4, 2, 64}, {3, 16, 1, 256},
+					     {130, 8, 2, 64}};
+	char what[160];
+	for (int f = 0; f < 2; f++)
+		for (size_t sh = 0; sh < sizeof(rshapes) / sizeof(rshapes[0]); sh++)
+			for (int norm = 0; norm < 2; norm++) {
+				enum atlas_kv_dtype kvf = fmts[f];
+				int64_t T = rshapes[sh][0], H = rshapes[sh][1], Hkv = rshapes[sh][2];
+				int64_t hd = rshapes[sh][3], row = Hkv * hd, slots = 2 * T + 3;
+				int32_t *pos = malloc((size_t)T * 4), *slot = malloc((size_t)T * 4);
+				int32_t *dpos = gpu->alloc(gpu, (size_t)T * 4);
+				int32_t *dslot = gpu->alloc(gpu, (size_t)T * 4);
+				float *freq = malloc((size_t)hd / 2 * 4);
+				float *dfreq = gpu->alloc(gpu, (size_t)hd / 2 * 4);
+				for (int64_t t = 0; t < T; t++) {
+					pos[t] = (int32_t)(t * 53 + 11);
+					slot[t] = (int32_t)(slots - 1 - 2 * t);
+				}
+				for (int64_t i = 0; i < hd / 2; i++)
+					freq[i] = 1.0f / powf(1e6f, (float)(2 * i) / (float)hd);
+				gpu->upload(gpu, dpos, pos, (size_t)T * 4);
+				gpu->upload(gpu, dslot, slot, (size_t)T * 4);
+				gpu->upload(gpu, dfreq, freq, (size_t)hd / 2 * 4);
+				struct buf q = mkbuf(T * H * hd, 2.0f), k = mkbuf(T * row, 2.0f);
+				struct buf v = mkbuf(T * row, 1.0f);
+				struct qbuf kc = mkq(kvf, slots, Hkv, hd), vc = mkq(kvf, slots, Hkv, hd);
+				struct wbuf qn = mkw(ATLAS_DTYPE_BF16, hd, 1.0f);
+				struct wbuf kn = mkw(ATLAS_DTYPE_BF16, hd, 1.0f);
+				gpu->kv_dtype = kvf;
+				cpu->kv_dtype = kvf;
+				CHECK_EQ_INT(gpu->qk_rope_store(gpu, q.d, k.d, v.d, norm ? qn.d : NULL,
+								norm ? kn.d : NULL, ATLAS_DTYPE_BF16,
+								1e-6f, dpos, dfreq, kc.d, vc.d, dslot, T,
+								H, Hkv, hd),
+					     0);
+				if (norm) {
+					CHECK_EQ_INT(cpu->rmsnorm(cpu, q.h, q.h, qn.h, ATLAS_DTYPE_BF16,
+								  T * H, hd, 1e-6f),
+						     0);
+					CHECK_EQ_INT(cpu->rmsnorm(cpu, k.h, k.h, kn.h, ATLAS_DTYPE_BF16,
+								  T * Hkv, hd, 1e-6f),
+						     0);
+				}
+				CHECK_EQ_INT(cpu->rope(cpu, q.h, pos, freq, T, H, hd), 0);
+				CHECK_EQ_INT(cpu->rope(cpu, k.h, pos, freq, T, Hkv, hd), 0);
+				for (int64_t i = 0; i < T * row; i++)
+					k.h[i] = atlas_bf16_to_f32(atlas_f32_to_bf16(k.h[i]));
+				CHECK_EQ_INT(cpu->kv_store(cpu, kc.h, vc.h, k.h, v.h, slot, T, Hkv, hd), 0);
+				snprintf(what, sizeof(what), "qk_rope_store %s T=%lld H=%lld Hkv=%lld hd=%lld%s",
+					 atlas_kv_dtype_name(kvf), (long long)T, (long long)H,
+					 (long long)Hkv, (long long)hd, norm ? " norm" : "");
+				compare(what, &q, q.h, T * H * hd);
+				compare_q(what, kvf, &kc, Hkv, hd, 0);
+				compare_q(what, kvf, &vc, Hkv, hd, 1);
+				gpu->kv_dtype = ATLAS_KV_AUTO;
+				cpu->kv_dtype = ATLAS_KV_AUTO;
+				freebuf(&q);
+				freebuf(&k);
+				freebuf(&v);
+				freeq(&kc);
+				freeq(&vc);
+				freew(&qn);
+				freew(&kn);
+				free(pos);
+				free(slot);
+				free(freq);
+				gpu->free(gpu, dpos);
+				gpu->free(gpu, dslot);
+				gpu->free(gpu, dfreq);
+			}
+	/* a head size the format cannot hold is refused, not misread */
+	gpu->kv_dtype = ATLAS_KV_Q4;
+	CHECK(gpu->kv_store(gpu, NULL, NULL, NULL, NULL, NULL, 1, 1, 96) != 0);
+	gpu->kv_dtype = ATLAS_KV_AUTO;
 }
 
 /* Batch-invariant mode: attention of a batch (prefill chunks, several
@@ -1325,6 +1611,7 @@ int main(void)
 	RUN(test_fused);
 	RUN(test_invariant);
 	RUN(test_attention_inv);
+	RUN(test_kvq);
 	RUN(test_moe);
 	RUN(test_f8b);
 	RUN(test_w4b);

@@ -45,6 +45,7 @@
  * a token has more than one split.
  */
 #include "common.cuh"
+#include "kvq.cuh"
 
 #define ATT_CHUNK 64 /* keys scored per step */
 #define ATT_MAXHD 256 /* largest head size (q staged in shared memory) */
@@ -280,6 +281,40 @@ static __device__ __forceinline__ void att_store8(bf16 *p, const float *o)
 	*(uint4 *)p = atlas_pack8(o);
 }
 
+/* Eight floats to shared memory (q4: the output row before it is
+ * rotated back). */
+static __device__ __forceinline__ void att_stage8(float *p, const float *o)
+{
+	*(float4 *)p = make_float4(o[0], o[1], o[2], o[3]);
+	*(float4 *)(p + 4) = make_float4(o[4], o[5], o[6], o[7]);
+}
+
+/* q4: the gn staged output rows in qs rotated back (the rotation is its
+ * own inverse), then stored to out (gn rows of hd) by the threads that
+ * own their pairs. Every thread of the block calls it. */
+static __device__ void att_unrotate_store(bf16 *out, float (*qs)[ATT_MAXHD], int gn, int hd,
+					  int nv, int tid)
+{
+	__syncthreads();
+	kvq_rotate(&qs[0][0], gn, ATT_MAXHD, hd, tid, 128, kvq_syncthreads());
+#pragma unroll
+	for (int r = 0; r < ATT_VPT; r++) {
+		int g, v;
+		if (att_pair(tid, r, gn, nv, &g, &v))
+			att_store8(out + (long long)g * hd + v * 8, qs[g] + v * 8);
+	}
+}
+
+/* 4 bytes global -> shared, asynchronously (cp.async.ca: the sizes below
+ * 16 need the L1 form). */
+static __device__ __forceinline__ void kvq_cp4(void *s, const void *g)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+			 (unsigned)__cvta_generic_to_shared(s)),
+		     "l"(g)
+		     : "memory");
+}
+
 /* out = attention of each (token t, query head h) over its keys: a
  * token's keys go in ns = min(splits, ceil(nk / minkeys)) ranges; block
  * (t, kv head, group of <= 8 of its query heads, split s < ns) computes
@@ -293,14 +328,19 @@ static __device__ __forceinline__ void att_store8(bf16 *p, const float *o)
 /* 4 blocks an SM: at most 128 registers (168 unbounded, 3 blocks an SM;
  * on the H200 a batch-64 step's attention went from 3.54 to 3.13 ms with
  * this and the early exit below together) */
-extern "C" __global__ void __launch_bounds__(128, 4)
-atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16 *kc,
-		     const bf16 *vc, const int *seq_of, const int *pos, const int *block_tables,
-		     long long max_blocks, long long block_size, long long T, long long H,
-		     long long Hkv, long long hd, long long window, float scale, long long splits,
-		     long long minkeys, int aligned)
+/* KVF: the cache's format, 0 (BF16) or KVQ_FP8 / KVQ_Q4 (kvq.cuh): a
+ * row of a quantized cache is rb bytes, a key or value vector of 8 dims
+ * is 8 (fp8) or 4 (q4) bytes scaled by its head's (fp8) or block's (q4)
+ * scale; with q4 the group's query rows are rotated in shared memory
+ * before the keys are scored and the outputs rotated back before they
+ * are stored (partials stay rotated: the merge is linear). */
+template <int KVF>
+static __device__ __forceinline__ void
+attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc, const void *vc,
+	       const int *seq_of, const int *pos, const int *block_tables, long long max_blocks,
+	       long long block_size, long long T, long long H, long long Hkv, long long hd,
+	       long long window, float scale, long long splits, long long minkeys, int aligned)
 {
-	ATLAS_PDL_ENTRY();
 	__shared__ __align__(16) float qs[ATT_GH][ATT_MAXHD]; /* the group's query rows */
 	__shared__ float ps[ATT_GH][ATT_TILE];  /* scores of the tile, then probabilities */
 	__shared__ long long offs[ATT_TILE];    /* element offset of each key's row */
@@ -310,6 +350,8 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 	__shared__ float wt[ATT_GH][ATT_MAXSPLIT]; /* merge: weight of each split */
 	__shared__ float lt[ATT_GH][ATT_MAXSPLIT]; /* merge: softmax sum of each split */
 	__shared__ int last;                     /* this block is the group's last split */
+	__shared__ __align__(16) unsigned char vsc[ATT_TILE][16]; /* quantized: the V rows' scales */
+	__shared__ float lv[16];                 /* q4: the codebook */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int nwarps = blockDim.x >> 5;
 	if (blockDim.x != 128 || hd % 8 || hd > ATT_MAXHD || splits < 1 || splits > ATT_MAXSPLIT ||
@@ -344,8 +386,18 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 	}
 	const int *table = block_tables + (long long)seq_of[t] * max_blocks;
 	const long long k0 = s * per, k1 = k0 + per < nk ? k0 + per : nk;
-	const long long ld = Hkv * hd;
-	const unsigned rowb = (unsigned)(hd * 2); /* bytes of a K or V row */
+	/* a key's row: element offset offs * ld (BF16), or byte offset
+	 * offs (quantized), of its row; the head's data then at db bytes
+	 * past it and its scales at sb */
+	const long long ld = KVF ? 1 : Hkv * hd;
+	const long long rb = KVF ? kvq_row_bytes(KVF, Hkv, hd) : 0;
+	const long long db = KVF ? kvq_scale_bytes(KVF, Hkv, hd) + kvh * (KVF == KVQ_FP8 ? hd : hd / 2)
+				 : 0;
+	const long long sb = KVF == KVQ_FP8 ? kvh * 4 : kvh * (hd / KVQ_Q4_BLOCK) * 2;
+	const unsigned rowb = (unsigned)(KVF == 0 ? hd * 2 : KVF == KVQ_FP8 ? hd : hd / 2); /* bytes of a head's K or V row */
+	const unsigned char *kcb = (const unsigned char *)kc, *vcb = (const unsigned char *)vc;
+	if (KVF == KVQ_Q4 && tid < 16)
+		lv[tid] = kvq_level[tid];
 
 #pragma unroll
 	for (int r = 0; r < 2; r++) {
@@ -358,6 +410,10 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 	if (tid < ATT_GH) {
 		ms[tid] = -INFINITY;
 		ls[tid] = 0.0f;
+	}
+	if (KVF == KVQ_Q4) {
+		__syncthreads(); /* qs written */
+		kvq_rotate(&qs[0][0], ATT_GH, ATT_MAXHD, (int)hd, tid, 128, kvq_syncthreads());
 	}
 	float acc[ATT_VPT][8];
 #pragma unroll
@@ -373,14 +429,16 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 		 * next tile's K and V rows to L2 */
 		if (tid < 2 * ATT_TILE && j0 + tid < k1) {
 			const long long key = lo + j0 + tid;
-			const long long off =
-			    ((long long)table[key / block_size] * block_size + key % block_size) * ld +
-			    kvh * hd;
+			const long long rowi = (long long)table[key / block_size] * block_size + key % block_size;
+			const long long off = KVF ? rowi * rb : rowi * ld + kvh * hd;
 			if (tid < ATT_TILE) {
 				offs[tid] = off;
+			} else if (KVF) {
+				atlas_prefetch_l2(kcb + off + db, rowb);
+				atlas_prefetch_l2(vcb + off + db, rowb);
 			} else {
-				atlas_prefetch_l2(kc + off, rowb);
-				atlas_prefetch_l2(vc + off, rowb);
+				atlas_prefetch_l2((const bf16 *)kc + off, rowb);
+				atlas_prefetch_l2((const bf16 *)vc + off, rowb);
 			}
 		}
 		__syncthreads();
@@ -388,10 +446,24 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 		 * scores are computed (16 bytes a copy; on the H200 loading them
 		 * 8 rows at a time in the value loop left a batch-64 step's
 		 * attention latency-bound) */
-		for (int i = tid; i < nc * nv; i += 128) {
-			const int r = i / nv, v = i - r * nv;
-			atlas_cp16((uint32_t)__cvta_generic_to_shared(&vs[r][v * 8]), vc + offs[r] + v * 8,
-				   16);
+		if (KVF == 0) {
+			for (int i = tid; i < nc * nv; i += 128) {
+				const int r = i / nv, v = i - r * nv;
+				atlas_cp16((uint32_t)__cvta_generic_to_shared(&vs[r][v * 8]),
+					   (const bf16 *)vc + offs[r] + v * 8, 16);
+			}
+		} else {
+			/* the head's data, 16 bytes a copy, to the start of row r of
+			 * vs; its scales (4 bytes fp8, hd/16 q4) to vsc[r] */
+			const int nq = (int)(rowb / 16), nsc = KVF == KVQ_FP8 ? 1 : (int)(hd / 64);
+			for (int i = tid; i < nc * (nq + nsc); i += 128) {
+				const int r = i / (nq + nsc), c = i - r * (nq + nsc);
+				if (c < nq)
+					atlas_cp16((uint32_t)__cvta_generic_to_shared((unsigned char *)vs[r] + c * 16),
+						   vcb + offs[r] + db + c * 16, 16);
+				else
+					kvq_cp4(&vsc[r][(c - nq) * 4], vcb + offs[r] + sb + (c - nq) * 4);
+			}
 		}
 		atlas_cp_commit();
 		/* scores: warp w takes keys w + 4u (u < 8), all loads first; lane
@@ -400,12 +472,24 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 		 * reduce-scatter, leaving lane l the score of head l/4, key l%4 */
 		for (int i0 = warp; i0 < nc; i0 += nwarps * ATT_KPW) {
 			uint4 kr[ATT_KPW];
+			float ks[ATT_KPW]; /* quantized: each key's scale for this lane's dims */
 #pragma unroll
 			for (int u = 0; u < ATT_KPW; u++) {
 				const int i = i0 + u * nwarps;
 				kr[u] = make_uint4(0u, 0u, 0u, 0u);
-				if (i < nc && lane < nv)
-					kr[u] = __ldg((const uint4 *)(kc + offs[i]) + lane);
+				ks[u] = 0.0f;
+				if (i < nc && lane < nv) {
+					if (KVF == 0) {
+						kr[u] = __ldg((const uint4 *)((const bf16 *)kc + offs[i]) + lane);
+					} else if (KVF == KVQ_FP8) {
+						const uint2 w = __ldg((const uint2 *)(kcb + offs[i] + db) + lane);
+						kr[u].x = w.x, kr[u].y = w.y;
+						ks[u] = __ldg((const float *)(kcb + offs[i] + sb));
+					} else {
+						kr[u].x = __ldg((const uint32_t *)(kcb + offs[i] + db) + lane);
+						ks[u] = __half2float(__ldg((const __half *)(kcb + offs[i] + sb) + lane / 4));
+					}
+				}
 			}
 #pragma unroll
 			for (int c = 0; c < ATT_KPW / 4; c++) {
@@ -413,8 +497,15 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 					continue; /* uniform across the warp */
 				float kf[4][8], d[32];
 #pragma unroll
-				for (int u = 0; u < 4; u++)
-					atlas_unpack8(kr[4 * c + u], kf[u]);
+				for (int u = 0; u < 4; u++) {
+					if (KVF == 0)
+						atlas_unpack8(kr[4 * c + u], kf[u]);
+					else if (KVF == KVQ_FP8)
+						kvq_unpack8_fp8(make_uint2(kr[4 * c + u].x, kr[4 * c + u].y),
+								ks[4 * c + u], kf[u]);
+					else
+						kvq_unpack8_q4(kr[4 * c + u].x, ks[4 * c + u], lv, kf[u]);
+				}
 				/* with 4 heads or fewer in the group (Qwen3-8B has 4),
 				 * heads 4..7 score zero without their dot products; the
 				 * reduce-scatter never mixes heads, so the others' bits
@@ -474,11 +565,20 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 #pragma unroll
 			for (int j = 0; j < 8; j++)
 				acc[r][j] *= corr;
-			/* V rows from shared memory (the tile's cp.async copies) */
+			/* V rows from shared memory (the tile's cp.async copies);
+			 * a quantized row's scale goes into the probability */
 			for (int i = 0; i < nc; i++) {
 				float vf[8];
-				atlas_unpack8(*((const uint4 *)vs[i] + v), vf);
-				const float pr = ps[g][i];
+				float pr = ps[g][i];
+				if (KVF == 0) {
+					atlas_unpack8(*((const uint4 *)vs[i] + v), vf);
+				} else if (KVF == KVQ_FP8) {
+					pr *= *(const float *)vsc[i];
+					kvq_unpack8_fp8(*((const uint2 *)vs[i] + v), 1.0f, vf);
+				} else {
+					pr *= __half2float(*((const __half *)vsc[i] + v / 4));
+					kvq_unpack8_q4(*((const uint32_t *)vs[i] + v), 1.0f, lv, vf);
+				}
 #pragma unroll
 				for (int j = 0; j < 8; j++)
 					acc[r][j] = fmaf(pr, vf[j], acc[r][j]);
@@ -505,8 +605,13 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 #pragma unroll
 			for (int j = 0; j < 8; j++)
 				o[j] = fmaf(acc[r][j], wg, 0.0f);
-			att_store8(out + (t * H + h0 + g) * hd + v * 8, o);
+			if (KVF == KVQ_Q4)
+				att_stage8(qs[g] + v * 8, o);
+			else
+				att_store8(out + (t * H + h0 + g) * hd + v * 8, o);
 		}
+		if (KVF == KVQ_Q4)
+			att_unrotate_store(out + (t * H + h0) * hd, qs, gn, (int)hd, nv, tid);
 		return;
 	}
 
@@ -624,6 +729,56 @@ atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16
 					o[7] = fmaf(pa[u][1].w, ws, o[7]);
 				}
 		}
-		att_store8(out + (t * H + h0 + g) * hd + v * 8, o);
+		if (KVF == KVQ_Q4)
+			att_stage8(qs[g] + v * 8, o);
+		else
+			att_store8(out + (t * H + h0 + g) * hd + v * 8, o);
 	}
+	if (KVF == KVQ_Q4)
+		att_unrotate_store(out + (t * H + h0) * hd, qs, gn, (int)hd, nv, tid);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 4)
+atlas_attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const bf16 *kc,
+		     const bf16 *vc, const int *seq_of, const int *pos, const int *block_tables,
+		     long long max_blocks, long long block_size, long long T, long long H,
+		     long long Hkv, long long hd, long long window, float scale, long long splits,
+		     long long minkeys, int aligned)
+{
+	ATLAS_PDL_ENTRY();
+	attention_part<0>(out, part, cnt, q, kc, vc, seq_of, pos, block_tables, max_blocks,
+			  block_size, T, H, Hkv, hd, window, scale, splits, minkeys, aligned);
+}
+
+/* atlas_attention_part_fp8, _q4: the same over a cache in format fp8 or
+ * q4 (kvq.cuh; kc and vc are rows of kvq_row_bytes bytes): the result of
+ * atlas_attention_part over the dequantized rows, with the same
+ * partition, merge order and determinism. hd as the format needs (fp8 a
+ * multiple of 16, q4 a power of two 64..256). */
+extern "C" __global__ void __launch_bounds__(128, 4)
+atlas_attention_part_fp8(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc,
+			 const void *vc, const int *seq_of, const int *pos, const int *block_tables,
+			 long long max_blocks, long long block_size, long long T, long long H,
+			 long long Hkv, long long hd, long long window, float scale,
+			 long long splits, long long minkeys, int aligned)
+{
+	ATLAS_PDL_ENTRY();
+	if (hd % 16)
+		return;
+	attention_part<KVQ_FP8>(out, part, cnt, q, kc, vc, seq_of, pos, block_tables, max_blocks,
+				block_size, T, H, Hkv, hd, window, scale, splits, minkeys, aligned);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 4)
+atlas_attention_part_q4(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc,
+			const void *vc, const int *seq_of, const int *pos, const int *block_tables,
+			long long max_blocks, long long block_size, long long T, long long H,
+			long long Hkv, long long hd, long long window, float scale,
+			long long splits, long long minkeys, int aligned)
+{
+	ATLAS_PDL_ENTRY();
+	if (hd < 64 || (hd & (hd - 1)))
+		return;
+	attention_part<KVQ_Q4>(out, part, cnt, q, kc, vc, seq_of, pos, block_tables, max_blocks,
+			       block_size, T, H, Hkv, hd, window, scale, splits, minkeys, aligned);
 }

@@ -9,6 +9,7 @@
  * context). Cost: 4 * hd bytes per head, plus a sincos per pair.
  */
 #include "common.cuh"
+#include "kvq.cuh"
 
 extern "C" __global__ void atlas_rope(bf16 *x, const int *pos, const float *inv_freq, long long T,
 				      long long H, long long hd)
@@ -42,13 +43,15 @@ extern "C" __global__ void atlas_rope(bf16 *x, const int *pos, const float *inv_
  * (j, j + hd/2) for j = i, i + 32, ... (hd even, hd <= 2 * 32 * QRS_PAIRS). */
 #define QRS_PAIRS 4
 
-extern "C" __global__ void __launch_bounds__(256)
-    atlas_qk_rope_store(bf16 *q, const bf16 *k, const bf16 *v, const void *qn, const void *kn,
-			int nwdt, float eps, const int *pos, const float *inv_freq, bf16 *kc,
-			bf16 *vc, const int *slot, long long T, long long H, long long Hkv,
-			long long hd)
+/* Q: the cache is quantized (format kvf, kvq.cuh): k and v head rows go
+ * through the warp's shared row xs and kvq_store_head instead of being
+ * copied; kc and vc are then rows of kvq_row_bytes bytes. */
+template <bool Q>
+static __device__ __forceinline__ void
+qk_rope_store(bf16 *q, const bf16 *k, const bf16 *v, const void *qn, const void *kn, int nwdt,
+	      float eps, const int *pos, const float *inv_freq, void *kc, void *vc, const int *slot,
+	      long long T, long long H, long long Hkv, long long hd, int kvf, float *xs)
 {
-	ATLAS_PDL_ENTRY();
 	const int lane = threadIdx.x & 31;
 	const long long per = H + 2 * Hkv;
 	const long long r = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -56,12 +59,20 @@ extern "C" __global__ void __launch_bounds__(256)
 		return;
 	const long long t = r / per, j = r % per, half = hd / 2, row = Hkv * hd;
 	const long long s = slot[t];
+	const long long rb = Q ? kvq_row_bytes(kvf, Hkv, hd) : 0;
 	if (j >= H + Hkv) { /* a v head: copy to the cache */
 		if (s < 0)
 			return;
 		const long long h = j - H - Hkv;
 		const bf16 *src = v + t * row + h * hd;
-		bf16 *dst = vc + s * row + h * hd;
+		if (Q) {
+			for (long long i = lane; i < hd; i += 32)
+				xs[i] = atlas_bf(src[i]);
+			__syncwarp();
+			kvq_store_head(xs, (int)hd, (unsigned char *)vc + s * rb, h, Hkv, kvf, lane);
+			return;
+		}
+		bf16 *dst = (bf16 *)vc + s * row + h * hd;
 		for (long long i = lane; i < hd; i += 32)
 			dst[i] = src[i];
 		return;
@@ -77,10 +88,24 @@ extern "C" __global__ void __launch_bounds__(256)
 		x0[u] = i < half ? atlas_bf(src[i]) : 0.0f;
 		x1[u] = i < half ? atlas_bf(src[i + half]) : 0.0f;
 	}
-	bf16 *dst = isq ? q + (t * H + h) * hd : (s >= 0 ? kc + s * row + h * hd : NULL);
-	if (!dst)
+	if (!isq && s < 0)
 		return; /* uniform across the warp: no shuffle is skipped by half of it */
 	atlas_head_norm_rope<QRS_PAIRS>(x0, x1, hd, nw, nwdt, eps, (float)pos[t], inv_freq);
+	if (Q && !isq) {
+		/* the rounding the BF16 cache would get, then the format's */
+#pragma unroll
+		for (int u = 0; u < QRS_PAIRS; u++) {
+			const long long i = lane + 32 * u;
+			if (i < half) {
+				xs[i] = atlas_bf(atlas_tobf(x0[u]));
+				xs[i + half] = atlas_bf(atlas_tobf(x1[u]));
+			}
+		}
+		__syncwarp();
+		kvq_store_head(xs, (int)hd, (unsigned char *)kc + s * rb, h, Hkv, kvf, lane);
+		return;
+	}
+	bf16 *dst = isq ? q + (t * H + h) * hd : (bf16 *)kc + s * row + h * hd;
 #pragma unroll
 	for (int u = 0; u < QRS_PAIRS; u++) {
 		const long long i = lane + 32 * u;
@@ -91,3 +116,31 @@ extern "C" __global__ void __launch_bounds__(256)
 	}
 }
 
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_qk_rope_store(bf16 *q, const bf16 *k, const bf16 *v, const void *qn, const void *kn,
+			int nwdt, float eps, const int *pos, const float *inv_freq, bf16 *kc,
+			bf16 *vc, const int *slot, long long T, long long H, long long Hkv,
+			long long hd)
+{
+	ATLAS_PDL_ENTRY();
+	qk_rope_store<false>(q, k, v, qn, kn, nwdt, eps, pos, inv_freq, kc, vc, slot, T, H, Hkv, hd,
+			     0, NULL);
+}
+
+/* atlas_qk_rope_store_q: the same into a cache in format kvf (fp8 or q4,
+ * kvq.cuh); k and v rows are rounded to bf16 first, as the separate ops
+ * (rope, then atlas_kv_store_q of the bf16 rows) would store them. hd a
+ * multiple of 16 (fp8) or a power of two 64..256 (q4). */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_qk_rope_store_q(bf16 *q, const bf16 *k, const bf16 *v, const void *qn, const void *kn,
+			  int nwdt, float eps, const int *pos, const float *inv_freq, void *kc,
+			  void *vc, const int *slot, long long T, long long H, long long Hkv,
+			  long long hd, int kvf)
+{
+	ATLAS_PDL_ENTRY();
+	__shared__ float xs[8][256];
+	if (hd > 256)
+		return;
+	qk_rope_store<true>(q, k, v, qn, kn, nwdt, eps, pos, inv_freq, kc, vc, slot, T, H, Hkv, hd,
+			    kvf, xs[threadIdx.x >> 5]);
+}

@@ -78,6 +78,10 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC64_W4] = "atlas_gemv_tc64_w4",
 	[ATLAS_CK_W4B_DEQUANT] = "atlas_w4b_dequant",
 	[ATLAS_CK_GEMV_W4] = "atlas_gemv_w4",
+	[ATLAS_CK_KV_STORE_Q] = "atlas_kv_store_q",
+	[ATLAS_CK_QK_ROPE_STORE_Q] = "atlas_qk_rope_store_q",
+	[ATLAS_CK_ATT_PART_FP8] = "atlas_attention_part_fp8",
+	[ATLAS_CK_ATT_PART_Q4] = "atlas_attention_part_q4",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the

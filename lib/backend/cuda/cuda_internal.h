@@ -66,6 +66,10 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC64_W4,
 	ATLAS_CK_W4B_DEQUANT,  /* f8b.cu: a W4B weight as BF16 */
 	ATLAS_CK_GEMV_W4,      /* linear.cu: atlas_gemv for W4B at T = 1 */
+	ATLAS_CK_KV_STORE_Q,   /* kv.cu: K and V rows into an fp8 or q4 cache */
+	ATLAS_CK_QK_ROPE_STORE_Q, /* rope.cu: the attention prologue, the same */
+	ATLAS_CK_ATT_PART_FP8, /* attention.cu: split-K over an fp8 cache */
+	ATLAS_CK_ATT_PART_Q4,  /* attention.cu: split-K over a q4 cache */
 	ATLAS_CK_COUNT,
 };
 

@@ -2,6 +2,7 @@
  * shapes for the kernels of kernels/ABI.md. Every op only queues work on
  * the backend's stream. */
 #include "cuda_internal.h"
+#include "../kvq.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -491,10 +492,16 @@ static int op_qk_rope_store(struct atlas_backend *be, void *q, void *k, const vo
 			rc = be->rope(be, k, pos, inv_freq, T, Hkv, hd);
 		return rc ? rc : be->kv_store(be, kc, vc, k, v, slot, T, Hkv, hd);
 	}
-	int wd = (int)nwdt;
+	int wd = (int)nwdt, kvf = (int)be->kv_dtype;
 	long long t = T, h = H, hk = Hkv, d = hd;
 	void *args[] = {&q, &k, &v, &qn, &kn, &wd, &eps, &pos, &inv_freq, &kc, &vc, &slot,
-			&t, &h, &hk, &d};
+			&t, &h, &hk, &d, &kvf};
+	if (atlas_kv_quantized(be->kv_dtype)) {
+		int rc = atlas_kv_check(be->kv_dtype, hd);
+		return rc ? rc : atlas_cuda_launch(be->ctx, ATLAS_CK_QK_ROPE_STORE_Q,
+						   (unsigned)CEIL_DIV(T * (H + 2 * Hkv), 8), 1, 256,
+						   0, args);
+	}
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_QK_ROPE_STORE,
 				 (unsigned)CEIL_DIV(T * (H + 2 * Hkv), 8), 1, 256, 0, args);
 }
@@ -515,6 +522,14 @@ static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void 
 		       const int32_t *slot, int64_t T, int64_t Hkv, int64_t hd)
 {
 	long long t = T, r = Hkv * hd;
+	if (atlas_kv_quantized(be->kv_dtype)) {
+		/* one warp per (token, K or V, kv head) row (kv.cu) */
+		long long hk = Hkv, d = hd;
+		int kvf = (int)be->kv_dtype, rc = atlas_kv_check(be->kv_dtype, hd);
+		void *args[] = {&kc, &vc, &k, &v, &slot, &t, &hk, &d, &kvf};
+		return rc ? rc : atlas_cuda_launch(be->ctx, ATLAS_CK_KV_STORE_Q,
+						   (unsigned)CEIL_DIV(T * 2 * Hkv, 8), 1, 256, 0, args);
+	}
 	void *args[] = {&kc, &vc, &k, &v, &slot, &t, &r};
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_KV_STORE, (unsigned)T, 1, 256, 0, args);
 }
@@ -557,7 +572,12 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	 * one sequence's tokens (16+ per sequence on average): a decode batch
 	 * of 64 sequences would cost it 64 passes per tile, and split-K does
 	 * such a batch in one launch */
-	if (!be->batch_invariant && T >= c->flash_min_t && T >= 16 * b->n_seq &&
+	/* a quantized cache (kvq.h) is read by the split-K kernel's fp8 and
+	 * q4 forms only */
+	const bool quant = atlas_kv_quantized(be->kv_dtype);
+	if (quant && atlas_kv_check(be->kv_dtype, hd))
+		return ATLAS_EUNSUPPORTED;
+	if (!quant && !be->batch_invariant && T >= c->flash_min_t && T >= 16 * b->n_seq &&
 	    c->kern[ATLAS_CK_ATT_PREFILL]) {
 		int rc = atlas_cuda_attention_prefill(c, out, q, kc, vc, b, T, H, Hkv, hd, window,
 						      scale);
@@ -589,6 +609,10 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 		tg = tg_cnt;
 	const int split = hd % 8 == 0 && tg > 0 &&
 			  (((uintptr_t)q | (uintptr_t)out | (uintptr_t)kc | (uintptr_t)vc) & 15) == 0;
+	if (!split && quant)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "cuda attention: a %s KV cache needs 16-byte aligned q, out and cache",
+				   atlas_kv_dtype_name(be->kv_dtype));
 	if (!split) { /* the same for every token of these shapes */
 		void *args[] = {&out, &q, &kc, &vc, &seq, &pos, &tab, &mb, &bs, &t, &h, &hk, &d, &wdw,
 				&scale};
@@ -624,8 +648,10 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 		const int32_t *sq = seq + t0, *ps = pos + t0;
 		void *args[] = {&oo, &c->att_part, &c->att_cnt, &qq, &kc, &vc, &sq, &ps, &tab, &mb,
 				&bs, &n, &h, &hk, &d, &wdw, &scale, &splits, &minkeys, &aligned};
-		int rc = atlas_cuda_launch(c, ATLAS_CK_ATT_PART,
-					   (unsigned)(n * Hkv * ngrp * splits), 1, 128, 0, args);
+		const enum atlas_cuda_kernel kid = !quant ? ATLAS_CK_ATT_PART
+						   : be->kv_dtype == ATLAS_KV_FP8 ? ATLAS_CK_ATT_PART_FP8
+						   : ATLAS_CK_ATT_PART_Q4;
+		int rc = atlas_cuda_launch(c, kid, (unsigned)(n * Hkv * ngrp * splits), 1, 128, 0, args);
 		if (rc)
 			return rc;
 	}
