@@ -21,6 +21,7 @@ for p in build-carry/atlas-*; do
 done
 strip -o "$dir/tests/test-golden" build-carry/tests/test-golden
 strip -o "$dir/tests/test-invariance" build-carry/tests/test-invariance
+strip -o "$dir/tests/test-kvq-model" build-carry/tests/test-kvq-model
 for t in build-carry/tests/gpu/test-*; do
 	strip -o "$dir/tests/gpu/$(basename "$t")" "$t"
 done
