@@ -492,8 +492,13 @@ static void freeq(struct qbuf *b)
 /* The GPU's cache against the host's: bytes that differ, and the
  * dequantized rows' relative L2 difference. exact: every byte must
  * match (the store kernels write the host reference's bytes for the
- * same BF16 inputs); else the rows must agree to TOL (the inputs went
- * through different rope and norm arithmetic, so a code may flip). */
+ * same BF16 inputs); else the inputs went through different norm and
+ * rope arithmetic, so a code may flip to its neighbour where a value
+ * sits near a rounding boundary: at most 10% of the bytes may differ
+ * and the rows must agree to 5e-2 (one fp8 step is ~6% of a value, one
+ * q4 level ~30% of the block's RMS; a wrong scale, layout or rotation
+ * moves them by 100%). On the H100 the norm cases gave 2-6% of bytes
+ * and 0.012-0.030. */
 static void compare_q(const char *what, enum atlas_kv_dtype kvf, const struct qbuf *b,
 		      int64_t Hkv, int64_t hd, int exact)
 {
@@ -515,7 +520,7 @@ static void compare_q(const char *what, enum atlas_kv_dtype kvf, const struct qb
 			}
 		}
 	double l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-	int ok = !rc && (exact ? diff == 0 : l2 < TOL);
+	int ok = !rc && (exact ? diff == 0 : l2 < 5e-2 && diff * 10 <= (int64_t)n);
 	printf("# %-58s bytes_differ %-8lld rel_l2 %-10.3g %s\n", what, (long long)diff, l2,
 	       ok ? "ok" : "FAIL");
 	CHECK(ok);
@@ -668,6 +673,16 @@ static void test_kvq(void)
 		check_attention_q(kvf, 7, 28, 32, 8, 128, 0, 8, 16, 0);
 		check_attention_q(kvf, 200, 0, 32, 8, 128, 0, 2, 16, 1);
 		check_attention_q(kvf, 70, 20, 8, 4, 64, 30, 3, 5, 1);
+		/* prefill chunks outside batch-invariant mode: the flash kernel
+		 * over the rows dequantized to BF16 (atlas_kv_dequant; hd 64 and
+		 * 128), a chunk after 2,000 cached tokens, two sequences of 150
+		 * at hd 64 with odd blocks, a window, and hd 256 (the split-K
+		 * kernel: the flash kernel takes 64 and 128 only) */
+		check_attention_q(kvf, 256, 0, 32, 8, 128, 0, 1, 16, 0);
+		check_attention_q(kvf, 64, 2000, 32, 8, 128, 0, 1, 16, 0);
+		check_attention_q(kvf, 150, 5, 8, 2, 64, 0, 2, 7, 0);
+		check_attention_q(kvf, 150, 100, 16, 4, 128, 48, 1, 16, 0);
+		check_attention_q(kvf, 40, 30, 8, 2, 256, 0, 1, 16, 0);
 	}
 	check_attention_q(ATLAS_KV_FP8, 2, 2000, 8, 8, 96, 0, 2, 16, 0);
 	check_attention_q(ATLAS_KV_FP8, 9, 13, 4, 1, 16, 6, 3, 7, 0);

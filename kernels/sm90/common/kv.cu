@@ -63,3 +63,81 @@ extern "C" __global__ void __launch_bounds__(256)
 	kvq_store_head(xs[w], (int)hd, (unsigned char *)(isv ? vc : kc) + s * kvq_row_bytes(kvf, Hkv, hd),
 		       h, Hkv, kvf, lane);
 }
+
+/* atlas_kv_dequant: the rows a prefill step's sequences attend to, from a
+ * cache in format kvf (fp8 or q4) to BF16 scratch in the original space
+ * (q4 rows rotated back), so the tensor-core flash kernel can read them:
+ * sequence s's key j (j < its keys: the largest pos + 1 of its tokens in
+ * seq_of/pos, T tokens) goes to row s * nblk * B + j of ko / vo (Hkv * hd
+ * BF16 each), rows past its keys up to nblk * B are zeroed, and tab_out
+ * [n_seq, nblk] gets the identity table (s * nblk + i) of that layout.
+ * grid (ceil(nblk * B / 8), n_seq), block 256: one warp per row, head
+ * rows of K then V in turn; hd <= 256 and as the format needs. */
+extern "C" __global__ void __launch_bounds__(256)
+    atlas_kv_dequant(bf16 *ko, bf16 *vo, int *tab_out, const void *kc, const void *vc,
+		     const int *seq_of, const int *pos, const int *tab, long long T,
+		     long long max_blocks, long long B, long long nblk, long long Hkv,
+		     long long hd, int kvf)
+{
+	ATLAS_PDL_ENTRY();
+	__shared__ float xs[8][256];
+	__shared__ __align__(16) float lv[16];
+	__shared__ int len;
+	const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+	const long long s = blockIdx.y;
+	if (tid == 0)
+		len = 0;
+	if (tid < 16)
+		lv[tid] = kvq_level[tid];
+	__syncthreads();
+	int mine = 0;
+	for (long long t = tid; t < T; t += blockDim.x)
+		if (seq_of[t] == s && pos[t] + 1 > mine)
+			mine = pos[t] + 1;
+	mine = __reduce_max_sync(0xffffffffu, mine);
+	if (lane == 0 && mine > 0)
+		atomicMax(&len, mine);
+	if (blockIdx.x == 0)
+		for (long long i = tid; i < nblk; i += blockDim.x)
+			tab_out[s * nblk + i] = (int)(s * nblk + i);
+	__syncthreads();
+	const long long j = (long long)blockIdx.x * 8 + w;
+	if (j >= nblk * B || hd > 256)
+		return; /* uniform across the warp */
+	const long long row = Hkv * hd, dst = (s * nblk * B + j) * row;
+	if (j >= len) {
+		for (long long i = lane; i < row; i += 32) {
+			ko[dst + i] = __float2bfloat16(0.0f);
+			vo[dst + i] = __float2bfloat16(0.0f);
+		}
+		return;
+	}
+	const long long blk = tab[s * max_blocks + j / B];
+	const long long rb = kvq_row_bytes(kvf, Hkv, hd), sb = kvq_scale_bytes(kvf, Hkv, hd);
+	const long long off = (blk * B + j % B) * rb;
+	for (int u = 0; u < 2; u++) {
+		const unsigned char *r = (const unsigned char *)(u ? vc : kc) + off;
+		bf16 *o = (u ? vo : ko) + dst;
+		for (long long h = 0; h < Hkv; h++) {
+			float *x = xs[w];
+			if (kvf == KVQ_FP8) {
+				const float sc = ((const float *)r)[h];
+				for (long long i = lane; i < hd; i += 32)
+					o[h * hd + i] = __float2bfloat16(
+					    __half2float(__half(__nv_cvt_fp8_to_halfraw(
+						(__nv_fp8_storage_t)r[sb + h * hd + i], __NV_E4M3))) * sc);
+				continue;
+			}
+			const __half *sc = (const __half *)r + h * (hd / KVQ_Q4_BLOCK);
+			for (long long i = lane; i < hd; i += 32) {
+				const unsigned char c = r[sb + (h * hd + i) / 2];
+				x[i] = lv[(c >> (4 * (i & 1))) & 15] * __half2float(sc[i / KVQ_Q4_BLOCK]);
+			}
+			__syncwarp();
+			kvq_rotate(x, 1, (int)hd, (int)hd, lane, 32, kvq_syncwarp());
+			for (long long i = lane; i < hd; i += 32)
+				o[h * hd + i] = __float2bfloat16(x[i]);
+			__syncwarp();
+		}
+	}
+}

@@ -82,6 +82,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_QK_ROPE_STORE_Q] = "atlas_qk_rope_store_q",
 	[ATLAS_CK_ATT_PART_FP8] = "atlas_attention_part_fp8",
 	[ATLAS_CK_ATT_PART_Q4] = "atlas_attention_part_q4",
+	[ATLAS_CK_KV_DEQUANT] = "atlas_kv_dequant",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -243,7 +244,7 @@ static void read_switches(struct cuda_ctx *c, int major)
 	const char *mk = getenv("ATLAS_CUDA_ATT_MINKEYS");
 	c->att_minkeys = mk && atoi(mk) >= 32 ? atoi(mk) : 0;
 	const char *as = getenv("ATLAS_CUDA_ATT_SPLITS");
-	c->att_splits = as && atoi(as) >= 1 && atoi(as) <= 32 ? atoi(as) : 0;
+	c->att_splits = as && atoi(as) >= 1 && atoi(as) <= 64 ? atoi(as) : 0;
 	const char *fmin = getenv("ATLAS_CUDA_FLASH_MIN_T");
 	c->flash_min_t = fmin && atoi(fmin) > 0 ? atoi(fmin) : ATLAS_CUDA_FLASH_MIN_T;
 	const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");

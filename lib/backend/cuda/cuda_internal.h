@@ -70,6 +70,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_QK_ROPE_STORE_Q, /* rope.cu: the attention prologue, the same */
 	ATLAS_CK_ATT_PART_FP8, /* attention.cu: split-K over an fp8 cache */
 	ATLAS_CK_ATT_PART_Q4,  /* attention.cu: split-K over a q4 cache */
+	ATLAS_CK_KV_DEQUANT,   /* kv.cu: a prefill's fp8 / q4 rows as BF16 */
 	ATLAS_CK_COUNT,
 };
 
@@ -161,6 +162,10 @@ struct cuda_ctx {
 				       * F8B product on atlas_gemv outside
 				       * batch-invariant mode (1, the default; 0:
 				       * never, for A/B runs) */
+	void *kvq_ws;                 /* a prefill's quantized KV rows as BF16
+				       * for the flash kernel (grows at the first
+				       * long prefill; never in a graph capture) */
+	size_t kvq_ws_cap;            /* its bytes */
 	void *f8_ws;                  /* those copies (grows at the first long
 				       * product; never inside a graph capture) */
 	size_t f8_ws_cap;             /* its bytes */
@@ -210,6 +215,10 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
 #define ATLAS_CUDA_GEMM_WS_PER_SM ((size_t)2 * 128 * 256 * 4)
 /* Bytes of att_part: the attention op runs tokens in groups that fit. */
 #define ATLAS_CUDA_ATT_SCRATCH ((size_t)64 << 20)
+/* Most bytes of kvq_ws: a prefill over a quantized cache whose rows
+ * need more (e.g. more than 8 sequences of 32k tokens of Qwen3-8B shape)
+ * runs on the split-K kernel instead. */
+#define ATLAS_CUDA_KVQ_WS_MAX ((size_t)2 << 30)
 /* Bytes of att_cnt: one int per (token, kv head, group of 8 query heads)
  * of a launch, at most one per (token, query head); 256 KiB covers every
  * group of tokens whose partials fit in att_part (at least 32 splits of

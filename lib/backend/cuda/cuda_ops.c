@@ -555,6 +555,45 @@ static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void 
  * 14.64 ms, and 2048-token prefills of 468, 436, 424 and 416 ms: 128. */
 #define ATT_INV_MIN_KEYS 128
 
+/* A prefill step over a quantized cache (kvq.h) on the flash kernel: the
+ * rows its sequences attend to, dequantized into BF16 scratch laid out
+ * n_seq x ceil(max_keys / B) blocks (atlas_kv_dequant, which also writes
+ * that layout's block table after the scratch), then the flash kernel
+ * over the scratch. The keys are the stored ones, so the result is the
+ * split-K kernel's up to summation order and the BF16 rounding of the
+ * dequantized rows (not used in batch-invariant mode, as for BF16).
+ * 1 when done, 0 when the step cannot go this way (shapes, no kernel,
+ * inside a capture, or no memory: the split-K kernel then runs it), or
+ * an error. */
+static int attention_prefill_q(struct atlas_backend *be, void *out, const void *q, const void *kc,
+			       const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
+			       int64_t Hkv, int64_t hd, int64_t window, float scale)
+{
+	struct cuda_ctx *c = be->ctx;
+	if (c->capturing || !c->kern[ATLAS_CK_KV_DEQUANT] || !c->kern[ATLAS_CK_ATT_PREFILL] ||
+	    (hd != 64 && hd != 128) || b->max_keys <= 0 || b->n_seq <= 0 || b->block_size <= 0)
+		return 0;
+	const int64_t B = b->block_size, nblk = CEIL_DIV(b->max_keys, B);
+	const size_t half = (size_t)(b->n_seq * nblk * B * Hkv * hd) * 2;
+	const size_t need = 2 * half + (size_t)(b->n_seq * nblk) * sizeof(int32_t);
+	if (need > ATLAS_CUDA_KVQ_WS_MAX || atlas_cuda_scratch(be, &c->kvq_ws, &c->kvq_ws_cap, need))
+		return 0; /* the split-K kernel reads the cache itself */
+	void *ko = c->kvq_ws, *vo = (char *)c->kvq_ws + half;
+	int32_t *tab = (int32_t *)((char *)c->kvq_ws + 2 * half);
+	long long t = T, mb = b->max_blocks, bs = B, nb = nblk, hk = Hkv, d = hd;
+	int kvf = (int)be->kv_dtype;
+	const int32_t *seq = b->seq_of, *pos = b->pos, *btab = b->block_tables;
+	void *args[] = {&ko, &vo, &tab, &kc, &vc, &seq, &pos, &btab, &t, &mb, &bs, &nb, &hk, &d, &kvf};
+	int rc = atlas_cuda_launch(c, ATLAS_CK_KV_DEQUANT, (unsigned)CEIL_DIV(nblk * B, 8),
+				    (unsigned)b->n_seq, 256, 0, args);
+	if (rc)
+		return rc;
+	struct atlas_kv_batch b2 = *b;
+	b2.block_tables = tab;
+	b2.max_blocks = nblk;
+	return atlas_cuda_attention_prefill(c, out, q, ko, vo, &b2, T, H, Hkv, hd, window, scale);
+}
+
 static int op_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,
 			const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
 			int64_t Hkv, int64_t hd, int64_t window, float scale)
@@ -577,6 +616,11 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	const bool quant = atlas_kv_quantized(be->kv_dtype);
 	if (quant && atlas_kv_check(be->kv_dtype, hd))
 		return ATLAS_EUNSUPPORTED;
+	if (quant && !be->batch_invariant && T >= c->flash_min_t && T >= 16 * b->n_seq) {
+		int rc = attention_prefill_q(be, out, q, kc, vc, b, T, H, Hkv, hd, window, scale);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	if (!quant && !be->batch_invariant && T >= c->flash_min_t && T >= 16 * b->n_seq &&
 	    c->kern[ATLAS_CK_ATT_PREFILL]) {
 		int rc = atlas_cuda_attention_prefill(c, out, q, kc, vc, b, T, H, Hkv, hd, window,
