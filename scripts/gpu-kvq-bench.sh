@@ -15,7 +15,9 @@
 #            auto without the fused kernel (ATLAS_CUDA_FUSED=0: the op
 #            path the formats take), fp8, q4
 #   prefill  atlas-bench prefill 512 and 4096 tokens, auto / fp8 / q4
-# PARTS picks parts (default all). OUT/summary.txt collects the tables.
+#   splits   (on demand) decode at 32768 tokens, batch 1, op by op with
+#            64 attention splits (ATLAS_CUDA_ATT_SPLITS=64), each format
+# PARTS picks parts (default checks quality decode prefill). OUT/summary.txt collects the tables.
 # shellcheck disable=SC2034 # read by gpu-prelude.sh
 PRELUDE_NO_MODEL=1
 . "$(dirname "$0")/gpu-prelude.sh"
@@ -36,6 +38,7 @@ for p in $parts; do
 		echo "test_kvq: exit $? $(grep -c '^ok' "$out/$p/kvq.log") ok, $(grep -c ' ok$' "$out/$p/kvq.log") cases ok, $(grep -c 'FAIL$' "$out/$p/kvq.log") FAIL" >>"$sum"
 		grep "FAIL\|^not ok\|invariant" "$out/$p/kvq.log" | head -40 >>"$sum"
 		grep "attention q4 T=1 pos0=4999\|attention fp8 T=1 pos0=4999\|kv_store q4 T=10000\|qk_rope_store q4 T=130" "$out/$p/kvq.log" >>"$sum"
+		[ -n "${KVQ_ONLY:-}" ] && continue
 		"$build/tests/gpu/test-cuda-ops" >"$out/$p/ops.log" 2>&1
 		echo "test-cuda-ops (all): exit $? $(grep -c ' ok$' "$out/$p/ops.log") cases ok, $(grep -c 'FAIL$' "$out/$p/ops.log") FAIL; $(grep worst "$out/$p/ops.log")" >>"$sum"
 		grep "FAIL\|^not ok" "$out/$p/ops.log" | head -20 >>"$sum"
@@ -90,6 +93,17 @@ PY
 				--batch "$2" --prompt "$3" --gen 64 --json >"$out/$p/$1-$3.json" 2>"$out/$p/$1-$3.txt"
 			echo "decode $1 ctx $3: exit $?" >>"$sum"
 			grep -v "^atlas-bench: recorded" "$out/$p/$1-$3.txt" >>"$sum"
+		done
+		;;
+	splits)
+		# A/B: 64 splits (ATLAS_CUDA_ATT_SPLITS; the default caps at 32)
+		# for a long context at batch 1
+		for kv in auto fp8 q4; do
+			timeout 150 env ATLAS_CUDA_FUSED=0 ATLAS_CUDA_ATT_SPLITS=64 "$build/atlas-bench" decode \
+				--synthetic qwen3-8b --kv-dtype $kv --batch 1 --prompt 32768 --gen 64 --json \
+				>"$out/$p/$kv.json" 2>"$out/$p/$kv.txt"
+			echo "decode $kv ctx 32768, 64 splits, op by op: exit $?" >>"$sum"
+			grep -v "^atlas-bench: recorded" "$out/$p/$kv.txt" >>"$sum"
 		done
 		;;
 	prefill)
