@@ -541,6 +541,9 @@ static int op_kv_store(struct atlas_backend *be, void *kc, void *vc, const void 
  * splits a decode token of Qwen3-8B shape (8 kv heads) spreads over up
  * to 256 blocks; ATT_SPLITS <= ATT_MIN_KEYS keeps every split non-empty. */
 #define ATT_SPLITS 32
+/* Outside batch-invariant mode a decode token may take up to 64 splits
+ * (attention.cu's ATT_MAXSPLIT): the partition need not be fixed there. */
+#define ATT_SPLITS_DECODE 64
 #define ATT_MIN_KEYS 32
 
 /* Batch-invariant mode: keys per split at least ATT_INV_MIN_KEYS, and at
@@ -646,6 +649,37 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 			most = CEIL_DIV(b->max_keys, minkeys);
 		splits = most < 1 ? 1 : most < ATT_SPLITS ? most : ATT_SPLITS;
 	}
+	if (!be->batch_invariant) {
+		/* a batch whose (token, kv head, group) blocks already cover
+		 * the SMs needs fewer splits, and every block of the grid costs
+		 * a slot even when it exits at once (its token has fewer
+		 * splits): about 3 blocks an SM, a power of two >= 2, a
+		 * function of T alone (graph replays). On the H200 (Qwen3-8B,
+		 * 256 tokens generated) the best fixed counts were 8, 2 and 2
+		 * splits at batch 8, 32 and 64 (7.24, 8.53, 9.59 ms a step),
+		 * against 7.39, 9.16 and 10.76 with 32. Up to ATT_SPLITS_DECODE
+		 * (64): on the H100 a batch-1 step at a 32k context (Qwen3-8B
+		 * shape, op by op) took 10.2 ms with 64 splits and 13.7 with 32
+		 * (bench/h100-2026-12-05-kvq). */
+		const int64_t base = T * Hkv * ngrp, want = CEIL_DIV(3 * (int64_t)c->sms, base);
+		splits = 2;
+		while (splits < want && splits < ATT_SPLITS_DECODE)
+			splits *= 2;
+		/* outside a capture, no more than the step's longest context
+		 * uses (ns = min(splits, ceil(keys / minkeys)) is the same for
+		 * every token either way: the same bits, fewer empty blocks) */
+		if (c->att_minkeys > 0)
+			minkeys = c->att_minkeys; /* A/B runs (ATLAS_CUDA_ATT_MINKEYS) */
+		if (!c->capturing && b->max_keys > 0) {
+			long long need = 2;
+			while (need < CEIL_DIV(b->max_keys, minkeys) && need < splits)
+				need *= 2;
+			if (need < splits)
+				splits = need;
+		}
+		if (c->att_splits > 0)
+			splits = c->att_splits; /* A/B runs (ATLAS_CUDA_ATT_SPLITS) */
+	}
 	const size_t per_tok = (size_t)H * (size_t)splits * (size_t)(hd + 2) * sizeof(float);
 	int64_t tg = c->att_part && c->att_cnt ? (int64_t)(c->att_cap / per_tok) : 0;
 	const int64_t tg_cnt = (int64_t)(c->att_cnt_cap / sizeof(int) / (size_t)(Hkv * ngrp));
@@ -664,24 +698,6 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	}
 	/* one launch per group of tokens: the kernel's last block of each
 	 * (token, kv head, group) merges the splits (attention.cu) */
-	if (!be->batch_invariant) {
-		/* a batch whose (token, kv head, group) blocks already cover
-		 * the SMs needs fewer splits, and every block of the grid costs
-		 * a slot even when it exits at once (its token has fewer
-		 * splits): about 3 blocks an SM, a power of two >= 2, a
-		 * function of T alone (graph replays). On the H200 (Qwen3-8B,
-		 * 256 tokens generated) the best fixed counts were 8, 2 and 2
-		 * splits at batch 8, 32 and 64 (7.24, 8.53, 9.59 ms a step),
-		 * against 7.39, 9.16 and 10.76 with 32 */
-		const int64_t base = T * Hkv * ngrp, want = CEIL_DIV(3 * (int64_t)c->sms, base);
-		splits = 2;
-		while (splits < want && splits < ATT_SPLITS)
-			splits *= 2;
-		if (c->att_splits > 0)
-			splits = c->att_splits; /* A/B runs (ATLAS_CUDA_ATT_SPLITS) */
-		if (c->att_minkeys > 0)
-			minkeys = c->att_minkeys; /* A/B runs (ATLAS_CUDA_ATT_MINKEYS) */
-	}
 	/* batch-invariant mode: splits aligned to key 0 (split s = keys s *
 	 * minkeys ..), the same positions for every token */
 	int aligned = be->batch_invariant;
