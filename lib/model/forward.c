@@ -20,7 +20,8 @@
  * fused op when the backend accepted the model at load
  * (atlas_forward_fused_setup; CUDA: one kernel launch for every layer),
  * except in batch-invariant mode, where a token must get the bits it
- * would get in any batch.
+ * would get in any batch, and past ATLAS_FUSED_MAX_KEYS keys, where the
+ * op path's split-K attention is faster.
  *
  * Tensor parallelism (lib/comm/README-tp.md): every rank holds its slice
  * of the heads and MLP rows (m->H_loc, Hkv_loc, F_loc), so the o and down
@@ -170,6 +171,19 @@ static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int
 /* The device work of a step from the embedding to the final norm: on
  * return m->h holds rmsnorm(x) of every row (a one-token step through the
  * fused layer stack when it may: see the top of the file). */
+/* The fused stack runs a one-token step whose context is at most this
+ * many keys. On the H100 (Qwen3-8B shape, batch 1, scripts/gpu-ctx-sweep.sh,
+ * bench/h100-2026-12-05-kvq) fused against op by op took 6.12 / 6.40 ms
+ * a step at 2,048 keys, 7.92 / 7.38 at 8,192, 10.24 / 8.38 at 16,384 and
+ * 14.96 / 10.30 at 32,768 (the op path's attention splits a token's keys
+ * over up to 64 blocks a kv head). */
+#define ATLAS_FUSED_MAX_KEYS 4096
+
+static bool use_fused(const struct atlas_model *m, int64_t T, const struct atlas_kv_batch *kb)
+{
+	return T == 1 && m->fused && !m->be->batch_invariant && kb->max_keys <= ATLAS_FUSED_MAX_KEYS;
+}
+
 static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *kb)
 {
 	struct atlas_backend *be = m->be;
@@ -177,7 +191,7 @@ static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *k
 	int64_t D = c->hidden_size;
 	float eps = (float)c->rms_eps;
 	TRY(be->embed(be, m->x, m->embed.p, m->embed.dtype, m->d_ids, T, D));
-	if (T == 1 && m->fused && !be->batch_invariant) {
+	if (use_fused(m, T, kb)) {
 		TRY(be->fused_decode(be, m->fused));
 		return be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps);
 	}
@@ -307,7 +321,10 @@ static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_b
 		return 0;
 	if (!m->graphs && !(m->graphs = calloc((size_t)m->max_seqs + 1, sizeof(void *))))
 		return 0;
-	if (!m->graphs[n]) {
+	/* a one-token step past the fused stack's context limit records
+	 * the op path in slot 0 (n >= 1 leaves it free) */
+	const int64_t gi = n == 1 && m->fused && !use_fused(m, n, kb) ? 0 : n;
+	if (!m->graphs[gi]) {
 		TRY(be->capture_begin(be));
 		int rc = body(m, n, kb);
 		if (!rc && logits)
@@ -322,9 +339,9 @@ static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_b
 			m->no_graphs = true;
 			return 0;
 		}
-		m->graphs[n] = gr;
+		m->graphs[gi] = gr;
 	}
-	TRY(be->replay(be, m->graphs[n]));
+	TRY(be->replay(be, m->graphs[gi]));
 	return 1;
 }
 
