@@ -149,9 +149,6 @@ extern "C" __global__ void atlas_attention(bf16 *out, const bf16 *q, const bf16 
 #define ATT_KPW 8       /* keys each warp loads before scoring (loads in flight) */
 #define ATT_VPT 2       /* (head, 8-dim vector) output pairs per thread: 8 * 32 / 128 */
 #define ATT_MAXSPLIT 64 /* largest `splits`: the merge reads two per lane */
-#ifndef ATT_PF_TILES
-#define ATT_PF_TILES 1  /* tiles of K and V rows sent to L2 ahead (1..3) */
-#endif
 #define ATT_MPF 8       /* splits' partial vectors a thread loads before merging them */
 
 /* The lane mappings below are written for these (and blockDim.x 128:
@@ -429,9 +426,8 @@ attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc, 
 		const int nc = k1 - j0 < ATT_TILE ? (int)(k1 - j0) : ATT_TILE;
 		__syncthreads(); /* the previous tile is consumed; qs, ms, ls written */
 		/* threads 0..31 resolve the tile's rows, threads 32..63 send the
-		 * next tile's K and V rows to L2 (ATT_PF_TILES tiles ahead: 32
-		 * threads a tile; a quantized row's 16 bytes of scales too) */
-		if (tid < (1 + ATT_PF_TILES) * ATT_TILE && j0 + tid < k1) {
+		 * next tile's K and V rows to L2 */
+		if (tid < 2 * ATT_TILE && j0 + tid < k1) {
 			const long long key = lo + j0 + tid;
 			const long long rowi = (long long)table[key / block_size] * block_size + key % block_size;
 			const long long off = KVF ? rowi * rb : rowi * ld + kvh * hd;
@@ -440,8 +436,6 @@ attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc, 
 			} else if (KVF) {
 				atlas_prefetch_l2(kcb + off + db, rowb);
 				atlas_prefetch_l2(vcb + off + db, rowb);
-				atlas_prefetch_l2(kcb + off + (sb & ~15ll), 16);
-				atlas_prefetch_l2(vcb + off + (sb & ~15ll), 16);
 			} else {
 				atlas_prefetch_l2((const bf16 *)kc + off, rowb);
 				atlas_prefetch_l2((const bf16 *)vc + off, rowb);
