@@ -351,6 +351,8 @@ attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc, 
 	__shared__ float lt[ATT_GH][ATT_MAXSPLIT]; /* merge: softmax sum of each split */
 	__shared__ int last;                     /* this block is the group's last split */
 	__shared__ __align__(16) unsigned char vsc[ATT_TILE][16]; /* quantized: the V rows' scales */
+	/* fp8: the tile's V codes as copied, widened into vs once all landed */
+	__shared__ __align__(16) unsigned char vq[KVF == KVQ_FP8 ? ATT_TILE : 1][ATT_MAXHD];
 	__shared__ float lv[16];                 /* q4: the codebook */
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int nwarps = blockDim.x >> 5;
@@ -459,7 +461,8 @@ attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc, 
 			for (int i = tid; i < nc * (nq + nsc); i += 128) {
 				const int r = i / (nq + nsc), c = i - r * (nq + nsc);
 				if (c < nq)
-					atlas_cp16((uint32_t)__cvta_generic_to_shared((unsigned char *)vs[r] + c * 16),
+					atlas_cp16((uint32_t)__cvta_generic_to_shared(
+						       (KVF == KVQ_FP8 ? vq[r] : (unsigned char *)vs[r]) + c * 16),
 						   vcb + offs[r] + db + c * 16, 16);
 				else
 					kvq_cp4(&vsc[r][(c - nq) * 4], vcb + offs[r] + sb + (c - nq) * 4);
@@ -555,6 +558,19 @@ attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc, 
 		}
 		atlas_cp_wait<0>(); /* this thread's V copies landed; the barrier: everyone's */
 		__syncthreads();
+		if (KVF == KVQ_FP8) {
+			/* E4M3 codes to BF16 (exact), once a key for all the group's
+			 * heads rather than once a head in the value loop, which is
+			 * then the BF16 one (H100, 32k context, batch 1: 11.17 ms a
+			 * step, against 10.30 for a BF16 cache in the same call) */
+			for (int i = tid; i < nc * nv; i += 128) {
+				const int r = i / nv, v = i - r * nv;
+				float f[8];
+				kvq_unpack8_fp8(*((const uint2 *)vq[r] + v), 1.0f, f);
+				*((uint4 *)vs[r] + v) = atlas_pack8(f);
+			}
+			__syncthreads();
+		}
 		/* values: thread owns pairs (head g, vector v), pair = tid + r*128 */
 #pragma unroll
 		for (int r = 0; r < ATT_VPT; r++) {
@@ -574,7 +590,7 @@ attention_part(bf16 *out, float *part, int *cnt, const bf16 *q, const void *kc, 
 					atlas_unpack8(*((const uint4 *)vs[i] + v), vf);
 				} else if (KVF == KVQ_FP8) {
 					pr *= *(const float *)vsc[i];
-					kvq_unpack8_fp8(*((const uint2 *)vs[i] + v), 1.0f, vf);
+					atlas_unpack8(*((const uint4 *)vs[i] + v), vf);
 				} else {
 					pr *= __half2float(*((const __half *)vsc[i] + v / 4));
 					kvq_unpack8_q4(*((const uint32_t *)vs[i] + v), 1.0f, lv, vf);
