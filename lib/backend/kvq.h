@@ -32,6 +32,25 @@
  * depend on nothing else (batch invariance, warm prefix caches equal to
  * cold), need no calibration, and cost 4 bytes per 128 (3%).
  *
+ * Measured error against a BF16 cache (tests/unit/test-kvq-model: the
+ * shipped model teacher-forced over 244 tokens of text, each format
+ * against auto; the test bounds each number):
+ *
+ *                 top-1 equal   mean KL    perplexity
+ *   bf16, CPU       100%        2.8e-6      -0.00%
+ *   fp8,  CPU       97.1%       6.9e-4      +0.49%
+ *   q4,   CPU       92.2%       6.3e-3      -0.04%
+ *   fp8,  CUDA      96.7-97.1%  6.3-6.6e-4  +0.35-0.39%  (H100)
+ *   q4,   CUDA      93.0%       6.4-6.5e-3  -0.54%       (H100)
+ *
+ * Greedy 64-token answers to 40 prompts on CUDA (scripts/gpu-kvq-bench.sh)
+ * stay equal to auto's for 62 bytes on average with fp8 and 35 with q4.
+ * The rotation halves q4's error: the same test with it left out (same
+ * codebook and block scales, a one-off build) gave top-1 91.8% and mean
+ * KL 1.23e-2 on the CPU. Outlier channels of K otherwise set their
+ * blocks' scales; rotated, a block's values look like the unit normal the
+ * codebook is fitted to.
+ *
  * Every sum below runs in the order written (serial, FP32, fmaf), so the
  * CUDA store can reproduce the bytes exactly. */
 #ifndef ATLAS_BACKEND_KVQ_H
