@@ -47,9 +47,10 @@ static int make_matrix(struct atlas_model *m, struct weight *w, int64_t N, int64
 }
 
 /* A linear layer's matrix [N, K]: as make_matrix, or with m->f8b an F8B
- * blob (backend.h) of FP8 values uniform in +-448 and every 128 x 128
- * block's scale a / 448, so W is uniform in +-a again (on the E4M3
- * grid). */
+ * blob (backend.h) of FP8 values uniform in +-448 and each 128 x 128
+ * block's scale uniform in (0.5 .. 1.5) a / 448, so W is about uniform
+ * in +-a again (on the E4M3 grid), and a kernel that takes the wrong
+ * block's scale gives other numbers. */
 static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed);
 
 static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64_t K,
@@ -78,7 +79,7 @@ static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64
 				     -448.0f, 448.0f);
 	if (!rc)
 		rc = be->fill_random(be, p + atlas_f8b_scale_off(N, K), ATLAS_DTYPE_F32, nsc, seed,
-				     a / 448.0f, a / 448.0f);
+				     0.5f * a / 448.0f, 1.5f * a / 448.0f);
 	if (rc) {
 		be->free(be, p);
 		return rc;

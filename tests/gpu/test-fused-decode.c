@@ -21,7 +21,8 @@
  * Qwen3-0.6B sizes as a Qwen2 model (random q/k/v biases, no q/k norm)
  * and as a Mistral model with an 80-key sliding window, and with 16 kv
  * heads (one query head each) run to 400 and to 1500 tokens (attention
- * items of several tiles).
+ * items of several tiles); and FP8 (fp8-block) Qwen3-0.6B, Qwen3-8B and
+ * Qwen2 models, whose fused step streams the F8B weights.
  * Prints TAP; needs a GPU: without one it prints a skip line and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -54,6 +55,7 @@ static struct {
 	int64_t window;		     /* sliding window in its place (0: the shape's) */
 	int64_t kv_heads;	     /* kv heads in its place (0: the shape's) */
 	int64_t long_len;	     /* the long run's length (0: LONG_LEN) */
+	const char *quant;	     /* synthetic weight format, NULL: BF16 */
 	char name[64];		     /* for the messages */
 	bool ready;		     /* both models loaded */
 	struct atlas_backend *be[2]; /* owned */
@@ -131,6 +133,7 @@ static void test_load(void)
 	mp.max_context = P.long_len + 8 > MAX_CONTEXT ? P.long_len + 8 : MAX_CONTEXT;
 	mp.max_seqs = 1;
 	mp.max_tokens = PROMPT;
+	mp.synthetic_quant = P.quant;
 	CHECK_EQ_INT(atlas_bench_shape(P.shape, &cfg), 0);
 	if (P.type) /* another family at the same sizes (its biases, its window) */
 		snprintf(cfg.model_type, sizeof(cfg.model_type), "%s", P.type);
@@ -329,7 +332,7 @@ static void test_profile(void)
  * `long_len` tokens when not 0), named after it; frees it all at the
  * end. */
 static void test_shape(const char *shape, const char *type, int64_t window, int64_t kv_heads,
-		       int64_t long_len)
+		       int64_t long_len, const char *quant)
 {
 	static const struct {
 		const char *what;
@@ -349,6 +352,7 @@ static void test_shape(const char *shape, const char *type, int64_t window, int6
 	P.window = window;
 	P.kv_heads = kv_heads;
 	P.long_len = long_len;
+	P.quant = quant;
 	int n = snprintf(P.name, sizeof(P.name), "%s", shape);
 	if (type)
 		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, " as %s", type);
@@ -356,8 +360,10 @@ static void test_shape(const char *shape, const char *type, int64_t window, int6
 		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", window %lld",
 			      (long long)window);
 	if (kv_heads)
-		snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %lld kv heads",
-			 (long long)kv_heads);
+		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %lld kv heads",
+			      (long long)kv_heads);
+	if (quant)
+		snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %s", quant);
 	for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
 		snprintf(name, sizeof(name), "%s: %s", P.name, tests[t].what);
 		harness_run(name, tests[t].fn);
@@ -373,17 +379,21 @@ int main(void)
 		return 0;
 	}
 	probe->destroy(probe);
-	test_shape("qwen3-0.6b", NULL, 0, 0, 0);
-	test_shape("qwen3-8b", NULL, 0, 0, 0);
-	test_shape("llama3-8b", NULL, 0, 0, 0);	     /* no q/k norm */
-	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0);     /* q/k/v biases, no q/k norm */
-	test_shape("qwen3-0.6b", "mistral", 80, 0, 0); /* a window the long run passes */
+	test_shape("qwen3-0.6b", NULL, 0, 0, 0, NULL);
+	test_shape("qwen3-8b", NULL, 0, 0, 0, NULL);
+	test_shape("llama3-8b", NULL, 0, 0, 0, NULL);	   /* no q/k norm */
+	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0, NULL);     /* q/k/v biases, no q/k norm */
+	test_shape("qwen3-0.6b", "mistral", 80, 0, 0, NULL); /* a window the long run passes */
+	/* FP8 checkpoints (F8B, 128 x 128 scale blocks): the FP8 stream */
+	test_shape("qwen3-0.6b", NULL, 0, 0, 0, "fp8-block");
+	test_shape("qwen3-8b", NULL, 0, 0, 0, "fp8-block");
+	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0, "fp8-block"); /* BF16 biases */
 	/* one query head a kv head: 16 kv heads leave 8 splits (132 SMs),
 	 * so at 400 keys an attention item walks 2 tiles and at 1500 keys
 	 * 6 (the new key in a later tile than the first: read back from
 	 * the cache after it is stored) */
-	test_shape("qwen3-0.6b", NULL, 0, 16, 400);
-	test_shape("qwen3-0.6b", NULL, 0, 16, 1500);
+	test_shape("qwen3-0.6b", NULL, 0, 16, 400, NULL);
+	test_shape("qwen3-0.6b", NULL, 0, 16, 1500, NULL);
 	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
 	       "steps\n",
 	       all_worst, TOL, (long long)all_agree, (long long)all_steps);

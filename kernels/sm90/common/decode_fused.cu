@@ -57,9 +57,16 @@
  * in L2, so everything else a phase reads stays there: the KV rows asked
  * in at the start of each layer, the activations, the counters.
  *
+ * FP8 checkpoints (wfmt ATLAS_FD_F8B): the seven matrices are F8B blobs,
+ * streamed as their FP8 bytes (half the BF16 stream; a chunk then holds 16
+ * slices, two a consumer warp), their scales read beside them through L1
+ * (fd_consume_f8). Everything else is the same.
+ *
  * Programmatic dependent launch: the producer starts streaming at once
  * (weights never change); the consumers wait for the previous kernel.
  */
+#include <cuda_fp8.h>
+
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
 
@@ -88,12 +95,23 @@ static __device__ __forceinline__ void fd_bar(void)
 	asm volatile("bar.sync 1, 256;" ::: "memory");
 }
 
-/* One weight segment of a block: rows rows of K columns from w, whose
- * partial sums go to rows pbase.. of part. */
+/* One weight segment of a block: rows rows of K columns from w (bytes:
+ * BF16 or, in an F8B launch, FP8 values), whose partial sums go to rows
+ * pbase.. of part; F8B: row n0 of the matrix first, its scales sc with
+ * blocks of 2^sbo rows and 2^sbi columns. */
 struct fd_seg {
-	const bf16 *w;
+	const char *w;
 	int rows, K, pbase; /* (ints: seven of them stay live all layer long) */
+	int n0;
+	const float *sc;
+	int sbo, sbi;
 };
+
+/* Bytes of one weight element in the launch's format. */
+static __device__ __forceinline__ long long fd_esz(const atlas_fd_args &a)
+{
+	return a.wfmt == ATLAS_FD_F8B ? 1 : 2;
+}
 
 /* Rows [*r0, *r1) of an n-row product owned by this block (32-bit
  * arithmetic: n <= 3 * 65536 and the grid <= 1024 keep n * b below 2^32). */
@@ -106,8 +124,12 @@ static __device__ __forceinline__ void fd_rows(long long n, long long *r0, long 
 /* Segment idx (0..FD_NSEG-1) of layer L for this block. */
 static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L, int idx)
 {
-	fd_seg s = {NULL, 0, 0, 0};
+	fd_seg s = {NULL, 0, 0, 0, 0, NULL, 0, 0};
 	long long r0, r1;
+	const long long esz = fd_esz(a);
+	const long long hb = a.wfmt == ATLAS_FD_F8B ? ATLAS_F8B_HEAD_BYTES : 0; /* blob head */
+	if (a.wfmt == ATLAS_FD_F8B)
+		s.sc = L.sc[idx], s.sbo = L.sbo[idx], s.sbi = L.sbi[idx];
 	if (idx < 3) {
 		const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
 		fd_rows(nq + 2 * nkv, &r0, &r1);
@@ -117,26 +139,30 @@ static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L,
 		const long long a0 = r0 > lo ? r0 : lo, a1 = r1 < hi ? r1 : hi;
 		s.K = a.D;
 		if (a1 > a0) {
-			s.w = (const bf16 *)w + (a0 - lo) * a.D;
+			s.w = (const char *)w + hb + (a0 - lo) * a.D * esz;
 			s.rows = (int)(a1 - a0);
 			s.pbase = (int)(a0 - r0);
+			s.n0 = (int)(a0 - lo);
 		}
 	} else if (idx == 3) {
 		fd_rows(a.D, &r0, &r1);
-		s.w = (const bf16 *)L.wo + r0 * ((long long)a.H * FD_HD);
+		s.w = (const char *)L.wo + hb + r0 * ((long long)a.H * FD_HD) * esz;
 		s.rows = (int)(r1 - r0);
 		s.K = a.H * FD_HD;
+		s.n0 = (int)r0;
 	} else if (idx < 6) {
 		fd_rows(a.F, &r0, &r1);
-		s.w = (const bf16 *)(idx == 4 ? L.wg : L.wu) + r0 * (long long)a.D;
+		s.w = (const char *)(idx == 4 ? L.wg : L.wu) + hb + r0 * (long long)a.D * esz;
 		s.rows = (int)(r1 - r0);
 		s.K = a.D;
 		s.pbase = idx == 4 ? 0 : (int)(r1 - r0);
+		s.n0 = (int)r0;
 	} else {
 		fd_rows(a.D, &r0, &r1);
-		s.w = (const bf16 *)L.wd + r0 * (long long)a.F;
+		s.w = (const char *)L.wd + hb + r0 * (long long)a.F * esz;
 		s.rows = (int)(r1 - r0);
 		s.K = a.F;
+		s.n0 = (int)r0;
 	}
 	return s;
 }
@@ -162,8 +188,8 @@ static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 				return false;
 		}
 		const fd_seg s = fd_get(a, a.layers[w.l], w.idx);
-		w.bytes = (long long)s.rows * s.K * 2;
-		w.w = (const char *)s.w;
+		w.bytes = (long long)s.rows * s.K * fd_esz(a);
+		w.w = s.w;
 		w.off = 0;
 		if (w.bytes > 0)
 			return true;
@@ -213,8 +239,8 @@ struct fd_ring {
  * software-pipelined version, the previous chunk's shuffles between this
  * chunk's loads and FMAs, four FMA chains, was slower on the H200: 5.12
  * against 4.75 ms a Qwen3-8B step.) */
-static __device__ void fd_consume(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
-				  const bf16 *xs, float *part)
+static __device__ void fd_consume_bf16(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
+				       const bf16 *xs, float *part)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int nsl = s.K / FD_SLICE;		    /* slices a row */
@@ -251,6 +277,88 @@ static __device__ void fd_consume(const atlas_fd_args &a, fd_ring &r, const fd_s
 		for (sl += 8; sl >= nsl; sl -= nsl)
 			row++;
 	}
+}
+
+/* Eight FP8 E4M3 values (byte i: value i) as float, exactly. */
+static __device__ __forceinline__ void fd_fp8x8(uint2 v, float *f)
+{
+	const uint32_t u[2] = {v.x, v.y};
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const __half2_raw lo =
+		    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[i] & 0xffff), __NV_E4M3);
+		const __half2_raw hi =
+		    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[i] >> 16), __NV_E4M3);
+		const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
+		f[4 * i] = a.x, f[4 * i + 1] = a.y, f[4 * i + 2] = b.x, f[4 * i + 3] = b.y;
+	}
+}
+
+/* fd_consume for an F8B launch: a chunk holds 16 slices of FP8 values,
+ * two a warp (slices warp and warp + 8 of the chunk). Lane i takes the 8
+ * columns 8 (i + 32 u), u < 4, of a slice: conflict-free 8-byte loads of
+ * weights and 16-byte loads of x. Each 8 share a scale (blocks are at
+ * least 32 columns), which multiplies their dot product, as atlas_gemv_f8
+ * does: not the BF16 sums of the dequantized matrix (the host uses the
+ * fused kernel outside batch-invariant mode only). */
+static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
+				     const bf16 *xs, float *part)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int nsl = s.K / FD_SLICE;
+	const long long total = (long long)s.rows * nsl;
+	const int nbc = s.sbi >= 31 ? 1 : (int)(((long long)s.K + (1ll << s.sbi) - 1) >> s.sbi);
+	long long row = warp / nsl;
+	int sl = warp % nsl;
+	for (long long q0 = 0; q0 < total; q0 += 16) {
+		atlas_mbar_wait(&r.full[r.st], r.ph);
+		long long rj = row;
+		int sj = sl;
+#pragma unroll
+		for (int j = 0; j < 2; j++) {
+			if (j)
+				for (sj += 8; sj >= nsl; sj -= nsl)
+					rj++;
+			if (q0 + warp + 8 * j < total && a.mode != 3) {
+				const uint2 *w = (const uint2 *)(r.ring + (size_t)r.st * FD_CHUNK +
+								 (warp + 8 * j) * FD_SLICE);
+				const uint4 *x = (const uint4 *)(xs + (long long)sj * FD_SLICE);
+				const float *sr =
+				    s.sc + (long long)((unsigned)(s.n0 + rj) >> s.sbo) * nbc;
+				float acc = 0.0f;
+#pragma unroll
+				for (int u = 0; u < FD_SLICE / 256; u++) {
+					const unsigned c = (unsigned)(sj * FD_SLICE + (u * 32 + lane) * 8);
+					float wf[8], xf[8], d = 0.0f;
+					fd_fp8x8(w[u * 32 + lane], wf);
+					atlas_unpack8(x[u * 32 + lane], xf);
+#pragma unroll
+					for (int e = 0; e < 8; e++)
+						d = fmaf(xf[e], wf[e], d);
+					acc = fmaf(d, __ldg(sr + (c >> s.sbi)), acc);
+				}
+				acc = atlas_warp_sum(acc);
+				if (lane == 0)
+					part[(s.pbase + rj) * nsl + sj] = acc;
+			}
+		}
+		__syncwarp();
+		if (lane == 0)
+			atlas_mbar_arrive(&r.empty[r.st]);
+		if (++r.st == a.nst)
+			r.st = 0, r.ph ^= 1;
+		for (sl += 16; sl >= nsl; sl -= nsl)
+			row++;
+	}
+}
+
+static __device__ __forceinline__ void fd_consume(const atlas_fd_args &a, fd_ring &r,
+						  const fd_seg &s, const bf16 *xs, float *part)
+{
+	if (a.wfmt == ATLAS_FD_F8B)
+		fd_consume_f8(a, r, s, xs, part);
+	else
+		fd_consume_bf16(a, r, s, xs, part);
 }
 
 /* Row r's dot product from its slices, in slice order. */

@@ -2,7 +2,8 @@
  * (kernels/sm90/common/decode_fused.cu): the whole layer stack of a
  * one-token decode step in one launch.
  *
- * fused_prepare decides whether a model fits the kernel (BF16 weights,
+ * fused_prepare decides whether a model fits the kernel (BF16 weights, or
+ * F8B ones whose scale blocks are powers of two or whole dimensions,
  * head size 128, at most 8 query heads per kv head, D, F and H*hd
  * multiples of ATLAS_FD_SLICE, 16-byte aligned weights and norm weights,
  * no more kv heads than SMs) and sizes the launch: one block per SM, and
@@ -66,8 +67,8 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 		return "ATLAS_CUDA_FUSED=0";
 	if (!c->kern[ATLAS_CK_DECODE_FUSED])
 		return "the kernel target lacks atlas_decode_fused";
-	if (d->wdt != ATLAS_DTYPE_BF16)
-		return "weights are not BF16";
+	if (d->wdt != ATLAS_DTYPE_BF16 && d->wdt != ATLAS_DTYPE_F8B)
+		return "weights are neither BF16 nor F8B";
 	if (d->nwdt != ATLAS_DTYPE_BF16 && d->nwdt != ATLAS_DTYPE_F16 && d->nwdt != ATLAS_DTYPE_F32)
 		return "norm weight type";
 	if (d->hd != ATLAS_FD_HD)
@@ -96,6 +97,47 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 	}
 	if (!aligned16(d->x) || !aligned16(d->att) || !aligned16(d->g) || !aligned16(d->v))
 		return "an activation buffer is not 16-byte aligned";
+	return NULL;
+}
+
+/* log2 of a scale block of b along a dimension of n, 31 for one that
+ * covers it, or -1 (not a power of two). */
+static int block_shift(int64_t b, int64_t n)
+{
+	if (b >= n)
+		return 31;
+	for (int i = 0; i < 31; i++)
+		if ((int64_t)1 << i == b)
+			return i;
+	return -1;
+}
+
+/* An F8B launch: layer l's scale pointers and block shifts from the
+ * blobs' heads (device memory, read back once), or why not. */
+static const char *f8b_layer(const struct atlas_fused_desc *d, int64_t l, struct atlas_fd_layer *h)
+{
+	const struct atlas_fused_layer *L = &d->layers[l];
+	const void *w[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+	const int64_t nq = d->H * d->hd, nkv = d->Hkv * d->hd;
+	const int64_t N[7] = {nq, nkv, nkv, d->D, d->F, d->F, d->D};
+	const int64_t K[7] = {d->D, d->D, d->D, nq, d->D, d->D, d->F};
+	for (int i = 0; i < 7; i++) {
+		struct atlas_f8b_head hd;
+		if (cudaMemcpy(&hd, w[i], sizeof(hd), cudaMemcpyDeviceToHost) != cudaSuccess) {
+			cudaGetLastError();
+			return "an F8B head could not be read";
+		}
+		if (hd.magic != ATLAS_F8B_MAGIC || hd.N != N[i] || hd.K != K[i])
+			return "an F8B head does not match the layer's shape";
+		const int so = block_shift(hd.bo, hd.N), si = block_shift(hd.bi, hd.K);
+		if (so < 0 || si < 0 || (si < 31 && si < 3))
+			return "an F8B scale block is not a power of two";
+		if (hd.scale_off != atlas_f8b_scale_off(hd.N, hd.K))
+			return "an F8B head's scale offset";
+		h->sc[i] = (const float *)((const char *)w[i] + hd.scale_off);
+		h->sbo[i] = (unsigned char)so;
+		h->sbi[i] = (unsigned char)si;
+	}
 	return NULL;
 }
 
@@ -163,7 +205,14 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 		const struct atlas_fused_layer *L = &d->layers[l];
 		h[l] = (struct atlas_fd_layer){L->wq, L->wk, L->wv, L->bq, L->bk,  L->bv,
 					       L->wo, L->wg, L->wu, L->wd, L->ln1, L->ln2,
-					       L->qn, L->kn, L->kc, L->vc};
+					       L->qn, L->kn, L->kc, L->vc, {0}, {0}, {0}};
+		const char *why8 = d->wdt == ATLAS_DTYPE_F8B ? f8b_layer(d, l, &h[l]) : NULL;
+		if (why8) {
+			free(h);
+			atlas_cuda_fused_release(be, f);
+			atlas_debug("fused decode: not used (%s)", why8);
+			return NULL;
+		}
 	}
 	cudaError_t e =
 	    cudaMemcpy(f->d_layers, h, (size_t)d->n_layers * sizeof(*h), cudaMemcpyHostToDevice);
@@ -199,6 +248,7 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	    .H = (int)d->H,
 	    .Hkv = (int)d->Hkv,
 	    .nwdt = (int)d->nwdt,
+	    .wfmt = d->wdt == ATLAS_DTYPE_F8B ? ATLAS_FD_F8B : ATLAS_FD_BF16,
 	    .window = (int)d->window,
 	    .nst = (int)nst,
 	    .xs_bytes = (int)xs_bytes,
@@ -209,9 +259,10 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	};
 	f->grid = (unsigned)G;
 	f->smem = smem;
-	atlas_info("fused decode: one launch for %lld layers (%u blocks, %lld ring stages, %zu KiB "
-		   "shared memory)",
-		   (long long)d->n_layers, f->grid, (long long)nst, smem >> 10);
+	atlas_info("fused decode: one launch for %lld layers (%s weights, %u blocks, %lld ring "
+		   "stages, %zu KiB shared memory)",
+		   (long long)d->n_layers, d->wdt == ATLAS_DTYPE_F8B ? "FP8" : "BF16", f->grid,
+		   (long long)nst, smem >> 10);
 	return f;
 }
 
