@@ -78,8 +78,8 @@ static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64
 		rc = be->fill_random(be, p + ATLAS_F8B_HEAD, ATLAS_DTYPE_F8_E4M3, N * K, seed,
 				     -448.0f, 448.0f);
 	if (!rc)
-		rc = be->fill_random(be, p + atlas_f8b_scale_off(N, K), ATLAS_DTYPE_F32, nsc, seed,
-				     0.5f * a / 448.0f, 1.5f * a / 448.0f);
+		rc = be->fill_random(be, p + atlas_f8b_scale_off(N, K), ATLAS_DTYPE_F32, nsc,
+				     seed + 1, 0.5f * a / 448.0f, 1.5f * a / 448.0f);
 	if (rc) {
 		be->free(be, p);
 		return rc;
@@ -89,8 +89,10 @@ static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64
 }
 
 /* With m->w4b, a W4B blob (backend.h) of uniform random bytes (each
- * nibble uniform in 0..15), every zero point 8 and every group of 128
- * columns' scale a / 8: W uniform on the grid a * (-8..7) / 8. */
+ * nibble uniform in 0..15), zero points uniform in 6..10 and each group
+ * of 128 columns' scale uniform in (0.5 .. 1.5) a / 8: W about uniform on
+ * the grid a * (-8..7) / 8, and a kernel that takes the wrong group's
+ * zero point or scale gives other numbers. */
 static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed)
 {
 	struct atlas_backend *be = m->be;
@@ -109,11 +111,11 @@ static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t 
 		rc = be->fill_random(be, p + ATLAS_W4B_HEAD, ATLAS_DTYPE_U8, N * K / 2, seed, 0.0f,
 				     256.0f);
 	if (!rc)
-		rc = be->fill_random(be, p + atlas_w4b_z_off(N, K), ATLAS_DTYPE_U8, N * ng, seed,
-				     8.0f, 8.0f);
+		rc = be->fill_random(be, p + atlas_w4b_z_off(N, K), ATLAS_DTYPE_U8, N * ng, seed + 1,
+				     6.0f, 11.0f);
 	if (!rc)
-		rc = be->fill_random(be, p + atlas_w4b_s_off(N, K, g), ATLAS_DTYPE_BF16, N * ng, seed,
-				     a / 8.0f, a / 8.0f);
+		rc = be->fill_random(be, p + atlas_w4b_s_off(N, K, g), ATLAS_DTYPE_BF16, N * ng,
+				     seed + 2, 0.5f * a / 8.0f, 1.5f * a / 8.0f);
 	if (rc) {
 		be->free(be, p);
 		return rc;

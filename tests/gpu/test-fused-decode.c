@@ -21,8 +21,9 @@
  * Qwen3-0.6B sizes as a Qwen2 model (random q/k/v biases, no q/k norm)
  * and as a Mistral model with an 80-key sliding window, and with 16 kv
  * heads (one query head each) run to 400 and to 1500 tokens (attention
- * items of several tiles); and FP8 (fp8-block) Qwen3-0.6B, Qwen3-8B and
- * Qwen2 models, whose fused step streams the F8B weights.
+ * items of several tiles); and FP8 (fp8-block) and 4-bit (w4a16)
+ * Qwen3-0.6B, Qwen3-8B and Qwen2 models, whose fused step streams the F8B
+ * or W4B weights.
  * Prints TAP; needs a GPU: without one it prints a skip line and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -388,6 +389,10 @@ int main(void)
 	test_shape("qwen3-0.6b", NULL, 0, 0, 0, "fp8-block");
 	test_shape("qwen3-8b", NULL, 0, 0, 0, "fp8-block");
 	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0, "fp8-block"); /* BF16 biases */
+	/* 4-bit (W4B, groups of 128): the 4-bit stream on the tensor cores */
+	test_shape("qwen3-0.6b", NULL, 0, 0, 0, "w4a16");
+	test_shape("qwen3-8b", NULL, 0, 0, 0, "w4a16");
+	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0, "w4a16");
 	/* one query head a kv head: 16 kv heads leave 8 splits (132 SMs),
 	 * so at 400 keys an attention item walks 2 tiles and at 1500 keys
 	 * 6 (the new key in a later tile than the first: read back from

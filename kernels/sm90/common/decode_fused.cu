@@ -60,7 +60,9 @@
  * FP8 checkpoints (wfmt ATLAS_FD_F8B): the seven matrices are F8B blobs,
  * streamed as their FP8 bytes (half the BF16 stream; a chunk then holds 16
  * slices, two a consumer warp), their scales read beside them through L1
- * (fd_consume_f8). Everything else is the same.
+ * (fd_consume_f8). 4-bit checkpoints (ATLAS_FD_W4B): W4B blobs, a
+ * quarter of the BF16 stream, dotted on the tensor cores (fd_consume_w4).
+ * Everything else is the same.
  *
  * Programmatic dependent launch: the producer starts streaming at once
  * (weights never change); the consumers wait for the previous kernel.
@@ -103,14 +105,15 @@ struct fd_seg {
 	const char *w;
 	int rows, K, pbase; /* (ints: seven of them stay live all layer long) */
 	int n0;
-	const float *sc;
+	const void *sc;
+	const unsigned char *zp;
 	int sbo, sbi;
 };
 
-/* Bytes of one weight element in the launch's format. */
-static __device__ __forceinline__ long long fd_esz(const atlas_fd_args &a)
+/* Bytes of n weights (n even) in the launch's format. */
+static __device__ __forceinline__ long long fd_bytes(const atlas_fd_args &a, long long n)
 {
-	return a.wfmt == ATLAS_FD_F8B ? 1 : 2;
+	return a.wfmt == ATLAS_FD_W4B ? n / 2 : a.wfmt == ATLAS_FD_F8B ? n : 2 * n;
 }
 
 /* Rows [*r0, *r1) of an n-row product owned by this block (32-bit
@@ -124,12 +127,12 @@ static __device__ __forceinline__ void fd_rows(long long n, long long *r0, long 
 /* Segment idx (0..FD_NSEG-1) of layer L for this block. */
 static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L, int idx)
 {
-	fd_seg s = {NULL, 0, 0, 0, 0, NULL, 0, 0};
+	fd_seg s = {NULL, 0, 0, 0, 0, NULL, NULL, 0, 0};
 	long long r0, r1;
-	const long long esz = fd_esz(a);
-	const long long hb = a.wfmt == ATLAS_FD_F8B ? ATLAS_F8B_HEAD_BYTES : 0; /* blob head */
-	if (a.wfmt == ATLAS_FD_F8B)
-		s.sc = L.sc[idx], s.sbo = L.sbo[idx], s.sbi = L.sbi[idx];
+	/* the blob head (F8B and W4B: the same size) */
+	const long long hb = a.wfmt == ATLAS_FD_BF16 ? 0 : ATLAS_F8B_HEAD_BYTES;
+	if (a.wfmt != ATLAS_FD_BF16)
+		s.sc = L.sc[idx], s.zp = L.zp[idx], s.sbo = L.sbo[idx], s.sbi = L.sbi[idx];
 	if (idx < 3) {
 		const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
 		fd_rows(nq + 2 * nkv, &r0, &r1);
@@ -139,27 +142,27 @@ static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L,
 		const long long a0 = r0 > lo ? r0 : lo, a1 = r1 < hi ? r1 : hi;
 		s.K = a.D;
 		if (a1 > a0) {
-			s.w = (const char *)w + hb + (a0 - lo) * a.D * esz;
+			s.w = (const char *)w + hb + fd_bytes(a, (a0 - lo) * a.D);
 			s.rows = (int)(a1 - a0);
 			s.pbase = (int)(a0 - r0);
 			s.n0 = (int)(a0 - lo);
 		}
 	} else if (idx == 3) {
 		fd_rows(a.D, &r0, &r1);
-		s.w = (const char *)L.wo + hb + r0 * ((long long)a.H * FD_HD) * esz;
+		s.w = (const char *)L.wo + hb + fd_bytes(a, r0 * ((long long)a.H * FD_HD));
 		s.rows = (int)(r1 - r0);
 		s.K = a.H * FD_HD;
 		s.n0 = (int)r0;
 	} else if (idx < 6) {
 		fd_rows(a.F, &r0, &r1);
-		s.w = (const char *)(idx == 4 ? L.wg : L.wu) + hb + r0 * (long long)a.D * esz;
+		s.w = (const char *)(idx == 4 ? L.wg : L.wu) + hb + fd_bytes(a, r0 * (long long)a.D);
 		s.rows = (int)(r1 - r0);
 		s.K = a.D;
 		s.pbase = idx == 4 ? 0 : (int)(r1 - r0);
 		s.n0 = (int)r0;
 	} else {
 		fd_rows(a.D, &r0, &r1);
-		s.w = (const char *)L.wd + hb + r0 * (long long)a.F * esz;
+		s.w = (const char *)L.wd + hb + fd_bytes(a, r0 * (long long)a.F);
 		s.rows = (int)(r1 - r0);
 		s.K = a.F;
 		s.n0 = (int)r0;
@@ -188,7 +191,7 @@ static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 				return false;
 		}
 		const fd_seg s = fd_get(a, a.layers[w.l], w.idx);
-		w.bytes = (long long)s.rows * s.K * fd_esz(a);
+		w.bytes = fd_bytes(a, (long long)s.rows * s.K);
 		w.w = s.w;
 		w.off = 0;
 		if (w.bytes > 0)
@@ -323,8 +326,8 @@ static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const f
 				const uint2 *w = (const uint2 *)(r.ring + (size_t)r.st * FD_CHUNK +
 								 (warp + 8 * j) * FD_SLICE);
 				const uint4 *x = (const uint4 *)(xs + (long long)sj * FD_SLICE);
-				const float *sr =
-				    s.sc + (long long)((unsigned)(s.n0 + rj) >> s.sbo) * nbc;
+				const float *sr = (const float *)s.sc +
+						  (long long)((unsigned)(s.n0 + rj) >> s.sbo) * nbc;
 				float acc = 0.0f;
 #pragma unroll
 				for (int u = 0; u < FD_SLICE / 256; u++) {
@@ -352,11 +355,96 @@ static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const f
 	}
 }
 
+/* fd_consume for a W4B launch, on the tensor cores: a chunk holds 32
+ * slices of 1024 4-bit columns (512 bytes), four a warp (warp + 8j).
+ * A slice is 8 subgroups of 128 columns, each within one group (groups
+ * are powers of two of at least 128 columns, or the row). One
+ * m16n8k16 product takes 16 columns of every subgroup: B's column n the
+ * weights of subgroup n, A's row m the x of subgroup m (rows 8..15 zero),
+ * so the diagonal C[n][n] gathers subgroup n's dot product; 8 products
+ * cover the slice. Lane (n = lane / 4, t = lane % 4) holds subgroup n's
+ * operands: at step b one 4-byte word of weights (8 columns, nibble pairs
+ * (p, p + 4) as BF16 128 + q minus 128 + z: q - z exactly) and those
+ * columns' x, the column order within the 16 the same in A and B; steps
+ * go round (b + n / 2) % 4 so that the 32 lanes' words fall in 32 banks.
+ * The diagonal's lane scales it by the group's BF16 scale; the warp sum
+ * of the 8 is the slice's partial. */
+static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
+				     const bf16 *xs, float *part)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int n = lane >> 2, t = lane & 3;
+	const int nsl = s.K / FD_SLICE;
+	const long long total = (long long)s.rows * nsl;
+	const int ng = s.sbi >= 31 ? 1 : (int)(((long long)s.K + (1ll << s.sbi) - 1) >> s.sbi);
+	const bool diag = t == (n >> 1); /* this lane holds C[n][n] */
+	long long row = warp / nsl;
+	int sl = warp % nsl;
+	for (long long q0 = 0; q0 < total; q0 += 32) {
+		atlas_mbar_wait(&r.full[r.st], r.ph);
+		long long rj = row;
+		int sj = sl;
+#pragma unroll
+		for (int j = 0; j < 4; j++) {
+			if (j)
+				for (sj += 8; sj >= nsl; sj -= nsl)
+					rj++;
+			/* (the same for the whole warp: mma.sync needs every lane) */
+			if (q0 + warp + 8 * j < total && a.mode != 3) {
+				const unsigned char *ws =
+				    r.ring + (size_t)r.st * FD_CHUNK + (warp + 8 * j) * (FD_SLICE / 2) + n * 64;
+				const unsigned col0 = (unsigned)(sj * FD_SLICE + n * 128);
+				const long long gi = (long long)(s.n0 + rj) * ng + (col0 >> s.sbi);
+				const float zf = (float)__ldg(s.zp + gi);
+				const float sf =
+				    __uint_as_float((unsigned)__ldg((const unsigned short *)s.sc + gi) << 16);
+				const __nv_bfloat162 zz = __floats2bfloat162_rn(128.0f + zf, 128.0f + zf);
+				const unsigned zu = *(const unsigned *)&zz;
+				float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+				for (int b0 = 0; b0 < 4; b0++) {
+					const int b = (b0 + (n >> 1)) & 3;
+					const unsigned w = *(const unsigned *)(ws + b * 16 + 4 * t);
+					const uint4 xv = *(const uint4 *)(xs + col0 + b * 32 + 8 * t);
+					unsigned q[4];
+#pragma unroll
+					for (int p = 0; p < 4; p++) {
+						const unsigned m = ((w >> (4 * p)) & 0x000f000fu) | 0x43004300u;
+						const __nv_bfloat162 v = __hsub2(*(const __nv_bfloat162 *)&m,
+										 *(const __nv_bfloat162 *)&zu);
+						q[p] = *(const unsigned *)&v;
+					}
+					/* x pairs (p, p + 4), as the nibble pairs */
+					const unsigned x0 = __byte_perm(xv.x, xv.z, 0x5410);
+					const unsigned x1 = __byte_perm(xv.x, xv.z, 0x7632);
+					const unsigned x2 = __byte_perm(xv.y, xv.w, 0x5410);
+					const unsigned x3 = __byte_perm(xv.y, xv.w, 0x7632);
+					atlas_mma_bf16(c, x0, 0u, x1, 0u, q[0], q[1]);
+					atlas_mma_bf16(c, x2, 0u, x3, 0u, q[2], q[3]);
+				}
+				float v = diag ? ((n & 1) ? c[1] : c[0]) * sf : 0.0f;
+				v = atlas_warp_sum(v);
+				if (lane == 0)
+					part[(s.pbase + rj) * nsl + sj] = v;
+			}
+		}
+		__syncwarp();
+		if (lane == 0)
+			atlas_mbar_arrive(&r.empty[r.st]);
+		if (++r.st == a.nst)
+			r.st = 0, r.ph ^= 1;
+		for (sl += 32; sl >= nsl; sl -= nsl)
+			row++;
+	}
+}
+
 static __device__ __forceinline__ void fd_consume(const atlas_fd_args &a, fd_ring &r,
 						  const fd_seg &s, const bf16 *xs, float *part)
 {
 	if (a.wfmt == ATLAS_FD_F8B)
 		fd_consume_f8(a, r, s, xs, part);
+	else if (a.wfmt == ATLAS_FD_W4B)
+		fd_consume_w4(a, r, s, xs, part);
 	else
 		fd_consume_bf16(a, r, s, xs, part);
 }

@@ -2,8 +2,10 @@
  * (kernels/sm90/common/decode_fused.cu): the whole layer stack of a
  * one-token decode step in one launch.
  *
- * fused_prepare decides whether a model fits the kernel (BF16 weights, or
- * F8B ones whose scale blocks are powers of two or whole dimensions,
+ * fused_prepare decides whether a model fits the kernel (BF16 weights,
+ * F8B ones whose scale blocks are powers of two or whole dimensions, or
+ * W4B ones whose groups are powers of two of at least 128 columns or
+ * whole rows,
  * head size 128, at most 8 query heads per kv head, D, F and H*hd
  * multiples of ATLAS_FD_SLICE, 16-byte aligned weights and norm weights,
  * no more kv heads than SMs) and sizes the launch: one block per SM, and
@@ -67,8 +69,8 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 		return "ATLAS_CUDA_FUSED=0";
 	if (!c->kern[ATLAS_CK_DECODE_FUSED])
 		return "the kernel target lacks atlas_decode_fused";
-	if (d->wdt != ATLAS_DTYPE_BF16 && d->wdt != ATLAS_DTYPE_F8B)
-		return "weights are neither BF16 nor F8B";
+	if (d->wdt != ATLAS_DTYPE_BF16 && d->wdt != ATLAS_DTYPE_F8B && d->wdt != ATLAS_DTYPE_W4B)
+		return "weights are not BF16, F8B or W4B";
 	if (d->nwdt != ATLAS_DTYPE_BF16 && d->nwdt != ATLAS_DTYPE_F16 && d->nwdt != ATLAS_DTYPE_F32)
 		return "norm weight type";
 	if (d->hd != ATLAS_FD_HD)
@@ -134,8 +136,38 @@ static const char *f8b_layer(const struct atlas_fused_desc *d, int64_t l, struct
 			return "an F8B scale block is not a power of two";
 		if (hd.scale_off != atlas_f8b_scale_off(hd.N, hd.K))
 			return "an F8B head's scale offset";
-		h->sc[i] = (const float *)((const char *)w[i] + hd.scale_off);
+		h->sc[i] = (const char *)w[i] + hd.scale_off;
 		h->sbo[i] = (unsigned char)so;
+		h->sbi[i] = (unsigned char)si;
+	}
+	return NULL;
+}
+
+/* A W4B launch: layer l's scale and zero-point pointers and group
+ * shifts, as f8b_layer. */
+static const char *w4b_layer(const struct atlas_fused_desc *d, int64_t l, struct atlas_fd_layer *h)
+{
+	const struct atlas_fused_layer *L = &d->layers[l];
+	const void *w[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
+	const int64_t nq = d->H * d->hd, nkv = d->Hkv * d->hd;
+	const int64_t N[7] = {nq, nkv, nkv, d->D, d->F, d->F, d->D};
+	const int64_t K[7] = {d->D, d->D, d->D, nq, d->D, d->D, d->F};
+	for (int i = 0; i < 7; i++) {
+		struct atlas_w4b_head hd;
+		if (cudaMemcpy(&hd, w[i], sizeof(hd), cudaMemcpyDeviceToHost) != cudaSuccess) {
+			cudaGetLastError();
+			return "a W4B head could not be read";
+		}
+		if (hd.magic != ATLAS_W4B_MAGIC || hd.N != N[i] || hd.K != K[i])
+			return "a W4B head does not match the layer's shape";
+		const int si = block_shift(hd.g, hd.K);
+		if (si < 0 || (si < 31 && si < 7))
+			return "a W4B group is not a power of two of at least 128 columns";
+		if (hd.ng != (hd.K + hd.g - 1) / hd.g || hd.z_off != atlas_w4b_z_off(hd.N, hd.K) ||
+		    hd.s_off != atlas_w4b_s_off(hd.N, hd.K, hd.g))
+			return "a W4B head's offsets";
+		h->sc[i] = (const char *)w[i] + hd.s_off;
+		h->zp[i] = (const unsigned char *)w[i] + hd.z_off;
 		h->sbi[i] = (unsigned char)si;
 	}
 	return NULL;
@@ -205,8 +237,10 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 		const struct atlas_fused_layer *L = &d->layers[l];
 		h[l] = (struct atlas_fd_layer){L->wq, L->wk, L->wv, L->bq, L->bk,  L->bv,
 					       L->wo, L->wg, L->wu, L->wd, L->ln1, L->ln2,
-					       L->qn, L->kn, L->kc, L->vc, {0}, {0}, {0}};
-		const char *why8 = d->wdt == ATLAS_DTYPE_F8B ? f8b_layer(d, l, &h[l]) : NULL;
+					       L->qn, L->kn, L->kc, L->vc, {0}, {0}, {0}, {0}};
+		const char *why8 = d->wdt == ATLAS_DTYPE_F8B   ? f8b_layer(d, l, &h[l])
+				   : d->wdt == ATLAS_DTYPE_W4B ? w4b_layer(d, l, &h[l])
+							       : NULL;
 		if (why8) {
 			free(h);
 			atlas_cuda_fused_release(be, f);
@@ -248,7 +282,9 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	    .H = (int)d->H,
 	    .Hkv = (int)d->Hkv,
 	    .nwdt = (int)d->nwdt,
-	    .wfmt = d->wdt == ATLAS_DTYPE_F8B ? ATLAS_FD_F8B : ATLAS_FD_BF16,
+	    .wfmt = d->wdt == ATLAS_DTYPE_F8B   ? ATLAS_FD_F8B
+		    : d->wdt == ATLAS_DTYPE_W4B ? ATLAS_FD_W4B
+						: ATLAS_FD_BF16,
 	    .window = (int)d->window,
 	    .nst = (int)nst,
 	    .xs_bytes = (int)xs_bytes,
@@ -261,7 +297,8 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	f->smem = smem;
 	atlas_info("fused decode: one launch for %lld layers (%s weights, %u blocks, %lld ring "
 		   "stages, %zu KiB shared memory)",
-		   (long long)d->n_layers, d->wdt == ATLAS_DTYPE_F8B ? "FP8" : "BF16", f->grid,
+		   (long long)d->n_layers,
+		   d->wdt == ATLAS_DTYPE_F8B ? "FP8" : d->wdt == ATLAS_DTYPE_W4B ? "4-bit" : "BF16", f->grid,
 		   (long long)nst, smem >> 10);
 	return f;
 }

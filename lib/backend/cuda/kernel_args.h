@@ -193,19 +193,24 @@ struct atlas_moe_args {
 /* One layer's device pointers (weights in the launch's wfmt, biases
  * bf16; norms in nwdt). With wfmt ATLAS_FD_F8B the seven matrices are F8B
  * blobs (lib/backend/backend.h) and the layer also gives, for each in the
- * order q, k, v, o, gate, up, down, its scales (s of the blob) and the
- * scale block as shifts: row n, column k take s[(n >> sbo) * nbc +
+ * order q, k, v, o, gate, up, down, its scales (s of the blob, FP32) and
+ * the scale block as shifts: row n, column k take s[(n >> sbo) * nbc +
  * (k >> sbi)], nbc = ceil(K / 2^sbi) (blocks that are powers of two; 31
- * for a block that covers the whole dimension). */
+ * for a block that covers the whole dimension). With ATLAS_FD_W4B they
+ * are W4B blobs: sc their BF16 scales, zp their zero points, sbi log2 of
+ * the group (a power of two, at least 128; 31 for one group a row):
+ * row n, column k take s[n * ng + (k >> sbi)], ng = ceil(K / 2^sbi). */
 #define ATLAS_FD_BF16 0
 #define ATLAS_FD_F8B 1
+#define ATLAS_FD_W4B 2
 struct atlas_fd_layer {
 	const void *wq, *wk, *wv, *bq, *bk, *bv; /* biases may be NULL */
 	const void *wo, *wg, *wu, *wd;
 	const void *ln1, *ln2, *qn, *kn;         /* qn, kn NULL: no q/k norm */
 	void *kc, *vc;                           /* [n_slots, Hkv * hd] each */
-	const float *sc[7];                      /* F8B: the scales */
-	unsigned char sbo[7], sbi[7];            /* F8B: log2 of the block */
+	const void *sc[7];                       /* F8B, W4B: the scales */
+	const unsigned char *zp[7];              /* W4B: the zero points */
+	unsigned char sbo[7], sbi[7];            /* log2 of the block */
 };
 
 struct atlas_fd_args {
@@ -226,7 +231,7 @@ struct atlas_fd_args {
 	int nst;        /* ring stages */
 	int xs_bytes;   /* bytes of the x area (>= ATLAS_FD_ATT_SCRATCH) */
 	int part_cap;   /* floats of the row partial sums */
-	int wfmt;       /* ATLAS_FD_BF16 or ATLAS_FD_F8B */
+	int wfmt;       /* ATLAS_FD_BF16, ATLAS_FD_F8B or ATLAS_FD_W4B */
 	int mode;       /* ATLAS_CUDA_FUSED_MODE: 0 normal; timing only: 1 no
 			 * attention, 2 no grid barriers, 3 weights only */
 	float eps, scale;
