@@ -88,6 +88,7 @@
 #define FD_MB 12
 
 static_assert(FD_CHUNK_E == 8 * FD_SLICE, "one slice per consumer warp per chunk");
+static_assert(ATLAS_F8B_HEAD_BYTES == ATLAS_W4B_HEAD_BYTES, "fd_get: one blob head size");
 static_assert(FD_HD == 128 && FD_TILE == 32, "attention lane mappings");
 static_assert(2 * ATLAS_FD_MAXG == 16, "the score reduction: 16 (key, head) pairs a pass");
 
