@@ -12,6 +12,7 @@
 PRELUDE_NO_MODEL=1
 . "$(dirname "$0")/gpu-prelude.sh"
 export ATLAS_HOME="$out/home"
+export ATLAS_CUDA_FUSED_QUANT=1 # the quantized streams are opt-in
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 if [ "${FUSED_TEST:-1}" != 0 ]; then
 	"$build/tests/gpu/test-fused-decode" >"$out/fused.log" 2>&1

@@ -380,6 +380,8 @@ int main(void)
 		return 0;
 	}
 	probe->destroy(probe);
+	/* the fused kernel's F8B and W4B streams are opt-in (cuda.c) */
+	setenv("ATLAS_CUDA_FUSED_QUANT", "1", 1);
 	test_shape("qwen3-0.6b", NULL, 0, 0, 0, NULL);
 	test_shape("qwen3-8b", NULL, 0, 0, 0, NULL);
 	test_shape("llama3-8b", NULL, 0, 0, 0, NULL);	   /* no q/k norm */

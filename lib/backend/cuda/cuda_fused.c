@@ -71,6 +71,9 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 		return "the kernel target lacks atlas_decode_fused";
 	if (d->wdt != ATLAS_DTYPE_BF16 && d->wdt != ATLAS_DTYPE_F8B && d->wdt != ATLAS_DTYPE_W4B)
 		return "weights are not BF16, F8B or W4B";
+	/* the F8B and W4B streams have not run on a GPU yet: opt-in */
+	if (d->wdt != ATLAS_DTYPE_BF16 && !c->fused_quant)
+		return "F8B or W4B weights without ATLAS_CUDA_FUSED_QUANT=1";
 	if (d->nwdt != ATLAS_DTYPE_BF16 && d->nwdt != ATLAS_DTYPE_F16 && d->nwdt != ATLAS_DTYPE_F32)
 		return "norm weight type";
 	if (d->hd != ATLAS_FD_HD)

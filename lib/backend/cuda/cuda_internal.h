@@ -181,6 +181,9 @@ struct cuda_ctx {
 				       * block of atlas_gemv, else 0 (chosen by N) */
 	int fused;                    /* offer the fused one-token layer stack
 				       * (ATLAS_CUDA_FUSED=0: not) */
+	bool fused_quant;             /* ATLAS_CUDA_FUSED_QUANT=1: the fused
+				       * decode takes F8B and W4B weights (opt-in
+				       * until it has run on a GPU) */
 	int fused_mode;               /* ATLAS_CUDA_FUSED_MODE: its timing-only
 				       * variants (atlas_fd_args.mode) */
 	int pdl;                      /* launch with programmatic dependent launch
