@@ -117,9 +117,10 @@ static int block_shift(int64_t b, int64_t n)
 	return -1;
 }
 
-/* An F8B launch: layer l's scale pointers and block shifts from the
- * blobs' heads (device memory, read back once), or why not. */
-static const char *f8b_layer(const struct atlas_fused_desc *d, int64_t l, struct atlas_fd_layer *h)
+/* An F8B or W4B launch: layer l's scale (and zero-point) pointers and
+ * block shifts from the blobs' heads (device memory, read back once per
+ * matrix at prepare), or why not. */
+static const char *quant_layer(const struct atlas_fused_desc *d, int64_t l, struct atlas_fd_layer *h)
 {
 	const struct atlas_fused_layer *L = &d->layers[l];
 	const void *w[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
@@ -127,51 +128,39 @@ static const char *f8b_layer(const struct atlas_fused_desc *d, int64_t l, struct
 	const int64_t N[7] = {nq, nkv, nkv, d->D, d->F, d->F, d->D};
 	const int64_t K[7] = {d->D, d->D, d->D, nq, d->D, d->D, d->F};
 	for (int i = 0; i < 7; i++) {
-		struct atlas_f8b_head hd;
+		union {
+			struct atlas_f8b_head f;
+			struct atlas_w4b_head q;
+		} hd;
 		if (cudaMemcpy(&hd, w[i], sizeof(hd), cudaMemcpyDeviceToHost) != cudaSuccess) {
 			cudaGetLastError();
-			return "an F8B head could not be read";
+			return "a quantized weight's head could not be read";
 		}
-		if (hd.magic != ATLAS_F8B_MAGIC || hd.N != N[i] || hd.K != K[i])
-			return "an F8B head does not match the layer's shape";
-		const int so = block_shift(hd.bo, hd.N), si = block_shift(hd.bi, hd.K);
-		if (so < 0 || si < 0 || (si < 31 && si < 3))
-			return "an F8B scale block is not a power of two";
-		if (hd.scale_off != atlas_f8b_scale_off(hd.N, hd.K))
-			return "an F8B head's scale offset";
-		h->sc[i] = (const char *)w[i] + hd.scale_off;
-		h->sbo[i] = (unsigned char)so;
-		h->sbi[i] = (unsigned char)si;
-	}
-	return NULL;
-}
-
-/* A W4B launch: layer l's scale and zero-point pointers and group
- * shifts, as f8b_layer. */
-static const char *w4b_layer(const struct atlas_fused_desc *d, int64_t l, struct atlas_fd_layer *h)
-{
-	const struct atlas_fused_layer *L = &d->layers[l];
-	const void *w[7] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
-	const int64_t nq = d->H * d->hd, nkv = d->Hkv * d->hd;
-	const int64_t N[7] = {nq, nkv, nkv, d->D, d->F, d->F, d->D};
-	const int64_t K[7] = {d->D, d->D, d->D, nq, d->D, d->D, d->F};
-	for (int i = 0; i < 7; i++) {
-		struct atlas_w4b_head hd;
-		if (cudaMemcpy(&hd, w[i], sizeof(hd), cudaMemcpyDeviceToHost) != cudaSuccess) {
-			cudaGetLastError();
-			return "a W4B head could not be read";
+		if (d->wdt == ATLAS_DTYPE_F8B) {
+			if (hd.f.magic != ATLAS_F8B_MAGIC || hd.f.N != N[i] || hd.f.K != K[i])
+				return "an F8B head does not match the layer's shape";
+			const int so = block_shift(hd.f.bo, hd.f.N), si = block_shift(hd.f.bi, hd.f.K);
+			if (so < 0 || si < 0 || (si < 31 && si < 3))
+				return "an F8B scale block is not a power of two";
+			if (hd.f.scale_off != atlas_f8b_scale_off(hd.f.N, hd.f.K))
+				return "an F8B head's scale offset";
+			h->sc[i] = (const char *)w[i] + hd.f.scale_off;
+			h->sbo[i] = (unsigned char)so;
+			h->sbi[i] = (unsigned char)si;
+		} else {
+			if (hd.q.magic != ATLAS_W4B_MAGIC || hd.q.N != N[i] || hd.q.K != K[i])
+				return "a W4B head does not match the layer's shape";
+			const int si = block_shift(hd.q.g, hd.q.K);
+			if (si < 0 || (si < 31 && si < 7))
+				return "a W4B group is not a power of two of at least 128 columns";
+			if (hd.q.ng != (hd.q.K + hd.q.g - 1) / hd.q.g ||
+			    hd.q.z_off != atlas_w4b_z_off(hd.q.N, hd.q.K) ||
+			    hd.q.s_off != atlas_w4b_s_off(hd.q.N, hd.q.K, hd.q.g))
+				return "a W4B head's offsets";
+			h->sc[i] = (const char *)w[i] + hd.q.s_off;
+			h->zp[i] = (const unsigned char *)w[i] + hd.q.z_off;
+			h->sbi[i] = (unsigned char)si;
 		}
-		if (hd.magic != ATLAS_W4B_MAGIC || hd.N != N[i] || hd.K != K[i])
-			return "a W4B head does not match the layer's shape";
-		const int si = block_shift(hd.g, hd.K);
-		if (si < 0 || (si < 31 && si < 7))
-			return "a W4B group is not a power of two of at least 128 columns";
-		if (hd.ng != (hd.K + hd.g - 1) / hd.g || hd.z_off != atlas_w4b_z_off(hd.N, hd.K) ||
-		    hd.s_off != atlas_w4b_s_off(hd.N, hd.K, hd.g))
-			return "a W4B head's offsets";
-		h->sc[i] = (const char *)w[i] + hd.s_off;
-		h->zp[i] = (const unsigned char *)w[i] + hd.z_off;
-		h->sbi[i] = (unsigned char)si;
 	}
 	return NULL;
 }
@@ -241,9 +230,7 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 		h[l] = (struct atlas_fd_layer){L->wq, L->wk, L->wv, L->bq, L->bk,  L->bv,
 					       L->wo, L->wg, L->wu, L->wd, L->ln1, L->ln2,
 					       L->qn, L->kn, L->kc, L->vc, {0}, {0}, {0}, {0}};
-		const char *why8 = d->wdt == ATLAS_DTYPE_F8B   ? f8b_layer(d, l, &h[l])
-				   : d->wdt == ATLAS_DTYPE_W4B ? w4b_layer(d, l, &h[l])
-							       : NULL;
+		const char *why8 = d->wdt != ATLAS_DTYPE_BF16 ? quant_layer(d, l, &h[l]) : NULL;
 		if (why8) {
 			free(h);
 			atlas_cuda_fused_release(be, f);
