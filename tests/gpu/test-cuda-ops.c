@@ -1268,7 +1268,15 @@ struct f8w {
 	const void *blob, *bf;
 };
 
+static struct f8w f8_make_h(int64_t N, int64_t K, int64_t bo, int64_t bi, char **keep);
+
 static struct f8w f8_make(int64_t N, int64_t K, int64_t bo, int64_t bi)
+{
+	return f8_make_h(N, K, bo, bi, NULL);
+}
+
+/* The same, the host blob handed to *keep (free it) when keep is set. */
+static struct f8w f8_make_h(int64_t N, int64_t K, int64_t bo, int64_t bi, char **keep)
 {
 	const int64_t bytes = atlas_f8b_bytes(N, K, bo, bi);
 	char *blob = calloc(1, (size_t)bytes);
@@ -1287,7 +1295,10 @@ static struct f8w f8_make(int64_t N, int64_t K, int64_t bo, int64_t bi)
 		atlas_f8b_row_bf16(blob, n, bf + n * K);
 	struct f8w w = {gpu->weight_upload(gpu, blob, (size_t)bytes),
 			gpu->weight_upload(gpu, bf, (size_t)(N * K) * 2)};
-	free(blob);
+	if (keep)
+		*keep = blob;
+	else
+		free(blob);
 	free(bf);
 	return w;
 }
@@ -1437,6 +1448,169 @@ static void test_f8b(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		check_f8b((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4],
 			  cases[i][5]);
+}
+
+/* W8A8 (ATLAS_FP8_W8A8=1, atlas_gemm_tc_f8): F8B products of 16 rows or
+ * more, outside batch-invariant mode, quantize x per row and 128 columns
+ * (s = amax / 448, q = e4m3(x * (448 / amax))). The reference repeats
+ * that quantization here and sums exactly (double): out = sum over K of
+ * s_x q_x s_w q_w (+ bias; swiglu from the BF16-rounded gate and up, as
+ * the op rounds them). Within W8A8_TOL, well under the ~2% that
+ * quantizing x costs, so a weight-only fallback fails too. */
+#define W8A8_TOL 4e-3
+
+struct w8a8_x {
+	int64_t T, K, nkx;
+	uint8_t *q; /* [T, K] codes */
+	float *s;   /* [T][nkx] scales */
+	float lut[256];
+};
+
+static void w8a8_quant(struct w8a8_x *qx, const float *x, int64_t T, int64_t K)
+{
+	qx->T = T, qx->K = K, qx->nkx = (K + 127) / 128;
+	qx->q = malloc((size_t)(T * K));
+	qx->s = malloc((size_t)(T * qx->nkx) * sizeof(float));
+	for (int i = 0; i < 256; i++)
+		qx->lut[i] = atlas_f8e4m3_to_f32((uint8_t)i);
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t kb = 0; kb < qx->nkx; kb++) {
+			const int64_t k0 = kb * 128, k1 = k0 + 128 < K ? k0 + 128 : K;
+			float m = 0.0f;
+			for (int64_t k = k0; k < k1; k++)
+				m = fmaxf(m, fabsf(x[t * K + k]));
+			const float r = m > 0.0f ? 448.0f / m : 1.0f;
+			for (int64_t k = k0; k < k1; k++)
+				qx->q[t * K + k] = atlas_f32_to_f8e4m3(x[t * K + k] * r);
+			qx->s[t * qx->nkx + kb] = m > 0.0f ? m / 448.0f : 1.0f;
+		}
+}
+
+/* Row t of x times row n of F8B host blob, exactly. */
+static double w8a8_dot(const struct w8a8_x *qx, const char *blob, int64_t t, int64_t n)
+{
+	const struct atlas_f8b_head *h = (const struct atlas_f8b_head *)blob;
+	const int64_t K = qx->K;
+	const uint8_t *q = (const uint8_t *)blob + ATLAS_F8B_HEAD + n * K;
+	const float *sw = (const float *)(blob + h->scale_off) + n / h->bo * h->nbc;
+	double v = 0;
+	for (int64_t kb = 0; kb < qx->nkx; kb++) {
+		const int64_t k0 = kb * 128, k1 = k0 + 128 < K ? k0 + 128 : K;
+		double d = 0;
+		for (int64_t k = k0; k < k1; k++)
+			d += (double)qx->lut[qx->q[t * K + k]] * qx->lut[q[k]] * sw[k / h->bi];
+		v += d * qx->s[t * qx->nkx + kb];
+	}
+	return v;
+}
+
+static float bfr(double v)
+{
+	return atlas_bf16_to_f32(atlas_f32_to_bf16((float)v));
+}
+
+static void check_w8a8(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int64_t bi)
+{
+	static const char *const names[] = {"matmul", "matmul+bias", "", "matmul_multi",
+					    "matmul_swiglu"};
+	const int np = kind == 3 ? 3 : 1, nw = kind == 3 ? 3 : kind == 4 ? 2 : 1;
+	const int64_t Ns[3] = {N, kind == 3 ? N / 4 : N, kind == 3 ? N / 4 : N};
+	struct buf x = mkbuf(T * K, 1.0f), scratch = mkbuf(T * N, 1.0f);
+	struct f8w w[3] = {{0}};
+	char *hb[3] = {NULL};
+	struct wbuf b[3] = {{0}};
+	const void *bias[3] = {NULL};
+	for (int i = 0; i < nw; i++)
+		w[i] = f8_make_h(Ns[i], K, bo, bi, &hb[i]);
+	for (int i = 0; i < 3 && (kind == 1 || kind == 3); i++) {
+		b[i] = mkw(ATLAS_DTYPE_BF16, Ns[i], 0.5f);
+		bias[i] = b[i].d;
+	}
+	struct w8a8_x qx;
+	w8a8_quant(&qx, x.h, T, K);
+	struct buf o[3];
+	void *po[3] = {NULL};
+	for (int i = 0; i < np; i++) {
+		o[i] = mkbuf(T * Ns[i], 1.0f);
+		poison(&o[i]);
+		po[i] = o[i].d;
+	}
+	CHECK_EQ_INT(f8_run(kind, ATLAS_DTYPE_F8B, 1, w, bias, po, x.d, scratch.d, T, Ns, K), 0);
+	for (int i = 0; i < np; i++) {
+		float *ref = malloc((size_t)(T * Ns[i]) * sizeof(float));
+		const uint16_t *bh = b[i].h ? (const uint16_t *)b[i].h : NULL;
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t n = 0; n < Ns[i]; n++) {
+				double v = w8a8_dot(&qx, hb[i], t, n);
+				if (kind == 4) {
+					const float g = bfr(v), u = bfr(w8a8_dot(&qx, hb[1], t, n));
+					v = g / (1.0f + expf(-g)) * u;
+				} else if (bh) {
+					v += atlas_bf16_to_f32(bh[n]);
+				}
+				ref[t * Ns[i] + n] = (float)v;
+			}
+		float *out = malloc((size_t)(T * Ns[i]) * sizeof(float));
+		CHECK_EQ_INT(gpu->to_f32(gpu, out, o[i].d, T * Ns[i]), 0);
+		double d2 = 0, r2 = 0;
+		int64_t nans = 0;
+		for (int64_t e = 0; e < T * Ns[i]; e++) {
+			if (isnan(out[e])) {
+				nans++;
+				continue;
+			}
+			d2 += ((double)out[e] - ref[e]) * ((double)out[e] - ref[e]);
+			r2 += (double)ref[e] * ref[e];
+		}
+		const double l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+		printf("# w8a8 %-14s T=%-4lld N=%-5lld K=%-5lld blk %lldx%lld [%d] rel_l2 %-10.3g nan %lld "
+		       "%s\n",
+		       names[kind], (long long)T, (long long)Ns[i], (long long)K, (long long)bo,
+		       (long long)bi, i, l2, (long long)nans, l2 < W8A8_TOL && !nans ? "ok" : "FAIL");
+		CHECK(l2 < W8A8_TOL && nans == 0);
+		free(out);
+		free(ref);
+		freebuf(&o[i]);
+	}
+	for (int i = 0; i < nw; i++) {
+		gpu->weight_release(gpu, w[i].blob);
+		gpu->weight_release(gpu, w[i].bf);
+		free(hb[i]);
+	}
+	for (int i = 0; i < 3; i++)
+		if (b[i].h)
+			freew(&b[i]);
+	free(qx.q);
+	free(qx.s);
+	freebuf(&x);
+	freebuf(&scratch);
+}
+
+/* The W8A8 cases on a second backend opened with ATLAS_FP8_W8A8=1:
+ * 128 x 128 blocks with partial edge blocks (N 3000, K 1040), a scale
+ * per channel (bo 1, bi the row), T from 16 (split K) across several
+ * 128-row tiles; every op form. */
+static void test_w8a8(void)
+{
+	struct atlas_backend *g0 = gpu;
+	setenv("ATLAS_FP8_W8A8", "1", 1);
+	gpu = atlas_backend_open("cuda");
+	unsetenv("ATLAS_FP8_W8A8");
+	CHECK(gpu != NULL);
+	if (!gpu) {
+		gpu = g0;
+		return;
+	}
+	static const int64_t cases[][6] = {
+	    {0, 16, 1024, 1024, 128, 128},  {1, 100, 3000, 1024, 128, 128},
+	    {3, 64, 2048, 4096, 128, 128},  {4, 130, 1536, 1024, 128, 128},
+	    {0, 200, 1024, 2048, 1, 2048},  {1, 300, 768, 1040, 128, 128},
+	    {0, 33, 512, 4096, 128, 128},   {0, 520, 512, 1024, 128, 128}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_w8a8((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4],
+			   cases[i][5]);
+	gpu->destroy(gpu);
+	gpu = g0;
 }
 
 /* W4B: groups of 128 (the usual GPTQ/AWQ/compressed-tensors size), 32
@@ -1630,6 +1804,7 @@ int main(void)
 	RUN(test_moe);
 	RUN(test_f8b);
 	RUN(test_w4b);
+	RUN(test_w8a8);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);
 	gpu->destroy(gpu);

@@ -91,6 +91,19 @@
  * unmerged; atlas_gemm_inv_reduce (gemm_inv.cu) merges the ranges in
  * order with the same epilogue: the same bits.
  *
+ * W8A8 form (atlas_gemm_tc_f8, FP8 checkpoints outside batch-invariant
+ * mode when ATLAS_FP8_W8A8=1): x is FP8 E4M3 with an FP32 scale per row
+ * and 128 columns (atlas_fp8_act_quant, f8b.cu), W an F8B blob's FP8
+ * values with its block scales, 128 x 128 tiles. A stage holds the same
+ * bytes as the BF16 form's (128 x 128-byte rows of each operand), now
+ * 128 K elements: one scale block. A consumer runs the slice's four
+ * m64n128k32 e4m3 wgmmas into a second register set from zero, waits,
+ * frees the stage and adds it times the row's and the tile's scale into
+ * the accumulators (scales by column, for weights with a scale per row
+ * of W, once in the epilogue). Each output is the K slices' scaled sums
+ * added in ascending order; within a slice the tensor core's order.
+ * Split-K and atlas_gemm_tc_reduce work as for the BF16 form.
+ *
  * Segments: one launch computes up to three products of the same x (q,
  * k and v; gate and up), each with its own W tensor map, out, bias and N;
  * grid y runs over segment 0's column tiles, then segment 1's, ...
@@ -255,6 +268,35 @@ static __device__ __forceinline__ void tcg_wgmma_n128(float (&d)[64], uint64_t d
 		     : "l"(da), "l"(db), "r"(1));
 }
 
+/* d = (sd ? d : 0) + A (64x32 FP8 E4M3, descriptor da) * B (128x32 E4M3,
+ * descriptor db)^T, both K-major (the only layout FP8 wgmma takes): 32
+ * FP8 values are 32 bytes, so the k32 steps of a 128-byte row advance
+ * the descriptors by 32 bytes, as the BF16 k16 steps do. */
+static __device__ __forceinline__ void tcg_wgmma_f8_n128(float (&d)[64], uint64_t da, uint64_t db,
+							 int sd)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+		     "%0, %1, %2, %3, %4, %5, %6, %7, "
+		     "%8, %9, %10, %11, %12, %13, %14, %15, "
+		     "%16, %17, %18, %19, %20, %21, %22, %23, "
+		     "%24, %25, %26, %27, %28, %29, %30, %31, "
+		     "%32, %33, %34, %35, %36, %37, %38, %39, "
+		     "%40, %41, %42, %43, %44, %45, %46, %47, "
+		     "%48, %49, %50, %51, %52, %53, %54, %55, "
+		     "%56, %57, %58, %59, %60, %61, %62, %63"
+		     "}, %64, %65, p, 1, 1;\n}\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+		       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+		       "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+		       "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+		       "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+		       "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+		       "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+		       "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+		     : "l"(da), "l"(db), "r"(sd));
+}
+
 /* Pin an accumulator register in place: the wgmmas write it
  * asynchronously, so the compiler must not move its reads or writes
  * across the fences and waits. */
@@ -416,10 +458,14 @@ static __device__ __forceinline__ void tcg_store_inv(const atlas_tcg_args &ga, i
  * (a tensor map in global memory), and output row r goes to rowmap[r]
  * when rowmap is set. The tile table is written by the previous kernel,
  * so a grouped block waits for it before its first load. */
-template <int BN, int STAGES, typename OutT, bool GROUPED = false, bool INV = false>
+template <int BN, int STAGES, typename OutT, bool GROUPED = false, bool INV = false,
+	  bool F8 = false>
 static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 {
 	static_assert(!INV || BN == 128, "the invariant form keeps two accumulator sets");
+	static_assert(!F8 || (BN == 128 && !INV && !GROUPED), "the FP8 form: 128-wide tiles");
+	/* K elements of a stage: 128 bytes of a row either way */
+	constexpr int BKE = F8 ? 2 * TCG_BK : TCG_BK;
 	/* the block's segment and column tile */
 	int seg = 0, ty = (int)blockIdx.y;
 	while (seg < ga.nseg - 1 && ty >= ga.ny[seg])
@@ -448,7 +494,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	const uint32_t base = (tcg_smem_addr(tcg_smem) + 1023u) & ~1023u;
 	const uint32_t bars = base + STAGES * STAGE_BYTES; /* full[s], then empty[s] */
 	const int wg = threadIdx.x >> 7;
-	const int nk = (int)((K + TCG_BK - 1) / TCG_BK);
+	const int nk = (int)((K + BKE - 1) / BKE);
 	const int n0 = ty * BN;
 	/* invariant form: the GEMV's K ranges, cpw 32-wide chunks each */
 	const int nch = (int)((K + 31) / 32), cpw = INV ? (nch + ga.wpr - 1) / ga.wpr : 0;
@@ -487,11 +533,11 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 			for (int i = 0; i < pre; i++) {
 				const uint32_t a = base + i * STAGE_BYTES, full = bars + 8 * i;
 				tcg_bar_expect(full, STAGE_BYTES);
-				tcg_load_w<INV>(ga, a + A_BYTES, tw, (kb0 + i) * TCG_BK, n0, full);
+				tcg_load_w<INV>(ga, a + A_BYTES, tw, (kb0 + i) * BKE, n0, full);
 			}
 			atlas_pdl_wait();
 			for (int i = 0; i < pre; i++)
-				tcg_tma_load(base + i * STAGE_BYTES, tx, (kb0 + i) * TCG_BK, m0,
+				tcg_tma_load(base + i * STAGE_BYTES, tx, (kb0 + i) * BKE, m0,
 					     bars + 8 * i);
 			s = pre == STAGES ? 0 : pre;
 			ph = pre == STAGES ? 1 : 0;
@@ -501,8 +547,8 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 				tcg_bar_wait(bars + 8 * (STAGES + s), ph ^ 1);
 				const uint32_t a = base + s * STAGE_BYTES, full = bars + 8 * s;
 				tcg_bar_expect(full, STAGE_BYTES);
-				tcg_tma_load(a, tx, kb * TCG_BK, m0, full);
-				tcg_load_w<INV>(ga, a + A_BYTES, tw, kb * TCG_BK, n0, full);
+				tcg_tma_load(a, tx, kb * BKE, m0, full);
+				tcg_load_w<INV>(ga, a + A_BYTES, tw, kb * BKE, n0, full);
 				if (++s == STAGES) {
 					s = 0;
 					ph ^= 1;
@@ -531,6 +577,70 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 	}
 	int s = 0, prev = 0;
 	uint32_t ph = 0;
+	if constexpr (F8) {
+		/* W8A8: each 128-wide K slice is one block of both scales (the
+		 * activations' per row, the weights' per tile or, with
+		 * per-column weight scales, none until the epilogue): its four
+		 * k32 wgmmas go to tmp from zero, then acc += tmp x the row's
+		 * scale x the tile's. Waiting for them before the fold leaves
+		 * the tensor cores to the other consumer warpgroup meanwhile. */
+		float tmp[64];
+		const int warp = (threadIdx.x >> 5) & 3;
+		const long long r0 = (long long)m0 + cw * 64 + warp * 16 + (lane >> 2);
+		const float *xs0 = ga.xs + (r0 < T ? r0 : 0) * ga.nkx;
+		const float *xs1 = ga.xs + (r0 + 8 < T ? r0 + 8 : 0) * ga.nkx;
+		const bool tile_sc = ga.wcol[seg] == 0;
+		const float *wsr = ga.wsc[seg] + (long long)(n0 / ga.wbo[seg]) * ga.wnbc[seg];
+		const int wbi = ga.wbi[seg];
+		for (int kb = kb0; kb < kb1; kb++) {
+			tcg_bar_wait(bars + 8 * s, ph);
+			const uint32_t a = base + s * STAGE_BYTES + cw * (64 * TCG_BK * 2);
+			const uint32_t b = base + s * STAGE_BYTES + A_BYTES;
+#pragma unroll
+			for (int i = 0; i < 64; i++)
+				tcg_fence_acc(tmp[i]);
+			tcg_wgmma_fence();
+#pragma unroll
+			for (int kk = 0; kk < 4; kk++)
+				tcg_wgmma_f8_n128(tmp, tcg_desc(a + kk * 32), tcg_desc(b + kk * 32), kk);
+			tcg_wgmma_commit();
+			const float sw = tile_sc ? __ldg(wsr + (long long)kb * BKE / wbi) : 1.0f;
+			const float f0 = r0 < T ? __ldg(xs0 + kb) * sw : 0.0f;
+			const float f1 = r0 + 8 < T ? __ldg(xs1 + kb) * sw : 0.0f;
+			tcg_wgmma_wait<0>();
+#pragma unroll
+			for (int i = 0; i < 64; i++)
+				tcg_fence_acc(tmp[i]);
+			if (lane == 0)
+				tcg_bar_arrive(bars + 8 * (STAGES + s));
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				acc[4 * j + 0] += tmp[4 * j + 0] * f0;
+				acc[4 * j + 1] += tmp[4 * j + 1] * f0;
+				acc[4 * j + 2] += tmp[4 * j + 2] * f1;
+				acc[4 * j + 3] += tmp[4 * j + 3] * f1;
+			}
+			if (++s == STAGES) {
+				s = 0;
+				ph ^= 1;
+			}
+		}
+		if (!tile_sc) {
+			/* per-column weight scales (bi covers the row) */
+#pragma unroll
+			for (int j = 0; j < 16; j++) {
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const long long n = (long long)n0 + 8 * j + 2 * (lane & 3) + e;
+					const float w = n < N ? __ldg(ga.wsc[seg] + n / ga.wbo[seg] *
+								      ga.wnbc[seg])
+							      : 0.0f;
+					acc[4 * j + e] *= w;
+					acc[4 * j + 2 + e] *= w;
+				}
+			}
+		}
+	} else
 	for (int kb = kb0; kb < kb1; kb++) {
 		if constexpr (INV) {
 			if (2 * kb == fold) {
@@ -627,6 +737,11 @@ static __device__ __forceinline__ void tcg_entry_inv(const atlas_tcg_args &ga)
 	tcg_tile<128, 6, bf16, false, true>(ga);
 }
 
+static __device__ __forceinline__ void tcg_entry_f8(const atlas_tcg_args &ga)
+{
+	tcg_tile<128, 6, bf16, false, false, true>(ga);
+}
+
 #else /* not sm_90a: no wgmma; the host never launches these here */
 
 template <typename OutT>
@@ -641,6 +756,11 @@ static __device__ __forceinline__ void tcg_entry_grouped(const atlas_tcg_args &g
 }
 
 static __device__ __forceinline__ void tcg_entry_inv(const atlas_tcg_args &ga)
+{
+	__trap();
+}
+
+static __device__ __forceinline__ void tcg_entry_f8(const atlas_tcg_args &ga)
 {
 	__trap();
 }
@@ -675,6 +795,17 @@ extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
 atlas_gemm_tc_inv(const __grid_constant__ atlas_tcg_args a)
 {
 	tcg_entry_inv(a);
+}
+
+/* The W8A8 FP8 form (header comment): x FP8 with a scale per row and 128
+ * columns (atlas_fp8_act_quant), W the F8B blobs' values, 128 x 128
+ * tiles, 128-wide K slices; out bf16 plus bias, or split-K partials for
+ * atlas_gemm_tc_reduce; grid (ceil(T/128), sum of ny, splits), block 384,
+ * TCG_SMEM. */
+extern "C" __global__ void __launch_bounds__(TCG_THREADS, 1)
+atlas_gemm_tc_f8(const __grid_constant__ atlas_tcg_args a)
+{
+	tcg_entry_f8(a);
 }
 
 /* Segment blockIdx.y of a: out[T,N] (bf16, or float when out_f32) = its

@@ -83,6 +83,8 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_ATT_PART_FP8] = "atlas_attention_part_fp8",
 	[ATLAS_CK_ATT_PART_Q4] = "atlas_attention_part_q4",
 	[ATLAS_CK_KV_DEQUANT] = "atlas_kv_dequant",
+	[ATLAS_CK_GEMM_TC_F8] = "atlas_gemm_tc_f8",
+	[ATLAS_CK_FP8_ACT_QUANT] = "atlas_fp8_act_quant",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -129,6 +131,9 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC64_W4] = 1,
 	[ATLAS_CK_W4B_DEQUANT] = 1,
 	[ATLAS_CK_GEMV_W4] = 1, /* without it, the tensor-core W4 GEMV */
+	/* without them, no W8A8 (the weight-only FP8 paths) */
+	[ATLAS_CK_GEMM_TC_F8] = 1,
+	[ATLAS_CK_FP8_ACT_QUANT] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -138,6 +143,7 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC] = ATLAS_TCG_SMEM,
 	[ATLAS_CK_GEMM_TC_F32] = ATLAS_TCG_SMEM,
 	[ATLAS_CK_GEMM_TC_INV] = ATLAS_TCG_SMEM,
+	[ATLAS_CK_GEMM_TC_F8] = ATLAS_TCG_SMEM,
 	[ATLAS_CK_GEMV_TC8] = ATLAS_GTC_SMEM(1),
 	[ATLAS_CK_GEMV_TC16] = ATLAS_GTC_SMEM(2),
 	[ATLAS_CK_GEMV_TC32] = ATLAS_GTC_SMEM(4),
@@ -258,6 +264,9 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->f8_gemv_max_t = fmax && atoi(fmax) >= 0 ? atoi(fmax) : ATLAS_CUDA_F8_GEMV_MAX_T;
 	const char *ffma = getenv("ATLAS_CUDA_F8_FMA_MAX_T");
 	c->f8_fma_max_t = ffma && !strcmp(ffma, "0") ? 0 : 1;
+	c->w8a8 = env_is("ATLAS_FP8_W8A8", "1");
+	const char *w8min = getenv("ATLAS_CUDA_W8A8_MIN_T");
+	c->w8a8_min_t = w8min && atoi(w8min) > 0 ? atoi(w8min) : ATLAS_CUDA_W8A8_MIN_T;
 	const char *mrpb = getenv("ATLAS_CUDA_MOE_RPB");
 	c->moe_rpb = mrpb && (atoi(mrpb) == 1 || atoi(mrpb) == 2 || atoi(mrpb) == 4 || atoi(mrpb) == 8)
 			 ? atoi(mrpb) : 0;
@@ -428,11 +437,13 @@ static const void *cuda_weight_upload(struct atlas_backend *be, const void *host
 	if (atlas_cuda_check(c, cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, c->stream),
 			     "weight upload"))
 		return NULL;
+	atlas_cuda_f8meta_note(c, d, host, bytes);
 	return d;
 }
 
 static void cuda_weight_release(struct atlas_backend *be, const void *w)
 {
+	atlas_cuda_f8meta_drop(be->ctx, w);
 	cuda_free(be, (void *)w);
 }
 
@@ -460,6 +471,7 @@ static int cuda_upload(struct atlas_backend *be, void *dst, const void *src, siz
 	struct cuda_ctx *c = be->ctx;
 	if (!bytes)
 		return 0;
+	atlas_cuda_f8meta_note(c, dst, src, bytes);
 	return atlas_cuda_check(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
 				"upload");
 }
@@ -539,6 +551,7 @@ static void cuda_destroy(struct atlas_backend *be)
 		for (int i = 0; i < c->n_old; i++)
 			cudaFree(c->old_arenas[i]);
 		cudaStreamDestroy(c->stream);
+		free(c->f8meta);
 		free(c);
 	}
 	free(be);

@@ -71,6 +71,8 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_ATT_PART_FP8, /* attention.cu: split-K over an fp8 cache */
 	ATLAS_CK_ATT_PART_Q4,  /* attention.cu: split-K over a q4 cache */
 	ATLAS_CK_KV_DEQUANT,   /* kv.cu: a prefill's fp8 / q4 rows as BF16 */
+	ATLAS_CK_GEMM_TC_F8,   /* gemm_tc.cu: the W8A8 FP8 wgmma GEMM */
+	ATLAS_CK_FP8_ACT_QUANT, /* f8b.cu: its activations as FP8 */
 	ATLAS_CK_COUNT,
 };
 
@@ -81,6 +83,14 @@ enum atlas_cuda_kernel {
 /* Models one backend may load over its life (each keeps its arena until
  * the backend is destroyed): test-golden loads every fixture, 27 today. */
 #define ATLAS_CUDA_MAX_ARENAS 64
+
+/* The scale blocks of an F8B weight the backend holds (from its head, as
+ * it was uploaded): the W8A8 GEMM's host side needs them without reading
+ * device memory. */
+struct cuda_f8meta {
+	const void *p; /* the blob in device memory; NULL: a free entry */
+	int bo, bi;
+};
 
 struct cuda_ctx {
 	int dev;                      /* device ordinal */
@@ -169,6 +179,17 @@ struct cuda_ctx {
 	void *f8_ws;                  /* those copies (grows at the first long
 				       * product; never inside a graph capture) */
 	size_t f8_ws_cap;             /* its bytes */
+	void *f8x_ws;                 /* W8A8: a product's FP8 activations and
+				       * their scales (grows like f8_ws) */
+	size_t f8x_ws_cap;            /* its bytes */
+	int w8a8;                     /* ATLAS_FP8_W8A8=1: F8B products of at least
+				       * w8a8_min_t rows quantize x to FP8 and take
+				       * atlas_gemm_tc_f8 outside batch-invariant
+				       * mode */
+	int w8a8_min_t;               /* ATLAS_CUDA_W8A8_MIN_T (default
+				       * ATLAS_CUDA_W8A8_MIN_T) */
+	struct cuda_f8meta *f8meta;   /* F8B blobs uploaded so far */
+	int n_f8meta, f8meta_cap;     /* entries used, allocated */
 	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles per
 				       * block of the expert GEMVs, else 0 (by shape) */
 	int moe_gemm_min_t;           /* ATLAS_CUDA_MOE_GEMM_MIN_T: fewest tokens for
@@ -273,6 +294,8 @@ const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
  * weights once per 64 rows at one byte each; beyond, a dequantized BF16
  * copy (three bytes a weight of traffic, once) feeds the GEMMs. */
 #define ATLAS_CUDA_F8_GEMV_MAX_T 64
+/* Fewest rows of a W8A8 product (below, the FP8 GEMVs). */
+#define ATLAS_CUDA_W8A8_MIN_T 16
 
 /* The batch-invariant products of a (BF16, a->rpb as the tensor-core GEMV
  * chose it) through atlas_gemm_tc_inv: _tiles gives its 128 x 128 tiles,
@@ -300,6 +323,21 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32,
  * the GPU or driver has no TMA GEMM, or an error. */
 int atlas_cuda_tmap(const struct cuda_ctx *c, const void *p, int64_t rows, int64_t cols,
 		    uint32_t box_rows, void *out);
+/* W8A8 (ATLAS_FP8_W8A8=1): the n products of BF16 x by F8B blobs w[i] as
+ * atlas_gemm_tc does them, x quantized to FP8 with a scale per row and
+ * 128 columns (atlas_fp8_act_quant), then atlas_gemm_tc_f8. The same
+ * return convention; 0 also for blobs whose scale blocks it cannot take
+ * (rows not a multiple of 128 unless a scale spans the whole row; columns
+ * neither a multiple of 128 nor the whole row). */
+int atlas_cuda_gemm_f8(struct atlas_backend *be, int n, void *const *out, const void *x,
+		       const void *const *w, const void *const *bias, int64_t T, const int64_t *N,
+		       int64_t K);
+/* Note an upload of `bytes` from host src to device dst: an F8B blob's
+ * head (its first bytes) records the blob's scale blocks. */
+void atlas_cuda_f8meta_note(struct cuda_ctx *c, const void *dst, const void *src, size_t bytes);
+/* Forget the blob at p (released). */
+void atlas_cuda_f8meta_drop(struct cuda_ctx *c, const void *p);
+
 /* The same tile geometry's map through gemm_tc's cache (activations
  * whose address repeats every layer). */
 int atlas_cuda_tmap_cached(const struct cuda_ctx *c, const void *p, int64_t rows, int64_t cols,

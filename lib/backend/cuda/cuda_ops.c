@@ -98,9 +98,20 @@ static int aligned16(const void *p)
 	return ((uintptr_t)p & 15) == 0;
 }
 
+/* W8A8 (ATLAS_FP8_W8A8=1): F8B products of w8a8_min_t rows or more
+ * outside batch-invariant mode quantize x to FP8 and take the FP8 wgmma
+ * GEMM (atlas_cuda_gemm_f8) instead of the weight-only paths. */
+static int w8a8_wants(const struct atlas_backend *be, int wdt, int64_t T)
+{
+	const struct cuda_ctx *c = be->ctx;
+	return c->w8a8 && !be->batch_invariant && wdt == ATLAS_DTYPE_F8B && T >= c->w8a8_min_t;
+}
+
 static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atlas_gemv_args *a)
 {
 	const struct cuda_ctx *c = be->ctx;
+	if (w8a8_wants(be, a->wdt, a->T) && !a->out_f32)
+		return GEMV_NONE;
 	if (is_blob(a->wdt)) {
 		/* the FP8 / 4-bit GEMV (up to f8_gemv_max_t rows; beyond, a
 		 * BF16 copy and the GEMMs): in either mode, as it gives the
@@ -370,6 +381,11 @@ static int linear(struct atlas_backend *be, void *out, int out_f32, const void *
 	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind != GEMV_NONE)
 		return gemv_launch(be->ctx, &a, kind);
+	if (w8a8_wants(be, wdt, T) && !out_f32) {
+		int rc = atlas_cuda_gemm_f8(be, 1, &out, x, &w, &bias, T, &N, K);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	if (is_blob(wdt)) {
 		const void *bw;
 		int rc = f8_expand(be, wdt, 1, &w, &N, K, &bw);
@@ -411,6 +427,11 @@ static int op_matmul_multi(struct atlas_backend *be, int n, void *const *out, co
 		a.seg[i] = (struct atlas_gemv_seg){w[i], bias ? bias[i] : NULL, out[i], N[i]};
 	}
 	enum gemv_kind kind = gemv_pick(be, &a);
+	if (kind == GEMV_NONE && w8a8_wants(be, wdt, T)) {
+		int rc = atlas_cuda_gemm_f8(be, n, out, x, w, bias, T, N, K);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	if (kind == GEMV_NONE && is_blob(wdt)) {
 		const void *bw[ATLAS_GEMV_MAXSEG];
 		int rc = f8_expand(be, wdt, n, w, N, K, bw);
@@ -446,9 +467,15 @@ static int op_matmul_swiglu(struct atlas_backend *be, void *out, const void *x, 
 	a.nseg = 2, a.swiglu = 1;
 	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt;
 	enum gemv_kind kind = gemv_pick(be, &a);
+	const void *const w2[2] = {wg, wu};
+	const int64_t N2[2] = {F, F};
+	if (kind == GEMV_NONE && w8a8_wants(be, wdt, T)) {
+		void *const o2[2] = {out, up_scratch};
+		int rc = atlas_cuda_gemm_f8(be, 2, o2, x, w2, NULL, T, N2, K);
+		if (rc)
+			return rc < 0 ? rc : be->swiglu(be, out, out, up_scratch, T, F);
+	}
 	if (kind == GEMV_NONE && is_blob(wdt)) {
-		const void *const w2[2] = {wg, wu};
-		const int64_t N2[2] = {F, F};
 		const void *bw[2];
 		int rc = f8_expand(be, wdt, 2, w2, N2, K, bw);
 		return rc ? rc : op_matmul_swiglu(be, out, x, bw[0], bw[1], ATLAS_DTYPE_BF16, T, F, K,

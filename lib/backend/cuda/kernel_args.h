@@ -92,6 +92,17 @@ struct atlas_tcg_args {
 	const int *off;                          /* [E + 1]: expert e's rows of x and out */
 	const int *rowmap;                       /* NULL, or the out row of each x row */
 	int E;
+	/* atlas_gemm_tc_f8 only (W8A8: map_x and map[] are FP8 bytes, boxes
+	 * {128, 128}): */
+	const float *xs;                         /* [T][nkx] scale of each row's 128
+						  * columns (atlas_fp8_act_quant) */
+	const float *wsc[ATLAS_TCG_MAXSEG];      /* each F8B blob's scales
+						  * [ceil(N / wbo)][wnbc] */
+	int wbo[ATLAS_TCG_MAXSEG], wbi[ATLAS_TCG_MAXSEG], wnbc[ATLAS_TCG_MAXSEG];
+	int wcol[ATLAS_TCG_MAXSEG];              /* 1: wbo is not a multiple of 128
+						  * (so wbi covers K): scales by
+						  * column in the epilogue */
+	int nkx;                                 /* ceil(K / 128) */
 };
 
 /* atlas_gemm_tc*: dynamic shared memory of a block (1 KiB of alignment
