@@ -410,6 +410,85 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_con
 	}
 }
 
+/* atlas_moe_gemv1: the expert products of the moe op (moe.cu's contract,
+ * struct atlas_moe_args; BF16 experts, K % 8 == 0, 16-byte aligned rows)
+ * as atlas_gemv computes a batch-1 product, for decode steps outside
+ * batch-invariant mode whose groups are about one token (the tensor-core
+ * atlas_moe_gemv* pads each group to 8 tokens and streams through a
+ * per-warp cp.async ring; on dense weights atlas_gemv is the faster of
+ * the two at T = 1). Block (x, slot): the slot-th chosen expert's rows
+ * x rpb .., 8 / rpb warps splitting each row's K (SwiGLU: rows pair gate
+ * and up of one feature, as atlas_gemv's do); a lane issues all its
+ * loads of a 256-column slice round (up to MOE1_UNROLL) before it uses
+ * any, so a short row (768 columns: 3 loads a lane) still has its bytes
+ * in flight together. Each token of the group in turn (a group of
+ * several re-reads the rows, from L2); partial sums added in warp order,
+ * then the SwiGLU epilogue (g and u rounded to bf16 first) or none, out
+ * bf16 at the assignment's row. Not atlas_moe_gemv*'s sums: the host
+ * uses it outside batch-invariant mode only. */
+#define MOE1_UNROLL 8
+
+extern "C" __global__ void __launch_bounds__(256, 3) atlas_moe_gemv1(const __grid_constant__ atlas_moe_args a)
+{
+	__shared__ float red[8];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
+	const int wpr = 8 / rpb, ks = warp % wpr, row = warp / wpr;
+	const int fpb = a.swiglu ? rpb / 2 : rpb; /* features a block writes */
+	const long long K = a.K, N = a.N;
+	ATLAS_PDL_ENTRY();
+	const int slot = blockIdx.y;
+	if (slot >= a.act[a.E])
+		return;
+	const int e = a.act[slot];
+	const int g0 = a.off[e], gn = a.off[e + 1] - g0;
+	const long long f0 = (long long)blockIdx.x * fpb;
+	const long long n = f0 + (a.swiglu ? row / 2 : row);
+	const bf16 *w = (const bf16 *)(a.swiglu && (row & 1) ? a.w1[e] : a.w0[e]) + n * K;
+	const bool live = n < N;
+	const long long step = (long long)wpr * 256;
+	for (int t = 0; t < gn; t++) {
+		const int asg = a.list[g0 + t];
+		const bf16 *x = (const bf16 *)a.x + (long long)(asg / a.xdiv) * K;
+		float acc[1] = {0.0f};
+		for (long long k = (long long)ks * 256 + lane * 8; live && k < K;
+		     k += MOE1_UNROLL * step) {
+			gemv_raw r[MOE1_UNROLL];
+#pragma unroll
+			for (int u = 0; u < MOE1_UNROLL; u++)
+				if (k + u * step < K)
+					r[u] = gemv_load<ATLAS_WDT_BF16>(w, k + u * step);
+#pragma unroll
+			for (int u = 0; u < MOE1_UNROLL; u++)
+				if (k + u * step < K)
+					gemv_fma8<ATLAS_WDT_BF16, 1>(acc, r[u], x, K, k + u * step, 1);
+		}
+		const float sum = atlas_warp_sum(acc[0]);
+		if (lane == 0)
+			red[warp] = sum;
+		__syncthreads();
+		if ((int)threadIdx.x < fpb && f0 + threadIdx.x < N) {
+			const int r = threadIdx.x;
+			float v = 0.0f;
+			if (a.swiglu) {
+				float u = 0.0f;
+				for (int i = 0; i < wpr; i++)
+					v += red[(2 * r) * wpr + i];
+				for (int i = 0; i < wpr; i++)
+					u += red[(2 * r + 1) * wpr + i];
+				v = atlas_bf(atlas_tobf(v));
+				u = atlas_bf(atlas_tobf(u));
+				v = v / (1.0f + expf(-v)) * u;
+			} else {
+				for (int i = 0; i < wpr; i++)
+					v += red[r * wpr + i];
+			}
+			((bf16 *)a.out)[(long long)asg * N + f0 + r] = atlas_tobf(v);
+		}
+		__syncthreads(); /* red is rewritten for the next token */
+	}
+}
+
 /* atlas_gemv_f8: atlas_gemv for F8B blobs at T = 1 (outside
  * batch-invariant mode; K % 16 == 0, 16-byte aligned x), its own entry
  * so that the FP8 path's registers do not weigh on atlas_gemv's. Same

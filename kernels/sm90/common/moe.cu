@@ -19,6 +19,9 @@
  *                      step is read once (per 8 * NT8 tokens); gate and up
  *                      with swiglu into h [T * k, F], then down into
  *                      y [T * k, D]; atlas_moe_gemv_any for other dtypes
+ *                      (outside batch-invariant mode, steps of about one
+ *                      token a group take atlas_moe_gemv1, linear.cu:
+ *                      the same products on CUDA cores)
  *   atlas_moe_gather + atlas_moe_gemm_tc (gemm_tc.cu)
  *                      prefill outside batch-invariant mode: x in group
  *                      order, then wgmma tiles of one expert's rows each

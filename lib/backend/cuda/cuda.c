@@ -84,6 +84,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_ATT_PART_Q4] = "atlas_attention_part_q4",
 	[ATLAS_CK_KV_DEQUANT] = "atlas_kv_dequant",
 	[ATLAS_CK_GEMM_TC_F8] = "atlas_gemm_tc_f8",
+	[ATLAS_CK_MOE_GEMV1] = "atlas_moe_gemv1",
 	[ATLAS_CK_FP8_ACT_QUANT] = "atlas_fp8_act_quant",
 };
 
@@ -133,6 +134,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_W4] = 1, /* without it, the tensor-core W4 GEMV */
 	/* without them, no W8A8 (the weight-only FP8 paths) */
 	[ATLAS_CK_GEMM_TC_F8] = 1,
+	[ATLAS_CK_MOE_GEMV1] = 1, /* without it, atlas_moe_gemv8 */
 	[ATLAS_CK_FP8_ACT_QUANT] = 1,
 };
 
@@ -270,6 +272,7 @@ static void read_switches(struct cuda_ctx *c, int major)
 	const char *mrpb = getenv("ATLAS_CUDA_MOE_RPB");
 	c->moe_rpb = mrpb && (atoi(mrpb) == 1 || atoi(mrpb) == 2 || atoi(mrpb) == 4 || atoi(mrpb) == 8)
 			 ? atoi(mrpb) : 0;
+	c->moe_gemv1 = !env_is("ATLAS_CUDA_MOE_GEMV1", "0");
 	const char *mmin = getenv("ATLAS_CUDA_MOE_GEMM_MIN_T");
 	c->moe_gemm_min_t = mmin && atoi(mmin) > 0 ? atoi(mmin) : ATLAS_CUDA_MOE_GEMM_MIN_T;
 	/* comma-separated kernel names */

@@ -72,6 +72,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_ATT_PART_Q4,  /* attention.cu: split-K over a q4 cache */
 	ATLAS_CK_KV_DEQUANT,   /* kv.cu: a prefill's fp8 / q4 rows as BF16 */
 	ATLAS_CK_GEMM_TC_F8,   /* gemm_tc.cu: the W8A8 FP8 wgmma GEMM */
+	ATLAS_CK_MOE_GEMV1,    /* linear.cu: the expert products on CUDA cores (decode) */
 	ATLAS_CK_FP8_ACT_QUANT, /* f8b.cu: its activations as FP8 */
 	ATLAS_CK_COUNT,
 };
@@ -192,6 +193,9 @@ struct cuda_ctx {
 	int n_f8meta, f8meta_cap;     /* entries used, allocated */
 	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles per
 				       * block of the expert GEMVs, else 0 (by shape) */
+	int moe_gemv1;                /* the expert products of small decode steps
+				       * on atlas_moe_gemv1 outside batch-invariant
+				       * mode (ATLAS_CUDA_MOE_GEMV1=0: not) */
 	int moe_gemm_min_t;           /* ATLAS_CUDA_MOE_GEMM_MIN_T: fewest tokens for
 				       * the moe op's grouped wgmma GEMM (default
 				       * ATLAS_CUDA_MOE_GEMM_MIN_T) */

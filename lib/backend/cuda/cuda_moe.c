@@ -201,7 +201,7 @@ static int moe_rpb(const struct cuda_ctx *c, int64_t N, int fpt, int64_t top_k)
 static int expert_gemv(struct cuda_ctx *c, const struct atlas_moe_desc *d, void *out,
 		       const void *x, const void *const *w0, const void *const *w1, int64_t N,
 		       int64_t K, int xdiv, int swiglu, const int *list, const int *off,
-		       const int *act, int64_t T)
+		       const int *act, int64_t T, bool inv)
 {
 	struct atlas_moe_args a = {
 	    .x = x, .out = out, .w0 = w0, .w1 = w1, .list = list, .off = off, .act = act,
@@ -216,6 +216,19 @@ static int expert_gemv(struct cuda_ctx *c, const struct atlas_moe_desc *d, void 
 	if (!tc) /* every weight row of every expert is 16-byte aligned only in BF16 arenas */
 		return atlas_cuda_launch(c, ATLAS_CK_MOE_GEMV_ANY, (unsigned)CEIL_DIV(N, 8),
 					 (unsigned)slots, 256, 0, args);
+	if (!inv && c->moe_gemv1 && c->kern[ATLAS_CK_MOE_GEMV1] && T * d->top_k <= d->n_experts) {
+		/* groups of about one token (decode) outside batch-invariant
+		 * mode: the CUDA-core form, rows per block as for atlas_gemv
+		 * (the most that still gives every SM four blocks) */
+		const int64_t want = 4 * (int64_t)(c->sms > 0 ? c->sms : 132);
+		a.rpb = 8;
+		while (a.rpb > (swiglu ? 2 : 1) &&
+		       CEIL_DIV(N, swiglu ? a.rpb / 2 : a.rpb) * d->top_k < want)
+			a.rpb /= 2;
+		const int64_t fpb = swiglu ? a.rpb / 2 : a.rpb;
+		return atlas_cuda_launch(c, ATLAS_CK_MOE_GEMV1, (unsigned)CEIL_DIV(N, fpb),
+					 (unsigned)slots, 256, 0, args);
+	}
 	const int fpt = swiglu ? 8 : 16;
 	a.rpb = moe_rpb(c, N, fpt, d->top_k);
 	/* passes of 8 * nt8 tokens: the narrowest that holds an average
@@ -355,9 +368,9 @@ int atlas_cuda_moe(struct atlas_backend *be, void *out, const void *x,
 					    (unsigned)a.ny[0], TCG_THREADS_MOE, ATLAS_TCG_SMEM, args)))
 			return rc;
 	} else if ((rc = expert_gemv(c, d, h, x, tab, tab + E, F, D, (int)K, 1, list, off, act,
-				     T)) ||
+				     T, be->batch_invariant)) ||
 		   (rc = expert_gemv(c, d, y, h, tab + 2 * E, NULL, D, F, 1, 0, list, off, act,
-				     T))) {
+				     T, be->batch_invariant))) {
 		return rc;
 	}
 	if (Fs) {
