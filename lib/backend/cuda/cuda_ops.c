@@ -110,8 +110,6 @@ static int w8a8_wants(const struct atlas_backend *be, int wdt, int64_t T)
 static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atlas_gemv_args *a)
 {
 	const struct cuda_ctx *c = be->ctx;
-	if (w8a8_wants(be, a->wdt, a->T) && !a->out_f32)
-		return GEMV_NONE;
 	if (is_blob(a->wdt)) {
 		/* the FP8 / 4-bit GEMV (up to f8_gemv_max_t rows; beyond, a
 		 * BF16 copy and the GEMMs): in either mode, as it gives the
@@ -374,6 +372,11 @@ static int linear(struct atlas_backend *be, void *out, int out_f32, const void *
 		return ATLAS_EUNSUPPORTED;
 	if (T <= 0 || N <= 0)
 		return 0;
+	if (w8a8_wants(be, wdt, T) && !out_f32) {
+		int rc = atlas_cuda_gemm_f8(be, 1, &out, x, &w, &bias, T, &N, K);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	struct atlas_gemv_args a = {0};
 	a.seg[0] = (struct atlas_gemv_seg){w, bias, out, N};
 	a.nseg = 1;
@@ -381,11 +384,6 @@ static int linear(struct atlas_backend *be, void *out, int out_f32, const void *
 	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind != GEMV_NONE)
 		return gemv_launch(be->ctx, &a, kind);
-	if (w8a8_wants(be, wdt, T) && !out_f32) {
-		int rc = atlas_cuda_gemm_f8(be, 1, &out, x, &w, &bias, T, &N, K);
-		if (rc)
-			return rc < 0 ? rc : 0;
-	}
 	if (is_blob(wdt)) {
 		const void *bw;
 		int rc = f8_expand(be, wdt, 1, &w, &N, K, &bw);
@@ -426,12 +424,12 @@ static int op_matmul_multi(struct atlas_backend *be, int n, void *const *out, co
 					   (long long)N[i]);
 		a.seg[i] = (struct atlas_gemv_seg){w[i], bias ? bias[i] : NULL, out[i], N[i]};
 	}
-	enum gemv_kind kind = gemv_pick(be, &a);
-	if (kind == GEMV_NONE && w8a8_wants(be, wdt, T)) {
+	if (w8a8_wants(be, wdt, T)) {
 		int rc = atlas_cuda_gemm_f8(be, n, out, x, w, bias, T, N, K);
 		if (rc)
 			return rc < 0 ? rc : 0;
 	}
+	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind == GEMV_NONE && is_blob(wdt)) {
 		const void *bw[ATLAS_GEMV_MAXSEG];
 		int rc = f8_expand(be, wdt, n, w, N, K, bw);
@@ -466,15 +464,15 @@ static int op_matmul_swiglu(struct atlas_backend *be, void *out, const void *x, 
 	a.seg[1] = (struct atlas_gemv_seg){wu, NULL, NULL, F};
 	a.nseg = 2, a.swiglu = 1;
 	a.x = x, a.T = T, a.K = K, a.wdt = (int)wdt;
-	enum gemv_kind kind = gemv_pick(be, &a);
 	const void *const w2[2] = {wg, wu};
 	const int64_t N2[2] = {F, F};
-	if (kind == GEMV_NONE && w8a8_wants(be, wdt, T)) {
+	if (w8a8_wants(be, wdt, T)) {
 		void *const o2[2] = {out, up_scratch};
 		int rc = atlas_cuda_gemm_f8(be, 2, o2, x, w2, NULL, T, N2, K);
 		if (rc)
 			return rc < 0 ? rc : be->swiglu(be, out, out, up_scratch, T, F);
 	}
+	enum gemv_kind kind = gemv_pick(be, &a);
 	if (kind == GEMV_NONE && is_blob(wdt)) {
 		const void *bw[2];
 		int rc = f8_expand(be, wdt, 2, w2, N2, K, bw);
