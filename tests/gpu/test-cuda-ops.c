@@ -110,7 +110,17 @@ static void freew(struct wbuf *w)
 }
 
 /* Compare GPU buffer against CPU floats; print a table line; CHECK. */
+static void compare_tol(const char *what, const struct buf *g, const float *ref, int64_t n,
+			double tol);
+
 static void compare(const char *what, const struct buf *g, const float *ref, int64_t n)
+{
+	compare_tol(what, g, ref, n, TOL);
+}
+
+/* The same within relative L2 error tol. */
+static void compare_tol(const char *what, const struct buf *g, const float *ref, int64_t n,
+			double tol)
 {
 	float *out = malloc((size_t)n * sizeof(float));
 	int rc = gpu->to_f32(gpu, out, g->d, n);
@@ -127,7 +137,7 @@ static void compare(const char *what, const struct buf *g, const float *ref, int
 		r2 += (double)ref[i] * ref[i];
 	}
 	double l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-	int ok = !rc && nans == 0 && l2 < TOL;
+	int ok = !rc && nans == 0 && l2 < tol;
 	printf("# %-58s max_abs %-10.3g rel_l2 %-10.3g nan %-4lld %s\n", what, maxabs, l2,
 	       (long long)nans, ok ? "ok" : "FAIL");
 	if (rc)
@@ -1550,25 +1560,11 @@ static void check_w8a8(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, in
 				}
 				ref[t * Ns[i] + n] = (float)v;
 			}
-		float *out = malloc((size_t)(T * Ns[i]) * sizeof(float));
-		CHECK_EQ_INT(gpu->to_f32(gpu, out, o[i].d, T * Ns[i]), 0);
-		double d2 = 0, r2 = 0;
-		int64_t nans = 0;
-		for (int64_t e = 0; e < T * Ns[i]; e++) {
-			if (isnan(out[e])) {
-				nans++;
-				continue;
-			}
-			d2 += ((double)out[e] - ref[e]) * ((double)out[e] - ref[e]);
-			r2 += (double)ref[e] * ref[e];
-		}
-		const double l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-		printf("# w8a8 %-14s T=%-4lld N=%-5lld K=%-5lld blk %lldx%lld [%d] rel_l2 %-10.3g nan %lld "
-		       "%s\n",
-		       names[kind], (long long)T, (long long)Ns[i], (long long)K, (long long)bo,
-		       (long long)bi, i, l2, (long long)nans, l2 < W8A8_TOL && !nans ? "ok" : "FAIL");
-		CHECK(l2 < W8A8_TOL && nans == 0);
-		free(out);
+		char what[128];
+		snprintf(what, sizeof(what), "w8a8 %s T=%lld N=%lld K=%lld blk %lldx%lld [%d]",
+			 names[kind], (long long)T, (long long)Ns[i], (long long)K, (long long)bo,
+			 (long long)bi, i);
+		compare_tol(what, &o[i], ref, T * Ns[i], W8A8_TOL);
 		free(ref);
 		freebuf(&o[i]);
 	}

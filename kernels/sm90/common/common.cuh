@@ -386,4 +386,20 @@ static __device__ __forceinline__ void atlas_head_norm_rope(float (&x0)[PAIRS], 
 	}
 }
 
+/* The moe op's expert blocks (moe.cu; a is its struct atlas_moe_args):
+ * grid row blockIdx.y works for the slot-th chosen expert, *e, whose
+ * assignments are list[*g0 .. *g0 + *gn). False when fewer experts were
+ * chosen this step (the block has nothing to do). */
+template <typename MoeArgs>
+static __device__ __forceinline__ bool atlas_moe_group(const MoeArgs &a, int *e, int *g0, int *gn)
+{
+	const int slot = blockIdx.y;
+	if (slot >= a.act[a.E])
+		return false;
+	*e = a.act[slot];
+	*g0 = a.off[*e];
+	*gn = a.off[*e + 1] - *g0;
+	return true;
+}
+
 #endif

@@ -437,11 +437,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_moe_gemv1(const __gri
 	const int fpb = a.swiglu ? rpb / 2 : rpb; /* features a block writes */
 	const long long K = a.K, N = a.N;
 	ATLAS_PDL_ENTRY();
-	const int slot = blockIdx.y;
-	if (slot >= a.act[a.E])
+	int e, g0, gn;
+	if (!atlas_moe_group(a, &e, &g0, &gn))
 		return;
-	const int e = a.act[slot];
-	const int g0 = a.off[e], gn = a.off[e + 1] - g0;
 	const long long f0 = (long long)blockIdx.x * fpb;
 	const long long n = f0 + (a.swiglu ? row / 2 : row);
 	const bf16 *w = (const bf16 *)(a.swiglu && (row & 1) ? a.w1[e] : a.w0[e]) + n * K;

@@ -284,11 +284,9 @@ static __device__ __forceinline__ void moe_gemv_impl(const atlas_moe_args &a)
 	const int fpt = a.swiglu ? 8 : 16;
 	const long long K = a.K, N = a.N;
 	ATLAS_PDL_ENTRY();
-	const int slot = blockIdx.y;
-	if (slot >= a.act[a.E])
+	int e, g0, gn;
+	if (!atlas_moe_group(a, &e, &g0, &gn))
 		return;
-	const int e = a.act[slot];
-	const int g0 = a.off[e], gn = a.off[e + 1] - g0;
 	const long long b = blockIdx.x;
 	const long long f0 = (b * rpb + tile) * fpt;
 	const bf16 *wr0, *wr1;
@@ -451,11 +449,9 @@ extern "C" __global__ void __launch_bounds__(256) atlas_moe_gemv_any(const __gri
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	ATLAS_PDL_ENTRY();
-	const int slot = blockIdx.y;
-	if (slot >= a.act[a.E])
+	int e, g0, gn;
+	if (!atlas_moe_group(a, &e, &g0, &gn))
 		return;
-	const int e = a.act[slot];
-	const int g0 = a.off[e], gn = a.off[e + 1] - g0;
 	const long long f = (long long)blockIdx.x * 8 + warp, K = a.K;
 	if (f >= a.N)
 		return;
