@@ -162,17 +162,18 @@ static int pick_bn(const struct cuda_ctx *c, int64_t T, int64_t N)
  * when the tiles leave SMs idle, as many ranges as keep the blocks within
  * one wave (tiles x splits <= SMs; more waves measured slower: the gate
  * product at T = 64 took 54.9 us split 4 ways in 3 waves against 45.2 in
- * one wave of 96 blocks), each at least 16 K slices (a block's setup is
- * a few microseconds), the partials within gemm_ws. 1: no split. */
+ * one wave of 96 blocks), each at least 1024 columns of K (16 K slices
+ * of 64, 8 of the FP8 form's 128: a block's setup is a few
+ * microseconds), the partials within gemm_ws. 1: no split. */
 static int pick_splits(const struct cuda_ctx *c, int64_t tiles, int64_t T, int64_t Nsum,
-		       int64_t nk)
+		       int64_t nk, int bk)
 {
 	const int64_t sms = c->sms > 0 ? c->sms : 132;
 	if (!c->gemm_ws || !c->kern[ATLAS_CK_GEMM_TC_REDUCE] || c->no_split_k || tiles * 2 > sms)
 		return 1;
 	int64_t s = sms / tiles;
-	if (s > nk / 16)
-		s = nk / 16;
+	if (s > nk * bk / 1024)
+		s = nk * bk / 1024;
 	/* each segment's partials start 16-byte aligned: up to 3 floats of
 	 * padding a segment */
 	while (s > 1 && ((size_t)(s * T * Nsum) + 3 * ATLAS_TCG_MAXSEG) * 4 > c->gemm_ws_cap)
@@ -200,14 +201,14 @@ static int set_maps(const struct cuda_ctx *c, struct atlas_tcg_args *a, const vo
 }
 
 /* Launch kernel k (atlas_gemm_tc*, its a.T, a.nseg, a.N set) over
- * ceil(T / 128) x ny tiles, split over K (nk slices) when the tiles leave
+ * ceil(T / 128) x ny tiles, split over K (nk slices of bk columns) when the tiles leave
  * SMs idle, then atlas_gemm_tc_reduce: 1, or a negative code. */
 static int launch_split(struct cuda_ctx *c, enum atlas_cuda_kernel k, struct atlas_tcg_args *a,
-			int64_t ny, int64_t Nsum, int64_t nk)
+			int64_t ny, int64_t Nsum, int64_t nk, int bk)
 {
 	const int n = a->nseg;
 	const int64_t T = a->T, mt = (T + TCG_BM - 1) / TCG_BM;
-	a->splits = pick_splits(c, mt * ny, T, Nsum, nk);
+	a->splits = pick_splits(c, mt * ny, T, Nsum, nk, bk);
 	if (a->splits > 1) {
 		a->ws = c->gemm_ws;
 		int64_t off = 0;
@@ -272,7 +273,7 @@ int atlas_cuda_gemm_tc(struct cuda_ctx *c, int n, void *const *out, int out_f32,
 	}
 	a.T = T, a.K = K, a.nseg = n, a.bn = bn, a.out_f32 = out_f32;
 	return launch_split(c, out_f32 ? ATLAS_CK_GEMM_TC_F32 : ATLAS_CK_GEMM_TC, &a, ny, Nsum,
-			    (K + TCG_BK - 1) / TCG_BK);
+			    (K + TCG_BK - 1) / TCG_BK, TCG_BK);
 }
 
 /* --- W8A8 --------------------------------------------------------------- */
@@ -381,7 +382,7 @@ int atlas_cuda_gemm_f8(struct atlas_backend *be, int n, void *const *out, const 
 		a.bias[i] = bias ? bias[i] : NULL;
 	}
 	a.T = T, a.K = K, a.nseg = n, a.bn = 128, a.xs = xs, a.nkx = (int)nkx;
-	return launch_split(c, ATLAS_CK_GEMM_TC_F8, &a, ny, Nsum, nkx);
+	return launch_split(c, ATLAS_CK_GEMM_TC_F8, &a, ny, Nsum, nkx, 2 * TCG_BK);
 }
 
 int64_t atlas_cuda_gemm_tc_inv_tiles(const struct cuda_ctx *c, const struct atlas_gemv_args *g)
