@@ -583,6 +583,17 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 		const bool tile_sc = ga.wcol[seg] == 0;
 		const float *wsr = ga.wsc[seg] + (long long)(n0 / ga.wbo[seg]) * ga.wnbc[seg];
 		const int wbi = ga.wbi[seg];
+		/* the scales of slice kb + 1 are loaded during slice kb: from
+		 * L2 they would arrive after its wgmmas and hold up the fold */
+#define TCG_F8_SCALES(KB, X0, X1, SW) \
+	do { \
+		SW = tile_sc ? __ldg(wsr + (long long)(KB) * BKE / wbi) : 1.0f; \
+		X0 = r0 < T ? __ldg(xs0 + (KB)) : 0.0f; \
+		X1 = r0 + 8 < T ? __ldg(xs1 + (KB)) : 0.0f; \
+	} while (0)
+		float x0 = 0.0f, x1 = 0.0f, sw = 0.0f;
+		if (kb0 < kb1)
+			TCG_F8_SCALES(kb0, x0, x1, sw);
 		for (int kb = kb0; kb < kb1; kb++) {
 			tcg_bar_wait(bars + 8 * s, ph);
 			const uint32_t a = base + s * STAGE_BYTES + cw * (64 * TCG_BK * 2);
@@ -595,9 +606,9 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 			for (int kk = 0; kk < 4; kk++)
 				tcg_wgmma_f8_n128(tmp, tcg_desc(a + kk * 32), tcg_desc(b + kk * 32), kk);
 			tcg_wgmma_commit();
-			const float sw = tile_sc ? __ldg(wsr + (long long)kb * BKE / wbi) : 1.0f;
-			const float f0 = r0 < T ? __ldg(xs0 + kb) * sw : 0.0f;
-			const float f1 = r0 + 8 < T ? __ldg(xs1 + kb) * sw : 0.0f;
+			const float f0 = x0 * sw, f1 = x1 * sw;
+			if (kb + 1 < kb1)
+				TCG_F8_SCALES(kb + 1, x0, x1, sw);
 			tcg_wgmma_wait<0>();
 #pragma unroll
 			for (int i = 0; i < 64; i++)
@@ -616,6 +627,7 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 				ph ^= 1;
 			}
 		}
+#undef TCG_F8_SCALES
 		if (!tile_sc) {
 			/* per-column weight scales (bi covers the row) */
 #pragma unroll
