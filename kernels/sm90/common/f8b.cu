@@ -15,9 +15,9 @@
  * (atlas_gemm_tc_f8) as FP8 E4M3, a scale per row and 128 columns:
  * s = amax / 448 over the group (1 when it is all zeros), q =
  * e4m3_satfinite(x * (448 / amax)). Args (const bf16 *x, uint8 *q, float
- * *xs, long long T, long long K), x and q [T, K] (K a multiple of 4),
- * xs [T][ceil(K / 128)]; one warp a group, 8 warps a block, any grid
- * (grid-stride).
+ * *xs, long long T, long long K), x and q [T, K] (K a multiple of 8, x
+ * 16-byte aligned), xs [T][ceil(K / 128)]; a half warp a group, 16
+ * groups a block of 256, any grid (grid-stride).
  *
  * atlas_w4b_dequant: an ATLAS_DTYPE_W4B weight the same way, W[n][k] =
  * bf16(f32(q - z[n][k / g]) * f32(s[n][k / g])) (s BF16), 8 weights (4 bytes) a thread
@@ -88,32 +88,41 @@ extern "C" __global__ void atlas_fp8_act_quant(const bf16 *x, uint8_t *q, float 
 					       long long K)
 {
 	ATLAS_PDL_ENTRY();
-	const int lane = threadIdx.x & 31;
+	/* a half warp a group: lane l of it takes columns 8l .. 8l + 7 (16
+	 * bytes in, 8 out; K % 8 == 0, so all eight or none) */
+	const int lane = threadIdx.x & 15;
 	const long long nk = (K + 127) / 128, groups = T * nk;
-	for (long long g = (long long)blockIdx.x * 8 + (threadIdx.x >> 5); g < groups;
-	     g += (long long)gridDim.x * 8) {
-		const long long t = g / nk, kb = g - t * nk, k = kb * 128 + 4 * lane;
-		float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-		if (k < K) { /* K % 4 == 0: all four or none */
-			const uint2 u = *(const uint2 *)(x + t * K + k);
-			v[0] = __uint_as_float(u.x << 16);
-			v[1] = __uint_as_float(u.x & 0xffff0000u);
-			v[2] = __uint_as_float(u.y << 16);
-			v[3] = __uint_as_float(u.y & 0xffff0000u);
-		}
-		float m = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+	/* the loop runs per warp (both halves together: the shuffles take
+	 * the whole warp), a half past the last group doing nothing */
+	for (long long g0 = (long long)blockIdx.x * 16 + (threadIdx.x >> 5) * 2; g0 < groups;
+	     g0 += (long long)gridDim.x * 16) {
+		const long long g = g0 + ((threadIdx.x >> 4) & 1);
+		const bool live = g < groups;
+		const long long t = live ? g / nk : 0, kb = live ? g - t * nk : 0;
+		const long long k = live ? kb * 128 + 8 * lane : K;
+		float v[8];
+		if (k < K)
+			atlas_unpack8(*(const uint4 *)(x + t * K + k), v);
+		else
+			for (int i = 0; i < 8; i++)
+				v[i] = 0.0f;
+		float m = 0.0f;
 #pragma unroll
-		for (int o = 16; o > 0; o >>= 1)
+		for (int i = 0; i < 8; i++)
+			m = fmaxf(m, fabsf(v[i]));
+#pragma unroll
+		for (int o = 8; o > 0; o >>= 1)
 			m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
 		const float r = m > 0.0f ? 448.0f / m : 1.0f;
 		if (k < K) {
-			const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v[0] * r, v[1] * r),
-								     __NV_SATFINITE, __NV_E4M3);
-			const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v[2] * r, v[3] * r),
-								     __NV_SATFINITE, __NV_E4M3);
-			*(uint32_t *)(q + t * K + k) = lo | hi << 16;
+			uint32_t w[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				w[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] * r, v[2 * i + 1] * r),
+								__NV_SATFINITE, __NV_E4M3);
+			*(uint2 *)(q + t * K + k) = make_uint2(w[0] | w[1] << 16, w[2] | w[3] << 16);
 		}
-		if (lane == 0)
+		if (lane == 0 && live)
 			xs[g] = m > 0.0f ? m / 448.0f : 1.0f;
 	}
 }

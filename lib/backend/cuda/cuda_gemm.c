@@ -363,7 +363,7 @@ int atlas_cuda_gemm_f8(struct atlas_backend *be, int n, void *const *out, const 
 	{
 		long long t = T, k = K;
 		void *qargs[] = {&x, &xq, &xs, &t, &k};
-		const int64_t blocks = (T * nkx + 7) / 8;
+		const int64_t blocks = (T * nkx + 15) / 16;
 		if ((rc = atlas_cuda_launch(c, ATLAS_CK_FP8_ACT_QUANT,
 					    (unsigned)(blocks < 65535 ? blocks : 65535), 1, 256, 0,
 					    qargs)))
