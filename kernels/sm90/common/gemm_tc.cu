@@ -582,15 +582,12 @@ static __device__ __forceinline__ void tcg_tile(const atlas_tcg_args &ga)
 		const float *xs1 = ga.xs + (r0 + 8 < T ? r0 + 8 : 0) * ga.nkx;
 		const bool tile_sc = ga.wcol[seg] == 0;
 		const float *wsr = ga.wsc[seg] + (long long)(n0 / ga.wbo[seg]) * ga.wnbc[seg];
-		/* the weight scale column of slice kb: kb / (bi / 128), or 0
-		 * when one scale spans the row (32-bit: a 64-bit division is a
-		 * call) */
-		const unsigned kdiv = ga.wbi[seg] >= K ? 0u : (unsigned)ga.wbi[seg] / BKE;
+		const int wbi = ga.wbi[seg];
 		/* the scales of slice kb + 1 are loaded during slice kb: from
 		 * L2 they would arrive after its wgmmas and hold up the fold */
 #define TCG_F8_SCALES(KB, X0, X1, SW) \
 	do { \
-		SW = tile_sc ? __ldg(wsr + (kdiv ? (unsigned)(KB) / kdiv : 0u)) : 1.0f; \
+		SW = tile_sc ? __ldg(wsr + (long long)(KB) * BKE / wbi) : 1.0f; \
 		X0 = r0 < T ? __ldg(xs0 + (KB)) : 0.0f; \
 		X1 = r0 + 8 < T ? __ldg(xs1 + (KB)) : 0.0f; \
 	} while (0)
