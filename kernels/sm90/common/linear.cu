@@ -283,6 +283,30 @@ static __device__ __forceinline__ gemv_where gemv_locate(const atlas_gemv_args &
 	return r;
 }
 
+/* Output feature r of a block, row t of x, from the warps' partial sums
+ * in red (wpr warps a weight row, added in warp order: deterministic):
+ * the sum, or with swiglu (rows 2r and 2r + 1 the gate and up rows)
+ * silu(g) u, g and u rounded to bf16 first as the unfused matmul and
+ * swiglu ops round them. */
+static __device__ __forceinline__ float gemv_out(float (*red)[GEMV_MAXT], int r, int t, int wpr,
+						 bool swiglu)
+{
+	float s = 0.0f;
+	if (!swiglu) {
+		for (int i = 0; i < wpr; i++)
+			s += red[r * wpr + i][t];
+		return s;
+	}
+	float u = 0.0f;
+	for (int i = 0; i < wpr; i++)
+		s += red[(2 * r) * wpr + i][t];
+	for (int i = 0; i < wpr; i++)
+		u += red[(2 * r + 1) * wpr + i][t];
+	s = atlas_bf(atlas_tobf(s));
+	u = atlas_bf(atlas_tobf(u));
+	return s / (1.0f + expf(-s)) * u;
+}
+
 /* The block's outputs of rows t0..t0+nt-1 of x from the warps' partial
  * sums in red (added in warp order: deterministic), with the bias or the
  * SwiGLU epilogue (g and u rounded to bf16 first, as the unfused matmul
@@ -298,26 +322,13 @@ static __device__ __forceinline__ void gemv_finish(const atlas_gemv_args &a, con
 		const int r = threadIdx.x / nt, t = threadIdx.x % nt;
 		const long long nn = g.n0 + r;
 		if (nn < N) {
-			float s = 0.0f;
-			if (a.swiglu) {
-				float u = 0.0f;
-				for (int i = 0; i < wpr; i++) /* fixed order: deterministic */
-					s += red[(2 * r) * wpr + i][t];
-				for (int i = 0; i < wpr; i++)
-					u += red[(2 * r + 1) * wpr + i][t];
-				s = atlas_bf(atlas_tobf(s));
-				u = atlas_bf(atlas_tobf(u));
-				s = s / (1.0f + expf(-s)) * u;
-			} else {
-				for (int i = 0; i < wpr; i++)
-					s += red[r * wpr + i][t];
-				if (g.seg->bias)
-					s += atlas_wload(g.seg->bias,
-							 a.wdt == ATLAS_WDT_F8B || a.wdt == ATLAS_WDT_W4B
-							     ? ATLAS_WDT_BF16
-							     : a.wdt,
-							 nn);
-			}
+			float s = gemv_out(red, r, t, wpr, a.swiglu);
+			if (!a.swiglu && g.seg->bias)
+				s += atlas_wload(g.seg->bias,
+						 a.wdt == ATLAS_WDT_F8B || a.wdt == ATLAS_WDT_W4B
+						     ? ATLAS_WDT_BF16
+						     : a.wdt,
+						 nn);
 			const long long o = (t0 + t) * N + nn;
 			if (a.out_f32)
 				((float *)g.seg->out)[o] = s;
@@ -430,7 +441,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_gemv(const __grid_con
 
 extern "C" __global__ void __launch_bounds__(256, 3) atlas_moe_gemv1(const __grid_constant__ atlas_moe_args a)
 {
-	__shared__ float red[8];
+	__shared__ float red[8][GEMV_MAXT]; /* column 0: the token in hand */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int rpb = a.rpb == 1 || a.rpb == 2 || a.rpb == 4 || a.rpb == 8 ? a.rpb : 8;
 	const int wpr = 8 / rpb, ks = warp % wpr, row = warp / wpr;
@@ -463,25 +474,12 @@ extern "C" __global__ void __launch_bounds__(256, 3) atlas_moe_gemv1(const __gri
 		}
 		const float sum = atlas_warp_sum(acc[0]);
 		if (lane == 0)
-			red[warp] = sum;
+			red[warp][0] = sum;
 		__syncthreads();
 		if ((int)threadIdx.x < fpb && f0 + threadIdx.x < N) {
 			const int r = threadIdx.x;
-			float v = 0.0f;
-			if (a.swiglu) {
-				float u = 0.0f;
-				for (int i = 0; i < wpr; i++)
-					v += red[(2 * r) * wpr + i];
-				for (int i = 0; i < wpr; i++)
-					u += red[(2 * r + 1) * wpr + i];
-				v = atlas_bf(atlas_tobf(v));
-				u = atlas_bf(atlas_tobf(u));
-				v = v / (1.0f + expf(-v)) * u;
-			} else {
-				for (int i = 0; i < wpr; i++)
-					v += red[r * wpr + i];
-			}
-			((bf16 *)a.out)[(long long)asg * N + f0 + r] = atlas_tobf(v);
+			((bf16 *)a.out)[(long long)asg * N + f0 + r] =
+			    atlas_tobf(gemv_out(red, r, 0, wpr, a.swiglu));
 		}
 		__syncthreads(); /* red is rewritten for the next token */
 	}

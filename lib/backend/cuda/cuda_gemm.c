@@ -286,10 +286,16 @@ void atlas_cuda_f8meta_note(struct cuda_ctx *c, const void *dst, const void *src
 	memcpy(&h, src, sizeof(h));
 	if (h.magic != ATLAS_F8B_MAGIC || h.bo < 1 || h.bi < 1)
 		return;
+	/* the blob's own entry (a rewrite), else a free one */
 	int slot = -1;
-	for (int i = 0; i < c->n_f8meta && slot < 0; i++)
-		if (c->f8meta[i].p == dst || !c->f8meta[i].p)
+	for (int i = 0; i < c->n_f8meta; i++) {
+		if (c->f8meta[i].p == dst) {
 			slot = i;
+			break;
+		}
+		if (slot < 0 && !c->f8meta[i].p)
+			slot = i;
+	}
 	if (slot < 0) {
 		if (c->n_f8meta == c->f8meta_cap) {
 			const int cap = c->f8meta_cap ? 2 * c->f8meta_cap : 256;

@@ -191,8 +191,9 @@ struct cuda_ctx {
 				       * ATLAS_CUDA_W8A8_MIN_T) */
 	struct cuda_f8meta *f8meta;   /* F8B blobs uploaded so far */
 	int n_f8meta, f8meta_cap;     /* entries used, allocated */
-	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles per
-				       * block of the expert GEMVs, else 0 (by shape) */
+	int moe_rpb;                  /* ATLAS_CUDA_MOE_RPB (1, 2, 4, 8): warp tiles
+				       * (atlas_moe_gemv1: rows) per block of the
+				       * expert GEMVs, else 0 (by shape) */
 	int moe_gemv1;                /* the expert products of small decode steps
 				       * on atlas_moe_gemv1 outside batch-invariant
 				       * mode (ATLAS_CUDA_MOE_GEMV1=0: not) */
@@ -238,6 +239,13 @@ int atlas_cuda_launch_z(struct cuda_ctx *c, enum atlas_cuda_kernel k, unsigned g
 int atlas_cuda_check(struct cuda_ctx *c, cudaError_t e, const char *what);
 /* Make *buf hold at least `need` bytes of device memory (grows rarely). */
 int atlas_cuda_scratch(struct atlas_backend *be, void **buf, size_t *cap, size_t need);
+/* Weight rows per block of atlas_gemv (and atlas_moe_gemv1): the most
+ * (fewest blocks, no split of K) that still gives every SM four blocks or
+ * more; fewer rows per block split K across the block's warps instead.
+ * `rows` counts every weight row of the launch (all segments; gate and
+ * up rows with swiglu); at least min; `fixed` (an ATLAS_CUDA_*_RPB
+ * switch, 0 when unset) wins when it is at least min. */
+int atlas_cuda_gemv_rpb(const struct cuda_ctx *c, int64_t rows, int min, int fixed);
 const char *atlas_cuda_kernel_name(enum atlas_cuda_kernel k);
 /* Bytes of gemm_ws per SM: two 128 x 256 FP32 tiles (the split-K GEMM
  * keeps its partials within it: 34 MiB on 132 SMs). */

@@ -219,12 +219,9 @@ static int expert_gemv(struct cuda_ctx *c, const struct atlas_moe_desc *d, void 
 	if (!inv && c->moe_gemv1 && c->kern[ATLAS_CK_MOE_GEMV1] && T * d->top_k <= d->n_experts) {
 		/* groups of about one token (decode) outside batch-invariant
 		 * mode: the CUDA-core form, rows per block as for atlas_gemv
-		 * (the most that still gives every SM four blocks) */
-		const int64_t want = 4 * (int64_t)(c->sms > 0 ? c->sms : 132);
-		a.rpb = 8;
-		while (a.rpb > (swiglu ? 2 : 1) &&
-		       CEIL_DIV(N, swiglu ? a.rpb / 2 : a.rpb) * d->top_k < want)
-			a.rpb /= 2;
+		 * over the top_k experts' rows */
+		a.rpb = atlas_cuda_gemv_rpb(c, (swiglu ? 2 : 1) * N * d->top_k, swiglu ? 2 : 1,
+					    c->moe_rpb);
 		const int64_t fpb = swiglu ? a.rpb / 2 : a.rpb;
 		return atlas_cuda_launch(c, ATLAS_CK_MOE_GEMV1, (unsigned)CEIL_DIV(N, fpb),
 					 (unsigned)slots, 256, 0, args);

@@ -68,14 +68,10 @@ static int op_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
 	return atlas_cuda_launch(be->ctx, ATLAS_CK_ADD_RMSNORM, (unsigned)R, 1, 256, 0, args);
 }
 
-/* Weight rows per block of atlas_gemv: the most (fewest blocks, no split
- * of K) that still gives every SM four blocks or more; fewer rows per
- * block split K across the block's warps instead. `rows` counts every
- * weight row of the launch (all segments; gate and up rows with swiglu). */
-static int gemv_rows_per_block(const struct cuda_ctx *c, int64_t rows, int min)
+int atlas_cuda_gemv_rpb(const struct cuda_ctx *c, int64_t rows, int min, int fixed)
 {
-	if (c->gemv_rpb >= min) /* ATLAS_CUDA_GEMV_RPB: a fixed choice, for A/B runs */
-		return c->gemv_rpb;
+	if (fixed >= min) /* an ATLAS_CUDA_*_RPB choice, for A/B runs */
+		return fixed;
 	int rpb = 8;
 	while (rpb > min && CEIL_DIV(rows, rpb) < 4 * (int64_t)(c->sms > 0 ? c->sms : 132))
 		rpb /= 2;
@@ -283,7 +279,7 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 		return 0;
 	}
 	/* atlas_gemv_w4 takes 16 rows a block (the mma's), the others 1..8 */
-	a->rpb = a->wdt == ATLAS_DTYPE_W4B ? 16 : gemv_rows_per_block(c, rows, a->swiglu ? 2 : 1);
+	a->rpb = a->wdt == ATLAS_DTYPE_W4B ? 16 : atlas_cuda_gemv_rpb(c, rows, a->swiglu ? 2 : 1, c->gemv_rpb);
 	a->pre = c->gemv_pre;
 	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
