@@ -123,6 +123,18 @@ static __device__ __forceinline__ void atlas_mma_bf16(float (&d)[4], unsigned a0
 		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// The same with FP16 operands (decode_fused.cu's FP8 consumer: E4M3
+// converts to FP16 exactly).
+static __device__ __forceinline__ void atlas_mma_f16(float (&d)[4], unsigned a0, unsigned a1,
+						     unsigned a2, unsigned a3, unsigned b0,
+						     unsigned b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // 16 bytes from global p to shared s, asynchronously (cp.async); when ok
 // is false nothing is read and s gets zeros. cg: skip L1 (weights); ca:
 // may stay in L1 (activations other warps of the SM read too).

@@ -59,9 +59,13 @@
  *
  * FP8 checkpoints (wfmt ATLAS_FD_F8B): the seven matrices are F8B blobs,
  * streamed as their FP8 bytes (half the BF16 stream; a chunk then holds 16
- * slices, two a consumer warp), their scales read beside them through L1
- * (fd_consume_f8). 4-bit checkpoints (ATLAS_FD_W4B): W4B blobs, a
- * quarter of the BF16 stream, dotted on the tensor cores (fd_consume_w4).
+ * slices, two a consumer warp), dotted on the tensor cores against x as
+ * scaled FP16 (fd_x_f16, fd_consume_f8), their scales read beside them
+ * through L1. 4-bit checkpoints (ATLAS_FD_W4B): W4B blobs, a quarter of
+ * the BF16 stream, dotted on the tensor cores (fd_consume_w4). (On CUDA
+ * cores, FP8 to FP32 and an FMA a weight, twice the weights a byte that
+ * BF16 has left 8 consumer warps short of the stream: the fused FP8 step
+ * was no faster than op by op.)
  * Everything else is the same.
  *
  * Programmatic dependent launch: the producer starts streaming at once
@@ -283,67 +287,129 @@ static __device__ void fd_consume_bf16(const atlas_fd_args &a, fd_ring &r, const
 	}
 }
 
-/* Eight FP8 E4M3 values (byte i: value i) as float, exactly. */
-static __device__ __forceinline__ void fd_fp8x8(uint2 v, float *f)
+/* An F8B chunk's two slices (warp, warp + 8) of a segment, from the chunk
+ * at slice q0 whose first is (row, sl): their rows and slices, and (the
+ * diagonal's lanes) the scales of this lane's subgroups, asked for a
+ * chunk ahead of their use. */
+struct fd_f8q {
+	int rj[2], sj[2];
+	float sc[2];
+};
+
+static __device__ __forceinline__ void fd_f8_ask(const atlas_fd_args &a, const fd_seg &s,
+						 long long q0, long long total, int row, int sl,
+						 int nbc, bool diag, fd_f8q &m)
 {
-	const uint32_t u[2] = {v.x, v.y};
+	const int warp = threadIdx.x >> 5, n = (threadIdx.x & 31) >> 2;
+	const int nsl = s.K / FD_SLICE;
+	m.rj[0] = m.rj[1] = row;
+	m.sj[0] = sl, m.sj[1] = sl + 8;
+	while (m.sj[1] >= nsl)
+		m.sj[1] -= nsl, m.rj[1]++;
 #pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const __half2_raw lo =
-		    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[i] & 0xffff), __NV_E4M3);
-		const __half2_raw hi =
-		    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u[i] >> 16), __NV_E4M3);
-		const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
-		f[4 * i] = a.x, f[4 * i + 1] = a.y, f[4 * i + 2] = b.x, f[4 * i + 3] = b.y;
+	for (int j = 0; j < 2; j++) {
+		const bool ok = q0 + warp + 8 * j < total && a.mode != 3;
+		const unsigned col = (unsigned)(m.sj[j] * FD_SLICE + n * 128);
+		m.sc[j] = ok && diag ? __ldg((const float *)s.sc +
+					     (long long)((unsigned)(s.n0 + m.rj[j]) >> s.sbo) * nbc +
+					     (s.sbi >= 31 ? 0u : col >> s.sbi))
+				     : 0.0f;
 	}
 }
 
-/* fd_consume for an F8B launch: a chunk holds 16 slices of FP8 values,
- * two a warp (slices warp and warp + 8 of the chunk). Lane i takes the 8
- * columns 8 (i + 32 u), u < 4, of a slice: conflict-free 8-byte loads of
- * weights and 16-byte loads of x. Each 8 share a scale (blocks are at
- * least 32 columns), which multiplies their dot product, as atlas_gemv_f8
- * does: not the BF16 sums of the dequantized matrix (the host uses the
- * fused kernel outside batch-invariant mode only). */
+/* fd_consume for an F8B launch, on the tensor cores: a chunk holds 16
+ * slices of 1024 FP8 columns, two a warp (warp and warp + 8), dotted
+ * together so that their mma chains overlap. As in fd_consume_w4, a
+ * slice is 8 subgroups of 128 columns, each within one scale block
+ * (blocks of at least 128 columns, or the row: cuda_fused.c), and one
+ * m16n8k16 product takes 16 columns of every subgroup: B's column n the
+ * weights of subgroup n (E4M3 to FP16 is exact), A's row m the x of
+ * subgroup m (rows 8..15 zero), so that the diagonal C[n][n] gathers
+ * subgroup n's dot product. x is FP16 here, scaled by 1 / xsc and its
+ * 16-byte units swizzled (fd_x_f16). Lane (n = lane / 4, t = lane % 4)
+ * holds subgroup n's operands: at step b the 16 weights at column
+ * 64 bb + 16 t, bb = (b + n) % 2 (one 16-byte load; the rotation puts the
+ * 32 lanes' loads in distinct banks), and their x (two 16-byte loads),
+ * the column order within each product the same in A and B (two chains
+ * a slice, even and odd products, spilled). The diagonal's lane
+ * scales it by the block's scale, asked for a chunk ahead; the warp sum
+ * of the 8 is the slice's partial. Each block's products are summed in FP32, then scaled: as
+ * atlas_gemv_f8 does, not the BF16 sums of the dequantized matrix (the
+ * host uses the fused kernel outside batch-invariant mode only). */
 static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
-				     const bf16 *xs, float *part)
+				     const bf16 *xs, float *part, float xsc)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int n = lane >> 2, t = lane & 3;
 	const int nsl = s.K / FD_SLICE;
 	const long long total = (long long)s.rows * nsl;
 	const int nbc = s.sbi >= 31 ? 1 : (int)(((long long)s.K + (1ll << s.sbi) - 1) >> s.sbi);
-	long long row = warp / nsl;
-	int sl = warp % nsl;
+	const bool diag = t == (n >> 1); /* this lane holds C[n][n] */
+	const uint4 *xu = (const uint4 *)xs;
+	int row = warp / nsl, sl = warp % nsl;
+	fd_f8q cur, nxt;
+	fd_f8_ask(a, s, 0, total, row, sl, nbc, diag, cur);
 	for (long long q0 = 0; q0 < total; q0 += 16) {
-		atlas_mbar_wait(&r.full[r.st], r.ph);
-		long long rj = row;
-		int sj = sl;
+		int row2 = row, sl2 = sl;
+		for (sl2 += 16; sl2 >= nsl; sl2 -= nsl)
+			row2++;
+		fd_f8_ask(a, s, q0 + 16, total, row2, sl2, nbc, diag, nxt);
+		const int *rj = cur.rj, *sj = cur.sj;
+		bool ok[2];
+		float sc[2];
 #pragma unroll
 		for (int j = 0; j < 2; j++) {
-			if (j)
-				for (sj += 8; sj >= nsl; sj -= nsl)
-					rj++;
-			if (q0 + warp + 8 * j < total && a.mode != 3) {
-				const uint2 *w = (const uint2 *)(r.ring + (size_t)r.st * FD_CHUNK +
-								 (warp + 8 * j) * FD_SLICE);
-				const uint4 *x = (const uint4 *)(xs + (long long)sj * FD_SLICE);
-				const float *sr = (const float *)s.sc +
-						  (long long)((unsigned)(s.n0 + rj) >> s.sbo) * nbc;
-				float acc = 0.0f;
+			/* (warp-uniform: mma.sync needs every lane) */
+			ok[j] = q0 + warp + 8 * j < total && a.mode != 3;
+			sc[j] = cur.sc[j] * xsc;
+		}
+		atlas_mbar_wait(&r.full[r.st], r.ph);
+		if (ok[0]) {
+			float c[2][4] = {};
 #pragma unroll
-				for (int u = 0; u < FD_SLICE / 256; u++) {
-					const unsigned c = (unsigned)(sj * FD_SLICE + (u * 32 + lane) * 8);
-					float wf[8], xf[8], d = 0.0f;
-					fd_fp8x8(w[u * 32 + lane], wf);
-					atlas_unpack8(x[u * 32 + lane], xf);
+			for (int b = 0; b < 2; b++) {
+				const int bb = (b + n) & 1;
 #pragma unroll
-					for (int e = 0; e < 8; e++)
-						d = fmaf(xf[e], wf[e], d);
-					acc = fmaf(d, __ldg(sr + (c >> s.sbi)), acc);
+				for (int j = 0; j < 2; j++) {
+					/* an invalid second slice reads the first's operands (in
+					 * the chunk), its sums never stored */
+					const int jj = ok[1] ? j : 0;
+					const int sx = ok[1] ? sj[j] : sj[0]; /* (a select: no indexed array) */
+					const uint4 wv = *(const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK +
+									  (warp + 8 * jj) * FD_SLICE + n * 128 +
+									  bb * 64 + t * 16);
+					/* x units u and u + 1 (columns col .. col + 15), swizzled */
+					const unsigned u = (unsigned)(sx * FD_SLICE + n * 128 + bb * 64 + t * 16) / 8;
+					const uint4 x0 = xu[u ^ (n & 1)], x1 = xu[(u + 1) ^ (n & 1)];
+					const unsigned wq[4] = {wv.x, wv.y, wv.z, wv.w};
+					const unsigned xq[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+					for (int i = 0; i < 4; i++) {
+						const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(
+						    (__nv_fp8x2_storage_t)(wq[i] & 0xffff), __NV_E4M3);
+						const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(
+						    (__nv_fp8x2_storage_t)(wq[i] >> 16), __NV_E4M3);
+						atlas_mma_f16(c[j], xq[2 * i], 0u, xq[2 * i + 1], 0u,
+							      *(const unsigned *)&lo, *(const unsigned *)&hi);
+					}
 				}
-				acc = atlas_warp_sum(acc);
-				if (lane == 0)
-					part[(s.pbase + rj) * nsl + sj] = acc;
+			}
+			float v[2];
+#pragma unroll
+			for (int j = 0; j < 2; j++) {
+				/* (selects: an indexed array would live in local memory) */
+				const float d = (n & 1) ? c[j][1] : c[j][0];
+				v[j] = diag ? d * sc[j] : 0.0f;
+			}
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1) {
+				v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+				v[1] += __shfl_xor_sync(0xffffffffu, v[1], o);
+			}
+			if (lane == 0) {
+				part[(s.pbase + rj[0]) * nsl + sj[0]] = v[0];
+				if (ok[1])
+					part[(s.pbase + rj[1]) * nsl + sj[1]] = v[1];
 			}
 		}
 		__syncwarp();
@@ -351,8 +417,37 @@ static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const f
 			atlas_mbar_arrive(&r.empty[r.st]);
 		if (++r.st == a.nst)
 			r.st = 0, r.ph ^= 1;
-		for (sl += 16; sl >= nsl; sl -= nsl)
-			row++;
+		cur = nxt, row = row2, sl = sl2;
+	}
+}
+
+/* A W4B chunk's four slices (warp + 8j, j < 4) of a segment, from the
+ * chunk at slice q0 whose first is (row, sl): their rows and slices, and
+ * the zero points and (the diagonal's lanes) BF16 scales of this lane's
+ * subgroups, raw, so that the loads stay in flight until used. */
+struct fd_w4q {
+	int rj[4], sj[4];
+	unsigned z[4], sc[4];
+};
+
+static __device__ __forceinline__ void fd_w4_ask(const atlas_fd_args &a, const fd_seg &s,
+						 long long q0, long long total, int row, int sl,
+						 int ng, bool diag, fd_w4q &m)
+{
+	const int warp = threadIdx.x >> 5, n = (threadIdx.x & 31) >> 2;
+	const int nsl = s.K / FD_SLICE;
+#pragma unroll
+	for (int j = 0; j < 4; j++) {
+		m.rj[j] = j ? m.rj[j - 1] : row;
+		m.sj[j] = j ? m.sj[j - 1] : sl;
+		if (j)
+			for (m.sj[j] += 8; m.sj[j] >= nsl; m.sj[j] -= nsl)
+				m.rj[j]++;
+		const bool ok = q0 + warp + 8 * j < total && a.mode != 3;
+		const unsigned col0 = (unsigned)(m.sj[j] * FD_SLICE + n * 128);
+		const long long gi = (long long)(s.n0 + m.rj[j]) * ng + (col0 >> s.sbi);
+		m.z[j] = ok ? __ldg(s.zp + gi) : 0u;
+		m.sc[j] = ok && diag ? __ldg((const unsigned short *)s.sc + gi) : 0u;
 	}
 }
 
@@ -369,7 +464,13 @@ static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const f
  * columns' x, the column order within the 16 the same in A and B; steps
  * go round (b + n / 2) % 4 so that the 32 lanes' words fall in 32 banks.
  * The diagonal's lane scales it by the group's BF16 scale; the warp sum
- * of the 8 is the slice's partial. */
+ * of the 8 is the slice's partial. Two slices' products go round
+ * together (independent mma chains), and the scales and zero points are
+ * asked for a chunk ahead (the segment's are asked into L2 at its
+ * start): one slice at a time, each asking for its own, left a warp
+ * waiting on each product's latency and each scale's round trip from
+ * HBM (7.0 ms a Qwen3-8B step against 2.6 for the weight stream alone,
+ * H100). */
 static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
 				     const bf16 *xs, float *part)
 {
@@ -379,32 +480,58 @@ static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const f
 	const long long total = (long long)s.rows * nsl;
 	const int ng = s.sbi >= 31 ? 1 : (int)(((long long)s.K + (1ll << s.sbi) - 1) >> s.sbi);
 	const bool diag = t == (n >> 1); /* this lane holds C[n][n] */
-	long long row = warp / nsl;
-	int sl = warp % nsl;
+	/* the segment's zero points and scales into L2 at once (the weights
+	 * stream past them), then each chunk's loaded a chunk ahead */
+	if (s.rows > 0 && threadIdx.x < 2 && a.mode != 3) {
+		const long long g0 = (long long)s.n0 * ng, gn = (long long)s.rows * ng;
+		/* (the bulk prefetch takes 16-byte pieces: the range rounded out) */
+		const size_t b0 = threadIdx.x ? (size_t)s.sc + 2 * g0 : (size_t)s.zp + g0;
+		const size_t b1 = b0 + (threadIdx.x ? 2 * gn : gn);
+		atlas_prefetch_l2((const void *)(b0 & ~(size_t)15),
+				  (unsigned)(((b1 + 15) & ~(size_t)15) - (b0 & ~(size_t)15)));
+	}
+	int row = warp / nsl, sl = warp % nsl;
+	fd_w4q cur, nxt;
+	fd_w4_ask(a, s, 0, total, row, sl, ng, diag, cur);
 	for (long long q0 = 0; q0 < total; q0 += 32) {
-		atlas_mbar_wait(&r.full[r.st], r.ph);
-		long long rj = row;
-		int sj = sl;
+		int row2 = row, sl2 = sl;
+		for (sl2 += 32; sl2 >= nsl; sl2 -= nsl)
+			row2++;
+		fd_w4_ask(a, s, q0 + 32, total, row2, sl2, ng, diag, nxt);
+		const int *rj = cur.rj, *sj = cur.sj;
+		bool ok[4];
+		float sf[4];
+		unsigned zu[4];
 #pragma unroll
 		for (int j = 0; j < 4; j++) {
-			if (j)
-				for (sj += 8; sj >= nsl; sj -= nsl)
-					rj++;
-			/* (the same for the whole warp: mma.sync needs every lane) */
-			if (q0 + warp + 8 * j < total && a.mode != 3) {
-				const unsigned char *ws =
-				    r.ring + (size_t)r.st * FD_CHUNK + (warp + 8 * j) * (FD_SLICE / 2) + n * 64;
-				const unsigned col0 = (unsigned)(sj * FD_SLICE + n * 128);
-				const long long gi = (long long)(s.n0 + rj) * ng + (col0 >> s.sbi);
-				const float zf = (float)__ldg(s.zp + gi);
-				const float sf =
-				    __uint_as_float((unsigned)__ldg((const unsigned short *)s.sc + gi) << 16);
-				const __nv_bfloat162 zz = __floats2bfloat162_rn(128.0f + zf, 128.0f + zf);
-				const unsigned zu = *(const unsigned *)&zz;
-				float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+			/* (warp-uniform: mma.sync needs every lane) */
+			ok[j] = q0 + warp + 8 * j < total && a.mode != 3;
+			sf[j] = __uint_as_float(cur.sc[j] << 16);
+			const float zf = (float)cur.z[j];
+			const __nv_bfloat162 zz = __floats2bfloat162_rn(128.0f + zf, 128.0f + zf);
+			zu[j] = *(const unsigned *)&zz;
+		}
+		atlas_mbar_wait(&r.full[r.st], r.ph);
+		/* two slices at a time (four at once spilled) */
 #pragma unroll
-				for (int b0 = 0; b0 < 4; b0++) {
-					const int b = (b0 + (n >> 1)) & 3;
+		for (int p2 = 0; p2 < 4; p2 += 2) {
+			if (!ok[p2])
+				break;
+			float c[2][4] = {};
+#pragma unroll
+			for (int b0 = 0; b0 < 4; b0++) {
+				const int b = (b0 + (n >> 1)) & 3;
+#pragma unroll
+				for (int k = 0; k < 2; k++) {
+					/* an invalid slice reads its pair's first one's operands
+					 * (in the chunk), its sums never stored */
+					const bool mine = ok[p2 + k]; /* (selects: no indexed arrays) */
+					const int jj = mine ? p2 + k : p2;
+					const unsigned zj = mine ? zu[p2 + k] : zu[p2];
+					const unsigned char *ws = r.ring + (size_t)r.st * FD_CHUNK +
+								  (warp + 8 * jj) * (FD_SLICE / 2) + n * 64;
+					const unsigned col0 =
+					    (unsigned)((mine ? sj[p2 + k] : sj[p2]) * FD_SLICE + n * 128);
 					const unsigned w = *(const unsigned *)(ws + b * 16 + 4 * t);
 					const uint4 xv = *(const uint4 *)(xs + col0 + b * 32 + 8 * t);
 					unsigned q[4];
@@ -412,7 +539,7 @@ static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const f
 					for (int p = 0; p < 4; p++) {
 						const unsigned m = ((w >> (4 * p)) & 0x000f000fu) | 0x43004300u;
 						const __nv_bfloat162 v = __hsub2(*(const __nv_bfloat162 *)&m,
-										 *(const __nv_bfloat162 *)&zu);
+										 *(const __nv_bfloat162 *)&zj);
 						q[p] = *(const unsigned *)&v;
 					}
 					/* x pairs (p, p + 4), as the nibble pairs */
@@ -420,30 +547,41 @@ static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const f
 					const unsigned x1 = __byte_perm(xv.x, xv.z, 0x7632);
 					const unsigned x2 = __byte_perm(xv.y, xv.w, 0x5410);
 					const unsigned x3 = __byte_perm(xv.y, xv.w, 0x7632);
-					atlas_mma_bf16(c, x0, 0u, x1, 0u, q[0], q[1]);
-					atlas_mma_bf16(c, x2, 0u, x3, 0u, q[2], q[3]);
+					atlas_mma_bf16(c[k], x0, 0u, x1, 0u, q[0], q[1]);
+					atlas_mma_bf16(c[k], x2, 0u, x3, 0u, q[2], q[3]);
 				}
-				float v = diag ? ((n & 1) ? c[1] : c[0]) * sf : 0.0f;
-				v = atlas_warp_sum(v);
-				if (lane == 0)
-					part[(s.pbase + rj) * nsl + sj] = v;
 			}
+			float v[2];
+#pragma unroll
+			for (int k = 0; k < 2; k++)
+				v[k] = diag ? ((n & 1) ? c[k][1] : c[k][0]) * sf[p2 + k] : 0.0f;
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1) {
+				v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+				v[1] += __shfl_xor_sync(0xffffffffu, v[1], o);
+			}
+			if (lane == 0)
+#pragma unroll
+				for (int k = 0; k < 2; k++)
+					if (ok[p2 + k])
+						part[(s.pbase + rj[p2 + k]) * nsl + sj[p2 + k]] = v[k];
 		}
 		__syncwarp();
 		if (lane == 0)
 			atlas_mbar_arrive(&r.empty[r.st]);
 		if (++r.st == a.nst)
 			r.st = 0, r.ph ^= 1;
-		for (sl += 32; sl >= nsl; sl -= nsl)
-			row++;
+		cur = nxt, row = row2, sl = sl2;
 	}
 }
 
+/* xsc: x's scale in an F8B launch (fd_x_f16) */
 static __device__ __forceinline__ void fd_consume(const atlas_fd_args &a, fd_ring &r,
-						  const fd_seg &s, const bf16 *xs, float *part)
+						  const fd_seg &s, const bf16 *xs, float *part,
+						  float xsc)
 {
 	if (a.wfmt == ATLAS_FD_F8B)
-		fd_consume_f8(a, r, s, xs, part);
+		fd_consume_f8(a, r, s, xs, part, xsc);
 	else if (a.wfmt == ATLAS_FD_W4B)
 		fd_consume_w4(a, r, s, xs, part);
 	else
@@ -459,18 +597,25 @@ static __device__ __forceinline__ float fd_row(const float *part, long long r, i
 	return s;
 }
 
-/* Sum over the 256 consumer threads, to every one of them. */
+/* Sum (MAX: maximum) over the 256 consumer threads, to every one of them. */
+template <bool MAX = false>
 static __device__ __forceinline__ float fd_sum(float v, float *red)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	v = atlas_warp_sum(v);
+	if (MAX) {
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+			v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	} else {
+		v = atlas_warp_sum(v);
+	}
 	if (lane == 0)
 		red[warp] = v;
 	fd_bar();
-	float s = 0.0f;
+	float s = MAX ? red[0] : 0.0f;
 #pragma unroll
-	for (int i = 0; i < 8; i++)
-		s += red[i];
+	for (int i = MAX ? 1 : 0; i < 8; i++)
+		s = MAX ? fmaxf(s, red[i]) : s + red[i];
 	fd_bar(); /* red is reused */
 	return s;
 }
@@ -528,6 +673,50 @@ static __device__ void fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt
 		d[i] = atlas_pack8(f);
 	}
 	fd_bar();
+}
+
+/* An F8B launch's x (fd_consume_f8): xs[0..n) rewritten in place as FP16
+ * times 2^-E, E such that the largest |x| lands below 2^15, so that every
+ * BF16 value within 2^29 of the largest stays exact (FP16 holds its 8
+ * bits; smaller ones add less than 2^-29 of the largest term to a dot
+ * product). The 16-byte units are swizzled, unit u at u ^ ((u >> 4) & 1):
+ * fd_consume_f8's x loads then fall in distinct banks. Returns 2^E. */
+static __device__ float fd_x_f16(bf16 *xs, int n, float *red)
+{
+	uint4 *d = (uint4 *)xs;
+	const int nu = n / 8;
+	float m = 0.0f;
+	for (int i = threadIdx.x; i < nu; i += 256) {
+		float f[8];
+		atlas_unpack8(d[i], f);
+#pragma unroll
+		for (int j = 0; j < 8; j++)
+			m = fmaxf(m, fabsf(f[j]));
+	}
+	m = fd_sum<true>(m, red); /* (its barriers: every thread has read) */
+	int e = (int)(__float_as_uint(m) >> 23) - 127 - 14; /* m < 2^(e + 15) */
+	e = m > 0.0f ? (e < -100 ? -100 : e > 100 ? 100 : e) : 0;
+	const float down = __uint_as_float((unsigned)(127 - e) << 23);
+	for (int i = threadIdx.x; i < nu / 2; i += 256) {
+		uint4 u[2] = {d[2 * i], d[2 * i + 1]}, h[2];
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			float f[8];
+			atlas_unpack8(u[k], f);
+			unsigned hw[4];
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const __half2 v = __floats2half2_rn(f[2 * j] * down, f[2 * j + 1] * down);
+				hw[j] = *(const unsigned *)&v;
+			}
+			h[k] = make_uint4(hw[0], hw[1], hw[2], hw[3]);
+		}
+		const bool sw = (i >> 3) & 1; /* ((2 i) >> 4) & 1 (selects: no indexed array) */
+		d[2 * i] = sw ? h[1] : h[0];
+		d[2 * i + 1] = sw ? h[0] : h[1];
+	}
+	fd_bar();
+	return __uint_as_float((unsigned)(127 + e) << 23);
 }
 
 /* The grid barrier of the consumers (see the file comment): after the
@@ -914,6 +1103,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 	const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
 	unsigned target = 0;
 	long long r0, r1;
+	const bool f8 = a.wfmt == ATLAS_FD_F8B;
 	for (int l = 0; l < a.n_layers; l++) {
 		const atlas_fd_layer &L = a.layers[l]; /* (a copy held 32 registers all layer) */
 		const bool lastl = l == a.n_layers - 1;
@@ -921,8 +1111,9 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		/* A: q, k, v */
 		fd_att_prefetch(a, L, it, seq, offs);
 		fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red);
+		float xsc = f8 ? fd_x_f16(xs, a.D, red) : 1.0f;
 		for (int i = 0; i < 3; i++)
-			fd_consume(a, r, fd_get(a, L, i), xs, part);
+			fd_consume(a, r, fd_get(a, L, i), xs, part, xsc);
 		fd_bar();
 		fd_att_tile0(a, L, it, (unsigned char *)xs, offs, p, slot);
 		fd_rows(nq + 2 * nkv, &r0, &r1);
@@ -952,7 +1143,8 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* C: o, residual */
 		fd_load_x(xs, a.att, (int)nq);
-		fd_consume(a, r, fd_get(a, L, 3), xs, part);
+		xsc = f8 ? fd_x_f16(xs, (int)nq, red) : 1.0f;
+		fd_consume(a, r, fd_get(a, L, 3), xs, part, xsc);
 		fd_bar();
 		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
@@ -964,8 +1156,9 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* D: gate, up, SwiGLU */
 		fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red);
-		fd_consume(a, r, fd_get(a, L, 4), xs, part);
-		fd_consume(a, r, fd_get(a, L, 5), xs, part);
+		xsc = f8 ? fd_x_f16(xs, a.D, red) : 1.0f;
+		fd_consume(a, r, fd_get(a, L, 4), xs, part, xsc);
+		fd_consume(a, r, fd_get(a, L, 5), xs, part, xsc);
 		fd_bar();
 		fd_rows(a.F, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
@@ -978,7 +1171,8 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 
 		/* E: down, residual (the last layer's output to o) */
 		fd_load_x(xs, a.g, a.F);
-		fd_consume(a, r, fd_get(a, L, 6), xs, part);
+		xsc = f8 ? fd_x_f16(xs, a.F, red) : 1.0f;
+		fd_consume(a, r, fd_get(a, L, 6), xs, part, xsc);
 		fd_bar();
 		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {

@@ -3,7 +3,8 @@
  * one-token decode step in one launch.
  *
  * fused_prepare decides whether a model fits the kernel (BF16 weights,
- * F8B ones whose scale blocks are powers of two or whole dimensions, or
+ * F8B ones whose scale blocks are powers of two (at least 128 columns
+ * wide) or whole dimensions, or
  * W4B ones whose groups are powers of two of at least 128 columns or
  * whole rows,
  * head size 128, at most 8 query heads per kv head, D, F and H*hd
@@ -140,8 +141,8 @@ static const char *quant_layer(const struct atlas_fused_desc *d, int64_t l, stru
 			if (hd.f.magic != ATLAS_F8B_MAGIC || hd.f.N != N[i] || hd.f.K != K[i])
 				return "an F8B head does not match the layer's shape";
 			const int so = block_shift(hd.f.bo, hd.f.N), si = block_shift(hd.f.bi, hd.f.K);
-			if (so < 0 || si < 0 || (si < 31 && si < 3))
-				return "an F8B scale block is not a power of two";
+			if (so < 0 || si < 0 || (si < 31 && si < 7))
+				return "an F8B scale block is not a power of two of at least 128 columns";
 			if (hd.f.scale_off != atlas_f8b_scale_off(hd.f.N, hd.f.K))
 				return "an F8B head's scale offset";
 			h->sc[i] = (const char *)w[i] + hd.f.scale_off;
