@@ -9,8 +9,11 @@
 #   2. atlas-bench decode, Qwen3-8B shape, batch 1, 512-token prompt:
 #      BF16 fused; fp8-block and w4a16 fused, op by op, and fused with
 #      ATLAS_CUDA_FUSED_MODE=3 (the weight stream alone: the floor the
-#      consumers are held to);
-#   3. profiles of the fused FP8 and 4-bit steps, normal and weights only.
+#      consumers are held to); BF16 weights only, and fp8-block with
+#      mode 1 (no attention phase) and 2 (no grid barriers);
+#      With an A/B build carried (atlas-bench-ab), both formats' fused
+#      steps with it and again with the default build.
+#   3. with FUSED_TC_PROFILE=1, profiles of the fused FP8 and 4-bit steps, normal and weights only.
 # shellcheck disable=SC2034 # read by gpu-prelude.sh
 PRELUDE_NO_MODEL=1
 . "$(dirname "$0")/gpu-prelude.sh"
@@ -41,6 +44,22 @@ for q in fp8-block w4a16; do
 	bench "$q b1 fused, weights only" ATLAS_CUDA_FUSED_QUANT=1 ATLAS_CUDA_FUSED_MODE=3 "$b" decode \
 		--synthetic qwen3-8b --quant $q --batch 1 --prompt 512 --gen 64
 done
+# an A/B build (scripts/gpu-carry.sh with ATLAS_AB_FLAGS) beside the default one
+if [ -x "$build/atlas-bench-ab" ]; then
+	for q in fp8-block w4a16; do
+		bench "$q b1 fused, A/B build" ATLAS_CUDA_FUSED_QUANT=1 "$build/atlas-bench-ab" decode \
+			--synthetic qwen3-8b --quant $q --batch 1 --prompt 512 --gen 64
+		bench "$q b1 fused, default build" ATLAS_CUDA_FUSED_QUANT=1 "$b" decode \
+			--synthetic qwen3-8b --quant $q --batch 1 --prompt 512 --gen 64
+	done
+fi
+bench "bf16 b1 fused, weights only" ATLAS_CUDA_FUSED_MODE=3 "$b" decode --synthetic qwen3-8b --batch 1 \
+	--prompt 512 --gen 64
+for mo in 1 2; do
+	bench "fp8-block b1 fused, mode $mo" ATLAS_CUDA_FUSED_QUANT=1 ATLAS_CUDA_FUSED_MODE=$mo "$b" decode \
+		--synthetic qwen3-8b --quant fp8-block --batch 1 --prompt 512 --gen 64
+done
+[ -n "${FUSED_TC_PROFILE:-}" ] || exit 0
 # 3. where a fused step's time goes, FP8 and 4-bit, normal and weights only
 for q in fp8-block w4a16; do
 	for mo in 0 3; do

@@ -380,7 +380,7 @@ int main(void)
 		return 0;
 	}
 	probe->destroy(probe);
-	/* the fused kernel's F8B and W4B streams are opt-in (cuda.c) */
+	/* ATLAS_CUDA_FUSED_QUANT=1: W4B layers too (F8B ones by default; cuda.c) */
 	setenv("ATLAS_CUDA_FUSED_QUANT", "1", 1);
 	test_shape("qwen3-0.6b", NULL, 0, 0, 0, NULL);
 	test_shape("qwen3-8b", NULL, 0, 0, 0, NULL);

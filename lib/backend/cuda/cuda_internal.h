@@ -207,10 +207,9 @@ struct cuda_ctx {
 				       * block of atlas_gemv, else 0 (chosen by N) */
 	int fused;                    /* offer the fused one-token layer stack
 				       * (ATLAS_CUDA_FUSED=0: not) */
-	bool fused_quant;             /* ATLAS_CUDA_FUSED_QUANT=1: the fused
-				       * decode takes F8B and W4B weights (opt-in:
-				       * correct, but not faster than op by op
-				       * on an H100) */
+	int fused_quant;              /* ATLAS_CUDA_FUSED_QUANT: 0 BF16 weights
+				       * only in the fused kernel, 1 (default)
+				       * F8B too, 2 (=1) W4B too */
 	int fused_mode;               /* ATLAS_CUDA_FUSED_MODE: its timing-only
 				       * variants (atlas_fd_args.mode) */
 	int pdl;                      /* launch with programmatic dependent launch
