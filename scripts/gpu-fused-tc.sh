@@ -39,8 +39,8 @@ bench "bf16 b1 fused" "$b" decode --synthetic qwen3-8b --batch 1 --prompt 512 --
 for q in fp8-block w4a16; do
 	bench "$q b1 fused" ATLAS_CUDA_FUSED_QUANT=1 "$b" decode --synthetic qwen3-8b --quant $q \
 		--batch 1 --prompt 512 --gen 64
-	bench "$q b1 op by op" "$b" decode --synthetic qwen3-8b --quant $q --batch 1 --prompt 512 \
-		--gen 64
+	bench "$q b1 op by op" ATLAS_CUDA_FUSED_QUANT=0 "$b" decode --synthetic qwen3-8b --quant $q \
+		--batch 1 --prompt 512 --gen 64
 	bench "$q b1 fused, weights only" ATLAS_CUDA_FUSED_QUANT=1 ATLAS_CUDA_FUSED_MODE=3 "$b" decode \
 		--synthetic qwen3-8b --quant $q --batch 1 --prompt 512 --gen 64
 done

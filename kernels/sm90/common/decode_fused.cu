@@ -93,7 +93,9 @@
 /* slices of a W4B chunk a consumer warp dots at once (fd_consume_w4; 4
  * spilled and timed the same on an H100: 5.10 against 5.11 ms a Qwen3-8B
  * step) */
-#define FD_W4_PAR 2
+#ifndef FD_W4_PAR
+#define FD_W4_PAR 1
+#endif
 
 static_assert(FD_CHUNK_E == 8 * FD_SLICE, "one slice per consumer warp per chunk");
 static_assert(ATLAS_F8B_HEAD_BYTES == ATLAS_W4B_HEAD_BYTES, "fd_get: one blob head size");
@@ -291,129 +293,176 @@ static __device__ void fd_consume_bf16(const atlas_fd_args &a, fd_ring &r, const
 	}
 }
 
-/* An F8B chunk's two slices (warp, warp + 8) of a segment, from the chunk
- * at slice q0 whose first is (row, sl): their rows and slices, and (the
- * diagonal's lanes) the scales of this lane's subgroups, asked for a
- * chunk ahead of their use. */
-struct fd_f8q {
-	int rj[2], sj[2];
-	float sc[2];
+/* A consumer warp's place in a segment: its next chunk's first slice at
+ * (row, sl) (slice q0 of the segment's total), and the steps (rows and
+ * slices) from one of its slices to the one 8 later and from one chunk
+ * to the next: once a segment, so that no division or loop is left per
+ * chunk (the per-chunk bookkeeping, 64-bit and in loops, had been a
+ * third of the 4-bit consumer's instructions: Nsight Compute, H100). */
+struct fd_cur {
+	int q0, total, nsl, row, sl;
+	int r8, s8, cr, cs; /* steps of 8 slices and of a chunk */
 };
 
-static __device__ __forceinline__ void fd_f8_ask(const atlas_fd_args &a, const fd_seg &s,
-						 long long q0, long long total, int row, int sl,
-						 int nbc, bool diag, fd_f8q &m)
+static __device__ __forceinline__ fd_cur fd_cur_init(const fd_seg &s, int per_chunk)
+{
+	const int warp = threadIdx.x >> 5, nsl = s.K / FD_SLICE;
+	return fd_cur{0,	       s.rows * nsl,	      nsl,	      warp / nsl, warp % nsl,
+		      8 / nsl, 8 % nsl, per_chunk / nsl, per_chunk % nsl};
+}
+
+/* (row, sl) moved on by (dr, ds) slices' worth, ds < nsl */
+static __device__ __forceinline__ void fd_step(int nsl, int &row, int &sl, int dr, int ds)
+{
+	row += dr, sl += ds;
+	if (sl >= nsl)
+		sl -= nsl, row++;
+}
+
+/* A chunk's slices (warp + 8j, j < NJ) for this warp: rows, slices, and
+ * whether they exist (warp-uniform: mma.sync needs every lane); with
+ * the per-slice values the consumer asks for a chunk ahead of their use
+ * (F8B: the diagonal lane's block scale; W4B: the zero point and, on the
+ * diagonal, the BF16 scale of this lane's subgroup). */
+template <int NJ> struct fd_chunk {
+	int rj[NJ], sj[NJ];
+	bool ok[NJ];
+	unsigned z[NJ], sc[NJ]; /* as loaded: F32 bits (F8B), BF16 bits (W4B) */
+};
+
+template <int NJ>
+static __device__ __forceinline__ void fd_ask(const atlas_fd_args &a, const fd_seg &s,
+					      const fd_cur &u, int ng, bool diag, fd_chunk<NJ> &m)
 {
 	const int warp = threadIdx.x >> 5, n = (threadIdx.x & 31) >> 2;
-	const int nsl = s.K / FD_SLICE;
-	m.rj[0] = m.rj[1] = row;
-	m.sj[0] = sl, m.sj[1] = sl + 8;
-	while (m.sj[1] >= nsl)
-		m.sj[1] -= nsl, m.rj[1]++;
+	int row = u.row, sl = u.sl;
 #pragma unroll
-	for (int j = 0; j < 2; j++) {
-		const bool ok = q0 + warp + 8 * j < total && a.mode != 3;
-		const unsigned col = (unsigned)(m.sj[j] * FD_SLICE + n * 128);
-		m.sc[j] = ok && diag ? __ldg((const float *)s.sc +
-					     (long long)((unsigned)(s.n0 + m.rj[j]) >> s.sbo) * nbc +
-					     (s.sbi >= 31 ? 0u : col >> s.sbi))
-				     : 0.0f;
+	for (int j = 0; j < NJ; j++) {
+		if (j)
+			fd_step(u.nsl, row, sl, u.r8, u.s8);
+		m.rj[j] = row, m.sj[j] = sl;
+		m.ok[j] = u.q0 + warp + 8 * j < u.total && a.mode != 3;
+		const unsigned col = (unsigned)(sl * FD_SLICE + n * 128);
+		const unsigned cb = s.sbi >= 31 ? 0u : col >> s.sbi;
+		if (a.wfmt == ATLAS_FD_F8B) {
+			/* scales [N / 2^sbo][ng] floats */
+			const unsigned gi = ((unsigned)(s.n0 + row) >> s.sbo) * (unsigned)ng + cb;
+			m.z[j] = 0;
+			m.sc[j] = m.ok[j] && diag ? __float_as_uint(__ldg((const float *)s.sc + gi)) : 0u;
+		} else {
+			/* zero points and BF16 scales [N][ng] */
+			const unsigned gi = (unsigned)(s.n0 + row) * (unsigned)ng + cb;
+			m.z[j] = m.ok[j] ? __ldg(s.zp + gi) : 0u;
+			/* (raw: a shift here waited for the load at once, the
+			 * 4-bit step's largest stall, Nsight Compute) */
+			m.sc[j] = m.ok[j] && diag ? __ldg((const unsigned short *)s.sc + gi) : 0u;
+		}
 	}
+}
+
+/* The diagonal element C[n][n] of a product's rows 0..7 (c0, c1 of lane
+ * 4n + n / 2) or of its rows 8..15 (c2, c3), by select (an indexed array
+ * would live in local memory). */
+static __device__ __forceinline__ float fd_diag(const float (&c)[4], int n, bool hi)
+{
+	return hi ? ((n & 1) ? c[3] : c[2]) : ((n & 1) ? c[1] : c[0]);
 }
 
 /* fd_consume for an F8B launch, on the tensor cores: a chunk holds 16
  * slices of 1024 FP8 columns, two a warp (warp and warp + 8), dotted
  * together so that their mma chains overlap. As in fd_consume_w4, a
  * slice is 8 subgroups of 128 columns, each within one scale block
- * (blocks of at least 128 columns, or the row: cuda_fused.c), and one
+ * (blocks of at least 128 columns, or the row: cuda_fused.c), and an
  * m16n8k16 product takes 16 columns of every subgroup: B's column n the
- * weights of subgroup n (E4M3 to FP16 is exact), A's row m the x of
- * subgroup m (rows 8..15 zero), so that the diagonal C[n][n] gathers
- * subgroup n's dot product. x is FP16 here, scaled by 1 / xsc and its
- * 16-byte units swizzled (fd_x_f16). Lane (n = lane / 4, t = lane % 4)
- * holds subgroup n's operands: at step b the 16 weights at column
- * 64 bb + 16 t, bb = (b + n) % 2 (one 16-byte load; the rotation puts the
- * 32 lanes' loads in distinct banks), and their x (two 16-byte loads),
- * the column order within each product the same in A and B (two chains
- * a slice, even and odd products, spilled). The diagonal's lane
- * scales it by the block's scale, asked for a chunk ahead; the warp sum
- * of the 8 is the slice's partial. Each block's products are summed in FP32, then scaled: as
- * atlas_gemv_f8 does, not the BF16 sums of the dequantized matrix (the
- * host uses the fused kernel outside batch-invariant mode only). */
+ * weights of subgroup n (E4M3 to FP16 is exact), A's rows n and n + 8
+ * its x, so that a diagonal gathers subgroup n's dot product. x is FP16
+ * here, scaled by 1 / xsc and its 16-byte units swizzled (fd_x_f16).
+ * Lane (n = lane / 4, t = lane % 4) holds subgroup n's operands: at step
+ * b the 16 weights at column 64 bb + 16 t, bb = (b + n) % 2 (one 16-byte
+ * load; the rotation puts each 8 lanes' loads in distinct banks), and
+ * their x as two 16-byte loads, each one A fragment as it stands: its
+ * words 0 and 2 (columns 0, 1 and 4, 5 of the 8) are rows n's, paired
+ * with those columns' weights in one product whose diagonal C[n][n] is
+ * kept; words 1 and 3 (columns 2, 3, 6, 7) are rows n + 8's, paired with
+ * theirs in a second product (its own accumulators) whose C[n + 8][n] is
+ * kept. (x in rows n only, zeros in rows n + 8, cost four register moves
+ * a product.) When 8 slices are whole rows (nsl divides 8: q, k, v, gate,
+ * up of Qwen3-8B) a warp's two slices share their x loads. The
+ * diagonal's lane scales the sum by the block's scale (asked for a chunk
+ * ahead); the warp sum of the 8 is the slice's partial. Each block's
+ * products are summed in FP32, then scaled: as atlas_gemv_f8 does, not
+ * the BF16 sums of the dequantized matrix (the host uses the fused
+ * kernel outside batch-invariant mode only). */
 static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
 				     const bf16 *xs, float *part, float xsc)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int n = lane >> 2, t = lane & 3;
-	const int nsl = s.K / FD_SLICE;
-	const long long total = (long long)s.rows * nsl;
-	const int nbc = s.sbi >= 31 ? 1 : (int)(((long long)s.K + (1ll << s.sbi) - 1) >> s.sbi);
+	const int ng = s.sbi >= 31 ? 1 : (int)(((long long)s.K + (1ll << s.sbi) - 1) >> s.sbi);
 	const bool diag = t == (n >> 1); /* this lane holds C[n][n] */
 	const uint4 *xu = (const uint4 *)xs;
-	int row = warp / nsl, sl = warp % nsl;
-	fd_f8q cur, nxt;
-	fd_f8_ask(a, s, 0, total, row, sl, nbc, diag, cur);
-	for (long long q0 = 0; q0 < total; q0 += 16) {
-		int row2 = row, sl2 = sl;
-		for (sl2 += 16; sl2 >= nsl; sl2 -= nsl)
-			row2++;
-		fd_f8_ask(a, s, q0 + 16, total, row2, sl2, nbc, diag, nxt);
-		const int *rj = cur.rj, *sj = cur.sj;
-		bool ok[2];
-		float sc[2];
-#pragma unroll
-		for (int j = 0; j < 2; j++) {
-			/* (warp-uniform: mma.sync needs every lane) */
-			ok[j] = q0 + warp + 8 * j < total && a.mode != 3;
-			sc[j] = cur.sc[j] * xsc;
-		}
+	fd_cur u = fd_cur_init(s, 16);
+	const bool share = 8 % u.nsl == 0; /* a warp's slices at the same columns */
+	fd_chunk<2> cur, nxt;
+	fd_ask<2>(a, s, u, ng, diag, cur);
+	for (; u.q0 < u.total; u.q0 += 16) {
+		fd_step(u.nsl, u.row, u.sl, u.cr, u.cs);
+		u.q0 += 16; /* (the next chunk's, asked for now) */
+		fd_ask<2>(a, s, u, ng, diag, nxt);
+		u.q0 -= 16;
 		atlas_mbar_wait(&r.full[r.st], r.ph);
-		if (ok[0]) {
-			float c[2][4] = {};
+		if (cur.ok[0]) {
+			float c[2][2][4] = {};
 #pragma unroll
 			for (int b = 0; b < 2; b++) {
 				const int bb = (b + n) & 1;
+				uint4 x0, x1;
 #pragma unroll
 				for (int j = 0; j < 2; j++) {
 					/* an invalid second slice reads the first's operands (in
 					 * the chunk), its sums never stored */
-					const int jj = ok[1] ? j : 0;
-					const int sx = ok[1] ? sj[j] : sj[0]; /* (a select: no indexed array) */
+					const int jj = cur.ok[1] ? j : 0;
+					const int sx = cur.ok[1] ? cur.sj[j] : cur.sj[0];
 					const uint4 wv = *(const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK +
 									  (warp + 8 * jj) * FD_SLICE + n * 128 +
 									  bb * 64 + t * 16);
-					/* x units u and u + 1 (columns col .. col + 15), swizzled */
-					const unsigned u = (unsigned)(sx * FD_SLICE + n * 128 + bb * 64 + t * 16) / 8;
-					const uint4 x0 = xu[u ^ (n & 1)], x1 = xu[(u + 1) ^ (n & 1)];
+					if (j == 0 || !share) {
+						/* x units v and v + 1 (the 16 columns), swizzled */
+						const unsigned v =
+						    (unsigned)(sx * FD_SLICE + n * 128 + bb * 64 + t * 16) / 8;
+						x0 = xu[v ^ (n & 1)], x1 = xu[(v + 1) ^ (n & 1)];
+					}
 					const unsigned wq[4] = {wv.x, wv.y, wv.z, wv.w};
-					const unsigned xq[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+					unsigned lo[4], hi[4]; /* byte pairs 0, 1 and 2, 3 of each word */
 #pragma unroll
 					for (int i = 0; i < 4; i++) {
-						const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(
+						const __half2_raw l = __nv_cvt_fp8x2_to_halfraw2(
 						    (__nv_fp8x2_storage_t)(wq[i] & 0xffff), __NV_E4M3);
-						const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(
+						const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
 						    (__nv_fp8x2_storage_t)(wq[i] >> 16), __NV_E4M3);
-						atlas_mma_f16(c[j], xq[2 * i], 0u, xq[2 * i + 1], 0u,
-							      *(const unsigned *)&lo, *(const unsigned *)&hi);
+						lo[i] = *(const unsigned *)&l, hi[i] = *(const unsigned *)&h;
 					}
+					atlas_mma_f16(c[j][0], x0.x, x0.y, x0.z, x0.w, lo[0], lo[1]);
+					atlas_mma_f16(c[j][1], x0.x, x0.y, x0.z, x0.w, hi[0], hi[1]);
+					atlas_mma_f16(c[j][0], x1.x, x1.y, x1.z, x1.w, lo[2], lo[3]);
+					atlas_mma_f16(c[j][1], x1.x, x1.y, x1.z, x1.w, hi[2], hi[3]);
 				}
 			}
 			float v[2];
 #pragma unroll
-			for (int j = 0; j < 2; j++) {
-				/* (selects: an indexed array would live in local memory) */
-				const float d = (n & 1) ? c[j][1] : c[j][0];
-				v[j] = diag ? d * sc[j] : 0.0f;
-			}
+			for (int j = 0; j < 2; j++)
+				v[j] = diag ? (fd_diag(c[j][0], n, false) + fd_diag(c[j][1], n, true)) *
+						  (__uint_as_float(cur.sc[j]) * xsc)
+					    : 0.0f;
 #pragma unroll
 			for (int o = 16; o > 0; o >>= 1) {
 				v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
 				v[1] += __shfl_xor_sync(0xffffffffu, v[1], o);
 			}
 			if (lane == 0) {
-				part[(s.pbase + rj[0]) * nsl + sj[0]] = v[0];
-				if (ok[1])
-					part[(s.pbase + rj[1]) * nsl + sj[1]] = v[1];
+				part[(s.pbase + cur.rj[0]) * u.nsl + cur.sj[0]] = v[0];
+				if (cur.ok[1])
+					part[(s.pbase + cur.rj[1]) * u.nsl + cur.sj[1]] = v[1];
 			}
 		}
 		__syncwarp();
@@ -421,72 +470,41 @@ static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const f
 			atlas_mbar_arrive(&r.empty[r.st]);
 		if (++r.st == a.nst)
 			r.st = 0, r.ph ^= 1;
-		cur = nxt, row = row2, sl = sl2;
-	}
-}
-
-/* A W4B chunk's four slices (warp + 8j, j < 4) of a segment, from the
- * chunk at slice q0 whose first is (row, sl): their rows and slices, and
- * the zero points and (the diagonal's lanes) BF16 scales of this lane's
- * subgroups, raw, so that the loads stay in flight until used. */
-struct fd_w4q {
-	int rj[4], sj[4];
-	unsigned z[4], sc[4];
-};
-
-static __device__ __forceinline__ void fd_w4_ask(const atlas_fd_args &a, const fd_seg &s,
-						 long long q0, long long total, int row, int sl,
-						 int ng, bool diag, fd_w4q &m)
-{
-	const int warp = threadIdx.x >> 5, n = (threadIdx.x & 31) >> 2;
-	const int nsl = s.K / FD_SLICE;
-#pragma unroll
-	for (int j = 0; j < 4; j++) {
-		m.rj[j] = j ? m.rj[j - 1] : row;
-		m.sj[j] = j ? m.sj[j - 1] : sl;
-		if (j)
-			for (m.sj[j] += 8; m.sj[j] >= nsl; m.sj[j] -= nsl)
-				m.rj[j]++;
-		const bool ok = q0 + warp + 8 * j < total && a.mode != 3;
-		const unsigned col0 = (unsigned)(m.sj[j] * FD_SLICE + n * 128);
-		const long long gi = (long long)(s.n0 + m.rj[j]) * ng + (col0 >> s.sbi);
-		m.z[j] = ok ? __ldg(s.zp + gi) : 0u;
-		m.sc[j] = ok && diag ? __ldg((const unsigned short *)s.sc + gi) : 0u;
+		cur = nxt;
 	}
 }
 
 /* fd_consume for a W4B launch, on the tensor cores: a chunk holds 32
  * slices of 1024 4-bit columns (512 bytes), four a warp (warp + 8j).
  * A slice is 8 subgroups of 128 columns, each within one group (groups
- * are powers of two of at least 128 columns, or the row). One
- * m16n8k16 product takes 16 columns of every subgroup: B's column n the
- * weights of subgroup n, A's row m the x of subgroup m (rows 8..15 zero),
- * so the diagonal C[n][n] gathers subgroup n's dot product; 8 products
- * cover the slice. Lane (n = lane / 4, t = lane % 4) holds subgroup n's
- * operands: at step b one 4-byte word of weights (8 columns, nibble pairs
- * (p, p + 4) as BF16 128 + q minus 128 + z: q - z exactly) and those
- * columns' x, the column order within the 16 the same in A and B; steps
- * go round (b + n / 2) % 4 so that the 32 lanes' words fall in 32 banks.
- * The diagonal's lane scales it by the group's BF16 scale; the warp sum
- * of the 8 is the slice's partial. Two slices' products go round
- * together (independent mma chains), and the scales and zero points are
- * asked for a chunk ahead (the segment's are asked into L2 at its
- * start): one slice at a time, each asking for its own, left a warp
- * waiting on each product's latency and each scale's round trip from
- * HBM (7.0 ms a Qwen3-8B step against 2.6 for the weight stream alone,
- * H100). */
+ * are powers of two of at least 128 columns, or the row). An m16n8k16
+ * product takes 16 columns of every subgroup: B's column n the weights
+ * of subgroup n, A's rows n and n + 8 its x, so that a diagonal gathers
+ * subgroup n's dot product; 16 products cover the slice. Lane (n = lane
+ * / 4, t = lane % 4) holds subgroup n's operands: at step b one 4-byte
+ * word of weights (8 columns, nibble pairs (p, p + 4) as BF16 128 + q,
+ * exactly; the zero point comes off at the end, times the subgroup's x
+ * sum) and those columns' x, stored in the pairs' order (fd_x_w4) so
+ * that the 16-byte load is an A fragment as it stands: words 0 and 2
+ * (pairs 0 and 2) rows n's, in a product with weight pairs 0 and 2 whose
+ * C[n][n] is kept, words 1 and 3 rows n + 8's, in a second product with
+ * pairs 1 and 3 (its own accumulators) whose C[n + 8][n] is kept. Steps
+ * go round (b + (n / 2 ^ n % 2)) % 4 so that the 32 lanes' words fall in
+ * 32 banks and each 8 lanes' x loads (a 16-byte load is served 8 lanes
+ * at a time) in distinct ones. The diagonal's lane scales it by the
+ * group's BF16 scale; the warp sum of the 8 is the slice's partial.
+ * FD_W4_PAR slices' products go round together (independent chains), a
+ * warp's slices share their x loads when nsl divides 8, and the scales
+ * and zero points are asked for a chunk ahead (the segment's asked into
+ * L2 at its start). */
 static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
 				     const bf16 *xs, float *part)
 {
 	const float *xsum = (const float *)(xs + s.K); /* fd_x_w4 */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int n = lane >> 2, t = lane & 3;
-	const int nsl = s.K / FD_SLICE;
-	const long long total = (long long)s.rows * nsl;
 	const int ng = s.sbi >= 31 ? 1 : (int)(((long long)s.K + (1ll << s.sbi) - 1) >> s.sbi);
 	const bool diag = t == (n >> 1); /* this lane holds C[n][n] */
-	/* the segment's zero points and scales into L2 at once (the weights
-	 * stream past them), then each chunk's loaded a chunk ahead */
 	if (s.rows > 0 && threadIdx.x < 2 && a.mode != 3) {
 		const long long g0 = (long long)s.n0 * ng, gn = (long long)s.rows * ng;
 		/* (the bulk prefetch takes 16-byte pieces: the range rounded out) */
@@ -495,56 +513,52 @@ static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const f
 		atlas_prefetch_l2((const void *)(b0 & ~(size_t)15),
 				  (unsigned)(((b1 + 15) & ~(size_t)15) - (b0 & ~(size_t)15)));
 	}
-	int row = warp / nsl, sl = warp % nsl;
-	fd_w4q cur, nxt;
-	fd_w4_ask(a, s, 0, total, row, sl, ng, diag, cur);
-	for (long long q0 = 0; q0 < total; q0 += 32) {
-		int row2 = row, sl2 = sl;
-		for (sl2 += 32; sl2 >= nsl; sl2 -= nsl)
-			row2++;
-		fd_w4_ask(a, s, q0 + 32, total, row2, sl2, ng, diag, nxt);
-		const int *rj = cur.rj, *sj = cur.sj;
-		bool ok[4];
-#pragma unroll
-		for (int j = 0; j < 4; j++) /* (warp-uniform: mma.sync needs every lane) */
-			ok[j] = q0 + warp + 8 * j < total && a.mode != 3;
+	fd_cur u = fd_cur_init(s, 32);
+	const bool share = 8 % u.nsl == 0; /* a warp's slices at the same columns */
+	fd_chunk<4> cur, nxt;
+	fd_ask<4>(a, s, u, ng, diag, cur);
+	for (; u.q0 < u.total; u.q0 += 32) {
+		fd_step(u.nsl, u.row, u.sl, u.cr, u.cs);
+		u.q0 += 32; /* (the next chunk's, asked for now) */
+		fd_ask<4>(a, s, u, ng, diag, nxt);
+		u.q0 -= 32;
 		atlas_mbar_wait(&r.full[r.st], r.ph);
-		/* FD_W4_PAR slices at a time, their chains interleaved */
 #pragma unroll
 		for (int p2 = 0; p2 < 4; p2 += FD_W4_PAR) {
-			if (!ok[p2])
+			if (!cur.ok[p2])
 				break;
-			float c[FD_W4_PAR][4] = {};
+			float c[FD_W4_PAR][2][4] = {};
 #pragma unroll
 			for (int b0 = 0; b0 < 4; b0++) {
-				const int b = (b0 + (n >> 1)) & 3;
+				const int b = (b0 + ((n >> 1) ^ (n & 1))) & 3;
+				uint4 xv;
 #pragma unroll
 				for (int k = 0; k < FD_W4_PAR; k++) {
 					/* an invalid slice reads its group's first one's
 					 * operands (in the chunk), its sums never stored */
-					const bool mine = ok[p2 + k]; /* (selects: no indexed arrays) */
+					const bool mine = cur.ok[p2 + k];
 					const int jj = mine ? p2 + k : p2;
-					const unsigned char *ws = r.ring + (size_t)r.st * FD_CHUNK +
-								  (warp + 8 * jj) * (FD_SLICE / 2) + n * 64;
 					const unsigned col0 =
-					    (unsigned)((mine ? sj[p2 + k] : sj[p2]) * FD_SLICE + n * 128);
-					const unsigned w = *(const unsigned *)(ws + b * 16 + 4 * t);
-					const uint4 xv = *(const uint4 *)(xs + col0 + b * 32 + 8 * t);
-					/* nibble pairs (p, p + 4) as BF16 128 + q */
+					    (unsigned)((mine ? cur.sj[p2 + k] : cur.sj[p2]) * FD_SLICE + n * 128);
+					const unsigned w = *(const unsigned *)(r.ring + (size_t)r.st * FD_CHUNK +
+									       (warp + 8 * jj) * (FD_SLICE / 2) +
+									       n * 64 + b * 16 + 4 * t);
+					if (k == 0 || !share)
+						xv = *(const uint4 *)(xs + col0 + b * 32 + 8 * t);
 					unsigned q[4];
 #pragma unroll
 					for (int p = 0; p < 4; p++)
 						q[p] = ((w >> (4 * p)) & 0x000f000fu) | 0x43004300u;
-					atlas_mma_bf16(c[k], xv.x, 0u, xv.y, 0u, q[0], q[1]);
-					atlas_mma_bf16(c[k], xv.z, 0u, xv.w, 0u, q[2], q[3]);
+					atlas_mma_bf16(c[k][0], xv.x, xv.y, xv.z, xv.w, q[0], q[2]);
+					atlas_mma_bf16(c[k][1], xv.x, xv.y, xv.z, xv.w, q[1], q[3]);
 				}
 			}
 			float v[FD_W4_PAR];
 #pragma unroll
 			for (int k = 0; k < FD_W4_PAR; k++) {
 				/* sum (128 + q) x - (128 + z) sum x = sum (q - z) x */
-				const int sx = ok[p2 + k] ? sj[p2 + k] : sj[p2];
-				const float d = (n & 1) ? c[k][1] : c[k][0];
+				const int sx = cur.ok[p2 + k] ? cur.sj[p2 + k] : cur.sj[p2];
+				const float d = fd_diag(c[k][0], n, false) + fd_diag(c[k][1], n, true);
 				v[k] = diag ? (d - (128.0f + (float)cur.z[p2 + k]) * xsum[sx * 8 + n]) *
 						  __uint_as_float(cur.sc[p2 + k] << 16)
 					    : 0.0f;
@@ -557,15 +571,15 @@ static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const f
 			if (lane == 0)
 #pragma unroll
 				for (int k = 0; k < FD_W4_PAR; k++)
-					if (ok[p2 + k])
-						part[(s.pbase + rj[p2 + k]) * nsl + sj[p2 + k]] = v[k];
+					if (cur.ok[p2 + k])
+						part[(s.pbase + cur.rj[p2 + k]) * u.nsl + cur.sj[p2 + k]] = v[k];
 		}
 		__syncwarp();
 		if (lane == 0)
 			atlas_mbar_arrive(&r.empty[r.st]);
 		if (++r.st == a.nst)
 			r.st = 0, r.ph ^= 1;
-		cur = nxt, row = row2, sl = sl2;
+		cur = nxt;
 	}
 }
 
