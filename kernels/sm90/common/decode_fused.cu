@@ -210,11 +210,21 @@ static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 	}
 }
 
+/* Bytes of the chunk w is at. */
+static __device__ __forceinline__ unsigned fd_chunk_bytes(const fd_walk &w)
+{
+	const long long r = w.bytes - w.off;
+	return (unsigned)(r < FD_CHUNK ? r : FD_CHUNK);
+}
+
 /* The producer lane: every chunk of every segment of every layer, in the
  * consumers' order, each into the next ring stage once it is free. (Asking
  * the chunks past the ring into L2 ahead of their copy was slower on the
  * H200: 4.92 ms a step with 2 or 4 chunks ahead, 4.85 with 8, 6.3 with 16,
- * against 4.75 with none.) */
+ * against 4.75 with none. Asking only while the ring is full, when HBM
+ * would otherwise idle, was slower too, on an H100: FP8 3.97 ms a step
+ * with none, 4.90 / 5.07 / 5.96 with 8 / 16 / 32 chunks; BF16 5.74
+ * against 6.11 / 6.40 / 8.29.) */
 static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
 				  unsigned long long *full, unsigned long long *empty)
 {
@@ -230,8 +240,7 @@ static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
 	for (long long cc = 0; fd_next(a, w); cc++) {
 		if (cc >= a.nst)
 			atlas_mbar_wait(&empty[st], ph ^ 1);
-		const long long r = w.bytes - w.off;
-		const unsigned n = (unsigned)(r < FD_CHUNK ? r : FD_CHUNK);
+		const unsigned n = fd_chunk_bytes(w);
 		atlas_mbar_expect(&full[st], n);
 		atlas_bulk_copy_hint(ring + (size_t)st * FD_CHUNK, w.w + w.off, n, &full[st], pol);
 		if (++st == a.nst)
