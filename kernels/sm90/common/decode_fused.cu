@@ -90,9 +90,9 @@
 /* attention partials a merge loads at once: as many as the 168 registers
  * a thread of a 9-warp block can have allow without spills (ptxas -v) */
 #define FD_MB 12
-/* slices of a W4B chunk a consumer warp dots at once (fd_consume_w4; 4
- * spilled and timed the same on an H100: 5.10 against 5.11 ms a Qwen3-8B
- * step) */
+/* slices of a W4B chunk a consumer warp dots at once (fd_consume_w4; with
+ * a slice's two accumulator sets, 2 spilled and was slower on an H100:
+ * 4.60 against 4.40 ms a Qwen3-8B step) */
 #ifndef FD_W4_PAR
 #define FD_W4_PAR 1
 #endif
@@ -649,20 +649,34 @@ static __device__ __forceinline__ void fd_cp_issue(void *dst, const void *src, i
 }
 
 /* xs[0..n) = src (bf16, written earlier in the launch or before it). */
-static __device__ __forceinline__ void fd_load_x(bf16 *xs, const void *src, int n)
+/* In an F8B launch (f8) it returns the largest |x| of this thread's own
+ * copies and leaves the barrier to fd_x_f16's reduction. */
+static __device__ __forceinline__ float fd_load_x(bf16 *xs, const void *src, int n, bool f8)
 {
 	fd_cp_issue(xs, src, n / 8);
 	atlas_cp_commit();
 	atlas_cp_wait<0>();
-	fd_bar();
+	float m = 0.0f;
+	if (f8) {
+		for (int i = threadIdx.x; i < n / 8; i += 256) { /* the same pieces */
+			float f[8];
+			atlas_unpack8(((const uint4 *)xs)[i], f);
+#pragma unroll
+			for (int j = 0; j < 8; j++)
+				m = fmaxf(m, fabsf(f[j]));
+		}
+	} else {
+		fd_bar();
+	}
+	return m;
 }
 
 /* xs = rmsnorm(h) * w, as atlas_rmsnorm computes it. h and the weights
  * come in by cp.async together (h into xs, w after it: the x area holds
  * D bf16 + D weights, cuda_fused.c), so the norm costs one round trip;
  * the weights were a second one after the sum of squares. */
-static __device__ void fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt, int D,
-				 float eps, float *red)
+static __device__ float fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt, int D,
+				  float eps, float *red, bool f8)
 {
 	uint4 *d = (uint4 *)xs;
 	unsigned char *ws = (unsigned char *)(xs + D);
@@ -681,15 +695,20 @@ static __device__ void fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt
 	}
 	ss = fd_sum(ss, red); /* (its barriers: every thread's copies are in) */
 	const float inv = 1.0f / sqrtf(ss / (float)D + eps);
+	float m = 0.0f; /* (as fd_load_x: before the BF16 rounding, which adds at most 2^-8) */
 	for (int i = threadIdx.x; i < n8; i += 256) {
 		float f[8];
 		atlas_unpack8(d[i], f);
 #pragma unroll
-		for (int j = 0; j < 8; j++)
+		for (int j = 0; j < 8; j++) {
 			f[j] = f[j] * inv * atlas_wload(ws, wdt, (long long)i * 8 + j);
+			m = fmaxf(m, fabsf(f[j]));
+		}
 		d[i] = atlas_pack8(f);
 	}
-	fd_bar();
+	if (!f8)
+		fd_bar();
+	return m;
 }
 
 /* An F8B launch's x (fd_consume_f8): xs[0..n) rewritten in place as FP16
@@ -698,19 +717,13 @@ static __device__ void fd_norm_x(bf16 *xs, const void *h, const void *w, int wdt
  * bits; smaller ones add less than 2^-29 of the largest term to a dot
  * product). The 16-byte units are swizzled, unit u at u ^ ((u >> 4) & 1):
  * fd_consume_f8's x loads then fall in distinct banks. Returns 2^E. */
-static __device__ float fd_x_f16(bf16 *xs, int n, float *red)
+static __device__ float fd_x_f16(bf16 *xs, int n, float *red, float m)
 {
 	uint4 *d = (uint4 *)xs;
 	const int nu = n / 8;
-	float m = 0.0f;
-	for (int i = threadIdx.x; i < nu; i += 256) {
-		float f[8];
-		atlas_unpack8(d[i], f);
-#pragma unroll
-		for (int j = 0; j < 8; j++)
-			m = fmaxf(m, fabsf(f[j]));
-	}
-	m = fd_sum<true>(m, red); /* (its barriers: every thread has read) */
+	/* m: the largest |x| of the pieces this thread wrote or copied
+	 * (fd_norm_x, fd_load_x, which left the barrier to this reduction's) */
+	m = fd_sum<true>(m, red); /* (its barriers: every thread's x is in) */
 	int e = (int)(__float_as_uint(m) >> 23) - 127 - 14; /* m < 2^(e + 15) */
 	e = m > 0.0f ? (e < -100 ? -100 : e > 100 ? 100 : e) : 0;
 	const float down = __uint_as_float((unsigned)(127 - e) << 23);
@@ -765,12 +778,13 @@ static __device__ void fd_x_w4(bf16 *xs, int n)
 }
 
 /* x of n columns in xs made ready for the launch's consumer: FP16 scaled
- * (F8B; returns the scale), reordered with its sums (W4B), as is (BF16). */
+ * (F8B; returns the scale; m from fd_norm_x or fd_load_x), reordered with
+ * its sums (W4B), as is (BF16). */
 static __device__ __forceinline__ float fd_x_prep(const atlas_fd_args &a, bf16 *xs, int n,
-						  float *red)
+						  float *red, float m)
 {
 	if (a.wfmt == ATLAS_FD_F8B)
-		return fd_x_f16(xs, n, red);
+		return fd_x_f16(xs, n, red, m);
 	if (a.wfmt == ATLAS_FD_W4B)
 		fd_x_w4(xs, n);
 	return 1.0f;
@@ -1160,14 +1174,15 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 	const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
 	unsigned target = 0;
 	long long r0, r1;
+	const bool f8 = a.wfmt == ATLAS_FD_F8B; /* (fd_x_f16 finishes the x loads) */
 	for (int l = 0; l < a.n_layers; l++) {
 		const atlas_fd_layer &L = a.layers[l]; /* (a copy held 32 registers all layer) */
 		const bool lastl = l == a.n_layers - 1;
 
 		/* A: q, k, v */
 		fd_att_prefetch(a, L, it, seq, offs);
-		fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red);
-		float xsc = fd_x_prep(a, xs, a.D, red);
+		float xsc = fd_x_prep(a, xs, a.D, red,
+				      fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red, f8));
 		for (int i = 0; i < 3; i++)
 			fd_consume(a, r, fd_get(a, L, i), xs, part, xsc);
 		fd_bar();
@@ -1198,8 +1213,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		fd_grid_sync(a, target);
 
 		/* C: o, residual */
-		fd_load_x(xs, a.att, (int)nq);
-		xsc = fd_x_prep(a, xs, (int)nq, red);
+		xsc = fd_x_prep(a, xs, (int)nq, red, fd_load_x(xs, a.att, (int)nq, f8));
 		fd_consume(a, r, fd_get(a, L, 3), xs, part, xsc);
 		fd_bar();
 		fd_rows(a.D, &r0, &r1);
@@ -1211,8 +1225,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		fd_grid_sync(a, target);
 
 		/* D: gate, up, SwiGLU */
-		fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red);
-		xsc = fd_x_prep(a, xs, a.D, red);
+		xsc = fd_x_prep(a, xs, a.D, red, fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red, f8));
 		fd_consume(a, r, fd_get(a, L, 4), xs, part, xsc);
 		fd_consume(a, r, fd_get(a, L, 5), xs, part, xsc);
 		fd_bar();
@@ -1226,8 +1239,7 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		fd_grid_sync(a, target);
 
 		/* E: down, residual (the last layer's output to o) */
-		fd_load_x(xs, a.g, a.F);
-		xsc = fd_x_prep(a, xs, a.F, red);
+		xsc = fd_x_prep(a, xs, a.F, red, fd_load_x(xs, a.g, a.F, f8));
 		fd_consume(a, r, fd_get(a, L, 6), xs, part, xsc);
 		fd_bar();
 		fd_rows(a.D, &r0, &r1);
