@@ -72,8 +72,8 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 		return "the kernel target lacks atlas_decode_fused";
 	if (d->wdt != ATLAS_DTYPE_BF16 && d->wdt != ATLAS_DTYPE_F8B && d->wdt != ATLAS_DTYPE_W4B)
 		return "weights are not BF16, F8B or W4B";
-	/* FP8 is faster fused than op by op (H100: 4.21 against 4.36 ms a
-	 * Qwen3-8B step); 4-bit is not (5.10 against 4.12): opt-in */
+	/* FP8 is faster fused than op by op (H100: 3.98 against 4.39 ms a
+	 * Qwen3-8B step); 4-bit is not (4.40 against 4.15): opt-in */
 	if (d->wdt == ATLAS_DTYPE_F8B && c->fused_quant < 1)
 		return "F8B weights with ATLAS_CUDA_FUSED_QUANT=0";
 	if (d->wdt == ATLAS_DTYPE_W4B && c->fused_quant < 2)
