@@ -47,7 +47,8 @@ static const char usage_text[] =
 	"  --synthetic SHAPE     random weights of a named shape instead of -m\n"
 	"  --quant FORMAT        --synthetic: the linear layers' weights, bf16 (default)\n"
 	"                        fp8-block (FP8 with 128x128 block scales; a GPU)\n"
-	"                        or w4a16 (4-bit, zero points, scales per 128; a GPU)\n"
+	"                        w4a16 (4-bit, zero points, scales per 128; a GPU)\n"
+	"                        or nvfp4 (E2M1 with F8 scales per 16; a GPU)\n"
 	"  --shape SHAPE         kernels: the shapes (default qwen3-8b)\n"
 	"                        shapes: qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b,\n"
 	"                        qwen3-30b-a3b, mixtral-8x7b (mixtures of experts)\n"
@@ -235,8 +236,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_SYN: o->synthetic = optarg; break;
 		case O_QUANT:
 			if (strcmp(optarg, "bf16") && strcmp(optarg, "fp8-block") &&
-			    strcmp(optarg, "w4a16"))
-				bad("--quant: '%s' is not one of bf16, fp8-block, w4a16", optarg);
+			    strcmp(optarg, "w4a16") && strcmp(optarg, "nvfp4"))
+				bad("--quant: '%s' is not one of bf16, fp8-block, w4a16, nvfp4", optarg);
 			o->quant = optarg;
 			break;
 		case O_SHAPE: o->shape = optarg; break;

@@ -2,6 +2,7 @@
 #include "backend.h"
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "../core/error.h"
@@ -48,7 +49,7 @@ struct atlas_backend *atlas_backend_open(const char *device)
 	return NULL;
 }
 
-/* --- ATLAS_DTYPE_F8B and ATLAS_DTYPE_W4B blobs (backend.h) ----------------------------------- */
+/* --- ATLAS_DTYPE_F8B, ATLAS_DTYPE_W4B and ATLAS_DTYPE_FP4B blobs (backend.h) ------------------- */
 
 int atlas_f8b_init(void *blob, int64_t N, int64_t K, int64_t bo, int64_t bi)
 {
@@ -92,6 +93,35 @@ void atlas_w4b_row_bf16(const void *blob, int64_t n, uint16_t *out)
 	for (int64_t k = 0; k < h.K; k++) {
 		const int v = (q[k / 2] >> (4 * (k & 1))) & 15;
 		out[k] = atlas_f32_to_bf16((float)(v - z[k / h.g]) * atlas_bf16_to_f32(s[k / h.g]));
+	}
+}
+
+int atlas_fp4b_init(void *blob, int64_t N, int64_t K, float gm)
+{
+	if (N <= 0 || K <= 0 || K % 32 || K / 16 > INT32_MAX || !isfinite(gm))
+		return -1;
+	struct atlas_fp4b_head h = {.magic = ATLAS_FP4B_MAGIC,
+				    .g = 16,
+				    .ng = (int32_t)(K / 16),
+				    .gm = gm,
+				    .N = N,
+				    .K = K,
+				    .s_off = atlas_fp4b_s_off(N, K)};
+	memset(blob, 0, ATLAS_FP4B_HEAD);
+	memcpy(blob, &h, sizeof(h));
+	return 0;
+}
+
+void atlas_fp4b_row_bf16(const void *blob, int64_t n, uint16_t *out)
+{
+	struct atlas_fp4b_head h;
+	memcpy(&h, blob, sizeof(h));
+	const uint8_t *q = (const uint8_t *)blob + ATLAS_FP4B_HEAD + n * (h.K / 2);
+	const uint8_t *s = (const uint8_t *)blob + h.s_off + n * h.ng;
+	for (int64_t j = 0; j < h.ng; j++) {
+		const float sc = atlas_f8e4m3_to_f32(s[j]) * h.gm;
+		for (int64_t k = 16 * j; k < 16 * j + 16; k++)
+			out[k] = atlas_f32_to_bf16(atlas_e2m1_to_f32((q[k / 2] >> (4 * (k & 1))) & 15) * sc);
 	}
 }
 

@@ -149,6 +149,54 @@ int atlas_w4b_init(void *blob, int64_t N, int64_t K, int64_t g);
  * must reproduce. */
 void atlas_w4b_row_bf16(const void *blob, int64_t n, uint16_t *out);
 
+/* A weight of dtype ATLAS_DTYPE_FP4B: an [N, K] matrix of E2M1 (FP4)
+ * values q with an F8_E4M3 scale s per row and 16 columns and an FP32
+ * global multiplier gm, as one blob of backend memory (NVFP4 as ModelOpt
+ * and compressed-tensors store it, kept at 0.5625 bytes a weight):
+ *   bytes 0..255                          this head (gm in it)
+ *   bytes 256 ..                          q [N, K/2]: byte j of a row holds
+ *                                         column 2j in its low nibble and
+ *                                         column 2j+1 in its high one
+ *   bytes s_off ..                        s [N, K/16] F8_E4M3
+ * and the matrix the ops multiply by is, element by element,
+ *   W[n][k] = bf16(f32(e2m1(q[n][k]) * f32(f8(s[n][k/16]) * gm)))
+ * each product rounded to FP32 in that order, then to BF16: exactly the
+ * BF16 matrix that dequantizing at load gives (lib/io/quant.h,
+ * atlas_quant_fp4_dequant), so a backend's FP4B products equal its BF16
+ * products of that matrix bit for bit (in batch-invariant mode). K is a
+ * multiple of 32 (the kernels' chunks hold two scale groups). The
+ * kernels form e2m1(q) exactly as the FP16 number e2m1 * 2^-14 (the
+ * nibble's magnitude bits shifted into FP16's exponent and mantissa) and
+ * multiply its FP32 value by f32(f8(s) * gm) * 2^14, which rounds the
+ * same real product. Only the matmul ops of a backend with fp4b_weights
+ * take it; biases beside it are BF16. */
+#define ATLAS_FP4B_MAGIC 0x42344641u /* "AF4B" */
+#define ATLAS_FP4B_HEAD 256
+struct atlas_fp4b_head {
+	uint32_t magic;
+	int32_t g;                 /* columns a scale: 16 */
+	int32_t ng;                /* scales a row: K / 16 */
+	float gm;                  /* the global multiplier */
+	int64_t N, K;
+	int64_t s_off;             /* byte offset of s from the blob start */
+};
+
+static inline int64_t atlas_fp4b_s_off(int64_t N, int64_t K)
+{
+	return ATLAS_FP4B_HEAD + ((N * K / 2 + 255) & ~(int64_t)255);
+}
+static inline int64_t atlas_fp4b_bytes(int64_t N, int64_t K)
+{
+	return atlas_fp4b_s_off(N, K) + N * (K / 16);
+}
+/* Fill the head of blob (atlas_fp4b_bytes(N, K) bytes of host memory);
+ * the caller writes q and s where it says. -1 when K is not a multiple
+ * of 32, a dimension is not positive or gm is not finite. */
+int atlas_fp4b_init(void *blob, int64_t N, int64_t K, float gm);
+/* Row n of a host FP4B blob as BF16 (K values): the reference the
+ * kernels must reproduce. */
+void atlas_fp4b_row_bf16(const void *blob, int64_t n, uint16_t *out);
+
 /* One layer of the fused one-token decode (fused_prepare): backend
  * pointers, the layout of the plain ops. */
 struct atlas_fused_layer {
@@ -250,6 +298,8 @@ struct atlas_backend {
 				     * dequantized */
 	bool w4b_weights;           /* the same for ATLAS_DTYPE_W4B: 4-bit
 				     * weight-only checkpoints at half a byte */
+	bool fp4b_weights;          /* the same for ATLAS_DTYPE_FP4B: NVFP4
+				     * checkpoints at 0.5625 bytes a weight */
 	int moe_max_experts;        /* the most experts a layer may have for the
 				     * moe op (0: no limit); models with more are
 				     * refused at load */

@@ -17,6 +17,7 @@ static const struct {
 	[ATLAS_DTYPE_I64] = {"I64", 8},
 	[ATLAS_DTYPE_F8B] = {"F8B", 1},
 	[ATLAS_DTYPE_W4B] = {"W4B", 1},
+	[ATLAS_DTYPE_FP4B] = {"FP4B", 1},
 };
 
 size_t atlas_dtype_size(enum atlas_dtype t)
@@ -32,7 +33,8 @@ const char *atlas_dtype_name(enum atlas_dtype t)
 int atlas_dtype_parse(const char *s, enum atlas_dtype *out)
 {
 	for (int i = 0; i < ATLAS_DTYPE_COUNT; i++) {
-		if (i != ATLAS_DTYPE_F8B && i != ATLAS_DTYPE_W4B && !strcmp(s, info[i].name)) {
+		if (i != ATLAS_DTYPE_F8B && i != ATLAS_DTYPE_W4B && i != ATLAS_DTYPE_FP4B &&
+		    !strcmp(s, info[i].name)) {
 			*out = (enum atlas_dtype)i;
 			return 0;
 		}

@@ -456,6 +456,21 @@ int atlas_quant_f8_view(const struct atlas_quant *q, const struct atlas_st *st, 
 	return rc;
 }
 
+int atlas_quant_fp4_view(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			 int64_t out, int64_t in, struct atlas_quant_fp4 *v)
+{
+	char prefix[512];
+	int rc = quant_module(q, name, out, in, prefix, sizeof(prefix));
+	if (rc <= 0)
+		return rc;
+	if (q->method != ATLAS_QUANT_NVFP4 && q->method != ATLAS_QUANT_CT_NVFP4)
+		return 0;
+	rc = atlas_quant_nvfp4(q, st, prefix, out, in, v);
+	if (rc < 0)
+		atlas_error_wrap(rc, "cannot load '%s' (%s)", name, q->name);
+	return rc;
+}
+
 int atlas_quant_int_view(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
 			 int64_t out, int64_t in, struct atlas_quant_int *v)
 {
@@ -499,9 +514,13 @@ int atlas_quant_dequant(const struct atlas_quant *q, const struct atlas_st *st, 
 			atlas_quant_f8_dequant(&v, out, in, f);
 		break;
 	case ATLAS_QUANT_NVFP4:
-	case ATLAS_QUANT_CT_NVFP4:
-		rc = atlas_quant_nvfp4(q, st, prefix, out, in, f);
+	case ATLAS_QUANT_CT_NVFP4: {
+		struct atlas_quant_fp4 v4;
+		rc = atlas_quant_nvfp4(q, st, prefix, out, in, &v4);
+		if (rc == 1)
+			atlas_quant_fp4_dequant(&v4, out, in, f);
 		break;
+	}
 	case ATLAS_QUANT_AWQ:
 		rc = atlas_quant_awq(q, st, prefix, out, in, f);
 		break;

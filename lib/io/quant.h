@@ -3,8 +3,9 @@
  * hf_quant_config.json), and each quantized linear weight turned back
  * into a plain matrix at load ("dequantize at load": the reference path,
  * correct on every backend), or handed to the backend as stored: FP8
- * (atlas_quant_f8_view: the model packs it as an F8B blob, backend.h)
- * and the integer formats unpacked (atlas_quant_int_view: the model packs
+ * (atlas_quant_f8_view: the model packs it as an F8B blob, backend.h),
+ * NVFP4 (atlas_quant_fp4_view: an FP4B blob) and the integer formats
+ * unpacked (atlas_quant_int_view: the model packs
  * 4-bit ones as a W4B blob), for backends whose matmul ops take them.
  *
  * Formats (issue 19), each a set of tensors beside or instead of
@@ -124,6 +125,27 @@ int atlas_quant_f8_view(const struct atlas_quant *q, const struct atlas_st *st, 
  * W itself as FP32 into dst (out * in values). */
 void atlas_quant_f8_scales(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst);
 void atlas_quant_f8_dequant(const struct atlas_quant_f8 *v, int64_t out, int64_t in, float *dst);
+
+/* An NVFP4 weight [out, in] as stored: q holds out * in / 2 bytes, two
+ * E2M1 values a byte (column 2j of a row in the low nibble of its byte
+ * j), s an F8_E4M3 scale per row and 16 columns ([out, in / 16]), gm the
+ * global multiplier: ModelOpt's weight_scale_2, or f32(1 / g) for
+ * compressed-tensors' divisor weight_global_scale g (as vLLM turns it
+ * into the multiplier). W[o][i] = f32(e2m1(q) * f32(f8(s[o][i/16]) * gm)),
+ * each product rounded to FP32 in that order. */
+struct atlas_quant_fp4 {
+	const uint8_t *q, *s;
+	float gm;
+};
+
+/* The weight `name` [out, in] of an NVFP4 checkpoint (ModelOpt and
+ * compressed-tensors nvfp4-pack-quantized) as stored, checked as
+ * atlas_quant_dequant checks it: 1 with *v filled, 0 when it is not
+ * stored as NVFP4, a negative error naming the tensor. */
+int atlas_quant_fp4_view(const struct atlas_quant *q, const struct atlas_st *st, const char *name,
+			 int64_t out, int64_t in, struct atlas_quant_fp4 *v);
+/* W itself as FP32 into dst (out * in values, row-major). */
+void atlas_quant_fp4_dequant(const struct atlas_quant_fp4 *v, int64_t out, int64_t in, float *dst);
 
 /* An integer weight [out, in] as stored (AWQ, GPTQ, compressed-tensors
  * pack-quantized), unpacked to a byte a value: W[o][i] =

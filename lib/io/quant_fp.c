@@ -13,9 +13,6 @@
 #include "../core/error.h"
 #include "quant_internal.h"
 
-/* E2M1 magnitudes by bits 0-2; bit 3 is the sign. */
-static const float e2m1_mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-
 static const enum atlas_dtype dt_f8[] = {ATLAS_DTYPE_F8_E4M3};
 static const enum atlas_dtype dt_u8[] = {ATLAS_DTYPE_U8};
 static const enum atlas_dtype dt_float[] = {ATLAS_DTYPE_BF16, ATLAS_DTYPE_F32, ATLAS_DTYPE_F16};
@@ -205,7 +202,7 @@ int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, c
 }
 
 int atlas_quant_nvfp4(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		      int64_t out, int64_t in, float *dst)
+		      int64_t out, int64_t in, struct atlas_quant_fp4 *v)
 {
 	bool ct = q->method == ATLAS_QUANT_CT_NVFP4;
 	/* ModelOpt keeps the name `weight`, compressed-tensors renames it */
@@ -235,26 +232,31 @@ int atlas_quant_nvfp4(const struct atlas_quant *q, const struct atlas_st *st, co
 	if (ct && (gs == 0.0f || !isfinite(gs)))
 		return atlas_error(ATLAS_EFORMAT, "'%s.%s' is %g, expected finite and non-zero",
 				   prefix, gname, (double)gs);
-	/* per group of 16: (f8(scale) with the global scale) first, then
+	if (!isfinite(gs))
+		return atlas_error(ATLAS_EFORMAT, "'%s.%s' is %g, expected finite", prefix, gname,
+				   (double)gs);
+	v->q = w->data;
+	v->s = s->data;
+	v->gm = ct ? 1.0f / gs : gs;
+	return 1;
+}
+
+void atlas_quant_fp4_dequant(const struct atlas_quant_fp4 *v, int64_t out, int64_t in, float *dst)
+{
+	/* per group of 16: (f8(scale) times the global multiplier) first, then
 	 * times e2m1, the order of vLLM's reference dequantization */
-	float lut[16];
-	for (int i = 0; i < 16; i++)
-		lut[i] = (i & 8) ? -e2m1_mag[i & 7] : e2m1_mag[i & 7];
-	const uint8_t *wb = w->data, *sb = s->data;
-	int64_t ng = in / 16;
+	const int64_t ng = in / 16;
 	for (int64_t r = 0; r < out; r++) {
 		for (int64_t k = 0; k < ng; k++) {
-			float f = atlas_f8e4m3_to_f32(sb[r * ng + k]);
-			float sc = ct ? f / gs : f * gs;
-			const uint8_t *p = wb + r * (in / 2) + k * 8;
+			const float sc = atlas_f8e4m3_to_f32(v->s[r * ng + k]) * v->gm;
+			const uint8_t *p = v->q + r * (in / 2) + k * 8;
 			float *d = dst + r * in + k * 16;
 			for (int j = 0; j < 8; j++) {
-				d[2 * j] = lut[p[j] & 15] * sc;
-				d[2 * j + 1] = lut[p[j] >> 4] * sc;
+				d[2 * j] = atlas_e2m1_to_f32(p[j] & 15) * sc;
+				d[2 * j + 1] = atlas_e2m1_to_f32(p[j] >> 4) * sc;
 			}
 		}
 	}
-	return 1;
 }
 
 int64_t atlas_quant_fp_bytes(const struct atlas_quant *q, const struct atlas_st *st,

@@ -18,8 +18,9 @@ int atlas_quant_fp8(const struct atlas_quant *q, const struct atlas_st *st, cons
 		    int64_t out, int64_t in, struct atlas_quant_f8 *v);
 int atlas_quant_ct_fp8(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
 		       int64_t out, int64_t in, struct atlas_quant_f8 *v);
+/* NVFP4 likewise (atlas_quant_fp4_dequant writes W) */
 int atlas_quant_nvfp4(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
-		      int64_t out, int64_t in, float *dst);
+		      int64_t out, int64_t in, struct atlas_quant_fp4 *v);
 /* The integer formats unpack the module's tensors into *v (see struct
  * atlas_quant_int; *v zeroed unless 1 is returned), and the three after
  * them write W from that view */

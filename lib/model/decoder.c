@@ -324,6 +324,45 @@ static int bind_w4b(struct atlas_model *m, struct weight *w, const char *name, i
 	return upload_blob(m, w, blob, bytes, ATLAS_DTYPE_W4B, name);
 }
 
+/* Whether m keeps NVFP4 matrices as stored (ATLAS_DTYPE_FP4B, 0.5625
+ * bytes a weight): an NVFP4 checkpoint on a backend whose matmul ops
+ * take FP4B, unsplit, unless ATLAS_FP4_NATIVE=0. Decided once, at load,
+ * into m->fp4b. */
+static bool fp4b_native(const struct atlas_model *m)
+{
+	const char *e = getenv("ATLAS_FP4_NATIVE");
+	return m->be->fp4b_weights && (!m->comm || m->comm->world == 1) &&
+	       (m->quant.method == ATLAS_QUANT_NVFP4 || m->quant.method == ATLAS_QUANT_CT_NVFP4) &&
+	       !(e && !strcmp(e, "0"));
+}
+
+/* Matrix `name` [d0, d1] of an NVFP4 checkpoint handed over as an FP4B
+ * blob (backend.h): its packed values and scale bytes as stored, the
+ * global multiplier in the head. 1 when it was; 0 when it is not stored
+ * as NVFP4 or its rows are not a multiple of 32 columns (dequantized
+ * then); < 0 on error. */
+static int bind_fp4b(struct atlas_model *m, struct weight *w, const char *name, int64_t d0,
+		     int64_t d1)
+{
+	struct atlas_quant_fp4 v;
+	int rc = atlas_quant_fp4_view(&m->quant, m->st, name, d0, d1, &v);
+	if (rc <= 0)
+		return rc;
+	char head[ATLAS_FP4B_HEAD];
+	if (atlas_fp4b_init(head, d0, d1, v.gm))
+		return 0;
+	const int64_t bytes = atlas_fp4b_bytes(d0, d1);
+	char *blob = malloc((size_t)bytes);
+	if (!blob)
+		return atlas_error(ATLAS_ENOMEM, "out of memory loading '%s'", name);
+	memcpy(blob, head, sizeof(head));
+	memcpy(blob + ATLAS_FP4B_HEAD, v.q, (size_t)(d0 * d1 / 2));
+	memset(blob + ATLAS_FP4B_HEAD + d0 * d1 / 2, 0,
+	       (size_t)(atlas_fp4b_s_off(d0, d1) - ATLAS_FP4B_HEAD - d0 * d1 / 2));
+	memcpy(blob + atlas_fp4b_s_off(d0, d1), v.s, (size_t)(d0 * (d1 / 16)));
+	return upload_blob(m, w, blob, bytes, ATLAS_DTYPE_FP4B, name);
+}
+
 static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 		      int64_t d0, int64_t d1, int required, const struct slice *sl)
 {
@@ -336,6 +375,7 @@ static int bind_slice(struct atlas_model *m, struct weight *w, const char *name,
 		int rc = !whole || m->blob_off ? 0
 			 : m->f8b	       ? bind_f8b(m, w, name, d0, d1)
 			 : m->w4b	       ? bind_w4b(m, w, name, d0, d1)
+			 : m->fp4b	       ? bind_fp4b(m, w, name, d0, d1)
 					       : 0;
 		if (!rc)
 			rc = bind_quantized(m, w, name, d0, d1, sl);
@@ -679,6 +719,14 @@ static int size_memory(struct atlas_model *m)
 				w += 2 * rank_bytes(m, t);
 				continue;
 			}
+			/* an FP4B matrix stays as stored: packed values and
+			 * their F8 scales */
+			if (m->fp4b && !strstr(t->name, ".experts.") &&
+			    (t->dtype == ATLAS_DTYPE_U8 || t->dtype == ATLAS_DTYPE_F8_E4M3)) {
+				if (t->dtype == ATLAS_DTYPE_U8)
+					f8max = 2 * t->numel > f8max ? 2 * t->numel : f8max;
+				continue;
+			}
 			w += rank_bytes(m, t) / (t->dtype == ATLAS_DTYPE_I32 ? 4 : 1) * per * a;
 		}
 		if (t->ndim == 2 && (t->dtype == ATLAS_DTYPE_F32 || t->dtype == ATLAS_DTYPE_F16 ||
@@ -763,12 +811,16 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		goto fail;
 	m->f8b = f8b_native(m);
 	m->w4b = w4b_native(m);
+	m->fp4b = fp4b_native(m);
 	if (m->f8b)
 		atlas_info("quantized checkpoint (%s): linear layers kept in FP8 (F8B, one byte a "
 			   "weight), the rest dequantized to BF16", m->quant.name);
 	else if (m->w4b)
 		atlas_info("quantized checkpoint (%s): linear layers kept in 4 bits (W4B, half a "
 			   "byte a weight), the rest dequantized to BF16", m->quant.name);
+	else if (m->fp4b)
+		atlas_info("quantized checkpoint (%s): linear layers kept in NVFP4 (FP4B, 0.5625 "
+			   "bytes a weight), the rest dequantized to BF16", m->quant.name);
 	else if (m->quant.method != ATLAS_QUANT_NONE)
 		atlas_info("quantized checkpoint (%s): weights dequantized to %s at load", m->quant.name,
 			   be->act_dtype == ATLAS_DTYPE_F32 ? "F32" : "BF16");

@@ -171,11 +171,14 @@ struct atlas_model {
 					   * 4-bit weight-only checkpoint (AWQ, GPTQ,
 					   * compressed-tensors) on a backend that
 					   * takes them, or --quant w4a16 */
+	bool fp4b;                        /* linear layers are FP4B (backend.h): an
+					   * NVFP4 checkpoint on a backend that takes
+					   * them, or --quant nvfp4 */
 	int w4b_kept, w4b_dequant;        /* matrices bound as W4B, and those of a
 					   * w4b model dequantized instead (a layout
 					   * the kernels do not take) */
 	bool blob_off;                    /* bind dequantizes quantized matrices even
-					   * where the backend takes F8B / W4B (moe.c:
+					   * where the backend takes F8B / W4B / FP4B (moe.c:
 					   * the moe op does not) */
 };
 

@@ -52,12 +52,15 @@ static int make_matrix(struct atlas_model *m, struct weight *w, int64_t N, int64
  * in +-a again (on the E4M3 grid), and a kernel that takes the wrong
  * block's scale gives other numbers. */
 static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed);
+static int make_fp4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed);
 
 static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64_t K,
 		       uint64_t seed)
 {
 	if (m->w4b)
 		return make_w4b(m, w, N, K, seed);
+	if (m->fp4b)
+		return make_fp4b(m, w, N, K, seed);
 	if (!m->f8b)
 		return make_matrix(m, w, N, K, seed);
 	struct atlas_backend *be = m->be;
@@ -121,6 +124,39 @@ static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t 
 		return rc;
 	}
 	*w = (struct weight){p, ATLAS_DTYPE_W4B, (size_t)bytes, NULL};
+	return 0;
+}
+
+/* With m->fp4b, an FP4B blob (backend.h, NVFP4) of uniform random bytes
+ * (every nibble is an E2M1 value: +-{0 .. 6}), the global multiplier
+ * a / 1536 and each group of 16 columns' F8 scale uniform in 128 .. 384,
+ * so W lies in about +-a: a kernel that takes the wrong group's scale
+ * or misreads a nibble gives other numbers. */
+static int make_fp4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed)
+{
+	struct atlas_backend *be = m->be;
+	const float a = sqrtf(3.0f / (float)K);
+	const int64_t bytes = atlas_fp4b_bytes(N, K);
+	char head[ATLAS_FP4B_HEAD];
+	if (atlas_fp4b_init(head, N, K, a / 1536.0f))
+		return atlas_error(ATLAS_EINVAL, "bad NVFP4 shape [%lld, %lld] (K a multiple of 32)",
+				   (long long)N, (long long)K);
+	char *p = be->alloc(be, (size_t)bytes);
+	if (!p)
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate a [%lld, %lld] NVFP4 weight",
+					(long long)N, (long long)K);
+	int rc = be->upload(be, p, head, sizeof(head)); /* plain memory: read before it returns */
+	if (!rc)
+		rc = be->fill_random(be, p + ATLAS_FP4B_HEAD, ATLAS_DTYPE_U8, N * K / 2, seed, 0.0f,
+				     256.0f);
+	if (!rc)
+		rc = be->fill_random(be, p + atlas_fp4b_s_off(N, K), ATLAS_DTYPE_F8_E4M3, N * (K / 16),
+				     seed + 1, 128.0f, 384.0f);
+	if (rc) {
+		be->free(be, p);
+		return rc;
+	}
+	*w = (struct weight){p, ATLAS_DTYPE_FP4B, (size_t)bytes, NULL};
 	return 0;
 }
 
@@ -282,22 +318,24 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 	}
 	const char *q = p ? p->synthetic_quant : NULL;
 	if (q && strcmp(q, "bf16")) {
-		const bool w4 = !strcmp(q, "w4a16");
-		if (!w4 && strcmp(q, "fp8-block")) {
-			atlas_error(ATLAS_EINVAL, "unknown weight format '%s' (bf16, fp8-block, w4a16)",
-				    q);
+		const bool w4 = !strcmp(q, "w4a16"), f4 = !strcmp(q, "nvfp4");
+		if (!w4 && !f4 && strcmp(q, "fp8-block")) {
+			atlas_error(ATLAS_EINVAL,
+				    "unknown weight format '%s' (bf16, fp8-block, w4a16, nvfp4)", q);
 			goto fail;
 		}
-		const bool has = w4 ? be->w4b_weights : be->f8b_weights;
+		const bool has = w4 ? be->w4b_weights : f4 ? be->fp4b_weights : be->f8b_weights;
 		if (!has || m->comm->world != 1 || m->fam->moe) {
 			atlas_error(ATLAS_EUNSUPPORTED,
 				    "%s weights need a backend with %s matmuls (%s has %s), one rank "
 				    "and a dense model",
-				    q, w4 ? "4-bit" : "FP8", be->name, has ? "them" : "none");
+				    q, w4 ? "4-bit" : f4 ? "NVFP4" : "FP8", be->name,
+				    has ? "them" : "none");
 			goto fail;
 		}
-		m->f8b = !w4;
+		m->f8b = !w4 && !f4;
 		m->w4b = w4;
+		m->fp4b = f4;
 	}
 	if (atlas_decoder_size(m, p))
 		goto fail;

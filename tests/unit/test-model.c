@@ -413,6 +413,39 @@ static void test_w4_native(void)
 	w4->destroy(w4);
 }
 
+/* An NVFP4 checkpoint (ModelOpt and compressed-tensors) on a backend
+ * that takes FP4B blobs keeps the matrices whose rows are a multiple of
+ * 32 columns as stored (E2M1 pairs and F8 scales: 0.5625 bytes a weight),
+ * with the logits of the dequantized model up to the BF16 rounding of W
+ * that FP4B defines; ATLAS_FP4_NATIVE=0 loads dequantized. */
+static void test_fp4_native(void)
+{
+	static const char *const fx[] = {"quant-nvfp4", "quant-ct-nvfp4"};
+	for (int f = 0; f < 2; f++) {
+		struct atlas_backend *plain = atlas_backend_cpu_new(), *f4 = atlas_backend_cpu_new();
+		f4->fp4b_weights = true;
+		struct atlas_model *a = atlas_model_load(golden(fx[f]), plain, NULL);
+		struct atlas_model *b = atlas_model_load(golden(fx[f]), f4, NULL);
+		setenv("ATLAS_FP4_NATIVE", "0", 1);
+		struct atlas_model *c = atlas_model_load(golden(fx[f]), f4, NULL);
+		unsetenv("ATLAS_FP4_NATIVE");
+		CHECK(a && b && c);
+		if (a && b && c) {
+			const int64_t wa = atlas_model_weight_bytes(a), wb = atlas_model_weight_bytes(b);
+			printf("# %s: weight bytes %lld dequantized, %lld with FP4B\n", fx[f],
+			       (long long)wa, (long long)wb);
+			CHECK(wa - wb > 100000);
+			CHECK_EQ_INT(atlas_model_weight_bytes(c), wa);
+			blob_logits(a, b, fx[f]);
+		}
+		atlas_model_free(a);
+		atlas_model_free(b);
+		atlas_model_free(c);
+		plain->destroy(plain);
+		f4->destroy(f4);
+	}
+}
+
 static void test_fused_selection(void)
 {
 	struct atlas_backend *be = atlas_backend_mock_new();
@@ -539,5 +572,6 @@ int main(void)
 	RUN(test_weight_bytes);
 	RUN(test_fp8_native);
 	RUN(test_w4_native);
+	RUN(test_fp4_native);
 	return harness_done();
 }

@@ -452,7 +452,19 @@ static void nv_init(struct nv *n)
 	n->scale[3] = 0x30;  /* 0.5 */
 }
 
-/* dst must equal e2m1 * (f8(scale) `op` g) with op '*' or '/'. */
+/* atlas_quant_nvfp4's view dequantized into d (when it gives 1). */
+static int nvfp4(const struct atlas_quant *q, const struct atlas_st *st, const char *prefix,
+		 int64_t out, int64_t in, float *d)
+{
+	struct atlas_quant_fp4 v;
+	int rc = atlas_quant_nvfp4(q, st, prefix, out, in, &v);
+	if (rc == 1)
+		atlas_quant_fp4_dequant(&v, out, in, d);
+	return rc;
+}
+
+/* dst must equal e2m1 * (f8(scale) * g), or e2m1 * (f8(scale) * f32(1 / g))
+ * when divide (compressed-tensors' divisor turned into a multiplier). */
 static void check_nv(const float *dst, const struct nv *n, float g, int divide)
 {
 	int bad = 0;
@@ -460,7 +472,7 @@ static void check_nv(const float *dst, const struct nv *n, float g, int divide)
 		for (int c = 0; c < 32; c++) {
 			uint8_t b = n->packed[r * 16 + c / 2];
 			float f = atlas_f8e4m3_to_f32(n->scale[r * 2 + c / 16]);
-			float want = e2m1(c & 1 ? b >> 4 : b & 15) * (divide ? f / g : f * g);
+			float want = e2m1(c & 1 ? b >> 4 : b & 15) * (divide ? f * (1.0f / g) : f * g);
 			if (dst[r * 32 + c] != want && bad++ < 5)
 				harness_fail(__FILE__, __LINE__, "W[%d][%d] = %g, expected %g", r,
 					     c, (double)dst[r * 32 + c], (double)want);
@@ -482,7 +494,7 @@ static void test_nvfp4_modelopt(void)
 		};
 		struct atlas_st *st = st_build(t, 3);
 		float *d = fresh(64);
-		CHECK_EQ_INT(atlas_quant_nvfp4(&q, st, P, 2, 32, d), 1);
+		CHECK_EQ_INT(nvfp4(&q, st, P, 2, 32, d), 1);
 		CHECK(d[0] == -3.0f); /* -6 * 1 * 0.5 */
 		CHECK(d[1] == 0.5f);  /* 1 * 1 * 0.5 */
 		CHECK(d[2] == 3.0f);
@@ -509,7 +521,7 @@ static void test_nvfp4_ct(void)
 	};
 	struct atlas_st *st = st_build(t, 3);
 	float *d = fresh(64);
-	CHECK_EQ_INT(atlas_quant_nvfp4(&q, st, P, 2, 32, d), 1);
+	CHECK_EQ_INT(nvfp4(&q, st, P, 2, 32, d), 1);
 	CHECK(d[0] == -1.5f); /* -6 * 1 / 4: the global scale divides */
 	CHECK(d[1] == 0.25f);
 	CHECK(d[3] == -0.125f);
@@ -526,7 +538,7 @@ static void test_nvfp4_ct(void)
 	};
 	st = st_build(tz, 3);
 	atlas_error_clear();
-	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 32, d), P ".weight_global_scale", NULL);
+	expect_err(nvfp4(&q, st, P, 2, 32, d), P ".weight_global_scale", NULL);
 	atlas_st_close(st);
 
 	/* a plain weight: 0, nothing written */
@@ -535,13 +547,75 @@ static void test_nvfp4_ct(void)
 	st = st_build(tp, 1);
 	for (int i = 0; i < 64; i++)
 		d[i] = 12345.0f;
-	CHECK_EQ_INT(atlas_quant_nvfp4(&q, st, P, 2, 32, d), 0);
+	CHECK_EQ_INT(nvfp4(&q, st, P, 2, 32, d), 0);
 	CHECK(d[0] == 12345.0f);
 	CHECK_EQ_INT(atlas_quant_fp_bytes(&q, st, P), 0);
 	q.method = ATLAS_QUANT_NVFP4;
-	CHECK_EQ_INT(atlas_quant_nvfp4(&q, st, P, 2, 32, d), 0);
+	CHECK_EQ_INT(nvfp4(&q, st, P, 2, 32, d), 0);
 	atlas_st_close(st);
 	free(d);
+}
+
+/* An NVFP4 weight packed as an FP4B blob (backend.h) gives, row by row,
+ * exactly the BF16 matrix the dequantizing loader makes, for both
+ * formats (compressed-tensors' divisor as a multiplier); the head takes
+ * rows of a multiple of 32 columns only. */
+static void test_fp4b_blob(void)
+{
+	const int64_t out = 37, in = 96;
+	uint8_t *pk = malloc((size_t)(out * in / 2)), sc[37 * 6];
+	uint32_t x = 12345;
+	for (int64_t i = 0; i < out * in / 2; i++)
+		pk[i] = (uint8_t)((x = x * 1103515245u + 12345u) >> 16);
+	for (int i = 0; i < 37 * 6; i++) /* E4M3 codes, NaN (0x7f / 0xff) left out */
+		sc[i] = (uint8_t)(((x = x * 1103515245u + 12345u) >> 16) % 0x7f) | (i & 1 ? 0x80 : 0);
+	const float gs[2] = {0.0371f, 3.0f};
+	for (int ct = 0; ct < 2; ct++) {
+		struct atlas_quant q = {.method = ct ? ATLAS_QUANT_CT_NVFP4 : ATLAS_QUANT_NVFP4,
+					.group_size = 16};
+		struct harness_tensor t[] = {
+		    {ct ? P ".weight_packed" : P ".weight", "U8", 2, {out, in / 2}, pk,
+		     (size_t)(out * in / 2)},
+		    {P ".weight_scale", "F8_E4M3", 2, {out, in / 16}, sc, sizeof(sc)},
+		    {ct ? P ".weight_global_scale" : P ".weight_scale_2", "F32", 1, {1}, &gs[ct], 4},
+		};
+		struct atlas_st *st = st_build(t, 3);
+		struct atlas_quant_fp4 v;
+		CHECK_EQ_INT(atlas_quant_fp4_view(&q, st, P ".weight", out, in, &v), 1);
+		CHECK(v.gm == (ct ? 1.0f / 3.0f : 0.0371f));
+		const int64_t bytes = atlas_fp4b_bytes(out, in);
+		CHECK_EQ_INT(bytes, ATLAS_FP4B_HEAD + 1792 + 37 * 6); /* 1776 rounded up to 256 */
+		char *blob = malloc((size_t)bytes);
+		CHECK_EQ_INT(atlas_fp4b_init(blob, out, in, v.gm), 0);
+		memcpy(blob + ATLAS_FP4B_HEAD, v.q, (size_t)(out * in / 2));
+		memcpy(blob + atlas_fp4b_s_off(out, in), v.s, (size_t)(out * in / 16));
+		uint16_t *ref = malloc((size_t)(out * in) * 2), *row = malloc((size_t)in * 2);
+		CHECK_EQ_INT(atlas_quant_dequant(&q, st, P ".weight", out, in, ATLAS_DTYPE_BF16, ref), 1);
+		int64_t diff = 0, nz = 0;
+		for (int64_t r = 0; r < out; r++) {
+			atlas_fp4b_row_bf16(blob, r, row);
+			diff += memcmp(row, ref + r * in, (size_t)in * 2) != 0;
+			for (int64_t k = 0; k < in; k++)
+				nz += (row[k] & 0x7fff) != 0;
+		}
+		CHECK_EQ_INT(diff, 0);
+		CHECK(nz > out * in / 2);
+		/* column 1 of row 0: the high nibble of byte 0 times group 0's scale */
+		atlas_fp4b_row_bf16(blob, 0, row);
+		CHECK_EQ_INT(row[1], atlas_f32_to_bf16(atlas_e2m1_to_f32(pk[0] >> 4) *
+						       (atlas_f8e4m3_to_f32(sc[0]) * v.gm)));
+		CHECK(atlas_fp4b_init(blob, out, 48, 1.0f) < 0);
+		CHECK(atlas_fp4b_init(blob, 0, in, 1.0f) < 0);
+		CHECK(atlas_fp4b_init(blob, out, in, INFINITY) < 0);
+		/* not NVFP4: no view */
+		struct atlas_quant f8 = {.method = ATLAS_QUANT_FP8, .block = {128, 128}};
+		CHECK_EQ_INT(atlas_quant_fp4_view(&f8, st, P ".weight", out, in, &v), 0);
+		free(blob);
+		free(ref);
+		free(row);
+		atlas_st_close(st);
+	}
+	free(pk);
 }
 
 static void test_nvfp4_refusals(void)
@@ -561,14 +635,14 @@ static void test_nvfp4_refusals(void)
 	};
 	struct atlas_st *st = st_build(t24, 3);
 	atlas_error_clear();
-	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 24, d), "'" P ".weight'", "16");
+	expect_err(nvfp4(&q, st, P, 2, 24, d), "'" P ".weight'", "16");
 	atlas_st_close(st);
 
 	/* a U8 weight without its scales */
 	struct harness_tensor tm[] = {{P ".weight", "U8", 2, {2, 16}, n.packed, 32}};
 	st = st_build(tm, 1);
 	atlas_error_clear();
-	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 32, d), "'" P ".weight_scale'", NULL);
+	expect_err(nvfp4(&q, st, P, 2, 32, d), "'" P ".weight_scale'", NULL);
 	atlas_st_close(st);
 
 	/* BF16 group scales where F8_E4M3 is stored */
@@ -579,7 +653,7 @@ static void test_nvfp4_refusals(void)
 	};
 	st = st_build(tb, 3);
 	atlas_error_clear();
-	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 32, d), P ".weight_scale", "F8_E4M3");
+	expect_err(nvfp4(&q, st, P, 2, 32, d), P ".weight_scale", "F8_E4M3");
 	atlas_st_close(st);
 
 	/* a packed weight of the wrong width ([2, 8] for in = 32) */
@@ -591,10 +665,10 @@ static void test_nvfp4_refusals(void)
 	st = st_build(tw, 3);
 	q.method = ATLAS_QUANT_CT_NVFP4;
 	atlas_error_clear();
-	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 32, d), P ".weight_packed", NULL);
+	expect_err(nvfp4(&q, st, P, 2, 32, d), P ".weight_packed", NULL);
 	/* and compressed-tensors' in not a multiple of 16 names weight_packed */
 	atlas_error_clear();
-	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 16 + 8, d), "'" P ".weight_packed'", "16");
+	expect_err(nvfp4(&q, st, P, 2, 16 + 8, d), "'" P ".weight_packed'", "16");
 	atlas_st_close(st);
 
 	/* the global scale missing */
@@ -604,7 +678,7 @@ static void test_nvfp4_refusals(void)
 	};
 	st = st_build(tg, 2);
 	atlas_error_clear();
-	expect_err(atlas_quant_nvfp4(&q, st, P, 2, 32, d), P ".weight_global_scale", NULL);
+	expect_err(nvfp4(&q, st, P, 2, 32, d), P ".weight_global_scale", NULL);
 	atlas_st_close(st);
 	free(d);
 }
@@ -641,6 +715,7 @@ int main(void)
 	RUN(test_nvfp4_modelopt);
 	RUN(test_nvfp4_ct);
 	RUN(test_nvfp4_refusals);
+	RUN(test_fp4b_blob);
 	RUN(test_dispatch);
 	return harness_done();
 }

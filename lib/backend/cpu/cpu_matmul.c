@@ -142,12 +142,13 @@ static void mm_range(void *ctx, int64_t b, int64_t e)
 	j->fn(&j->m, b * j->unit, n1);
 }
 
-/* A quantized blob (backend.h: F8B or W4B) times x: its matrix, W[n][k]
- * = bf16(f32(q) * s) or bf16(f32(q - z) * s), and its BF16 bias as
+/* A quantized blob (backend.h: F8B, W4B or FP4B) times x: its matrix,
+ * W[n][k] = bf16(f32(q) * s), bf16(f32(q - z) * s) or bf16(f32(e2m1(q) *
+ * f32(f8(s) * gm))), and its BF16 bias as
  * FP32, then the FP32 product (the reference for the CUDA kernels; a
  * copy of W per call, so a test's path, not a fast one: the CPU backend
- * dequantizes quantized checkpoints at load unless f8b_weights or
- * w4b_weights is set). */
+ * dequantizes quantized checkpoints at load unless f8b_weights,
+ * w4b_weights or fp4b_weights is set). */
 static int matmul_blob(struct atlas_backend *be, float *out, const float *x, const void *w,
 		       enum atlas_dtype wdt, const void *bias, int64_t T, int64_t N, int64_t K)
 {
@@ -157,10 +158,14 @@ static int matmul_blob(struct atlas_backend *be, float *out, const float *x, con
 		struct atlas_f8b_head h;
 		memcpy(&h, w, sizeof(h));
 		ok = h.magic == ATLAS_F8B_MAGIC, hn = h.N, hk = h.K;
-	} else {
+	} else if (wdt == ATLAS_DTYPE_W4B) {
 		struct atlas_w4b_head h;
 		memcpy(&h, w, sizeof(h));
 		ok = h.magic == ATLAS_W4B_MAGIC, hn = h.N, hk = h.K;
+	} else {
+		struct atlas_fp4b_head h;
+		memcpy(&h, w, sizeof(h));
+		ok = h.magic == ATLAS_FP4B_MAGIC, hn = h.N, hk = h.K;
 	}
 	if (!ok || hn != N || hk != K)
 		return atlas_error(ATLAS_EINVAL, "cpu matmul: a %s weight of [%lld, %lld] used as "
@@ -177,8 +182,10 @@ static int matmul_blob(struct atlas_backend *be, float *out, const float *x, con
 	for (int64_t n = 0; n < N; n++) {
 		if (wdt == ATLAS_DTYPE_F8B)
 			atlas_f8b_row_bf16(w, n, row);
-		else
+		else if (wdt == ATLAS_DTYPE_W4B)
 			atlas_w4b_row_bf16(w, n, row);
+		else
+			atlas_fp4b_row_bf16(w, n, row);
 		for (int64_t k = 0; k < K; k++)
 			wf[n * K + k] = atlas_bf16_to_f32(row[k]);
 		if (bias)
@@ -193,7 +200,7 @@ static int matmul_blob(struct atlas_backend *be, float *out, const float *x, con
 int atlas_cpu_matmul(struct atlas_backend *be, void *out, const void *x, const void *w,
 		     const void *bias, enum atlas_dtype wdt, int64_t T, int64_t N, int64_t K)
 {
-	if ((wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B) && T > 0 && N > 0 && K > 0)
+	if ((wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B || wdt == ATLAS_DTYPE_FP4B) && T > 0 && N > 0 && K > 0)
 		return matmul_blob(be, out, x, w, wdt, bias, T, N, K);
 	int rc = atlas_cpu_check_wdt(wdt, "matmul");
 	if (rc)
