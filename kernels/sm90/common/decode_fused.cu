@@ -90,12 +90,6 @@
 /* attention partials a merge loads at once: as many as the 168 registers
  * a thread of a 9-warp block can have allow without spills (ptxas -v) */
 #define FD_MB 12
-/* slices of a W4B chunk a consumer warp dots at once (fd_consume_w4; with
- * a slice's two accumulator sets, 2 spilled and was slower on an H100:
- * 4.60 against 4.40 ms a Qwen3-8B step) */
-#ifndef FD_W4_PAR
-#define FD_W4_PAR 1
-#endif
 
 static_assert(FD_CHUNK_E == 8 * FD_SLICE, "one slice per consumer warp per chunk");
 static_assert(ATLAS_F8B_HEAD_BYTES == ATLAS_W4B_HEAD_BYTES, "fd_get: one blob head size");
@@ -502,10 +496,11 @@ static __device__ void fd_consume_f8(const atlas_fd_args &a, fd_ring &r, const f
  * 32 banks and each 8 lanes' x loads (a 16-byte load is served 8 lanes
  * at a time) in distinct ones. The diagonal's lane scales it by the
  * group's BF16 scale; the warp sum of the 8 is the slice's partial.
- * FD_W4_PAR slices' products go round together (independent chains), a
- * warp's slices share their x loads when nsl divides 8, and the scales
- * and zero points are asked for a chunk ahead (the segment's asked into
- * L2 at its start). */
+ * A warp's four slices go one after another (two slices' products at
+ * once, or their x loads shared, spilled and was slower: 4.60 against
+ * 4.40 ms a Qwen3-8B step on an H100), their warp sums together at the
+ * end; the scales and zero points are asked for a chunk ahead (the
+ * segment's asked into L2 at its start). */
 static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
 				     const bf16 *xs, float *part)
 {
@@ -523,7 +518,6 @@ static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const f
 				  (unsigned)(((b1 + 15) & ~(size_t)15) - (b0 & ~(size_t)15)));
 	}
 	fd_cur u = fd_cur_init(s, 32);
-	const bool share = 8 % u.nsl == 0; /* a warp's slices at the same columns */
 	fd_chunk<4> cur, nxt;
 	fd_ask<4>(a, s, u, ng, diag, cur);
 	for (; u.q0 < u.total; u.q0 += 32) {
@@ -532,57 +526,45 @@ static __device__ void fd_consume_w4(const atlas_fd_args &a, fd_ring &r, const f
 		fd_ask<4>(a, s, u, ng, diag, nxt);
 		u.q0 -= 32;
 		atlas_mbar_wait(&r.full[r.st], r.ph);
+		/* the slices one after another (each with two accumulator
+		 * sets); their warp sums together at the end */
+		float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-		for (int p2 = 0; p2 < 4; p2 += FD_W4_PAR) {
-			if (!cur.ok[p2])
+		for (int j = 0; j < 4; j++) {
+			if (!cur.ok[j])
 				break;
-			float c[FD_W4_PAR][2][4] = {};
+			float c[2][4] = {};
+			const unsigned col0 = (unsigned)(cur.sj[j] * FD_SLICE + n * 128);
 #pragma unroll
 			for (int b0 = 0; b0 < 4; b0++) {
 				const int b = (b0 + ((n >> 1) ^ (n & 1))) & 3;
-				uint4 xv;
+				const unsigned w = *(const unsigned *)(r.ring + (size_t)r.st * FD_CHUNK +
+								       (warp + 8 * j) * (FD_SLICE / 2) + n * 64 +
+								       b * 16 + 4 * t);
+				const uint4 xv = *(const uint4 *)(xs + col0 + b * 32 + 8 * t);
+				unsigned q[4];
 #pragma unroll
-				for (int k = 0; k < FD_W4_PAR; k++) {
-					/* an invalid slice reads its group's first one's
-					 * operands (in the chunk), its sums never stored */
-					const bool mine = cur.ok[p2 + k];
-					const int jj = mine ? p2 + k : p2;
-					const unsigned col0 =
-					    (unsigned)((mine ? cur.sj[p2 + k] : cur.sj[p2]) * FD_SLICE + n * 128);
-					const unsigned w = *(const unsigned *)(r.ring + (size_t)r.st * FD_CHUNK +
-									       (warp + 8 * jj) * (FD_SLICE / 2) +
-									       n * 64 + b * 16 + 4 * t);
-					if (k == 0 || !share)
-						xv = *(const uint4 *)(xs + col0 + b * 32 + 8 * t);
-					unsigned q[4];
-#pragma unroll
-					for (int p = 0; p < 4; p++)
-						q[p] = ((w >> (4 * p)) & 0x000f000fu) | 0x43004300u;
-					atlas_mma_bf16(c[k][0], xv.x, xv.y, xv.z, xv.w, q[0], q[2]);
-					atlas_mma_bf16(c[k][1], xv.x, xv.y, xv.z, xv.w, q[1], q[3]);
-				}
+				for (int p = 0; p < 4; p++)
+					q[p] = ((w >> (4 * p)) & 0x000f000fu) | 0x43004300u;
+				atlas_mma_bf16(c[0], xv.x, xv.y, xv.z, xv.w, q[0], q[2]);
+				atlas_mma_bf16(c[1], xv.x, xv.y, xv.z, xv.w, q[1], q[3]);
 			}
-			float v[FD_W4_PAR];
-#pragma unroll
-			for (int k = 0; k < FD_W4_PAR; k++) {
-				/* sum (128 + q) x - (128 + z) sum x = sum (q - z) x */
-				const int sx = cur.ok[p2 + k] ? cur.sj[p2 + k] : cur.sj[p2];
-				const float d = fd_diag(c[k][0], n, false) + fd_diag(c[k][1], n, true);
-				v[k] = diag ? (d - (128.0f + (float)cur.z[p2 + k]) * xsum[sx * 8 + n]) *
-						  __uint_as_float(cur.sc[p2 + k] << 16)
-					    : 0.0f;
-			}
-#pragma unroll
-			for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-				for (int k = 0; k < FD_W4_PAR; k++)
-					v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
-			if (lane == 0)
-#pragma unroll
-				for (int k = 0; k < FD_W4_PAR; k++)
-					if (cur.ok[p2 + k])
-						part[(s.pbase + cur.rj[p2 + k]) * u.nsl + cur.sj[p2 + k]] = v[k];
+			/* sum (128 + q) x - (128 + z) sum x = sum (q - z) x */
+			const float d = fd_diag(c[0], n, false) + fd_diag(c[1], n, true);
+			v[j] = diag ? (d - (128.0f + (float)cur.z[j]) * xsum[cur.sj[j] * 8 + n]) *
+					  __uint_as_float(cur.sc[j] << 16)
+				    : 0.0f;
 		}
+#pragma unroll
+		for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				v[j] += __shfl_xor_sync(0xffffffffu, v[j], o);
+		if (lane == 0)
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				if (cur.ok[j])
+					part[(s.pbase + cur.rj[j]) * u.nsl + cur.sj[j]] = v[j];
 		__syncwarp();
 		if (lane == 0)
 			atlas_mbar_arrive(&r.empty[r.st]);
