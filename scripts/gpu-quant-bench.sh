@@ -2,16 +2,18 @@
 # gpu-quant-bench.sh OUT [BUILD] - issue 19's records of the native
 # quantized paths, on the GPU machine with binaries carried in BUILD
 # (default .gpubuild; scripts/gpu-carry.sh). QUANT picks the format:
-# fp8 (F8B, the default) or w4 (W4B, 4-bit weight-only).
+# fp8 (F8B, the default), w4 (W4B, 4-bit weight-only) or fp4 (FP4B,
+# NVFP4).
 #   checks   the op tests (test_f8b / test_w4b: the blob's products equal
 #            the BF16 products of the dequantized matrix bit for bit in
 #            batch-invariant mode), the golden models on CUDA (the
 #            format's fixtures load natively), and atlas-run's greedy
 #            text on those fixtures native and with ATLAS_FP8_NATIVE=0 /
-#            ATLAS_W4_NATIVE=0 (dequantized at load): equal for FP8; for
+#            ATLAS_W4_NATIVE=0 / ATLAS_FP4_NATIVE=0 (dequantized at load):
+#            equal for FP8 and NVFP4 (the same BF16 matrix); for
 #            4 bits W4B's BF16 scales may part them at a near-tie
 #   decode   atlas-bench decode on the Qwen3-8B shape, batch 1/32/64, the
-#            format (--quant fp8-block / w4a16) and BF16 in the same
+#            format (--quant fp8-block / w4a16 / nvfp4) and BF16 in the same
 #            call, each against the copy ceiling measured in the run; the
 #            format's batch 1 on the tensor-core GEMV
 #            (ATLAS_CUDA_F8_FMA_MAX_T=0, both formats), and
@@ -32,7 +34,9 @@ fp8) q=fp8-block tag=f8b fixtures="quant-fp8 quant-ct-fp8" native=ATLAS_FP8_NATI
 	fma=ATLAS_CUDA_F8_FMA_MAX_T kept="kept in FP8" ;;
 w4) q=w4a16 tag=w4b fixtures="quant-gptq-g32" native=ATLAS_W4_NATIVE
 	fma=ATLAS_CUDA_F8_FMA_MAX_T kept="kept in 4 bits" ;;
-*) echo "QUANT is fp8 or w4" >&2; exit 2 ;;
+fp4) q=nvfp4 tag=fp4b fixtures="quant-nvfp4 quant-ct-nvfp4" native=ATLAS_FP4_NATIVE
+	fma=ATLAS_CUDA_F8_FMA_MAX_T kept="kept in NVFP4" ;;
+*) echo "QUANT is fp8, w4 or fp4" >&2; exit 2 ;;
 esac
 sum="$out/summary.txt"
 : >"$sum"

@@ -98,7 +98,7 @@ void atlas_w4b_row_bf16(const void *blob, int64_t n, uint16_t *out)
 
 int atlas_fp4b_init(void *blob, int64_t N, int64_t K, float gm)
 {
-	if (N <= 0 || K <= 0 || K % 32 || K / 16 > INT32_MAX || !isfinite(gm))
+	if (N <= 0 || K <= 0 || K % 32 || K / 16 > INT32_MAX || !(fabsf(gm) < 0x1p100f))
 		return -1;
 	struct atlas_fp4b_head h = {.magic = ATLAS_FP4B_MAGIC,
 				    .g = 16,

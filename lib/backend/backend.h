@@ -191,7 +191,9 @@ static inline int64_t atlas_fp4b_bytes(int64_t N, int64_t K)
 }
 /* Fill the head of blob (atlas_fp4b_bytes(N, K) bytes of host memory);
  * the caller writes q and s where it says. -1 when K is not a multiple
- * of 32, a dimension is not positive or gm is not finite. */
+ * of 32, a dimension is not positive or |gm| is not below 2^100 (the
+ * kernels scale f8 * gm by 2^14 and need it exact: such a matrix is
+ * dequantized at load instead). */
 int atlas_fp4b_init(void *blob, int64_t N, int64_t K, float gm);
 /* Row n of a host FP4B blob as BF16 (K values): the reference the
  * kernels must reproduce. */

@@ -476,9 +476,9 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 		for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
 			if (w[i]->dtype != wdt)
 				goto out;
-		/* biases are in the weights' dtype, BF16 beside F8B and W4B */
-		const enum atlas_dtype bdt =
-		    wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B ? ATLAS_DTYPE_BF16 : wdt;
+		/* biases are in the weights' dtype, BF16 beside F8B, W4B and FP4B */
+		const bool blob = wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B || wdt == ATLAS_DTYPE_FP4B;
+		const enum atlas_dtype bdt = blob ? ATLAS_DTYPE_BF16 : wdt;
 		for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
 			if (b[i]->p && b[i]->dtype != bdt)
 				goto out;

@@ -1340,6 +1340,31 @@ static struct f8w w4_make(int64_t N, int64_t K, int64_t g)
 	return w;
 }
 
+/* An FP4B (NVFP4) weight [N, K]: random E2M1 pairs, F8 scales (random
+ * E4M3 codes 0x20..0x5f: 2^-4..~2^4, and their negatives for a quarter
+ * of the groups), the global multiplier gm; the blob and its BF16
+ * matrix on the GPU. */
+static struct f8w fp4_make(int64_t N, int64_t K, float gm)
+{
+	const int64_t bytes = atlas_fp4b_bytes(N, K);
+	char *blob = calloc(1, (size_t)bytes);
+	CHECK_EQ_INT(atlas_fp4b_init(blob, N, K, gm), 0);
+	uint8_t *q = (uint8_t *)blob + ATLAS_FP4B_HEAD;
+	for (int64_t i = 0; i < N * K / 2; i++)
+		q[i] = (uint8_t)((rnd() + 1.0f) * 127.99f);
+	uint8_t *sc = (uint8_t *)blob + atlas_fp4b_s_off(N, K);
+	for (int64_t i = 0; i < N * (K / 16); i++)
+		sc[i] = (uint8_t)(0x20 + (int)((rnd() + 1.0f) * 31.99f)) | (i % 4 == 3 ? 0x80 : 0);
+	uint16_t *bf = malloc((size_t)(N * K) * 2);
+	for (int64_t n = 0; n < N; n++)
+		atlas_fp4b_row_bf16(blob, n, bf + n * K);
+	struct f8w w = {gpu->weight_upload(gpu, blob, (size_t)bytes),
+			gpu->weight_upload(gpu, bf, (size_t)(N * K) * 2)};
+	free(blob);
+	free(bf);
+	return w;
+}
+
 /* One product of kind 0 (matmul), 1 (+ BF16 bias), 3 (matmul_multi:
  * q, k, v with biases) or 4 (matmul_swiglu) with the F8B weights (f8)
  * or their BF16 matrices. */
@@ -1358,15 +1383,15 @@ static int f8_run(int kind, enum atlas_dtype blobdt, int f8, const struct f8w *w
 	return gpu->matmul_swiglu(gpu, out[0], x, ws[0], ws[1], dt, T, Ns[0], K, scratch);
 }
 
-/* F8B (bi > 0: [bo, bi] scale blocks) or W4B (bi == 0: groups of bo)
- * products against the BF16 products of the matrices they stand for:
+/* F8B (bi > 0: [bo, bi] scale blocks), W4B (bi == 0: groups of bo) or
+ * FP4B (bi < 0: global multiplier 2^-bo / 3) products against the BF16 products of the matrices they stand for:
  * in batch-invariant mode the same bits (the blob's GEMV up to 64 rows,
  * the dequantized copy on the BF16 GEMMs beyond, each the BF16 path's
  * sums), otherwise within TOL (T = 1 takes another BF16 kernel). */
 static void check_f8b(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int64_t bi)
 {
-	const bool w4 = bi == 0;
-	const enum atlas_dtype blobdt = w4 ? ATLAS_DTYPE_W4B : ATLAS_DTYPE_F8B;
+	const bool w4 = bi == 0, f4 = bi < 0;
+	const enum atlas_dtype blobdt = w4 ? ATLAS_DTYPE_W4B : f4 ? ATLAS_DTYPE_FP4B : ATLAS_DTYPE_F8B;
 	static const char *const names[] = {"matmul", "matmul+bias", "", "matmul_multi",
 					    "matmul_swiglu"};
 	const int np = kind == 3 ? 3 : 1, nw = kind == 3 ? 3 : kind == 4 ? 2 : 1;
@@ -1376,7 +1401,9 @@ static void check_f8b(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int
 	struct wbuf b[3] = {{0}};
 	const void *bias[3] = {NULL};
 	for (int i = 0; i < nw; i++)
-		w[i] = w4 ? w4_make(Ns[i], K, bo) : f8_make(Ns[i], K, bo, bi);
+		w[i] = w4   ? w4_make(Ns[i], K, bo)
+		       : f4 ? fp4_make(Ns[i], K, ldexpf(1.0f / 3.0f, -(int)bo))
+			    : f8_make(Ns[i], K, bo, bi);
 	for (int i = 0; i < 3 && (kind == 1 || kind == 3); i++) {
 		b[i] = mkw(ATLAS_DTYPE_BF16, Ns[i], 0.5f);
 		bias[i] = b[i].d;
@@ -1398,6 +1425,10 @@ static void check_f8b(int kind, int64_t T, int64_t N, int64_t K, int64_t bo, int
 				snprintf(what, sizeof(what), "w4b %s%s T=%lld N=%lld K=%lld g%lld [%d]",
 					 names[kind], inv ? " inv" : "", (long long)T,
 					 (long long)Ns[i], (long long)K, (long long)bo, i);
+			else if (f4)
+				snprintf(what, sizeof(what), "fp4b %s%s T=%lld N=%lld K=%lld [%d]",
+					 names[kind], inv ? " inv" : "", (long long)T,
+					 (long long)Ns[i], (long long)K, i);
 			else
 				snprintf(what, sizeof(what),
 					 "f8b %s%s T=%lld N=%lld K=%lld blk %lldx%lld [%d]",
@@ -1627,6 +1658,24 @@ static void test_w4b(void)
 		check_f8b((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], 0);
 }
 
+/* FP4B (NVFP4): T across the tensor-core GEMV's token tiles (1, 8, 16,
+ * 32, 64; every T takes it, there is no CUDA-core form) and beyond 64
+ * (the dequantized copy), every op form, global multipliers 2^-3 / 3
+ * (W about +-1), 2^-8 / 3 and 2^-12 / 3 (a third is never exact: f8 * gm
+ * rounds, as checkpoints' do). */
+static void test_fp4b(void)
+{
+	static const int64_t cases[][5] = {
+	    {0, 1, 4096, 4096, 3},   {1, 1, 300, 320, 8},    {0, 1, 4096, 12288, 3},
+	    {0, 5, 200, 4128, 3},    {3, 3, 1024, 1024, 3},  {4, 1, 1536, 1024, 3},
+	    {4, 8, 3000, 4096, 3},   {1, 16, 150, 512, 12}, {3, 24, 512, 512, 3},
+	    {0, 33, 4096, 1024, 3},  {4, 64, 768, 2048, 3},  {0, 2, 777, 4128, 3},
+	    {1, 65, 2048, 1024, 3},  {3, 130, 1024, 1024, 3}, {4, 200, 3000, 1024, 3},
+	    {0, 512, 4096, 4096, 3}, {4, 100, 80, 64, 3},    {0, 7, 64, 4128, 3}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		check_f8b((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], -1);
+}
+
 /* One MoE layer's weights on both backends. The router rows are one-hot
  * with a power-of-two value, so every logit is exact on both backends
  * (the CPU's x is the GPU's BF16 x): they choose the same experts, and
@@ -1800,6 +1849,7 @@ int main(void)
 	RUN(test_moe);
 	RUN(test_f8b);
 	RUN(test_w4b);
+	RUN(test_fp4b);
 	RUN(test_w8a8);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);

@@ -12,6 +12,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 typedef __nv_bfloat16 bf16;
@@ -24,6 +25,29 @@ typedef __nv_bfloat16 bf16;
 #define ATLAS_WDT_U8 5
 #define ATLAS_WDT_F8B 8 /* blobs of lib/backend/backend.h (matmul ops only) */
 #define ATLAS_WDT_W4B 9 /* the same, 4-bit */
+#define ATLAS_WDT_FP4B 10 /* the same, NVFP4 */
+
+/* NVFP4 (ATLAS_DTYPE_FP4B, lib/backend/backend.h): W = bf16(f32(e2m1 *
+ * f32(f8(s) * gm))). A group's scale as the kernels use it: f32(f8(s) *
+ * gm) times 2^14 (exact: atlas_fp4b_init keeps |gm| under 2^100), the
+ * factor atlas_fp4x2 leaves out. */
+static __device__ __forceinline__ float atlas_fp4_scale(uint8_t s, float gm)
+{
+	const __half_raw hr = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)s, __NV_E4M3);
+	const float f = __half2float(__half(hr)) * gm;
+	return f * 16384.0f;
+}
+
+/* The E2M1 nibbles at bits 0..3 and 16..19 of p as floats e2m1 * 2^-14,
+ * exactly: the magnitude bits (exponent, mantissa) shifted into FP16's
+ * exponent and mantissa give e2m1 * 2^-14 (0.5 as the subnormal 2^-15),
+ * the sign bit into bit 15. Times atlas_fp4_scale's value the product
+ * is the real e2m1 * f32(f8 * gm), rounded once: the reference's FP32. */
+static __device__ __forceinline__ float2 atlas_fp4x2(uint32_t p)
+{
+	const uint32_t h = ((p & 0x00070007u) << 9) | ((p & 0x00080008u) << 12);
+	return __half22float2(*(const __half2 *)&h);
+}
 
 // Element i of a weight array in dtype wdt, as float.
 static __device__ __forceinline__ float atlas_wload(const void *w, int wdt, long long i)

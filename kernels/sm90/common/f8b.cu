@@ -1,4 +1,4 @@
-/* f8b.cu - atlas_f8b_dequant and atlas_w4b_dequant: a quantized weight
+/* f8b.cu - atlas_f8b_dequant, atlas_w4b_dequant and atlas_fp4b_dequant: a quantized weight
  * blob (lib/backend/backend.h) as BF16. atlas_f8b_dequant: an
  * ATLAS_DTYPE_F8B weight (lib/backend/
  * backend.h) written out as its BF16 matrix, W[n][k] = bf16(f32(q) *
@@ -22,6 +22,11 @@
  * atlas_w4b_dequant: an ATLAS_DTYPE_W4B weight the same way, W[n][k] =
  * bf16(f32(q - z[n][k / g]) * f32(s[n][k / g])) (s BF16), 8 weights (4 bytes) a thread
  * per step (K is a multiple of 32); same launch and arguments.
+ *
+ * atlas_fp4b_dequant: an ATLAS_DTYPE_FP4B (NVFP4) weight the same way,
+ * W[n][k] = bf16(f32(e2m1(q) * f32(f8(s[n][k / 16]) * gm))), 8 weights
+ * (4 bytes) a thread per step (K is a multiple of 32); same launch and
+ * arguments.
  */
 #include "common.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
@@ -79,6 +84,35 @@ extern "C" __global__ void atlas_w4b_dequant(const void *blob, bf16 *out)
 			for (int j = 0; j < 8; j++)
 				o[j] = __float2bfloat16_rn(
 				    (__int_as_float(0x4b000000 | ((v >> (4 * j)) & 15u)) - zf) * sc);
+			orow[i] = *(const uint4 *)o;
+		}
+	}
+}
+
+extern "C" __global__ void atlas_fp4b_dequant(const void *blob, bf16 *out)
+{
+	const atlas_fp4b_head_k *h = (const atlas_fp4b_head_k *)blob;
+	const long long N = h->N, K = h->K;
+	const unsigned k8 = (unsigned)(K / 8);
+	const float gm = h->gm;
+	const uint8_t *q = (const uint8_t *)blob + ATLAS_FP4B_HEAD_BYTES;
+	const uint8_t *s = (const uint8_t *)blob + h->s_off;
+	ATLAS_PDL_ENTRY();
+	for (long long r = blockIdx.x; r < N; r += gridDim.x) {
+		const uint8_t *sr = s + r * h->ng;
+		const uint32_t *qr = (const uint32_t *)(q + r * (K / 2));
+		uint4 *orow = (uint4 *)(out + r * K);
+		for (unsigned i = threadIdx.x; i < k8; i += blockDim.x) {
+			const float sc = atlas_fp4_scale(sr[i / 2], gm);
+			const uint32_t v = qr[i];
+			__align__(16) bf16 o[8];
+			/* nibbles j and j + 4 at bits 4j and 4j + 16 */
+#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				const float2 f = atlas_fp4x2(v >> (4 * j));
+				o[j] = __float2bfloat16_rn(f.x * sc);
+				o[j + 4] = __float2bfloat16_rn(f.y * sc);
+			}
 			orow[i] = *(const uint4 *)o;
 		}
 	}

@@ -128,10 +128,30 @@ static __device__ __forceinline__ uint32_t w4_ss(unsigned short s)
 	return (uint32_t)s | (uint32_t)s << 16;
 }
 
+/* NVFP4 weights (ATLAS_DTYPE_FP4B): the 4-bit kernel's copies and reads,
+ * each nibble made W = bf16(f32(e2m1 * f32(f8(s) * gm))), the blob's
+ * matrix (backend.h): atlas_fp4x2 gives e2m1 * 2^-14 exactly, times the
+ * group's scale * 2^14 (atlas_fp4_scale) the reference's FP32 product,
+ * rounded to BF16. A chunk of 32 columns holds two scale groups, one a
+ * k-step: the lane loads the pair of F8 scale bytes of rows g and g + 8
+ * a chunk ahead and converts them where they are used. */
+static __device__ __forceinline__ uint2 fp4x4_bf16(uint32_t h, float sc)
+{
+	const uint32_t t = h | h << 12; /* as w4x4_bf16 */
+	const float2 a = atlas_fp4x2(t), b = atlas_fp4x2(t >> 8);
+	const __nv_bfloat162 x = __floats2bfloat162_rn(a.x * sc, a.y * sc);
+	const __nv_bfloat162 y = __floats2bfloat162_rn(b.x * sc, b.y * sc);
+	uint2 r;
+	r.x = *(const uint32_t *)&x;
+	r.y = *(const uint32_t *)&y;
+	return r;
+}
+
 /* Weight formats of gtc_impl. */
 #define GTC_BF16 0
 #define GTC_F8 1
 #define GTC_W4 2
+#define GTC_FP4 3
 
 template <int NT8, int FMT>
 static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
@@ -170,8 +190,8 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		wb0 = wb1 = (const char *)a.seg[s].w;
 	}
 	const bf16 *wr0 = (const bf16 *)wb0 + r0 * K, *wr1 = (const bf16 *)wb1 + r1 * K;
-	/* F8: K bytes a row; W4: K / 2 */
-	const long long qk = FMT == GTC_W4 ? K / 2 : K;
+	/* F8: K bytes a row; W4, FP4: K / 2 */
+	const long long qk = FMT == GTC_W4 || FMT == GTC_FP4 ? K / 2 : K;
 	const uint8_t *qr0 = (const uint8_t *)wb0 + ATLAS_F8B_HEAD_BYTES + r0 * qk;
 	const uint8_t *qr1 = (const uint8_t *)wb1 + ATLAS_F8B_HEAD_BYTES + r1 * qk;
 	/* this warp's chunks: a contiguous range */
@@ -200,7 +220,7 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 		if (FMT == GTC_F8) {
 			atlas_cp8_ca(r, kok && ok0 ? qr0 + k : qr0, kok && ok0);
 			atlas_cp8_ca(r + 32, kok && ok1 ? qr1 + k : qr1, kok && ok1);
-		} else if (FMT == GTC_W4) {
+		} else if (FMT == GTC_W4 || FMT == GTC_FP4) {
 			atlas_cp4_ca(r, kok && ok0 ? qr0 + k / 2 : qr0, kok && ok0);
 			atlas_cp4_ca(r + 32, kok && ok1 ? qr1 + k / 2 : qr1, kok && ok1);
 		} else {
@@ -251,6 +271,21 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 				nzz0 = w4_zz(__ldg(zr0 + cb + 1)), nzz1 = w4_zz(__ldg(zr1 + cb + 1));
 			}
 		}
+	}
+	/* FP4: the F8 scale pairs (groups 2 ch and 2 ch + 1) of rows g and
+	 * g + 8, raw, the next chunk's loaded a chunk ahead; each blob's
+	 * global multiplier (swiglu: gate and up have their own) */
+	const unsigned short *fs0 = nullptr, *fs1 = nullptr;
+	unsigned fp0 = 0, fp1 = 0;
+	float gm0 = 0.0f, gm1 = 0.0f;
+	if (FMT == GTC_FP4) {
+		const atlas_fp4b_head_k *h0 = (const atlas_fp4b_head_k *)wb0;
+		const atlas_fp4b_head_k *h1 = (const atlas_fp4b_head_k *)wb1;
+		gm0 = h0->gm, gm1 = h1->gm;
+		fs0 = (const unsigned short *)(wb0 + h0->s_off) + r0 * (h0->ng / 2);
+		fs1 = (const unsigned short *)(wb1 + h1->s_off) + r1 * (h1->ng / 2);
+		if (ch0 < ch1)
+			fp0 = __ldg(fs0 + ch0), fp1 = __ldg(fs1 + ch0);
 	}
 	if (FMT == GTC_F8) {
 		const atlas_f8b_head_k *h0 = (const atlas_f8b_head_k *)wb0;
@@ -310,6 +345,17 @@ static __device__ __forceinline__ void gtc_impl(const atlas_gemv_args &a)
 			wb0 = w4x4_bf16(r16[256 + 8 * u0 + (c & 1)], zz1, ss1);
 			wa1 = w4x4_bf16(r16[8 * u1 + (c & 1)], zz0, ss0);
 			wb1 = w4x4_bf16(r16[256 + 8 * u1 + (c & 1)], zz1, ss1);
+		} else if (FMT == GTC_FP4) {
+			const unsigned c0 = fp0, c1 = fp1;
+			if (ch + 1 < ch1)
+				fp0 = __ldg(fs0 + ch + 1), fp1 = __ldg(fs1 + ch + 1);
+			const uint16_t *r16 = (const uint16_t *)r;
+			const int u0 = 4 * g + ((c >> 1) ^ (g & 2)), u1 = 4 * g + ((2 + (c >> 1)) ^ (g & 2));
+			/* k-step 0: group 2 ch (the low scale byte), k-step 1: 2 ch + 1 */
+			wa0 = fp4x4_bf16(r16[8 * u0 + (c & 1)], atlas_fp4_scale(c0 & 0xff, gm0));
+			wb0 = fp4x4_bf16(r16[256 + 8 * u0 + (c & 1)], atlas_fp4_scale(c1 & 0xff, gm1));
+			wa1 = fp4x4_bf16(r16[8 * u1 + (c & 1)], atlas_fp4_scale(c0 >> 8, gm0));
+			wb1 = fp4x4_bf16(r16[256 + 8 * u1 + (c & 1)], atlas_fp4_scale(c1 >> 8, gm1));
 		} else if (FMT == GTC_F8) {
 			if (ch == nb) { /* into the next scale block */
 				cb++;
@@ -399,3 +445,7 @@ GTC_ENTRY(atlas_gemv_tc8_w4, 1, GTC_W4)
 GTC_ENTRY(atlas_gemv_tc16_w4, 2, GTC_W4)
 GTC_ENTRY(atlas_gemv_tc32_w4, 4, GTC_W4)
 GTC_ENTRY(atlas_gemv_tc64_w4, 8, GTC_W4)
+GTC_ENTRY(atlas_gemv_tc8_fp4, 1, GTC_FP4)
+GTC_ENTRY(atlas_gemv_tc16_fp4, 2, GTC_FP4)
+GTC_ENTRY(atlas_gemv_tc32_fp4, 4, GTC_FP4)
+GTC_ENTRY(atlas_gemv_tc64_fp4, 8, GTC_FP4)

@@ -78,6 +78,11 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC64_W4] = "atlas_gemv_tc64_w4",
 	[ATLAS_CK_W4B_DEQUANT] = "atlas_w4b_dequant",
 	[ATLAS_CK_GEMV_W4] = "atlas_gemv_w4",
+	[ATLAS_CK_GEMV_TC8_FP4] = "atlas_gemv_tc8_fp4",
+	[ATLAS_CK_GEMV_TC16_FP4] = "atlas_gemv_tc16_fp4",
+	[ATLAS_CK_GEMV_TC32_FP4] = "atlas_gemv_tc32_fp4",
+	[ATLAS_CK_GEMV_TC64_FP4] = "atlas_gemv_tc64_fp4",
+	[ATLAS_CK_FP4B_DEQUANT] = "atlas_fp4b_dequant",
 	[ATLAS_CK_KV_STORE_Q] = "atlas_kv_store_q",
 	[ATLAS_CK_QK_ROPE_STORE_Q] = "atlas_qk_rope_store_q",
 	[ATLAS_CK_ATT_PART_FP8] = "atlas_attention_part_fp8",
@@ -136,6 +141,12 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC_F8] = 1,
 	[ATLAS_CK_MOE_GEMV1] = 1, /* without it, atlas_moe_gemv8 */
 	[ATLAS_CK_FP8_ACT_QUANT] = 1,
+	/* without them, NVFP4 checkpoints load dequantized (fp4b_weights off) */
+	[ATLAS_CK_GEMV_TC8_FP4] = 1,
+	[ATLAS_CK_GEMV_TC16_FP4] = 1,
+	[ATLAS_CK_GEMV_TC32_FP4] = 1,
+	[ATLAS_CK_GEMV_TC64_FP4] = 1,
+	[ATLAS_CK_FP4B_DEQUANT] = 1,
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over
@@ -158,6 +169,10 @@ static const int dyn_smem[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC16_W4] = ATLAS_GTC_SMEM(2),
 	[ATLAS_CK_GEMV_TC32_W4] = ATLAS_GTC_SMEM(4),
 	[ATLAS_CK_GEMV_TC64_W4] = ATLAS_GTC_SMEM(8),
+	[ATLAS_CK_GEMV_TC8_FP4] = ATLAS_GTC_SMEM(1),
+	[ATLAS_CK_GEMV_TC16_FP4] = ATLAS_GTC_SMEM(2),
+	[ATLAS_CK_GEMV_TC32_FP4] = ATLAS_GTC_SMEM(4),
+	[ATLAS_CK_GEMV_TC64_FP4] = ATLAS_GTC_SMEM(8),
 	[ATLAS_CK_GEMV_BULK] = ATLAS_GBK_SMEM_MAX,
 	[ATLAS_CK_MOE_GEMV8] = ATLAS_GTC_SMEM(1),
 	[ATLAS_CK_MOE_GEMV16] = ATLAS_GTC_SMEM(2),
@@ -351,6 +366,14 @@ _Static_assert(sizeof(struct atlas_w4b_head) == sizeof(struct atlas_w4b_head_k) 
 		       ATLAS_W4B_HEAD == ATLAS_W4B_HEAD_BYTES && ATLAS_DTYPE_W4B == 9 &&
 		       ATLAS_DTYPE_U8 == 5,
 	       "struct atlas_w4b_head and struct atlas_w4b_head_k disagree");
+_Static_assert(sizeof(struct atlas_fp4b_head) == sizeof(struct atlas_fp4b_head_k) &&
+		       offsetof(struct atlas_fp4b_head, ng) == offsetof(struct atlas_fp4b_head_k, ng) &&
+		       offsetof(struct atlas_fp4b_head, gm) == offsetof(struct atlas_fp4b_head_k, gm) &&
+		       offsetof(struct atlas_fp4b_head, K) == offsetof(struct atlas_fp4b_head_k, K) &&
+		       offsetof(struct atlas_fp4b_head, s_off) ==
+			   offsetof(struct atlas_fp4b_head_k, s_off) &&
+		       ATLAS_FP4B_HEAD == ATLAS_FP4B_HEAD_BYTES,
+	       "struct atlas_fp4b_head and struct atlas_fp4b_head_k disagree");
 
 /* --- memory ------------------------------------------------------------- */
 
@@ -655,6 +678,9 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	be->w4b_weights = c->kern[ATLAS_CK_GEMV_TC8_W4] && c->kern[ATLAS_CK_GEMV_TC16_W4] &&
 			  c->kern[ATLAS_CK_GEMV_TC32_W4] && c->kern[ATLAS_CK_GEMV_TC64_W4] &&
 			  c->kern[ATLAS_CK_W4B_DEQUANT];
+	be->fp4b_weights = c->kern[ATLAS_CK_GEMV_TC8_FP4] && c->kern[ATLAS_CK_GEMV_TC16_FP4] &&
+			   c->kern[ATLAS_CK_GEMV_TC32_FP4] && c->kern[ATLAS_CK_GEMV_TC64_FP4] &&
+			   c->kern[ATLAS_CK_FP4B_DEQUANT];
 	/* split-K attention partials and counters: allocated now and never
 	 * moved, since a decode graph records the pointers; the counters start
 	 * zero (cuda_alloc clears too; the kernel relies on it) and each

@@ -74,6 +74,11 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMM_TC_F8,   /* gemm_tc.cu: the W8A8 FP8 wgmma GEMM */
 	ATLAS_CK_MOE_GEMV1,    /* linear.cu: the expert products on CUDA cores (decode) */
 	ATLAS_CK_FP8_ACT_QUANT, /* f8b.cu: its activations as FP8 */
+	ATLAS_CK_GEMV_TC8_FP4, /* gemv_tc.cu: the tensor-core GEMV on FP4B (NVFP4) */
+	ATLAS_CK_GEMV_TC16_FP4,
+	ATLAS_CK_GEMV_TC32_FP4,
+	ATLAS_CK_GEMV_TC64_FP4,
+	ATLAS_CK_FP4B_DEQUANT, /* f8b.cu: an FP4B weight as BF16 */
 	ATLAS_CK_COUNT,
 };
 

@@ -20,10 +20,11 @@ static int check_wdt(enum atlas_dtype wdt, const char *op)
 }
 
 /* The weight dtypes of the matmul ops: check_wdt's and the quantized
- * blobs (F8B, W4B). */
+ * blobs (F8B, W4B, FP4B). */
 static int check_mm_wdt(const struct atlas_backend *be, enum atlas_dtype wdt, const char *op)
 {
-	if ((wdt == ATLAS_DTYPE_F8B && be->f8b_weights) || (wdt == ATLAS_DTYPE_W4B && be->w4b_weights))
+	if ((wdt == ATLAS_DTYPE_F8B && be->f8b_weights) || (wdt == ATLAS_DTYPE_W4B && be->w4b_weights) ||
+	    (wdt == ATLAS_DTYPE_FP4B && be->fp4b_weights))
 		return 0;
 	return check_wdt(wdt, op);
 }
@@ -32,7 +33,7 @@ static int check_mm_wdt(const struct atlas_backend *be, enum atlas_dtype wdt, co
  * expand it to BF16 for the long products. */
 static int is_blob(int wdt)
 {
-	return wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B;
+	return wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B || wdt == ATLAS_DTYPE_FP4B;
 }
 
 static int op_embed(struct atlas_backend *be, void *out, const void *table, enum atlas_dtype wdt,
@@ -116,8 +117,9 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
 		for (int i = 0; i < a->nseg; i++)
 			ok = ok && aligned16(a->seg[i].w);
 		/* outside batch-invariant mode the fewest rows take the CUDA-core
-		 * GEMV's FP8 / 4-bit form (its own sums: 16 or 32 weights a load) */
-		if (ok && !be->batch_invariant && a->T <= c->f8_fma_max_t && a->K % 16 == 0 &&
+		 * GEMV's FP8 / 4-bit form (its own sums: 16 or 32 weights a load;
+		 * NVFP4 has none: the tensor-core GEMV at every T) */
+		if (ok && !be->batch_invariant && a->wdt != ATLAS_DTYPE_FP4B && a->T <= c->f8_fma_max_t && a->K % 16 == 0 &&
 		    c->gemv_mode != 2 && c->kern[fma])
 			return GEMV_FMA;
 		return ok ? GEMV_TC : GEMV_NONE;
@@ -252,9 +254,10 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 		const int inv = is_blob(a->wdt) ? 0 : gemm_inv_launch(c, a);
 		if (inv)
 			return inv < 0 ? inv : 0;
-		const enum atlas_cuda_kernel k0 = a->wdt == ATLAS_DTYPE_F8B   ? ATLAS_CK_GEMV_TC8_F8
-						  : a->wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_GEMV_TC8_W4
-									      : ATLAS_CK_GEMV_TC8;
+		const enum atlas_cuda_kernel k0 = a->wdt == ATLAS_DTYPE_F8B    ? ATLAS_CK_GEMV_TC8_F8
+						  : a->wdt == ATLAS_DTYPE_W4B  ? ATLAS_CK_GEMV_TC8_W4
+						  : a->wdt == ATLAS_DTYPE_FP4B ? ATLAS_CK_GEMV_TC8_FP4
+									       : ATLAS_CK_GEMV_TC8;
 		/* rows in groups of 64 (more only in batch-invariant mode) */
 		const int64_t T = a->T;
 		const char *x0 = a->x;
@@ -290,8 +293,9 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 	return atlas_cuda_launch(c, k, (unsigned)blocks, 1, 256, 0, args);
 }
 
-/* The blob weights w[0..n) (F8B or W4B as wdt says, [N[i], K] each) as
- * BF16 copies in c->f8_ws (atlas_f8b_dequant, atlas_w4b_dequant), their
+/* The blob weights w[0..n) (F8B, W4B or FP4B as wdt says, [N[i], K]
+ * each) as BF16 copies in c->f8_ws (atlas_f8b_dequant, atlas_w4b_dequant,
+ * atlas_fp4b_dequant), their
  * pointers in bw: the products longer than the quantized GEMVs take then
  * run the BF16 paths on the matrix they multiply by (the same bits in
  * batch-invariant mode). */
@@ -299,8 +303,9 @@ static int f8_expand(struct atlas_backend *be, enum atlas_dtype wdt, int n, cons
 		     const int64_t *N, int64_t K, const void **bw)
 {
 	struct cuda_ctx *c = be->ctx;
-	const enum atlas_cuda_kernel dq =
-	    wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_W4B_DEQUANT : ATLAS_CK_F8B_DEQUANT;
+	const enum atlas_cuda_kernel dq = wdt == ATLAS_DTYPE_W4B    ? ATLAS_CK_W4B_DEQUANT
+					  : wdt == ATLAS_DTYPE_FP4B ? ATLAS_CK_FP4B_DEQUANT
+								    : ATLAS_CK_F8B_DEQUANT;
 	size_t off[ATLAS_GEMV_MAXSEG], need = 0;
 	for (int i = 0; i < n; i++) {
 		off[i] = need;

@@ -34,6 +34,18 @@ struct atlas_w4b_head_k {
 	long long N, K, z_off, s_off;
 };
 
+/* The head of an ATLAS_DTYPE_FP4B weight blob as the kernels read it:
+ * struct atlas_fp4b_head of backend.h (cuda.c checks that they agree);
+ * q starts ATLAS_FP4B_HEAD_BYTES into the blob, K / 2 bytes a row, the
+ * F8 scales at s_off, K / 16 bytes a row. */
+#define ATLAS_FP4B_HEAD_BYTES 256
+struct atlas_fp4b_head_k {
+	unsigned magic;
+	int g, ng;
+	float gm;
+	long long N, K, s_off;
+};
+
 struct atlas_gemv_args {
 	struct atlas_gemv_seg seg[ATLAS_GEMV_MAXSEG]; /* the products, in block order */
 	const void *x; /* [T, K] bf16, shared by every segment */
