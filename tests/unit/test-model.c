@@ -340,39 +340,57 @@ static void blob_logits(struct atlas_model *a, struct atlas_model *b, const char
 	free(lb);
 }
 
-/* An FP8 checkpoint on a backend that takes F8B blobs (the CUDA path;
- * here the CPU's reference matmul for them) keeps its linear layers at
- * one byte a weight, and gives the logits of the dequantized model up
- * to the BF16 rounding of W that F8B defines; ATLAS_FP8_NATIVE=0 asks
- * for the dequantized load instead. */
-static void test_fp8_native(void)
+/* Fixture fx on a plain CPU backend, on one whose matmuls take the
+ * blob format that *flag enables, and on that one with env=0 (the
+ * dequantized load): the blob model reads fewer weight bytes, the env=0
+ * one as many as the plain one, and the blob model's logits are the
+ * dequantized model's up to the BF16 rounding of W the format defines. */
+static void blob_native(const char *fx, bool *(*flag)(struct atlas_backend *), const char *env,
+			const char *fmt)
 {
-	static const char *const fx[] = {"quant-fp8", "quant-ct-fp8"};
-	for (int f = 0; f < 2; f++) {
-		struct atlas_backend *plain = atlas_backend_cpu_new(), *f8 = atlas_backend_cpu_new();
-		f8->f8b_weights = true;
-		struct atlas_model *a = atlas_model_load(golden(fx[f]), plain, NULL);
-		struct atlas_model *b = atlas_model_load(golden(fx[f]), f8, NULL);
-		setenv("ATLAS_FP8_NATIVE", "0", 1);
-		struct atlas_model *c = atlas_model_load(golden(fx[f]), f8, NULL);
-		unsetenv("ATLAS_FP8_NATIVE");
-		CHECK(a && b && c);
-		if (!a || !b || !c)
-			return;
-		/* 55,296 linear weights: FP32 dequantized (4 bytes) against
-		 * FP8 (1 byte, plus a head and scales per matrix) */
+	struct atlas_backend *plain = atlas_backend_cpu_new(), *nb = atlas_backend_cpu_new();
+	*flag(nb) = true;
+	struct atlas_model *a = atlas_model_load(golden(fx), plain, NULL);
+	struct atlas_model *b = atlas_model_load(golden(fx), nb, NULL);
+	setenv(env, "0", 1);
+	struct atlas_model *c = atlas_model_load(golden(fx), nb, NULL);
+	unsetenv(env);
+	CHECK(a && b && c);
+	if (a && b && c) {
 		const int64_t wa = atlas_model_weight_bytes(a), wb = atlas_model_weight_bytes(b);
-		printf("# %s: weight bytes %lld dequantized, %lld as F8B\n", fx[f], (long long)wa,
-		       (long long)wb);
+		printf("# %s: weight bytes %lld dequantized, %lld as %s\n", fx, (long long)wa,
+		       (long long)wb, fmt);
 		CHECK(wa - wb > 100000);
 		CHECK_EQ_INT(atlas_model_weight_bytes(c), wa);
-		blob_logits(a, b, fx[f]);
-		atlas_model_free(a);
-		atlas_model_free(b);
-		atlas_model_free(c);
-		plain->destroy(plain);
-		f8->destroy(f8);
+		blob_logits(a, b, fx);
 	}
+	atlas_model_free(a);
+	atlas_model_free(b);
+	atlas_model_free(c);
+	plain->destroy(plain);
+	nb->destroy(nb);
+}
+
+static bool *f8b_flag(struct atlas_backend *be)
+{
+	return &be->f8b_weights;
+}
+
+static bool *fp4b_flag(struct atlas_backend *be)
+{
+	return &be->fp4b_weights;
+}
+
+/* An FP8 checkpoint on a backend that takes F8B blobs (the CUDA path;
+ * here the CPU's reference matmul for them) keeps its linear layers at
+ * one byte a weight (55,296 linear weights: FP32 dequantized, 4 bytes,
+ * against 1 byte plus a head and scales per matrix), and gives the
+ * logits of the dequantized model up to the BF16 rounding of W that F8B
+ * defines; ATLAS_FP8_NATIVE=0 asks for the dequantized load instead. */
+static void test_fp8_native(void)
+{
+	blob_native("quant-fp8", f8b_flag, "ATLAS_FP8_NATIVE", "F8B");
+	blob_native("quant-ct-fp8", f8b_flag, "ATLAS_FP8_NATIVE", "F8B");
 }
 
 /* A 4-bit GPTQ checkpoint (groups of 32, no act order) on a backend that
@@ -420,30 +438,8 @@ static void test_w4_native(void)
  * that FP4B defines; ATLAS_FP4_NATIVE=0 loads dequantized. */
 static void test_fp4_native(void)
 {
-	static const char *const fx[] = {"quant-nvfp4", "quant-ct-nvfp4"};
-	for (int f = 0; f < 2; f++) {
-		struct atlas_backend *plain = atlas_backend_cpu_new(), *f4 = atlas_backend_cpu_new();
-		f4->fp4b_weights = true;
-		struct atlas_model *a = atlas_model_load(golden(fx[f]), plain, NULL);
-		struct atlas_model *b = atlas_model_load(golden(fx[f]), f4, NULL);
-		setenv("ATLAS_FP4_NATIVE", "0", 1);
-		struct atlas_model *c = atlas_model_load(golden(fx[f]), f4, NULL);
-		unsetenv("ATLAS_FP4_NATIVE");
-		CHECK(a && b && c);
-		if (a && b && c) {
-			const int64_t wa = atlas_model_weight_bytes(a), wb = atlas_model_weight_bytes(b);
-			printf("# %s: weight bytes %lld dequantized, %lld with FP4B\n", fx[f],
-			       (long long)wa, (long long)wb);
-			CHECK(wa - wb > 100000);
-			CHECK_EQ_INT(atlas_model_weight_bytes(c), wa);
-			blob_logits(a, b, fx[f]);
-		}
-		atlas_model_free(a);
-		atlas_model_free(b);
-		atlas_model_free(c);
-		plain->destroy(plain);
-		f4->destroy(f4);
-	}
+	blob_native("quant-nvfp4", fp4b_flag, "ATLAS_FP4_NATIVE", "FP4B");
+	blob_native("quant-ct-nvfp4", fp4b_flag, "ATLAS_FP4_NATIVE", "FP4B");
 }
 
 static void test_fused_selection(void)

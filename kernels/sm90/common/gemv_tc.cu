@@ -67,19 +67,25 @@ static __device__ __forceinline__ void atlas_cp8_ca(void *s, const void *p, bool
 		     : "memory");
 }
 
-/* 4 E4M3 values (byte i = k + i) times sc, as the A registers of one row
- * of a k-step: .x = k+0..1, .y = k+2..3, BF16 pairs (low half first). */
-static __device__ __forceinline__ uint2 f8x4_bf16(uint32_t q, float sc)
+/* Four values (a: k + 0..1, b: k + 2..3) times sc, rounded to BF16, as
+ * the A registers of one row of a k-step. */
+static __device__ __forceinline__ uint2 bf16x4_scaled(float2 a, float2 b, float sc)
 {
-	const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q & 0xffff), __NV_E4M3);
-	const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q >> 16), __NV_E4M3);
-	const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
 	const __nv_bfloat162 x = __floats2bfloat162_rn(a.x * sc, a.y * sc);
 	const __nv_bfloat162 y = __floats2bfloat162_rn(b.x * sc, b.y * sc);
 	uint2 r;
 	r.x = *(const uint32_t *)&x;
 	r.y = *(const uint32_t *)&y;
 	return r;
+}
+
+/* 4 E4M3 values (byte i = k + i) times sc, as the A registers of one row
+ * of a k-step: .x = k+0..1, .y = k+2..3, BF16 pairs (low half first). */
+static __device__ __forceinline__ uint2 f8x4_bf16(uint32_t q, float sc)
+{
+	const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q & 0xffff), __NV_E4M3);
+	const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(q >> 16), __NV_E4M3);
+	return bf16x4_scaled(__half22float2(__half2(lo)), __half22float2(__half2(hi)), sc);
 }
 
 /* 4-bit weights (ATLAS_DTYPE_W4B): the same again with half a byte a
@@ -138,13 +144,7 @@ static __device__ __forceinline__ uint32_t w4_ss(unsigned short s)
 static __device__ __forceinline__ uint2 fp4x4_bf16(uint32_t h, float sc)
 {
 	const uint32_t t = h | h << 12; /* as w4x4_bf16 */
-	const float2 a = atlas_fp4x2(t), b = atlas_fp4x2(t >> 8);
-	const __nv_bfloat162 x = __floats2bfloat162_rn(a.x * sc, a.y * sc);
-	const __nv_bfloat162 y = __floats2bfloat162_rn(b.x * sc, b.y * sc);
-	uint2 r;
-	r.x = *(const uint32_t *)&x;
-	r.y = *(const uint32_t *)&y;
-	return r;
+	return bf16x4_scaled(atlas_fp4x2(t), atlas_fp4x2(t >> 8), sc);
 }
 
 /* Weight formats of gtc_impl. */
