@@ -678,9 +678,13 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	be->w4b_weights = c->kern[ATLAS_CK_GEMV_TC8_W4] && c->kern[ATLAS_CK_GEMV_TC16_W4] &&
 			  c->kern[ATLAS_CK_GEMV_TC32_W4] && c->kern[ATLAS_CK_GEMV_TC64_W4] &&
 			  c->kern[ATLAS_CK_W4B_DEQUANT];
-	be->fp4b_weights = c->kern[ATLAS_CK_GEMV_TC8_FP4] && c->kern[ATLAS_CK_GEMV_TC16_FP4] &&
-			   c->kern[ATLAS_CK_GEMV_TC32_FP4] && c->kern[ATLAS_CK_GEMV_TC64_FP4] &&
-			   c->kern[ATLAS_CK_FP4B_DEQUANT];
+	/* NVFP4 stays dequantized unless ATLAS_FP4_NATIVE=1: the FP4B kernels
+	 * have not yet run on a GPU (test-cuda-ops test_fp4b, then make them
+	 * the default) */
+	const char *f4 = getenv("ATLAS_FP4_NATIVE");
+	be->fp4b_weights = f4 && !strcmp(f4, "1") && c->kern[ATLAS_CK_GEMV_TC8_FP4] &&
+			   c->kern[ATLAS_CK_GEMV_TC16_FP4] && c->kern[ATLAS_CK_GEMV_TC32_FP4] &&
+			   c->kern[ATLAS_CK_GEMV_TC64_FP4] && c->kern[ATLAS_CK_FP4B_DEQUANT];
 	/* split-K attention partials and counters: allocated now and never
 	 * moved, since a decode graph records the pointers; the counters start
 	 * zero (cuda_alloc clears too; the kernel relies on it) and each
