@@ -229,12 +229,9 @@ int atlas_quant_nvfp4(const struct atlas_quant *q, const struct atlas_st *st, co
 	/* compressed-tensors stores the divisor: vLLM turns it into
 	 * ModelOpt's multiplier weight_scale_2 as 1 / weight_global_scale */
 	float gs = atlas_quant_scale(g, 0);
-	if (ct && (gs == 0.0f || !isfinite(gs)))
-		return atlas_error(ATLAS_EFORMAT, "'%s.%s' is %g, expected finite and non-zero",
-				   prefix, gname, (double)gs);
-	if (!isfinite(gs))
-		return atlas_error(ATLAS_EFORMAT, "'%s.%s' is %g, expected finite", prefix, gname,
-				   (double)gs);
+	if (!isfinite(gs) || (ct && gs == 0.0f))
+		return atlas_error(ATLAS_EFORMAT, "'%s.%s' is %g, expected finite%s", prefix, gname,
+				   (double)gs, ct ? " and non-zero" : "");
 	v->q = w->data;
 	v->s = s->data;
 	v->gm = ct ? 1.0f / gs : gs;

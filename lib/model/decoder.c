@@ -357,8 +357,6 @@ static int bind_fp4b(struct atlas_model *m, struct weight *w, const char *name, 
 		return atlas_error(ATLAS_ENOMEM, "out of memory loading '%s'", name);
 	memcpy(blob, head, sizeof(head));
 	memcpy(blob + ATLAS_FP4B_HEAD, v.q, (size_t)(d0 * d1 / 2));
-	memset(blob + ATLAS_FP4B_HEAD + d0 * d1 / 2, 0,
-	       (size_t)(atlas_fp4b_s_off(d0, d1) - ATLAS_FP4B_HEAD - d0 * d1 / 2));
 	memcpy(blob + atlas_fp4b_s_off(d0, d1), v.s, (size_t)(d0 * (d1 / 16)));
 	return upload_blob(m, w, blob, bytes, ATLAS_DTYPE_FP4B, name);
 }

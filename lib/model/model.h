@@ -81,7 +81,8 @@ int64_t atlas_model_routed_bytes(const struct atlas_model *m);
  * config.json) whose weights are random values the backend makes itself
  * (be->fill_random; nothing is read from disk): for speed measurements
  * at real shapes. All weights are BF16 (the linear layers' FP8 with
- * p->synthetic_quant "fp8-block", 4-bit with "w4a16"): matrices uniform with unit output
+ * p->synthetic_quant "fp8-block", 4-bit with "w4a16", NVFP4 with "nvfp4"):
+ * matrices uniform with unit output
  * variance, norms 1. `seed` picks the values. Same ownership and
  * parameters as atlas_model_load; NULL with a message, e.g. when the
  * backend cannot fill. */

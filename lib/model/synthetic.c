@@ -46,118 +46,92 @@ static int make_matrix(struct atlas_model *m, struct weight *w, int64_t N, int64
 	return make(m, w, N, K, -a, a, seed);
 }
 
-/* A linear layer's matrix [N, K]: as make_matrix, or with m->f8b an F8B
- * blob (backend.h) of FP8 values uniform in +-448 and each 128 x 128
- * block's scale uniform in (0.5 .. 1.5) a / 448, so W is about uniform
- * in +-a again (on the E4M3 grid), and a kernel that takes the wrong
- * block's scale gives other numbers. */
-static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed);
-static int make_fp4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed);
+/* One random region of a quantized blob: n elements of dtype dt at byte
+ * off, uniform in lo .. hi (the backend's fill_random). */
+struct blob_fill {
+	int64_t off, n;
+	enum atlas_dtype dt;
+	float lo, hi;
+};
 
+_Static_assert(ATLAS_F8B_HEAD == ATLAS_W4B_HEAD && ATLAS_F8B_HEAD == ATLAS_FP4B_HEAD,
+	       "make_blob uploads one head size for every blob format");
+
+/* A blob of `bytes` on the backend, dtype dt: its head (ATLAS_F8B_HEAD
+ * bytes, every format's, already written by the format's init) uploaded, then the fills
+ * (seeds seed, seed + 1, ...). `what` names the format in messages. */
+static int make_blob(struct atlas_model *m, struct weight *w, const char *head, int64_t bytes,
+		     enum atlas_dtype dt, const struct blob_fill *f, int nf, uint64_t seed,
+		     const char *what, int64_t N, int64_t K)
+{
+	struct atlas_backend *be = m->be;
+	char *p = be->alloc(be, (size_t)bytes);
+	if (!p)
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate a [%lld, %lld] %s weight",
+					(long long)N, (long long)K, what);
+	int rc = be->upload(be, p, head, ATLAS_F8B_HEAD); /* plain memory: read before it returns */
+	for (int i = 0; !rc && i < nf; i++)
+		rc = be->fill_random(be, p + f[i].off, f[i].dt, f[i].n, seed + (uint64_t)i, f[i].lo,
+				     f[i].hi);
+	if (rc) {
+		be->free(be, p);
+		return rc;
+	}
+	*w = (struct weight){p, dt, (size_t)bytes, NULL};
+	return 0;
+}
+
+/* A linear layer's matrix [N, K]: as make_matrix, or a quantized blob
+ * of random values whose W is about uniform in +-a = sqrt(3 / K) again
+ * and whose scales differ per block or group, so a kernel that takes the
+ * wrong one gives other numbers:
+ *   m->f8b   F8B: FP8 values uniform in +-448, each 128 x 128 block's
+ *            scale uniform in (0.5 .. 1.5) a / 448 (W on the E4M3 grid);
+ *   m->w4b   W4B: uniform bytes (each nibble 0..15), zero points 6..10,
+ *            each group of 128 columns' scale (0.5 .. 1.5) a / 8: W on
+ *            the grid a * (-8..7) / 8;
+ *   m->fp4b  FP4B (NVFP4): uniform bytes (every nibble an E2M1 value,
+ *            +-{0 .. 6}), the global multiplier a / 1536 and each group
+ *            of 16 columns' F8 scale uniform in 128 .. 384. */
 static int make_linear(struct atlas_model *m, struct weight *w, int64_t N, int64_t K,
 		       uint64_t seed)
 {
-	if (m->w4b)
-		return make_w4b(m, w, N, K, seed);
-	if (m->fp4b)
-		return make_fp4b(m, w, N, K, seed);
-	if (!m->f8b)
+	if (!m->f8b && !m->w4b && !m->fp4b)
 		return make_matrix(m, w, N, K, seed);
-	struct atlas_backend *be = m->be;
 	const float a = sqrtf(3.0f / (float)K);
-	const int64_t bytes = atlas_f8b_bytes(N, K, 128, 128);
-	const int64_t nsc = ((N + 127) / 128) * ((K + 127) / 128);
 	char head[ATLAS_F8B_HEAD];
-	char *p = be->alloc(be, (size_t)bytes);
-	if (!p)
-		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate a [%lld, %lld] FP8 weight",
-					(long long)N, (long long)K);
-	int rc = atlas_f8b_init(head, N, K, 128, 128)
-		     ? atlas_error(ATLAS_EINVAL, "bad FP8 shape [%lld, %lld]", (long long)N, (long long)K)
-		     : 0;
-	if (!rc)
-		rc = be->upload(be, p, head, sizeof(head)); /* plain memory: read before it returns */
-	if (!rc)
-		rc = be->fill_random(be, p + ATLAS_F8B_HEAD, ATLAS_DTYPE_F8_E4M3, N * K, seed,
-				     -448.0f, 448.0f);
-	if (!rc)
-		rc = be->fill_random(be, p + atlas_f8b_scale_off(N, K), ATLAS_DTYPE_F32, nsc,
-				     seed + 1, 0.5f * a / 448.0f, 1.5f * a / 448.0f);
-	if (rc) {
-		be->free(be, p);
-		return rc;
+	if (m->w4b) {
+		const int64_t g = 128, ng = (K + g - 1) / g;
+		if (atlas_w4b_init(head, N, K, g))
+			return atlas_error(ATLAS_EINVAL, "bad 4-bit shape [%lld, %lld] (K a multiple "
+							 "of 32)", (long long)N, (long long)K);
+		const struct blob_fill f[] = {
+		    {ATLAS_W4B_HEAD, N * K / 2, ATLAS_DTYPE_U8, 0.0f, 256.0f},
+		    {atlas_w4b_z_off(N, K), N * ng, ATLAS_DTYPE_U8, 6.0f, 11.0f},
+		    {atlas_w4b_s_off(N, K, g), N * ng, ATLAS_DTYPE_BF16, 0.5f * a / 8.0f,
+		     1.5f * a / 8.0f}};
+		return make_blob(m, w, head, atlas_w4b_bytes(N, K, g), ATLAS_DTYPE_W4B, f, 3, seed,
+				 "4-bit", N, K);
 	}
-	*w = (struct weight){p, ATLAS_DTYPE_F8B, (size_t)bytes, NULL};
-	return 0;
-}
-
-/* With m->w4b, a W4B blob (backend.h) of uniform random bytes (each
- * nibble uniform in 0..15), zero points uniform in 6..10 and each group
- * of 128 columns' scale uniform in (0.5 .. 1.5) a / 8: W about uniform on
- * the grid a * (-8..7) / 8, and a kernel that takes the wrong group's
- * zero point or scale gives other numbers. */
-static int make_w4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed)
-{
-	struct atlas_backend *be = m->be;
-	const float a = sqrtf(3.0f / (float)K);
-	const int64_t g = 128, bytes = atlas_w4b_bytes(N, K, g), ng = (K + g - 1) / g;
-	char head[ATLAS_W4B_HEAD];
-	if (atlas_w4b_init(head, N, K, g))
-		return atlas_error(ATLAS_EINVAL, "bad 4-bit shape [%lld, %lld] (K a multiple of 32)",
-				   (long long)N, (long long)K);
-	char *p = be->alloc(be, (size_t)bytes);
-	if (!p)
-		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate a [%lld, %lld] 4-bit weight",
-					(long long)N, (long long)K);
-	int rc = be->upload(be, p, head, sizeof(head)); /* plain memory: read before it returns */
-	if (!rc)
-		rc = be->fill_random(be, p + ATLAS_W4B_HEAD, ATLAS_DTYPE_U8, N * K / 2, seed, 0.0f,
-				     256.0f);
-	if (!rc)
-		rc = be->fill_random(be, p + atlas_w4b_z_off(N, K), ATLAS_DTYPE_U8, N * ng, seed + 1,
-				     6.0f, 11.0f);
-	if (!rc)
-		rc = be->fill_random(be, p + atlas_w4b_s_off(N, K, g), ATLAS_DTYPE_BF16, N * ng,
-				     seed + 2, 0.5f * a / 8.0f, 1.5f * a / 8.0f);
-	if (rc) {
-		be->free(be, p);
-		return rc;
+	if (m->fp4b) {
+		if (atlas_fp4b_init(head, N, K, a / 1536.0f))
+			return atlas_error(ATLAS_EINVAL, "bad NVFP4 shape [%lld, %lld] (K a multiple "
+							 "of 32)", (long long)N, (long long)K);
+		const struct blob_fill f[] = {
+		    {ATLAS_FP4B_HEAD, N * K / 2, ATLAS_DTYPE_U8, 0.0f, 256.0f},
+		    {atlas_fp4b_s_off(N, K), N * (K / 16), ATLAS_DTYPE_F8_E4M3, 128.0f, 384.0f}};
+		return make_blob(m, w, head, atlas_fp4b_bytes(N, K), ATLAS_DTYPE_FP4B, f, 2, seed,
+				 "NVFP4", N, K);
 	}
-	*w = (struct weight){p, ATLAS_DTYPE_W4B, (size_t)bytes, NULL};
-	return 0;
-}
-
-/* With m->fp4b, an FP4B blob (backend.h, NVFP4) of uniform random bytes
- * (every nibble is an E2M1 value: +-{0 .. 6}), the global multiplier
- * a / 1536 and each group of 16 columns' F8 scale uniform in 128 .. 384,
- * so W lies in about +-a: a kernel that takes the wrong group's scale
- * or misreads a nibble gives other numbers. */
-static int make_fp4b(struct atlas_model *m, struct weight *w, int64_t N, int64_t K, uint64_t seed)
-{
-	struct atlas_backend *be = m->be;
-	const float a = sqrtf(3.0f / (float)K);
-	const int64_t bytes = atlas_fp4b_bytes(N, K);
-	char head[ATLAS_FP4B_HEAD];
-	if (atlas_fp4b_init(head, N, K, a / 1536.0f))
-		return atlas_error(ATLAS_EINVAL, "bad NVFP4 shape [%lld, %lld] (K a multiple of 32)",
-				   (long long)N, (long long)K);
-	char *p = be->alloc(be, (size_t)bytes);
-	if (!p)
-		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate a [%lld, %lld] NVFP4 weight",
-					(long long)N, (long long)K);
-	int rc = be->upload(be, p, head, sizeof(head)); /* plain memory: read before it returns */
-	if (!rc)
-		rc = be->fill_random(be, p + ATLAS_FP4B_HEAD, ATLAS_DTYPE_U8, N * K / 2, seed, 0.0f,
-				     256.0f);
-	if (!rc)
-		rc = be->fill_random(be, p + atlas_fp4b_s_off(N, K), ATLAS_DTYPE_F8_E4M3, N * (K / 16),
-				     seed + 1, 128.0f, 384.0f);
-	if (rc) {
-		be->free(be, p);
-		return rc;
-	}
-	*w = (struct weight){p, ATLAS_DTYPE_FP4B, (size_t)bytes, NULL};
-	return 0;
+	if (atlas_f8b_init(head, N, K, 128, 128))
+		return atlas_error(ATLAS_EINVAL, "bad FP8 shape [%lld, %lld]", (long long)N,
+				   (long long)K);
+	const struct blob_fill f[] = {
+	    {ATLAS_F8B_HEAD, N * K, ATLAS_DTYPE_F8_E4M3, -448.0f, 448.0f},
+	    {atlas_f8b_scale_off(N, K), ((N + 127) / 128) * ((K + 127) / 128), ATLAS_DTYPE_F32,
+	     0.5f * a / 448.0f, 1.5f * a / 448.0f}};
+	return make_blob(m, w, head, atlas_f8b_bytes(N, K, 128, 128), ATLAS_DTYPE_F8B, f, 2, seed,
+			 "FP8", N, K);
 }
 
 /* Layer l's mixture-of-experts MLP into m->moe[l], laid out as

@@ -9,7 +9,9 @@
  * into an F8B blob (backend.h), read back row by row as the GPU loader
  * and the CPU reference do, and the integer ones through
  * atlas_quant_int_view, whose values, zeros and groups must be in range
- * and whose W must be atlas_quant_dequant's bit for bit (else abort). A
+ * and whose W must be atlas_quant_dequant's bit for bit (else abort); the
+ * NVFP4 ones through atlas_quant_fp4_view into an FP4B blob whose rows
+ * must be atlas_quant_dequant's W rounded to BF16, bit for bit. A
  * tensor set that slips past the checks with a bad length reads out of
  * bounds here under ASan. See README. */
 #include <stdint.h>
@@ -118,6 +120,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						      (float *)(blob + atlas_f8b_scale_off(out, in)));
 				for (int64_t r = 0; r < out; r++)
 					atlas_f8b_row_bf16(blob, r, row);
+			}
+			free(row);
+			free(blob);
+		}
+		/* NVFP4 as the loader keeps it on GPUs: the view packed into an
+		 * FP4B blob, its rows the dequantized W in BF16 */
+		struct atlas_quant_fp4 fv;
+		if (atlas_quant_fp4_view(&q, st, "m.weight", out, in, &fv) == 1) {
+			const int64_t bytes = atlas_fp4b_bytes(out, in);
+			char *blob = malloc((size_t)bytes);
+			uint16_t *row = malloc((size_t)in * sizeof(uint16_t));
+			if (blob && row && atlas_fp4b_init(blob, out, in, fv.gm) == 0) {
+				memcpy(blob + ATLAS_FP4B_HEAD, fv.q, (size_t)(out * in / 2));
+				memcpy(blob + atlas_fp4b_s_off(out, in), fv.s, (size_t)(out * (in / 16)));
+				for (int64_t r = 0; r < out; r++) {
+					atlas_fp4b_row_bf16(blob, r, row);
+					for (int64_t k = 0; deq == 1 && k < in; k++)
+						if (row[k] != atlas_f32_to_bf16(w[r * in + k]))
+							abort();
+				}
 			}
 			free(row);
 			free(blob);
