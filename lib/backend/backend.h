@@ -199,6 +199,8 @@ int atlas_fp4b_init(void *blob, int64_t N, int64_t K, float gm);
  * kernels must reproduce. */
 void atlas_fp4b_row_bf16(const void *blob, int64_t n, uint16_t *out);
 
+struct atlas_moe_desc;
+
 /* One layer of the fused one-token decode (fused_prepare): backend
  * pointers, the layout of the plain ops. */
 struct atlas_fused_layer {
@@ -208,6 +210,9 @@ struct atlas_fused_layer {
 	const void *ln1, *ln2;       /* [D] in nwdt */
 	const void *qn, *kn;         /* [hd] in nwdt, or both NULL (no q/k norm) */
 	void *kc, *vc;               /* the layer's K and V pools [n_slots, Hkv*hd] */
+	/* an MoE layer: its moe op description (wg, wu, wd then NULL), or
+	 * NULL for a dense layer; the backend may refuse what it lacks */
+	const struct atlas_moe_desc *moe;
 };
 
 /* A model's whole layer stack for fused_prepare: shapes, weights, the
@@ -220,6 +225,8 @@ struct atlas_fused_desc {
 	const struct atlas_fused_layer *layers; /* host array [n_layers] */
 	void *x, *o;                 /* residual stream; the last MLP output */
 	void *q, *k, *v, *att, *g;   /* scratch rows: H*hd, Hkv*hd x2, H*hd, F */
+	int64_t g_cap;               /* elements g holds (an MoE layer's top_k
+				      * expert rows may need more than F) */
 	const int32_t *pos, *seq_of, *slot, *block_tables;
 	int64_t max_blocks, block_size; /* the attention op's meaning (atlas_kv_batch) */
 	const float *inv_freq;       /* [hd/2] */

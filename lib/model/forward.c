@@ -459,10 +459,11 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 	struct atlas_backend *be = m->be;
 	const struct atlas_config *c = &m->cfg;
 	const int64_t nl = c->num_layers;
-	/* the fused stack is dense-only: an MoE model never reaches it; it
-	 * reads a BF16 cache (a quantized one runs op by op) */
+	/* the fused stack reads a BF16 cache (a quantized one runs op by
+	 * op); an MoE layer goes as its moe op's description, which the
+	 * backend may refuse */
 	if (!be->fused_prepare || m->comm->world != 1 || be->act_dtype != ATLAS_DTYPE_BF16 ||
-	    nl < 1 || m->moe || m->kv_dt != ATLAS_KV_AUTO)
+	    nl < 1 || m->kv_dt != ATLAS_KV_AUTO)
 		return;
 	const struct layer *L0 = &m->layers[0];
 	const enum atlas_dtype wdt = L0->wq.dtype, nwdt = L0->ln1.dtype;
@@ -471,11 +472,14 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 		return;
 	for (int64_t l = 0; l < nl; l++) {
 		const struct layer *L = &m->layers[l];
+		const struct atlas_moe_desc *moe = m->moe && m->moe[l].d.n_experts ? &m->moe[l].d : NULL;
 		const struct weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wg, &L->wu, &L->wd};
 		const struct weight *b[] = {&L->bq, &L->bk, &L->bv};
-		for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+		for (size_t i = 0; i < (moe ? 4 : sizeof(w) / sizeof(w[0])); i++)
 			if (w[i]->dtype != wdt)
 				goto out;
+		if (moe && moe->wdt != wdt)
+			goto out;
 		/* biases are in the weights' dtype, BF16 beside F8B, W4B and FP4B */
 		const bool blob = wdt == ATLAS_DTYPE_F8B || wdt == ATLAS_DTYPE_W4B || wdt == ATLAS_DTYPE_FP4B;
 		const enum atlas_dtype bdt = blob ? ATLAS_DTYPE_BF16 : wdt;
@@ -489,10 +493,11 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 		fl[l] = (struct atlas_fused_layer){
 		    .wq = L->wq.p, .wk = L->wk.p, .wv = L->wv.p,
 		    .bq = L->bq.p, .bk = L->bk.p, .bv = L->bv.p,
-		    .wo = L->wo.p, .wg = L->wg.p, .wu = L->wu.p, .wd = L->wd.p,
+		    .wo = L->wo.p,
+		    .wg = moe ? NULL : L->wg.p, .wu = moe ? NULL : L->wu.p, .wd = moe ? NULL : L->wd.p,
 		    .ln1 = L->ln1.p, .ln2 = L->ln2.p,
 		    .qn = m->fam->qk_norm ? L->qn.p : NULL, .kn = m->fam->qk_norm ? L->kn.p : NULL,
-		    .kc = kv_pool(m, 0, l), .vc = kv_pool(m, 1, l),
+		    .kc = kv_pool(m, 0, l), .vc = kv_pool(m, 1, l), .moe = moe,
 		};
 	}
 	struct atlas_fused_desc d = {
@@ -501,6 +506,7 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 	    .wdt = wdt, .nwdt = nwdt, .eps = (float)c->rms_eps,
 	    .scale = 1.0f / sqrtf((float)c->head_dim), .layers = fl,
 	    .x = m->x, .o = m->o, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .g = m->g,
+	    .g_cap = m->max_tokens * m->F_loc,
 	    .pos = m->d_pos, .seq_of = m->d_seq, .slot = m->d_slot, .block_tables = m->d_tables,
 	    .max_blocks = m->max_blocks, .block_size = m->block_size, .inv_freq = m->inv_freq,
 	};

@@ -23,7 +23,8 @@
  * heads (one query head each) run to 400 and to 1500 tokens (attention
  * items of several tiles); and FP8 (fp8-block) and 4-bit (w4a16)
  * Qwen3-0.6B, Qwen3-8B and Qwen2 models, whose fused step streams the F8B
- * or W4B weights.
+ * or W4B weights; and MoE models (Qwen3-30B-A3B with 4 layers, Mixtral
+ * 8x7B with 2), whose fused step routes and streams the chosen experts.
  * Prints TAP; needs a GPU: without one it prints a skip line and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -66,6 +67,10 @@ static struct {
 	int64_t V;		     /* vocabulary */
 	int32_t next;		     /* token both models get next */
 } P;
+
+/* Layers in the shape's place (0: the shape's): an MoE shape's few
+ * layers, so that two copies fit the GPU. */
+static int64_t shape_layers;
 
 /* Over every judged run of every shape, for the summary line. */
 static double all_worst;
@@ -142,6 +147,8 @@ static void test_load(void)
 		cfg.sliding_window = P.window;
 	if (P.kv_heads)
 		cfg.num_kv_heads = P.kv_heads;
+	if (shape_layers)
+		cfg.num_layers = shape_layers;
 	P.V = cfg.vocab_size;
 	for (int i = 0; i < 2; i++) {
 		if (!(P.be[i] = open_cuda(i == 1)) ||
@@ -363,6 +370,9 @@ static void test_shape(const char *shape, const char *type, int64_t window, int6
 	if (kv_heads)
 		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %lld kv heads",
 			      (long long)kv_heads);
+	if (shape_layers)
+		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %lld layers",
+			      (long long)shape_layers);
 	if (quant)
 		snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %s", quant);
 	for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
@@ -401,6 +411,16 @@ int main(void)
 	 * the cache after it is stored) */
 	test_shape("qwen3-0.6b", NULL, 0, 16, 400, NULL);
 	test_shape("qwen3-0.6b", NULL, 0, 16, 1500, NULL);
+	/* MoE layers (ATLAS_CUDA_FUSED_MOE=1): the router, routing in every
+	 * block, the chosen experts' gate/up and down pieces; Qwen3-30B-A3B
+	 * (128 experts, top 8, 768 wide: the narrow slices) and Mixtral
+	 * (8 experts, top 2, 14336 wide), a few layers each */
+	setenv("ATLAS_CUDA_FUSED_MOE", "1", 1);
+	shape_layers = 4;
+	test_shape("qwen3-30b-a3b", NULL, 0, 0, 0, NULL);
+	shape_layers = 2;
+	test_shape("mixtral-8x7b", NULL, 0, 0, 0, NULL);
+	shape_layers = 0;
 	printf("# overall: worst relative L2 error %.3g (limit %g), argmax agrees %lld of %lld "
 	       "steps\n",
 	       all_worst, TOL, (long long)all_agree, (long long)all_steps);

@@ -456,7 +456,7 @@ static void test_fused_selection(void)
 	/* hidden 64, 4 heads x 32, 2 kv heads, intermediate 160, 2 layers */
 	CHECK_EQ_INT(count(be, "fused_prepare "), 1);
 	CHECK_EQ_INT(count(be, "fused_prepare layers=2 D=64 F=160 H=4 Hkv=2 hd=32 window=0 "
-			       "qk_norm=1 bias=0"),
+			       "qk_norm=1 bias=0 moe=0"),
 		     1);
 	for (int64_t i = 0; i < atlas_backend_mock_count(be); i++)
 		CHECK(!strstr(atlas_backend_mock_call(be, i), "BAD"));
@@ -492,6 +492,33 @@ static void test_fused_selection(void)
 	atlas_backend_mock_reset(be);
 	atlas_model_free(m);
 	CHECK_EQ_INT(count(be, "fused_release"), 1);
+	be->destroy(be);
+
+	/* an MoE model (layers 0 and 2 MoE, layer 1 dense): its MoE layers go
+	 * to the backend as their moe op descriptions, the dense one as
+	 * before; a one-token step is the fused op alone */
+	be = atlas_backend_mock_new();
+	be->act_dtype = ATLAS_DTYPE_BF16;
+	atlas_backend_mock_offer_fused(be);
+	m = atlas_model_load(golden("qwen3-moe"), be, NULL);
+	CHECK(m != NULL);
+	if (m) {
+		CHECK_EQ_INT(count(be, "fused_prepare layers=3 D=64 F=96 H=4 Hkv=2 hd=32 window=0 "
+				       "qk_norm=1 bias=0 moe=2"),
+			     1);
+		for (int64_t i = 0; i < atlas_backend_mock_count(be); i++)
+			CHECK(!strstr(atlas_backend_mock_call(be, i), "BAD"));
+		s = atlas_seq_new(m);
+		logits = malloc(1088 * sizeof(float));
+		CHECK_EQ_INT(atlas_model_forward(m, s, ids, 3, logits, false), 0);
+		atlas_backend_mock_reset(be);
+		CHECK_EQ_INT(atlas_model_forward(m, s, ids, 1, logits, false), 0);
+		CHECK_EQ_INT(count(be, "fused_decode"), 1);
+		CHECK_EQ_INT(count(be, "moe "), 0);
+		free(logits);
+		atlas_seq_free(s);
+		atlas_model_free(m);
+	}
 	be->destroy(be);
 
 	/* FP32 activations (the CPU backend's): never prepared */

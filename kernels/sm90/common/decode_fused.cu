@@ -74,6 +74,7 @@
 #include <cuda_fp8.h>
 
 #include "common.cuh"
+#include "moe_topk.cuh"
 #include "../../../lib/backend/cuda/kernel_args.h"
 
 #define FD_CHUNK ATLAS_FD_CHUNK
@@ -81,7 +82,7 @@
 #define FD_SLICE ATLAS_FD_SLICE
 #define FD_HD ATLAS_FD_HD
 #define FD_TILE ATLAS_FD_TILE
-#define FD_NSEG 7 /* weight segments per layer */
+#define FD_NSEG 7 /* weight segments per dense layer */
 #define FD_PST ATLAS_FD_PSTRIDE /* floats per attention partial: hd, then m and l */
 /* bytes into the attention scratch of the K tile ([TILE][HD] bf16, the V
  * tile right after it): past the group's queries and scores
@@ -110,6 +111,7 @@ struct fd_seg {
 	const char *w;
 	int rows, K, pbase; /* (ints: seven of them stay live all layer long) */
 	int n0;
+	int xoff; /* x of the product: xs + xoff (an MoE down piece's expert) */
 	const void *sc;
 	const unsigned char *zp;
 	int sbo, sbi;
@@ -129,15 +131,76 @@ static __device__ __forceinline__ void fd_rows(long long n, long long *r0, long 
 	*r1 = (unsigned)n * (blockIdx.x + 1) / gridDim.x;
 }
 
-/* Segment idx (0..FD_NSEG-1) of layer L for this block. */
-static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L, int idx)
+/* Weight segments of layer L: q, k, v, o, gate, up, down; an MoE
+ * layer's are q, k, v, o, the router, then for each chosen expert j <
+ * topk its piece of the gate rows, then the up pieces, then the down
+ * pieces (fd_get). */
+static __device__ __forceinline__ int fd_nseg(const atlas_fd_args &a, const atlas_fd_layer &L)
 {
-	fd_seg s = {NULL, 0, 0, 0, 0, NULL, NULL, 0, 0};
+	return L.ex ? 5 + 3 * a.topk : FD_NSEG;
+}
+
+/* Segment idx of an MoE layer from 4 on: the router's rows [E, D]; gate
+ * and up pieces: the block's rows of the topk * Fe features (expert slot
+ * j's features j Fe .. + Fe), gate rows at part rows 0.., up rows after
+ * them, as a dense layer's; down piece j: the block's rows of expert j's
+ * [D, Fe], dotted with x[j Fe ..] (xoff), at part rows j (r1 - r0) ..
+ * ids: the layer's chosen experts (ascending). */
+static __device__ void fd_get_moe(const atlas_fd_args &a, const atlas_fd_layer &L, int idx,
+				  const int *ids, fd_seg &s)
+{
+	long long r0, r1;
+	if (idx == 4) {
+		fd_rows(a.E, &r0, &r1);
+		s.w = (const char *)L.wr + 2 * r0 * (long long)a.D;
+		s.rows = (int)(r1 - r0);
+		s.K = a.D;
+		s.n0 = (int)r0;
+		return;
+	}
+	const int k = a.topk;
+	int j = idx - 5;
+	if (j < 2 * k) {
+		const bool up = j >= k;
+		j -= up ? k : 0;
+		fd_rows((long long)k * a.Fe, &r0, &r1);
+		const long long lo = (long long)j * a.Fe, hi = lo + a.Fe;
+		const long long a0 = r0 > lo ? r0 : lo, a1 = r1 < hi ? r1 : hi;
+		s.K = a.D;
+		if (a1 > a0) {
+			const char *w = (const char *)L.ex[(up ? a.E : 0) + ids[j]];
+			s.w = w + 2 * (a0 - lo) * (long long)a.D;
+			s.rows = (int)(a1 - a0);
+			s.pbase = (int)(a0 - r0) + (up ? (int)(r1 - r0) : 0);
+			s.n0 = (int)(a0 - lo);
+		}
+		return;
+	}
+	j -= 2 * k;
+	fd_rows(a.D, &r0, &r1);
+	s.w = (const char *)L.ex[2 * a.E + ids[j]] + 2 * r0 * (long long)a.Fe;
+	s.rows = (int)(r1 - r0);
+	s.K = a.Fe;
+	s.pbase = j * (int)(r1 - r0);
+	s.n0 = (int)r0;
+	s.xoff = j * a.Fe;
+}
+
+/* Segment idx (0..fd_nseg - 1) of layer L for this block (ids: an MoE
+ * layer's chosen experts, read from segment 5 on). */
+static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L, int idx,
+				const int *ids = NULL)
+{
+	fd_seg s = {NULL, 0, 0, 0, 0, 0, NULL, NULL, 0, 0};
 	long long r0, r1;
 	/* the blob head (F8B and W4B: the same size) */
 	const long long hb = a.wfmt == ATLAS_FD_BF16 ? 0 : ATLAS_F8B_HEAD_BYTES;
-	if (a.wfmt != ATLAS_FD_BF16)
+	if (a.wfmt != ATLAS_FD_BF16 && idx < FD_NSEG)
 		s.sc = L.sc[idx], s.zp = L.zp[idx], s.sbo = L.sbo[idx], s.sbi = L.sbi[idx];
+	if (L.ex && idx >= 4) {
+		fd_get_moe(a, L, idx, ids, s);
+		return s;
+	}
 	if (idx < 3) {
 		const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
 		fd_rows(nq + 2 * nkv, &r0, &r1);
@@ -176,11 +239,17 @@ static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L,
 }
 
 /* A walk over this block's weight chunks in stream order: layer l,
- * segment idx, byte offset off in it. */
+ * segment idx, byte offset off in it; an MoE layer's expert pieces wait
+ * for the consumers' routing (ids, and the mbarrier rt they arrive on
+ * once an MoE layer; routed: the layer whose routing was waited for). */
 struct fd_walk {
 	int l, idx;
 	long long off, bytes;
 	const char *w;
+	const int *ids;
+	unsigned long long *rt;
+	int routed;
+	unsigned rph;
 };
 
 /* Move w to its next chunk (or to the first one, from l = 0, idx = -1);
@@ -190,12 +259,19 @@ static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 	if (w.idx >= 0 && (w.off += FD_CHUNK) < w.bytes)
 		return true;
 	for (;;) {
-		if (++w.idx == FD_NSEG) {
+		if (++w.idx == fd_nseg(a, a.layers[w.l])) {
 			w.idx = 0;
 			if (++w.l == a.n_layers)
 				return false;
 		}
-		const fd_seg s = fd_get(a, a.layers[w.l], w.idx);
+		const atlas_fd_layer &L = a.layers[w.l];
+		if (L.ex && w.idx == 5 && w.routed != w.l) {
+			/* the experts are known once the consumers have routed */
+			atlas_mbar_wait(w.rt, w.rph);
+			w.rph ^= 1;
+			w.routed = w.l;
+		}
+		const fd_seg s = fd_get(a, L, w.idx, w.ids);
 		w.bytes = fd_bytes(a, (long long)s.rows * s.K);
 		w.w = s.w;
 		w.off = 0;
@@ -220,11 +296,12 @@ static __device__ __forceinline__ unsigned fd_chunk_bytes(const fd_walk &w)
  * with none, 4.90 / 5.07 / 5.96 with 8 / 16 / 32 chunks; BF16 5.74
  * against 6.11 / 6.40 / 8.29.) */
 static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
-				  unsigned long long *full, unsigned long long *empty)
+				  unsigned long long *full, unsigned long long *empty,
+				  const int *ids, unsigned long long *rt)
 {
 	int st = 0;
 	unsigned ph = 0;
-	fd_walk w = {0, -1, 0, 0, NULL};
+	fd_walk w = {0, -1, 0, 0, NULL, ids, rt, -1, 0};
 	/* the weights are read once a step: evict-first in L2, so that they
 	 * do not push out the KV rows asked in ahead of phase B, the
 	 * activations and the counters the barriers poll (the whole stream
@@ -256,43 +333,57 @@ struct fd_ring {
  * software-pipelined version, the previous chunk's shuffles between this
  * chunk's loads and FMAs, four FMA chains, was slower on the H200: 5.12
  * against 4.75 ms a Qwen3-8B step.) */
+template <int SL>
 static __device__ void fd_consume_bf16(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
 				       const bf16 *xs, float *part)
 {
+	constexpr int CS = FD_CHUNK_E / SL; /* slices a chunk */
+	constexpr int NJ = CS / 8;	   /* a warp's slices of a chunk: warp + 8j */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int nsl = s.K / FD_SLICE;		    /* slices a row */
+	const int nsl = s.K / SL;			    /* slices a row */
 	const long long total = (long long)s.rows * nsl; /* slices of the segment */
-	/* this warp's slice of the chunk: row, slice in it (kept by adding,
-	 * not dividing: a 64-bit division per chunk cost as much as the dot
-	 * product) */
+	/* this warp's first slice of the chunk: row, slice in it (kept by
+	 * adding, not dividing: a 64-bit division per chunk cost as much as
+	 * the dot product) */
 	long long row = warp / nsl;
 	int sl = warp % nsl;
-	for (long long q0 = 0; q0 < total; q0 += 8) {
+	const bf16 *xb = xs + s.xoff;
+	for (long long q0 = 0; q0 < total; q0 += CS) {
 		atlas_mbar_wait(&r.full[r.st], r.ph);
-		if (q0 + warp < total && a.mode != 3) {
-			const uint4 *w = (const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK) + warp * (FD_SLICE / 8);
-			const uint4 *x = (const uint4 *)(xs + (long long)sl * FD_SLICE);
-			float acc = 0.0f;
+		long long rj[NJ];
+		int sj[NJ];
+		float acc[NJ];
 #pragma unroll
-			for (int i = 0; i < FD_SLICE / 256; i++) {
-				float wf[8], xf[8];
-				atlas_unpack8(w[i * 32 + lane], wf);
-				atlas_unpack8(x[i * 32 + lane], xf);
+		for (int j = 0; j < NJ; j++) {
+			rj[j] = row, sj[j] = sl, acc[j] = 0.0f;
+			if (q0 + warp + 8 * j < total && a.mode != 3) {
+				const uint4 *w = (const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK) +
+						 (warp + 8 * j) * (SL / 8);
+				const uint4 *x = (const uint4 *)(xb + (long long)sl * SL);
 #pragma unroll
-				for (int j = 0; j < 8; j++)
-					acc = fmaf(xf[j], wf[j], acc);
+				for (int i = 0; i < SL / 256; i++) {
+					float wf[8], xf[8];
+					atlas_unpack8(w[i * 32 + lane], wf);
+					atlas_unpack8(x[i * 32 + lane], xf);
+#pragma unroll
+					for (int e = 0; e < 8; e++)
+						acc[j] = fmaf(xf[e], wf[e], acc[j]);
+				}
 			}
-			acc = atlas_warp_sum(acc);
-			if (lane == 0)
-				part[(s.pbase + row) * nsl + sl] = acc;
+			for (sl += 8; sl >= nsl; sl -= nsl)
+				row++;
+		}
+#pragma unroll
+		for (int j = 0; j < NJ; j++) {
+			acc[j] = atlas_warp_sum(acc[j]);
+			if (lane == 0 && q0 + warp + 8 * j < total && a.mode != 3)
+				part[(s.pbase + rj[j]) * nsl + sj[j]] = acc[j];
 		}
 		__syncwarp();
 		if (lane == 0)
 			atlas_mbar_arrive(&r.empty[r.st]);
 		if (++r.st == a.nst)
 			r.st = 0, r.ph ^= 1;
-		for (sl += 8; sl >= nsl; sl -= nsl)
-			row++;
 	}
 }
 
@@ -584,7 +675,24 @@ static __device__ __forceinline__ void fd_consume(const atlas_fd_args &a, fd_rin
 	else if (a.wfmt == ATLAS_FD_W4B)
 		fd_consume_w4(a, r, s, xs, part);
 	else
-		fd_consume_bf16(a, r, s, xs, part);
+		fd_consume_bf16<FD_SLICE>(a, r, s, xs, part);
+}
+
+/* fd_consume in an MoE layer (BF16 launches): a K that is not a multiple
+ * of FD_SLICE (an expert's width) takes the narrow slices. */
+static __device__ __forceinline__ void fd_consume_moe(const atlas_fd_args &a, fd_ring &r,
+						      const fd_seg &s, const bf16 *xs, float *part)
+{
+	if (s.K % FD_SLICE == 0)
+		fd_consume_bf16<FD_SLICE>(a, r, s, xs, part);
+	else
+		fd_consume_bf16<ATLAS_FD_SLICE_S>(a, r, s, xs, part);
+}
+
+/* Slices a row of K columns has in a BF16 launch (fd_consume). */
+static __device__ __forceinline__ int fd_nsl(int K)
+{
+	return K % FD_SLICE == 0 ? K / FD_SLICE : K / ATLAS_FD_SLICE_S;
 }
 
 /* Row r's dot product from its slices, in slice order. */
@@ -1147,9 +1255,93 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 		a.sync[2 + g] = 0;
 }
 
+/* An MoE layer's MLP (BF16 launches), after phase C, for the consumer
+ * warps; the moe op's arithmetic (moe.cu) at T = 1:
+ *   D  xn = rmsnorm(h) ln2; the router's rows: FP32 logits into lg
+ *   -- grid barrier
+ *   E  every block routes (moe_topk on the same logits: the same experts
+ *      and weights everywhere) into ids, wts and lets its producer go on
+ *      to the chosen experts' weights (rt); the block's rows of the topk
+ *      * Fe gate and up features: g[j Fe + f] = silu(g) u of slot j, as
+ *      the expert GEMVs round it
+ *   -- grid barrier
+ *   F  the block's rows of every chosen expert's down product (x: its
+ *      slot of g), each rounded to bf16, weighted and added in slot
+ *      (ascending expert) order, rounded once (atlas_moe_combine); h +=
+ *      that (the last layer: to o)
+ * Returns with the grid barrier after F done (not after the last layer). */
+static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atlas_fd_layer &L, fd_ring &r,
+			      bf16 *xs, float *part, float *red, int *ids, float *wts,
+			      unsigned long long *rt, unsigned &target, bool lastl)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, k = a.topk;
+	long long r0, r1;
+	fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red, false);
+	fd_consume_moe(a, r, fd_get(a, L, 4), xs, part);
+	fd_bar();
+	fd_rows(a.E, &r0, &r1);
+	for (long long i = threadIdx.x; i < r1 - r0; i += 256)
+		a.lg[r0 + i] = fd_row(part, i, a.D / FD_SLICE);
+	fd_grid_sync(a, target);
+
+	/* (part is free until the gate and up pieces: the logits, then the
+	 * softmax's scratch) */
+	float *lgs = part, *pp = part + a.E;
+	for (int i = threadIdx.x; i < a.E; i += 256)
+		lgs[i] = __ldcg(a.lg + i);
+	fd_bar();
+	if (warp == 0) {
+		if (a.mode == 3) { /* timing only: no logits were computed */
+			if (lane < k)
+				ids[lane] = lane, wts[lane] = 1.0f / (float)k;
+		} else {
+			moe_topk(lgs, a.E, k, a.norm_topk, pp, ids, wts, lane);
+		}
+	}
+	fd_bar();
+	if (threadIdx.x == 0) {
+		atlas_mbar_arrive(rt);
+		if (blockIdx.x == 0 && a.reads)
+			atomicAdd(a.reads, (unsigned long long)k);
+	}
+	for (int j = 0; j < 2 * k; j++)
+		fd_consume_moe(a, r, fd_get(a, L, 5 + j, ids), xs, part);
+	fd_bar();
+	fd_rows((long long)k * a.Fe, &r0, &r1);
+	for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
+		const int nsl = a.D / FD_SLICE;
+		const float gv = atlas_bf(atlas_tobf(fd_row(part, i, nsl)));
+		const float uv = atlas_bf(atlas_tobf(fd_row(part, (r1 - r0) + i, nsl)));
+		((bf16 *)a.g)[r0 + i] = atlas_tobf(gv / (1.0f + expf(-gv)) * uv);
+	}
+	fd_grid_sync(a, target);
+
+	fd_load_x(xs, a.g, k * a.Fe, false);
+	for (int j = 0; j < k; j++)
+		fd_consume_moe(a, r, fd_get(a, L, 5 + 2 * k + j, ids), xs, part);
+	fd_bar();
+	fd_rows(a.D, &r0, &r1);
+	const int nsf = fd_nsl(a.Fe);
+	for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
+		float acc = 0.0f;
+		for (int j = 0; j < k; j++)
+			acc += wts[j] * atlas_bf(atlas_tobf(fd_row(part, j * (r1 - r0) + i, nsf)));
+		const bf16 dv = atlas_tobf(acc);
+		if (lastl) {
+			((bf16 *)a.o)[r0 + i] = dv;
+		} else {
+			bf16 *h = (bf16 *)a.x + r0 + i;
+			*h = atlas_tobf(atlas_bf(__ldcg(h)) + atlas_bf(dv));
+		}
+	}
+	if (!lastl)
+		fd_grid_sync(a, target);
+}
+
 /* The consumer warps: every phase of every layer. */
-static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, float *part,
-			      float *red, long long *offs)
+static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, float *part,
+			      float *red, long long *offs, int *ids, float *wts,
+			      unsigned long long *rt)
 {
 	const long long p = a.pos[0], seq = a.seq_of[0], slot = a.slot[0];
 	const fd_att_item it = fd_item(a, p);
@@ -1206,6 +1398,11 @@ static __device__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, floa
 		}
 		fd_grid_sync(a, target);
 
+		if (L.ex) {
+			fd_moe(a, L, r, xs, part, red, ids, wts, rt, target, lastl);
+			continue;
+		}
+
 		/* D: gate, up, SwiGLU */
 		xsc = fd_x_prep(a, xs, a.D, red, fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red, f8));
 		fd_consume(a, r, fd_get(a, L, 4), xs, part, xsc);
@@ -1245,6 +1442,11 @@ extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
 	extern __shared__ __align__(1024) unsigned char fd_smem[];
 	__shared__ float red[8];
 	__shared__ long long offs[FD_TILE]; /* key offsets of an attention tile */
+	/* MoE layers: the chosen experts and their weights, and the barrier
+	 * on which the consumers tell the producer they are known */
+	__shared__ int ids[ATLAS_FD_MAXK];
+	__shared__ float wts[ATLAS_FD_MAXK];
+	__shared__ __align__(8) unsigned long long rt;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	unsigned char *ring = fd_smem;
 	bf16 *xs = (bf16 *)(fd_smem + (size_t)a.nst * FD_CHUNK);
@@ -1256,18 +1458,19 @@ extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
 			asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(atlas_smem_addr(&full[s])));
 			asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(atlas_smem_addr(&empty[s])));
 		}
+		asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(atlas_smem_addr(&rt)));
 		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	}
 	__syncthreads();
 	atlas_pdl_launch();
 	if (warp == 8) {
 		if (lane == 0)
-			fd_produce(a, ring, full, empty);
+			fd_produce(a, ring, full, empty, ids, &rt);
 		return;
 	}
 	atlas_pdl_wait();
 	fd_ring r = {ring, full, empty, 0, 0};
-	fd_run(a, r, xs, part, red, offs);
+	fd_run(a, r, xs, part, red, offs, ids, wts, &rt);
 	/* the last block out zeroes the barrier counter for the next launch */
 	fd_bar();
 	if (threadIdx.x == 0 && a.mode != 2) {

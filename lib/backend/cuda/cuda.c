@@ -257,6 +257,7 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->gemv_pre = !env_is("ATLAS_CUDA_GEMV_PRE", "0");
 	c->fused = !env_is("ATLAS_CUDA_FUSED", "0");
 	c->fused_quant = env_is("ATLAS_CUDA_FUSED_QUANT", "0") ? 0 : env_is("ATLAS_CUDA_FUSED_QUANT", "1") ? 2 : 1;
+	c->fused_moe = env_is("ATLAS_CUDA_FUSED_MOE", "1");
 	const char *fm = getenv("ATLAS_CUDA_FUSED_MODE");
 	c->fused_mode = fm && atoi(fm) >= 1 && atoi(fm) <= 3 ? atoi(fm) : 0;
 	c->no_split_k = env_is("ATLAS_CUDA_SPLITK", "0");

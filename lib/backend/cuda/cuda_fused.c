@@ -32,6 +32,8 @@
 struct cuda_fused {
 	struct atlas_fd_args args;
 	struct atlas_fd_layer *d_layers; /* device [n_layers] */
+	const void **d_ex;		 /* device [MoE layers][3E]: expert pointers */
+	float *d_lg;			 /* device [E]: router logits */
 	float *d_part;			 /* attention partials */
 	unsigned *d_sync;		 /* barrier and split counters */
 	unsigned grid;			 /* blocks: one per SM */
@@ -48,18 +50,78 @@ static int aligned16(const void *p)
 	return ((uintptr_t)p & 15) == 0;
 }
 
-/* The most partial sums (rows x slices) a block keeps in any product. */
+/* The first MoE layer's description, or NULL (a dense model). */
+static const struct atlas_moe_desc *first_moe(const struct atlas_fused_desc *d)
+{
+	for (int64_t l = 0; l < d->n_layers; l++)
+		if (d->layers[l].moe)
+			return d->layers[l].moe;
+	return NULL;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+/* The most partial sums (rows x slices) a block keeps in any product
+ * (an MoE layer's: the router's rows, the gate and up pieces, the top_k
+ * down pieces; and its routing scratch, 2 E floats). */
 static int64_t part_floats(const struct atlas_fused_desc *d, int64_t G)
 {
 	const int64_t S = ATLAS_FD_SLICE, nq = d->H * d->hd, nkv = d->Hkv * d->hd;
 	int64_t n = ceil_div(nq + 2 * nkv, G) * (d->D / S); /* q, k, v */
-	int64_t o = ceil_div(d->D, G) * (nq / S);	    /* o */
-	int64_t gu = 2 * ceil_div(d->F, G) * (d->D / S);    /* gate, up */
-	int64_t dn = ceil_div(d->D, G) * (d->F / S);	    /* down */
-	n = o > n ? o : n;
-	n = gu > n ? gu : n;
-	n = dn > n ? dn : n;
+	n = max64(n, ceil_div(d->D, G) * (nq / S));	    /* o */
+	n = max64(n, 2 * ceil_div(d->F, G) * (d->D / S));    /* gate, up */
+	n = max64(n, ceil_div(d->D, G) * (d->F / S));	    /* down */
+	const struct atlas_moe_desc *m = first_moe(d);
+	if (m) {
+		const int64_t Fe = m->F, k = m->top_k;
+		const int64_t nsf = Fe % S ? Fe / ATLAS_FD_SLICE_S : Fe / S;
+		n = max64(n, ceil_div(m->n_experts, G) * (d->D / S));
+		n = max64(n, 2 * ceil_div(k * Fe, G) * (d->D / S));
+		n = max64(n, k * ceil_div(d->D, G) * nsf);
+		n = max64(n, 2 * m->n_experts);
+	}
 	return (n + 3) & ~(int64_t)3;
+}
+
+/* Why the MoE layers do not fit the kernel, or NULL: BF16, no shared
+ * expert, every MoE layer of one shape (the launch's E, top_k, Fe), at
+ * most ATLAS_FD_MAXK experts a token, an expert width of a multiple of
+ * ATLAS_FD_SLICE_S, the chosen experts' rows within g, aligned weights. */
+static const char *moe_misfit(const struct cuda_ctx *c, const struct atlas_fused_desc *d)
+{
+	const struct atlas_moe_desc *m0 = first_moe(d);
+	if (!m0)
+		return NULL;
+	if (!c->fused_moe)
+		return "an MoE model with ATLAS_CUDA_FUSED_MOE=0";
+	if (d->wdt != ATLAS_DTYPE_BF16)
+		return "MoE layers whose weights are not BF16";
+	if (m0->top_k < 1 || m0->top_k > ATLAS_FD_MAXK || m0->top_k > m0->n_experts ||
+	    m0->n_experts > ATLAS_MOE_MAX_E)
+		return "an MoE layer's expert count or top_k";
+	if (m0->F % ATLAS_FD_SLICE_S || m0->F > 65536 || m0->top_k * m0->F > d->g_cap ||
+	    m0->D != d->D)
+		return "an expert width that is not a multiple of 256";
+	for (int64_t l = 0; l < d->n_layers; l++) {
+		const struct atlas_moe_desc *m = d->layers[l].moe;
+		if (!m)
+			continue;
+		if (m->Fs || m->sg)
+			return "a shared expert";
+		if (m->n_experts != m0->n_experts || m->top_k != m0->top_k || m->F != m0->F ||
+		    m->norm_topk != m0->norm_topk || m->wdt != ATLAS_DTYPE_BF16)
+			return "MoE layers of different shapes";
+		if (!m->router || !aligned16(m->router))
+			return "a router is missing or not 16-byte aligned";
+		for (int64_t e = 0; e < m->n_experts; e++)
+			if (!m->wg[e] || !m->wu[e] || !m->wd[e] || !aligned16(m->wg[e]) ||
+			    !aligned16(m->wu[e]) || !aligned16(m->wd[e]))
+				return "an expert weight is missing or not 16-byte aligned";
+	}
+	return NULL;
 }
 
 /* Why a model does not fit, or NULL when it does. */
@@ -93,10 +155,13 @@ static const char *misfit(const struct cuda_ctx *c, const struct atlas_fused_des
 		return "a negative sliding window";
 	if (d->n_layers < 1 || d->n_layers > 1024)
 		return "layer count";
+	const char *why = moe_misfit(c, d);
+	if (why)
+		return why;
 	for (int64_t l = 0; l < d->n_layers; l++) {
 		const struct atlas_fused_layer *L = &d->layers[l];
 		const void *w[] = {L->wq, L->wk, L->wv, L->wo, L->wg, L->wu, L->wd};
-		for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+		for (size_t i = 0; i < (L->moe ? 4 : sizeof(w) / sizeof(w[0])); i++)
 			if (!w[i] || !aligned16(w[i]))
 				return "a weight is missing or not 16-byte aligned";
 		if (!L->ln1 || !L->ln2 || !L->qn != !L->kn || !L->kc || !L->vc)
@@ -187,9 +252,12 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	/* the x area: any product's x (bf16; in a 4-bit launch, and its sums
 	 * by 128 columns), the norm's x and its weights side by side
 	 * (fd_norm_x), or the attention scratch */
+	const struct atlas_moe_desc *m0 = first_moe(d);
 	int64_t xmax = d->D > d->F ? d->D : d->F;
 	if (d->H * d->hd > xmax)
 		xmax = d->H * d->hd;
+	if (m0 && m0->top_k * m0->F > xmax)
+		xmax = m0->top_k * m0->F; /* the chosen experts' down x */
 	/* (4-bit launches: the x sums of each 128 columns after x, fd_x_w4) */
 	int64_t xs_bytes = xmax * 2 + (d->wdt == ATLAS_DTYPE_W4B ? xmax / 32 : 0);
 	const int64_t norm_bytes = d->D * (2 + (d->nwdt == ATLAS_DTYPE_F32 ? 4 : 2));
@@ -222,20 +290,40 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	const size_t part_bytes =
 	    (size_t)d->H * ATLAS_FD_MAXSPLIT * ATLAS_FD_PSTRIDE * sizeof(float);
 	const size_t sync_bytes = (size_t)(2 + d->Hkv) * sizeof(unsigned);
-	if (!f || !h || cudaMalloc((void **)&f->d_layers, (size_t)d->n_layers * sizeof(*h)) ||
+	/* MoE layers: every one's expert pointers [3E] in one table */
+	int64_t nmoe = 0;
+	for (int64_t l = 0; l < d->n_layers; l++)
+		nmoe += d->layers[l].moe != NULL;
+	const int64_t E = m0 ? m0->n_experts : 0;
+	const void **ex = nmoe ? calloc((size_t)(nmoe * 3 * E), sizeof(*ex)) : NULL;
+	if (!f || !h || (nmoe && !ex) ||
+	    cudaMalloc((void **)&f->d_layers, (size_t)d->n_layers * sizeof(*h)) ||
 	    cudaMalloc((void **)&f->d_part, part_bytes) ||
-	    cudaMalloc((void **)&f->d_sync, sync_bytes)) {
+	    cudaMalloc((void **)&f->d_sync, sync_bytes) ||
+	    (nmoe && (cudaMalloc((void **)&f->d_ex, (size_t)(nmoe * 3 * E) * sizeof(*ex)) ||
+		      cudaMalloc((void **)&f->d_lg, (size_t)E * sizeof(float)) ||
+		      atlas_cuda_moe_counters(c)))) {
 		cudaGetLastError();
 		free(h);
+		free(ex);
 		atlas_cuda_fused_release(be, f);
 		atlas_debug("fused decode: not used (out of memory)");
 		return NULL;
 	}
-	for (int64_t l = 0; l < d->n_layers; l++) {
+	for (int64_t l = 0, im = 0; l < d->n_layers; l++) {
 		const struct atlas_fused_layer *L = &d->layers[l];
 		h[l] = (struct atlas_fd_layer){L->wq, L->wk, L->wv, L->bq, L->bk,  L->bv,
 					       L->wo, L->wg, L->wu, L->wd, L->ln1, L->ln2,
-					       L->qn, L->kn, L->kc, L->vc, {0}, {0}, {0}, {0}};
+					       L->qn, L->kn, L->kc, L->vc, {0}, {0}, {0}, {0},
+					       NULL, NULL};
+		if (L->moe) {
+			const void **t = ex + im * 3 * E;
+			for (int64_t e = 0; e < E; e++)
+				t[e] = L->moe->wg[e], t[E + e] = L->moe->wu[e], t[2 * E + e] = L->moe->wd[e];
+			h[l].wr = L->moe->router;
+			h[l].ex = (const void *const *)(f->d_ex + im * 3 * E);
+			im++;
+		}
 		const char *why8 = d->wdt != ATLAS_DTYPE_BF16 ? quant_layer(d, l, &h[l]) : NULL;
 		if (why8) {
 			free(h);
@@ -248,7 +336,10 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	    cudaMemcpy(f->d_layers, h, (size_t)d->n_layers * sizeof(*h), cudaMemcpyHostToDevice);
 	if (e == cudaSuccess)
 		e = cudaMemset(f->d_sync, 0, sync_bytes);
+	if (e == cudaSuccess && nmoe)
+		e = cudaMemcpy(f->d_ex, ex, (size_t)(nmoe * 3 * E) * sizeof(*ex), cudaMemcpyHostToDevice);
 	free(h);
+	free(ex);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
 		atlas_cuda_fused_release(be, f);
@@ -288,12 +379,18 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	    .mode = c->fused_mode,
 	    .eps = d->eps,
 	    .scale = d->scale,
+	    .E = (int)E,
+	    .topk = m0 ? (int)m0->top_k : 0,
+	    .Fe = m0 ? (int)m0->F : 0,
+	    .norm_topk = m0 && m0->norm_topk,
+	    .lg = f->d_lg,
+	    .reads = nmoe ? c->moe_reads : NULL,
 	};
 	f->grid = (unsigned)G;
 	f->smem = smem;
-	atlas_info("fused decode: one launch for %lld layers (%s weights, %u blocks, %lld ring "
-		   "stages, %zu KiB shared memory)",
-		   (long long)d->n_layers,
+	atlas_info("fused decode: one launch for %lld layers (%lld MoE; %s weights, %u blocks, %lld "
+		   "ring stages, %zu KiB shared memory)",
+		   (long long)d->n_layers, (long long)nmoe,
 		   d->wdt == ATLAS_DTYPE_F8B ? "FP8" : d->wdt == ATLAS_DTYPE_W4B ? "4-bit" : "BF16", f->grid,
 		   (long long)nst, smem >> 10);
 	return f;
@@ -315,6 +412,8 @@ void atlas_cuda_fused_release(struct atlas_backend *be, void *fused)
 	if (!f)
 		return;
 	cudaFree(f->d_layers);
+	cudaFree(f->d_ex);
+	cudaFree(f->d_lg);
 	cudaFree(f->d_part);
 	cudaFree(f->d_sync);
 	free(f);

@@ -215,6 +215,9 @@ struct cuda_ctx {
 	int fused_quant;              /* ATLAS_CUDA_FUSED_QUANT: 0 BF16 weights
 				       * only in the fused kernel, 1 (default)
 				       * F8B too, 2 (=1) W4B too */
+	int fused_moe;                /* ATLAS_CUDA_FUSED_MOE=1: MoE models'
+				       * one-token steps through the fused
+				       * kernel too (until it has run on a GPU) */
 	int fused_mode;               /* ATLAS_CUDA_FUSED_MODE: its timing-only
 				       * variants (atlas_fd_args.mode) */
 	int pdl;                      /* launch with programmatic dependent launch
@@ -376,6 +379,8 @@ void atlas_cuda_fused_release(struct atlas_backend *be, void *fused);
  * they hold at destroy. */
 int atlas_cuda_moe(struct atlas_backend *be, void *out, const void *x,
 		   const struct atlas_moe_desc *d, int64_t T, void *scratch);
+/* The experts-read counters (c->moe_reads), allocated once; 0 or an error. */
+int atlas_cuda_moe_counters(struct cuda_ctx *c);
 int64_t atlas_cuda_moe_experts_read(struct atlas_backend *be);
 void atlas_cuda_moe_release(struct cuda_ctx *c);
 

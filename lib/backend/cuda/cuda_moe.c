@@ -275,17 +275,12 @@ int atlas_cuda_moe(struct atlas_backend *be, void *out, const void *x,
 	if (!tb)
 		return c->capturing ? ATLAS_EUNSUPPORTED : ATLAS_EIO;
 	const void *const *tab = (const void *const *)tb->dev;
-	if (!c->moe_reads) {
-		if (c->capturing)
-			return atlas_error(ATLAS_EUNSUPPORTED,
-					   "cuda moe: the first moe op runs outside a capture");
-		if (cudaMalloc((void **)&c->moe_reads, 2 * sizeof(*c->moe_reads)) != cudaSuccess ||
-		    cudaMemsetAsync(c->moe_reads, 0, 2 * sizeof(*c->moe_reads), c->stream) != cudaSuccess) {
-			cudaGetLastError();
-			c->moe_reads = NULL;
-			return atlas_error(ATLAS_ENOMEM, "cuda moe: cannot allocate its counters");
-		}
-	}
+	if (!c->moe_reads && c->capturing)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "cuda moe: the first moe op runs outside a capture");
+	int rc = atlas_cuda_moe_counters(c);
+	if (rc)
+		return rc;
 	/* prefill-sized steps take the grouped wgmma GEMM (not in
 	 * batch-invariant mode: its sum order is not the GEMV's) */
 	const int64_t R = T * K;
@@ -313,7 +308,6 @@ int atlas_cuda_moe(struct atlas_backend *be, void *out, const void *x,
 	/* router logits (and the shared expert's gate logit) in FP32 by the
 	 * logits op (many blocks, where one block a token would read the
 	 * router with one SM), then routing and grouping in one launch */
-	int rc;
 	if ((rc = be->logits(be, lg, x, d->router, d->wdt, T, E, D)) ||
 	    (Fs && (rc = be->logits(be, sgl, x, d->sgate, d->wdt, T, 1, D))))
 		return rc;
@@ -379,6 +373,19 @@ int atlas_cuda_moe(struct atlas_backend *be, void *out, const void *x,
 	int k = (int)K;
 	void *args[] = {&out, &y, &wts, &ys, &sgl, &t, &k, &dd};
 	return atlas_cuda_launch(c, ATLAS_CK_MOE_COMBINE, (unsigned)T, 1, 256, 0, args);
+}
+
+int atlas_cuda_moe_counters(struct cuda_ctx *c)
+{
+	if (c->moe_reads)
+		return 0;
+	if (cudaMalloc((void **)&c->moe_reads, 2 * sizeof(*c->moe_reads)) != cudaSuccess ||
+	    cudaMemsetAsync(c->moe_reads, 0, 2 * sizeof(*c->moe_reads), c->stream) != cudaSuccess) {
+		cudaGetLastError();
+		c->moe_reads = NULL;
+		return atlas_error(ATLAS_ENOMEM, "cuda moe: cannot allocate its counters");
+	}
+	return 0;
 }
 
 int64_t atlas_cuda_moe_experts_read(struct atlas_backend *be)

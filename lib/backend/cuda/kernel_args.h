@@ -201,6 +201,11 @@ struct atlas_moe_args {
  * chunk each, so every K is a multiple of it. */
 #define ATLAS_FD_CHUNK 16384
 #define ATLAS_FD_SLICE 1024
+/* a BF16 launch's products whose K is not a multiple of ATLAS_FD_SLICE
+ * (an MoE layer's expert width: 768 in Qwen3-30B-A3B) take slices of
+ * this many columns, four a consumer warp a chunk */
+#define ATLAS_FD_SLICE_S 256
+#define ATLAS_FD_MAXK 16    /* an MoE layer's experts a token at most */
 #define ATLAS_FD_MAXST 16   /* ring stages at most */
 #define ATLAS_FD_HD 128     /* the head size it takes */
 #define ATLAS_FD_MAXG 8     /* query heads per kv head at most */
@@ -234,6 +239,11 @@ struct atlas_fd_layer {
 	const void *sc[7];                       /* F8B, W4B: the scales */
 	const unsigned char *zp[7];              /* W4B: the zero points */
 	unsigned char sbo[7], sbi[7];            /* log2 of the block */
+	/* an MoE layer (BF16 launches): the router [E, D] and the experts'
+	 * pointers, device [3E] (gate [Fe, D] of each, then up, then down
+	 * [D, Fe]); NULL for a dense layer (wg, wu, wd) */
+	const void *wr;
+	const void *const *ex;
 };
 
 struct atlas_fd_args {
@@ -258,6 +268,13 @@ struct atlas_fd_args {
 	int mode;       /* ATLAS_CUDA_FUSED_MODE: 0 normal; timing only: 1 no
 			 * attention, 2 no grid barriers, 3 weights only */
 	float eps, scale;
+	/* MoE layers: E experts, topk of them a token (<= ATLAS_FD_MAXK),
+	 * each Fe wide (a multiple of ATLAS_FD_SLICE_S), top-k weights
+	 * renormalised when norm_topk; lg [E] FP32 router logits; g holds
+	 * topk * Fe; reads (may be NULL) += topk a layer */
+	int E, topk, Fe, norm_topk;
+	float *lg;
+	unsigned long long *reads;
 };
 
 #endif

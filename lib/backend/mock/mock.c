@@ -170,6 +170,13 @@ static int mock_logits(struct atlas_backend *be, float *out, const void *x, cons
 	return record(be, "logits T=%lld N=%lld K=%lld", (long long)T, (long long)N, (long long)K);
 }
 
+static int mock_moe(struct atlas_backend *be, void *out, const void *x,
+		    const struct atlas_moe_desc *d, int64_t T, void *scratch)
+{
+	return record(be, "moe T=%lld E=%lld k=%lld F=%lld", (long long)T, (long long)d->n_experts,
+		      (long long)d->top_k, (long long)d->F);
+}
+
 static int mock_sample(struct atlas_backend *be, int32_t *ids, const float *logits, int64_t n,
 		       int64_t V, const struct atlas_sample_args *args)
 {
@@ -216,8 +223,12 @@ static void *mock_fused_prepare(struct atlas_backend *be, const struct atlas_fus
 	const char *bad = NULL;
 	for (int64_t l = 0; l < d->n_layers && !bad; l++) {
 		const struct atlas_fused_layer *L = &d->layers[l];
-		if (!L->wq || !L->wk || !L->wv || !L->wo || !L->wg || !L->wu || !L->wd)
+		if (!L->wq || !L->wk || !L->wv || !L->wo ||
+		    (L->moe ? L->wg || L->wu || L->wd || !L->moe->router || !L->moe->wg
+			    : !L->wg || !L->wu || !L->wd))
 			bad = "weight";
+		else if (L->moe && L->moe->top_k * L->moe->F > d->g_cap)
+			bad = "g";
 		else if (!L->ln1 || !L->ln2 || !L->qn != !L->kn)
 			bad = "norm";
 		else if (!L->kc || !L->vc || L->kc == L->vc ||
@@ -229,12 +240,15 @@ static void *mock_fused_prepare(struct atlas_backend *be, const struct atlas_fus
 	if (!bad && (!d->pos || !d->seq_of || !d->slot || !d->block_tables || !d->inv_freq ||
 		     d->max_blocks < 1 || d->block_size < 1))
 		bad = "metadata";
+	int nmoe = 0;
+	for (int64_t l = 0; l < d->n_layers; l++)
+		nmoe += d->layers[l].moe != NULL;
 	if (record(be, "fused_prepare layers=%lld D=%lld F=%lld H=%lld Hkv=%lld hd=%lld window=%lld "
-		   "qk_norm=%d bias=%d%s%s",
+		   "qk_norm=%d bias=%d moe=%d%s%s",
 		   (long long)d->n_layers, (long long)d->D, (long long)d->F, (long long)d->H,
 		   (long long)d->Hkv, (long long)d->hd, (long long)d->window,
 		   d->n_layers > 0 && d->layers[0].qn != NULL,
-		   d->n_layers > 0 && d->layers[0].bq != NULL, bad ? " BAD " : "", bad ? bad : ""))
+		   d->n_layers > 0 && d->layers[0].bq != NULL, nmoe, bad ? " BAD " : "", bad ? bad : ""))
 		return NULL;
 	return malloc(1);
 }
@@ -335,6 +349,7 @@ struct atlas_backend *atlas_backend_mock_new(void)
 	    .attention = mock_attention,
 	    .sample = mock_sample,
 	    .logits = mock_logits,
+	    .moe = mock_moe,
 	    .reserve = mock_reserve,
 	    .swiglu = mock_swiglu,
 	    .add = mock_add,
