@@ -68,6 +68,15 @@
  * was no faster than op by op.)
  * Everything else is the same.
  *
+ * MoE layers (BF16 launches; fd_moe): D becomes the router's rows (FP32
+ * logits to global memory), then every block routes from the same
+ * logits (moe_topk, moe.cu's) and its producer, which waited on an
+ * mbarrier for that, streams the block's share of the chosen experts'
+ * gate and up rows (features j Fe .. of slot j), and after a barrier its
+ * rows of each chosen expert's down matrix, dotted with that expert's
+ * SwiGLU row and combined in slot order. An expert width that is not a
+ * multiple of FD_SLICE (768) takes slices of ATLAS_FD_SLICE_S columns.
+ *
  * Programmatic dependent launch: the producer starts streaming at once
  * (weights never change); the consumers wait for the previous kernel.
  */
@@ -1255,6 +1264,29 @@ static __device__ void fd_attention(const atlas_fd_args &a, const atlas_fd_layer
 		a.sync[2 + g] = 0;
 }
 
+/* A down product's row n (bf16) to the residual h, or (the last layer)
+ * to o for the caller's final add_rmsnorm. */
+static __device__ __forceinline__ void fd_mlp_out(const atlas_fd_args &a, long long n, bf16 dv,
+						  bool lastl)
+{
+	if (lastl) {
+		((bf16 *)a.o)[n] = dv;
+	} else {
+		bf16 *h = (bf16 *)a.x + n;
+		*h = atlas_tobf(atlas_bf(__ldcg(h)) + atlas_bf(dv));
+	}
+}
+
+/* g[n] = silu(gate) up from the block's part rows i (gate) and rows + i
+ * (up), each rounded to bf16 first, as matmul_swiglu rounds them. */
+static __device__ __forceinline__ void fd_swiglu_out(const atlas_fd_args &a, const float *part,
+						     long long i, long long rows, long long n, int nsl)
+{
+	const float gv = atlas_bf(atlas_tobf(fd_row(part, i, nsl)));
+	const float uv = atlas_bf(atlas_tobf(fd_row(part, rows + i, nsl)));
+	((bf16 *)a.g)[n] = atlas_tobf(gv / (1.0f + expf(-gv)) * uv);
+}
+
 /* An MoE layer's MLP (BF16 launches), after phase C, for the consumer
  * warps; the moe op's arithmetic (moe.cu) at T = 1:
  *   D  xn = rmsnorm(h) ln2; the router's rows: FP32 logits into lg
@@ -1308,12 +1340,8 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 		fd_consume_moe(a, r, fd_get(a, L, 5 + j, ids), xs, part);
 	fd_bar();
 	fd_rows((long long)k * a.Fe, &r0, &r1);
-	for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
-		const int nsl = a.D / FD_SLICE;
-		const float gv = atlas_bf(atlas_tobf(fd_row(part, i, nsl)));
-		const float uv = atlas_bf(atlas_tobf(fd_row(part, (r1 - r0) + i, nsl)));
-		((bf16 *)a.g)[r0 + i] = atlas_tobf(gv / (1.0f + expf(-gv)) * uv);
-	}
+	for (long long i = threadIdx.x; i < r1 - r0; i += 256)
+		fd_swiglu_out(a, part, i, r1 - r0, r0 + i, a.D / FD_SLICE);
 	fd_grid_sync(a, target);
 
 	fd_load_x(xs, a.g, k * a.Fe, false);
@@ -1326,13 +1354,7 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 		float acc = 0.0f;
 		for (int j = 0; j < k; j++)
 			acc += wts[j] * atlas_bf(atlas_tobf(fd_row(part, j * (r1 - r0) + i, nsf)));
-		const bf16 dv = atlas_tobf(acc);
-		if (lastl) {
-			((bf16 *)a.o)[r0 + i] = dv;
-		} else {
-			bf16 *h = (bf16 *)a.x + r0 + i;
-			*h = atlas_tobf(atlas_bf(__ldcg(h)) + atlas_bf(dv));
-		}
+		fd_mlp_out(a, r0 + i, atlas_tobf(acc), lastl);
 	}
 	if (!lastl)
 		fd_grid_sync(a, target);
@@ -1409,12 +1431,8 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 		fd_consume(a, r, fd_get(a, L, 5), xs, part, xsc);
 		fd_bar();
 		fd_rows(a.F, &r0, &r1);
-		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
-			const int nsl = a.D / FD_SLICE;
-			const float gv = atlas_bf(atlas_tobf(fd_row(part, i, nsl)));
-			const float uv = atlas_bf(atlas_tobf(fd_row(part, (r1 - r0) + i, nsl)));
-			((bf16 *)a.g)[r0 + i] = atlas_tobf(gv / (1.0f + expf(-gv)) * uv);
-		}
+		for (long long i = threadIdx.x; i < r1 - r0; i += 256)
+			fd_swiglu_out(a, part, i, r1 - r0, r0 + i, a.D / FD_SLICE);
 		fd_grid_sync(a, target);
 
 		/* E: down, residual (the last layer's output to o) */
@@ -1422,15 +1440,8 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 		fd_consume(a, r, fd_get(a, L, 6), xs, part, xsc);
 		fd_bar();
 		fd_rows(a.D, &r0, &r1);
-		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
-			const bf16 dv = atlas_tobf(fd_row(part, i, a.F / FD_SLICE));
-			if (lastl) {
-				((bf16 *)a.o)[r0 + i] = dv;
-			} else {
-				bf16 *h = (bf16 *)a.x + r0 + i;
-				*h = atlas_tobf(atlas_bf(__ldcg(h)) + atlas_bf(dv));
-			}
-		}
+		for (long long i = threadIdx.x; i < r1 - r0; i += 256)
+			fd_mlp_out(a, r0 + i, atlas_tobf(fd_row(part, i, a.F / FD_SLICE)), lastl);
 		if (!lastl)
 			fd_grid_sync(a, target);
 	}
