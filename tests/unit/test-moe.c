@@ -713,8 +713,10 @@ static void test_model_refusals(void)
 	CHECK(atlas_model_load(write_model("badshape", MOE_BADSHAPE), be, NULL) == NULL);
 	CHECK_CONTAINS(atlas_errmsg(), "model.layers.0.mlp.experts.1.down_proj.weight");
 	CHECK_CONTAINS(atlas_errmsg(), "[16, 13]");
-	/* a backend without the moe op (the mock) */
+	/* a backend without the moe op (the mock, its recording moe op taken
+	 * away) */
 	struct atlas_backend *mock = atlas_backend_mock_new();
+	mock->moe = NULL;
 	atlas_error_clear();
 	CHECK(atlas_model_load(write_model("split", MOE_SPLIT), mock, NULL) == NULL);
 	CHECK_CONTAINS(atlas_errmsg(), "is a mixture-of-experts model");
