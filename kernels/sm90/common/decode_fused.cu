@@ -263,18 +263,19 @@ struct fd_walk {
 
 /* Move w to its next chunk (or to the first one, from l = 0, idx = -1);
  * false at the end of the stream. */
+template <bool MOE>
 static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 {
 	if (w.idx >= 0 && (w.off += FD_CHUNK) < w.bytes)
 		return true;
 	for (;;) {
-		if (++w.idx == fd_nseg(a, a.layers[w.l])) {
+		if (++w.idx == (MOE ? fd_nseg(a, a.layers[w.l]) : FD_NSEG)) {
 			w.idx = 0;
 			if (++w.l == a.n_layers)
 				return false;
 		}
 		const atlas_fd_layer &L = a.layers[w.l];
-		if (L.ex && w.idx == 5 && w.routed != w.l) {
+		if (MOE && L.ex && w.idx == 5 && w.routed != w.l) {
 			/* the experts are known once the consumers have routed */
 			atlas_mbar_wait(w.rt, w.rph);
 			w.rph ^= 1;
@@ -304,6 +305,7 @@ static __device__ __forceinline__ unsigned fd_chunk_bytes(const fd_walk &w)
  * would otherwise idle, was slower too, on an H100: FP8 3.97 ms a step
  * with none, 4.90 / 5.07 / 5.96 with 8 / 16 / 32 chunks; BF16 5.74
  * against 6.11 / 6.40 / 8.29.) */
+template <bool MOE>
 static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
 				  unsigned long long *full, unsigned long long *empty,
 				  const int *ids, unsigned long long *rt)
@@ -317,7 +319,7 @@ static __device__ void fd_produce(const atlas_fd_args &a, unsigned char *ring,
 	 * passes through the 50 MB L2 every ~12 us). H200, Qwen3-8B batch 1:
 	 * 4.24 -> 4.17 ms a step; at a 2048-token context 5.02 -> 4.82. */
 	const unsigned long long pol = atlas_policy_evict_first();
-	for (long long cc = 0; fd_next(a, w); cc++) {
+	for (long long cc = 0; fd_next<MOE>(a, w); cc++) {
 		if (cc >= a.nst)
 			atlas_mbar_wait(&empty[st], ph ^ 1);
 		const unsigned n = fd_chunk_bytes(w);
@@ -1361,6 +1363,7 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 }
 
 /* The consumer warps: every phase of every layer. */
+template <bool MOE>
 static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r, bf16 *xs, float *part,
 			      float *red, long long *offs, int *ids, float *wts,
 			      unsigned long long *rt)
@@ -1420,7 +1423,7 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 		}
 		fd_grid_sync(a, target);
 
-		if (L.ex) {
+		if (MOE && L.ex) {
 			fd_moe(a, L, r, xs, part, red, ids, wts, rt, target, lastl);
 			continue;
 		}
@@ -1447,8 +1450,10 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
-    atlas_decode_fused(const __grid_constant__ atlas_fd_args a)
+/* The kernel body; MOE: a model with MoE layers (atlas_decode_fused_moe),
+ * so that the dense kernel carries none of their code (the registers
+ * it would take cost a Qwen3-8B step 1.6% on an H100). */
+template <bool MOE> static __device__ __forceinline__ void fd_kernel(const atlas_fd_args &a)
 {
 	extern __shared__ __align__(1024) unsigned char fd_smem[];
 	__shared__ float red[8];
@@ -1476,12 +1481,12 @@ extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
 	atlas_pdl_launch();
 	if (warp == 8) {
 		if (lane == 0)
-			fd_produce(a, ring, full, empty, ids, &rt);
+			fd_produce<MOE>(a, ring, full, empty, ids, &rt);
 		return;
 	}
 	atlas_pdl_wait();
 	fd_ring r = {ring, full, empty, 0, 0};
-	fd_run(a, r, xs, part, red, offs, ids, wts, &rt);
+	fd_run<MOE>(a, r, xs, part, red, offs, ids, wts, &rt);
 	/* the last block out zeroes the barrier counter for the next launch */
 	fd_bar();
 	if (threadIdx.x == 0 && a.mode != 2) {
@@ -1492,4 +1497,16 @@ extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
 			__threadfence();
 		}
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
+    atlas_decode_fused(const __grid_constant__ atlas_fd_args a)
+{
+	fd_kernel<false>(a);
+}
+
+extern "C" __global__ void __launch_bounds__(ATLAS_FD_THREADS, 1)
+    atlas_decode_fused_moe(const __grid_constant__ atlas_fd_args a)
+{
+	fd_kernel<true>(a);
 }

@@ -50,6 +50,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_BULK] = "atlas_gemv_bulk",
 	[ATLAS_CK_GEMM_TC_REDUCE] = "atlas_gemm_tc_reduce",
 	[ATLAS_CK_DECODE_FUSED] = "atlas_decode_fused",
+	[ATLAS_CK_DECODE_FUSED_MOE] = "atlas_decode_fused_moe",
 	[ATLAS_CK_ARGMAX] = "atlas_argmax",
 	[ATLAS_CK_MASK_LOGITS] = "atlas_mask_logits",
 	[ATLAS_CK_MOE_ROUTE] = "atlas_moe_route",
@@ -106,6 +107,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_BULK] = 1,
 	[ATLAS_CK_GEMM_TC_REDUCE] = 1,
 	[ATLAS_CK_DECODE_FUSED] = 1, /* its shared memory is set by fused_prepare */
+	[ATLAS_CK_DECODE_FUSED_MOE] = 1,
 	[ATLAS_CK_ARGMAX] = 1,
 	[ATLAS_CK_MASK_LOGITS] = 1, /* without it, masked rows are refused */
 	/* without them the moe op fails with the kernel's name */
@@ -257,7 +259,7 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->gemv_pre = !env_is("ATLAS_CUDA_GEMV_PRE", "0");
 	c->fused = !env_is("ATLAS_CUDA_FUSED", "0");
 	c->fused_quant = env_is("ATLAS_CUDA_FUSED_QUANT", "0") ? 0 : env_is("ATLAS_CUDA_FUSED_QUANT", "1") ? 2 : 1;
-	c->fused_moe = env_is("ATLAS_CUDA_FUSED_MOE", "1");
+	c->fused_moe = !env_is("ATLAS_CUDA_FUSED_MOE", "0");
 	const char *fm = getenv("ATLAS_CUDA_FUSED_MODE");
 	c->fused_mode = fm && atoi(fm) >= 1 && atoi(fm) <= 3 ? atoi(fm) : 0;
 	c->no_split_k = env_is("ATLAS_CUDA_SPLITK", "0");
@@ -679,13 +681,10 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 	be->w4b_weights = c->kern[ATLAS_CK_GEMV_TC8_W4] && c->kern[ATLAS_CK_GEMV_TC16_W4] &&
 			  c->kern[ATLAS_CK_GEMV_TC32_W4] && c->kern[ATLAS_CK_GEMV_TC64_W4] &&
 			  c->kern[ATLAS_CK_W4B_DEQUANT];
-	/* NVFP4 stays dequantized unless ATLAS_FP4_NATIVE=1: the FP4B kernels
-	 * have not yet run on a GPU (test-cuda-ops test_fp4b, then make them
-	 * the default) */
-	const char *f4 = getenv("ATLAS_FP4_NATIVE");
-	be->fp4b_weights = f4 && !strcmp(f4, "1") && c->kern[ATLAS_CK_GEMV_TC8_FP4] &&
-			   c->kern[ATLAS_CK_GEMV_TC16_FP4] && c->kern[ATLAS_CK_GEMV_TC32_FP4] &&
-			   c->kern[ATLAS_CK_GEMV_TC64_FP4] && c->kern[ATLAS_CK_FP4B_DEQUANT];
+	/* (ATLAS_FP4_NATIVE=0 loads NVFP4 dequantized: decoder.c) */
+	be->fp4b_weights = c->kern[ATLAS_CK_GEMV_TC8_FP4] && c->kern[ATLAS_CK_GEMV_TC16_FP4] &&
+			   c->kern[ATLAS_CK_GEMV_TC32_FP4] && c->kern[ATLAS_CK_GEMV_TC64_FP4] &&
+			   c->kern[ATLAS_CK_FP4B_DEQUANT];
 	/* split-K attention partials and counters: allocated now and never
 	 * moved, since a decode graph records the pointers; the counters start
 	 * zero (cuda_alloc clears too; the kernel relies on it) and each

@@ -36,6 +36,7 @@ struct cuda_fused {
 	float *d_lg;			 /* device [E]: router logits */
 	float *d_part;			 /* attention partials */
 	unsigned *d_sync;		 /* barrier and split counters */
+	int kid;			 /* ATLAS_CK_DECODE_FUSED or _MOE */
 	unsigned grid;			 /* blocks: one per SM */
 	size_t smem;			 /* dynamic shared memory */
 };
@@ -97,6 +98,8 @@ static const char *moe_misfit(const struct cuda_ctx *c, const struct atlas_fused
 		return NULL;
 	if (!c->fused_moe)
 		return "an MoE model with ATLAS_CUDA_FUSED_MOE=0";
+	if (!c->kern[ATLAS_CK_DECODE_FUSED_MOE])
+		return "the kernel target lacks atlas_decode_fused_moe";
 	if (d->wdt != ATLAS_DTYPE_BF16)
 		return "MoE layers whose weights are not BF16";
 	if (m0->top_k < 1 || m0->top_k > ATLAS_FD_MAXK || m0->top_k > m0->n_experts ||
@@ -277,7 +280,8 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 		return NULL;
 	}
 	const size_t smem = (size_t)(nst * ATLAS_FD_CHUNK + xs_bytes + part * 4 + 2 * nst * 8);
-	if (cudaKernelSetAttributeForDevice(c->kern[ATLAS_CK_DECODE_FUSED],
+	const int kid = m0 ? ATLAS_CK_DECODE_FUSED_MOE : ATLAS_CK_DECODE_FUSED;
+	if (cudaKernelSetAttributeForDevice(c->kern[kid],
 					    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem,
 					    c->dev) != cudaSuccess) {
 		cudaGetLastError();
@@ -386,6 +390,7 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	    .lg = f->d_lg,
 	    .reads = nmoe ? c->moe_reads : NULL,
 	};
+	f->kid = kid;
 	f->grid = (unsigned)G;
 	f->smem = smem;
 	atlas_info("fused decode: one launch for %lld layers (%lld MoE; %s weights, %u blocks, %lld "
@@ -401,7 +406,7 @@ int atlas_cuda_fused_decode(struct atlas_backend *be, void *fused)
 	struct cuda_ctx *c = be->ctx;
 	struct cuda_fused *f = fused;
 	void *args[] = {&f->args};
-	return atlas_cuda_launch(c, ATLAS_CK_DECODE_FUSED, f->grid, 1, ATLAS_FD_THREADS, f->smem,
+	return atlas_cuda_launch(c, f->kid, f->grid, 1, ATLAS_FD_THREADS, f->smem,
 				 args);
 }
 

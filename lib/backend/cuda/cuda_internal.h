@@ -38,6 +38,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_BULK,    /* gemv_bulk.cu: T <= 2, TMA bulk copies */
 	ATLAS_CK_GEMM_TC_REDUCE, /* gemm_tc.cu: the split-K partials summed */
 	ATLAS_CK_DECODE_FUSED, /* decode_fused.cu: a one-token step's layers */
+	ATLAS_CK_DECODE_FUSED_MOE, /* the same with MoE layers */
 	ATLAS_CK_ARGMAX,       /* sample.cu: greedy rows over many blocks */
 	ATLAS_CK_MASK_LOGITS,  /* sample.cu: grammar masks applied to logits */
 	ATLAS_CK_MOE_ROUTE,    /* moe.cu: softmax, top-k, assignments grouped by expert */
