@@ -426,7 +426,7 @@ int main(void)
 	 * the cache after it is stored) */
 	test_shape("qwen3-0.6b", NULL, 0, 16, 400, NULL);
 	test_shape("qwen3-0.6b", NULL, 0, 16, 1500, NULL);
-	/* MoE layers (ATLAS_CUDA_FUSED_MOE=1): the router, routing in every
+	/* MoE layers (the default; set for clarity): the router, routing in every
 	 * block, the chosen experts' gate/up and down pieces; Qwen3-30B-A3B
 	 * (128 experts, top 8, 768 wide: the narrow slices) and Mixtral
 	 * (8 experts, top 2, 14336 wide), a few layers each */

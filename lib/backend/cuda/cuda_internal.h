@@ -216,9 +216,9 @@ struct cuda_ctx {
 	int fused_quant;              /* ATLAS_CUDA_FUSED_QUANT: 0 BF16 weights
 				       * only in the fused kernel, 1 (default)
 				       * F8B too, 2 (=1) W4B too */
-	int fused_moe;                /* ATLAS_CUDA_FUSED_MOE=1: MoE models'
-				       * one-token steps through the fused
-				       * kernel too (until it has run on a GPU) */
+	int fused_moe;                /* MoE models' one-token steps through
+				       * the fused kernel too
+				       * (ATLAS_CUDA_FUSED_MOE=0: not) */
 	int fused_mode;               /* ATLAS_CUDA_FUSED_MODE: its timing-only
 				       * variants (atlas_fd_args.mode) */
 	int pdl;                      /* launch with programmatic dependent launch
