@@ -9,7 +9,11 @@
  * whole rows,
  * head size 128, at most 8 query heads per kv head, D, F and H*hd
  * multiples of ATLAS_FD_SLICE, 16-byte aligned weights and norm weights,
- * no more kv heads than SMs) and sizes the launch: one block per SM, and
+ * no more kv heads than SMs; MoE layers: BF16, no shared expert, one
+ * shape, top_k <= 16, expert widths a multiple of 256: moe_misfit) and
+ * sizes the launch (atlas_decode_fused_moe for a model with MoE layers,
+ * which also gets their expert pointer table, the router logits and the
+ * experts-read counter): one block per SM, and
  * as many ring stages as the shared memory holds after the x area (any
  * product's x, the norm's x and weights side by side, or the attention
  * scratch) and the row partial sums (the most rows any block owns in any
