@@ -34,7 +34,7 @@ fp8) q=fp8-block tag=f8b fixtures="quant-fp8 quant-ct-fp8" native=ATLAS_FP8_NATI
 	fma=ATLAS_CUDA_F8_FMA_MAX_T kept="kept in FP8" ;;
 w4) q=w4a16 tag=w4b fixtures="quant-gptq-g32" native=ATLAS_W4_NATIVE
 	fma=ATLAS_CUDA_F8_FMA_MAX_T kept="kept in 4 bits" ;;
-fp4)
+fp4) export ATLAS_FP4_NATIVE=1 # opt-in: slower than BF16 for now
 	q=nvfp4 tag=fp4b fixtures="quant-nvfp4 quant-ct-nvfp4" native=ATLAS_FP4_NATIVE
 	fma=ATLAS_CUDA_F8_FMA_MAX_T kept="kept in NVFP4" ;;
 *) echo "QUANT is fp8, w4 or fp4" >&2; exit 2 ;;

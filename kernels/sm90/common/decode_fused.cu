@@ -197,6 +197,7 @@ static __device__ void fd_get_moe(const atlas_fd_args &a, const atlas_fd_layer &
 
 /* Segment idx (0..fd_nseg - 1) of layer L for this block (ids: an MoE
  * layer's chosen experts, read from segment 5 on). */
+template <bool MOE = false>
 static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L, int idx,
 				const int *ids = NULL)
 {
@@ -206,7 +207,7 @@ static __device__ fd_seg fd_get(const atlas_fd_args &a, const atlas_fd_layer &L,
 	const long long hb = a.wfmt == ATLAS_FD_BF16 ? 0 : ATLAS_F8B_HEAD_BYTES;
 	if (a.wfmt != ATLAS_FD_BF16 && idx < FD_NSEG)
 		s.sc = L.sc[idx], s.zp = L.zp[idx], s.sbo = L.sbo[idx], s.sbi = L.sbi[idx];
-	if (L.ex && idx >= 4) {
+	if (MOE && L.ex && idx >= 4) {
 		fd_get_moe(a, L, idx, ids, s);
 		return s;
 	}
@@ -281,7 +282,7 @@ static __device__ bool fd_next(const atlas_fd_args &a, fd_walk &w)
 			w.rph ^= 1;
 			w.routed = w.l;
 		}
-		const fd_seg s = fd_get(a, L, w.idx, w.ids);
+		const fd_seg s = fd_get<MOE>(a, L, w.idx, w.ids);
 		w.bytes = fd_bytes(a, (long long)s.rows * s.K);
 		w.w = s.w;
 		w.off = 0;
@@ -344,8 +345,51 @@ struct fd_ring {
  * software-pipelined version, the previous chunk's shuffles between this
  * chunk's loads and FMAs, four FMA chains, was slower on the H200: 5.12
  * against 4.75 ms a Qwen3-8B step.) */
-template <int SL>
 static __device__ void fd_consume_bf16(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
+				       const bf16 *xs, float *part)
+{
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int nsl = s.K / FD_SLICE;		    /* slices a row */
+	const long long total = (long long)s.rows * nsl; /* slices of the segment */
+	/* this warp's slice of the chunk: row, slice in it (kept by adding,
+	 * not dividing: a 64-bit division per chunk cost as much as the dot
+	 * product) */
+	long long row = warp / nsl;
+	int sl = warp % nsl;
+	for (long long q0 = 0; q0 < total; q0 += 8) {
+		atlas_mbar_wait(&r.full[r.st], r.ph);
+		if (q0 + warp < total && a.mode != 3) {
+			const uint4 *w = (const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK) + warp * (FD_SLICE / 8);
+			const uint4 *x = (const uint4 *)(xs + (long long)sl * FD_SLICE);
+			float acc = 0.0f;
+#pragma unroll
+			for (int i = 0; i < FD_SLICE / 256; i++) {
+				float wf[8], xf[8];
+				atlas_unpack8(w[i * 32 + lane], wf);
+				atlas_unpack8(x[i * 32 + lane], xf);
+#pragma unroll
+				for (int j = 0; j < 8; j++)
+					acc = fmaf(xf[j], wf[j], acc);
+			}
+			acc = atlas_warp_sum(acc);
+			if (lane == 0)
+				part[(s.pbase + row) * nsl + sl] = acc;
+		}
+		__syncwarp();
+		if (lane == 0)
+			atlas_mbar_arrive(&r.empty[r.st]);
+		if (++r.st == a.nst)
+			r.st = 0, r.ph ^= 1;
+		for (sl += 8; sl >= nsl; sl -= nsl)
+			row++;
+	}
+}
+
+/* fd_consume_bf16 for an MoE layer's products: SL-column slices (FD_SLICE,
+ * or ATLAS_FD_SLICE_S where K is not a multiple of it), CS / 8 of them a
+ * warp a chunk, and x at xs + s.xoff (a down piece's expert). */
+template <int SL>
+static __device__ void fd_consume_bf16_moe(const atlas_fd_args &a, fd_ring &r, const fd_seg &s,
 				       const bf16 *xs, float *part)
 {
 	constexpr int CS = FD_CHUNK_E / SL; /* slices a chunk */
@@ -686,7 +730,7 @@ static __device__ __forceinline__ void fd_consume(const atlas_fd_args &a, fd_rin
 	else if (a.wfmt == ATLAS_FD_W4B)
 		fd_consume_w4(a, r, s, xs, part);
 	else
-		fd_consume_bf16<FD_SLICE>(a, r, s, xs, part);
+		fd_consume_bf16(a, r, s, xs, part);
 }
 
 /* fd_consume in an MoE layer (BF16 launches): a K that is not a multiple
@@ -695,9 +739,9 @@ static __device__ __forceinline__ void fd_consume_moe(const atlas_fd_args &a, fd
 						      const fd_seg &s, const bf16 *xs, float *part)
 {
 	if (s.K % FD_SLICE == 0)
-		fd_consume_bf16<FD_SLICE>(a, r, s, xs, part);
+		fd_consume_bf16_moe<FD_SLICE>(a, r, s, xs, part);
 	else
-		fd_consume_bf16<ATLAS_FD_SLICE_S>(a, r, s, xs, part);
+		fd_consume_bf16_moe<ATLAS_FD_SLICE_S>(a, r, s, xs, part);
 }
 
 /* Slices a row of K columns has in a BF16 launch (fd_consume). */
@@ -1311,7 +1355,7 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, k = a.topk;
 	long long r0, r1;
 	fd_norm_x(xs, a.x, L.ln2, a.nwdt, a.D, a.eps, red, false);
-	fd_consume_moe(a, r, fd_get(a, L, 4), xs, part);
+	fd_consume_moe(a, r, fd_get<true>(a, L, 4), xs, part);
 	fd_bar();
 	fd_rows(a.E, &r0, &r1);
 	for (long long i = threadIdx.x; i < r1 - r0; i += 256)
@@ -1339,7 +1383,7 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 			atomicAdd(a.reads, (unsigned long long)k);
 	}
 	for (int j = 0; j < 2 * k; j++)
-		fd_consume_moe(a, r, fd_get(a, L, 5 + j, ids), xs, part);
+		fd_consume_moe(a, r, fd_get<true>(a, L, 5 + j, ids), xs, part);
 	fd_bar();
 	fd_rows((long long)k * a.Fe, &r0, &r1);
 	for (long long i = threadIdx.x; i < r1 - r0; i += 256)
@@ -1348,7 +1392,7 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 
 	fd_load_x(xs, a.g, k * a.Fe, false);
 	for (int j = 0; j < k; j++)
-		fd_consume_moe(a, r, fd_get(a, L, 5 + 2 * k + j, ids), xs, part);
+		fd_consume_moe(a, r, fd_get<true>(a, L, 5 + 2 * k + j, ids), xs, part);
 	fd_bar();
 	fd_rows(a.D, &r0, &r1);
 	const int nsf = fd_nsl(a.Fe);
