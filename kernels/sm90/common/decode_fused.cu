@@ -339,6 +339,24 @@ struct fd_ring {
 	unsigned ph;
 };
 
+/* A lane's share of an SL-column slice's dot product (BF16 weights w
+ * and x, 8 columns a lane a pass, SL / 256 passes), added to acc in
+ * column order. */
+template <int SL>
+static __device__ __forceinline__ float fd_dot(const uint4 *w, const uint4 *x, int lane, float acc)
+{
+#pragma unroll
+	for (int i = 0; i < SL / 256; i++) {
+		float wf[8], xf[8];
+		atlas_unpack8(w[i * 32 + lane], wf);
+		atlas_unpack8(x[i * 32 + lane], xf);
+#pragma unroll
+		for (int e = 0; e < 8; e++)
+			acc = fmaf(xf[e], wf[e], acc);
+	}
+	return acc;
+}
+
 /* Consume one segment: part[(pbase + row) * (K / SLICE) + slice] = the
  * dot product of that slice of the row with xs. Every consumer warp
  * waits for and releases every chunk (the empty barriers count 8). (A
@@ -361,16 +379,7 @@ static __device__ void fd_consume_bf16(const atlas_fd_args &a, fd_ring &r, const
 		if (q0 + warp < total && a.mode != 3) {
 			const uint4 *w = (const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK) + warp * (FD_SLICE / 8);
 			const uint4 *x = (const uint4 *)(xs + (long long)sl * FD_SLICE);
-			float acc = 0.0f;
-#pragma unroll
-			for (int i = 0; i < FD_SLICE / 256; i++) {
-				float wf[8], xf[8];
-				atlas_unpack8(w[i * 32 + lane], wf);
-				atlas_unpack8(x[i * 32 + lane], xf);
-#pragma unroll
-				for (int j = 0; j < 8; j++)
-					acc = fmaf(xf[j], wf[j], acc);
-			}
+			float acc = fd_dot<FD_SLICE>(w, x, lane, 0.0f);
 			acc = atlas_warp_sum(acc);
 			if (lane == 0)
 				part[(s.pbase + row) * nsl + sl] = acc;
@@ -415,15 +424,7 @@ static __device__ void fd_consume_bf16_moe(const atlas_fd_args &a, fd_ring &r, c
 				const uint4 *w = (const uint4 *)(r.ring + (size_t)r.st * FD_CHUNK) +
 						 (warp + 8 * j) * (SL / 8);
 				const uint4 *x = (const uint4 *)(xb + (long long)sl * SL);
-#pragma unroll
-				for (int i = 0; i < SL / 256; i++) {
-					float wf[8], xf[8];
-					atlas_unpack8(w[i * 32 + lane], wf);
-					atlas_unpack8(x[i * 32 + lane], xf);
-#pragma unroll
-					for (int e = 0; e < 8; e++)
-						acc[j] = fmaf(xf[e], wf[e], acc[j]);
-				}
+				acc[j] = fd_dot<SL>(w, x, lane, 0.0f);
 			}
 			for (sl += 8; sl >= nsl; sl -= nsl)
 				row++;
@@ -1518,7 +1519,8 @@ template <bool MOE> static __device__ __forceinline__ void fd_kernel(const atlas
 			asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(atlas_smem_addr(&full[s])));
 			asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(atlas_smem_addr(&empty[s])));
 		}
-		asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(atlas_smem_addr(&rt)));
+		if (MOE)
+			asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(atlas_smem_addr(&rt)));
 		asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 	}
 	__syncthreads();
