@@ -109,9 +109,12 @@ static const char *moe_misfit(const struct cuda_ctx *c, const struct atlas_fused
 	if (m0->top_k < 1 || m0->top_k > ATLAS_FD_MAXK || m0->top_k > m0->n_experts ||
 	    m0->n_experts > ATLAS_MOE_MAX_E)
 		return "an MoE layer's expert count or top_k";
-	if (m0->F % ATLAS_FD_SLICE_S || m0->F > 65536 || m0->top_k * m0->F > d->g_cap ||
-	    m0->D != d->D)
-		return "an expert width that is not a multiple of 256";
+	if (m0->F % ATLAS_FD_SLICE_S || m0->F > 65536)
+		return "an expert width that is not a multiple of 256 (or above 65536)";
+	if (m0->top_k * m0->F > d->g_cap)
+		return "the chosen experts' rows do not fit the g buffer";
+	if (m0->D != d->D)
+		return "an MoE layer's width is not the model's";
 	for (int64_t l = 0; l < d->n_layers; l++) {
 		const struct atlas_moe_desc *m = d->layers[l].moe;
 		if (!m)
