@@ -134,6 +134,10 @@ for (const v of BENCH) {
 	const ours = JSON.parse(r.stdout.toString());
 	const oursMB = ours.bytes / 1e6 / ours.seconds, jsMB = mb / jsS;
 	console.log(`# ${v}: encode ${mb.toFixed(1)} MB: atlas ${oursMB.toFixed(2)} MB/s, reference ${jsMB.toFixed(2)} MB/s (${(oursMB / jsMB).toFixed(1)}x)`);
-	tap(oursMB >= 5 * jsMB, `${v}: encode throughput ${(oursMB / jsMB).toFixed(1)}x the reference (need 5x)`);
+	const what = `${v}: encode throughput ${(oursMB / jsMB).toFixed(1)}x the reference (need 5x)`;
+	if (process.env.ATLAS_TOKVERIFY_SAN) // instrumented: reported, not judged
+		tap(true, `${what} # SKIP sanitizer build`);
+	else
+		tap(oursMB >= 5 * jsMB, what);
 }
 fs.rmSync(tmp, { recursive: true, force: true });
