@@ -60,61 +60,13 @@
  * last position (kv_store writes them before attention runs).
  */
 #include "common.cuh"
+#include "attention_mma.cuh"
 
 #include <limits.h>
 
 #define AP_BM 64     /* query rows per block: 16 per warp */
-#define AP_BN 64     /* keys per tile */
-#define AP_PAD 8     /* bf16 elements of padding per shared row (16 bytes) */
 #define AP_MAXHD 128 /* largest head size */
 #define AP_THREADS 128
-
-/* log2(e): softmax in base 2 */
-#define AP_LOG2E 1.4426950408889634f
-
-static __device__ __forceinline__ uint32_t ap_smem(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void ap_ldsm4(uint32_t *r, uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr));
-}
-
-static __device__ __forceinline__ void ap_ldsm4t(uint32_t *r, uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr));
-}
-
-/* d += a b: A 16x16 row-major (4 regs), B 16x8 column-major (2 regs),
- * D 16x8 FP32 (4 regs). */
-static __device__ __forceinline__ void ap_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0). */
-static __device__ __forceinline__ float ap_exp2(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-}
-
-/* Two floats as a bf16x2 register: lo in the low half (the lower column). */
-static __device__ __forceinline__ uint32_t ap_pack(float lo, float hi)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-	return *(uint32_t *)&v;
-}
 
 /* Shared state of the block (besides the K/V buffers). */
 struct ap_shared {
@@ -122,39 +74,6 @@ struct ap_shared {
 	int cur, kmin, kmax;      /* the pass: sequence, key range its rows see */
 	int maxlo, minp, full;    /* largest lo, smallest p; all valid rows in the pass */
 };
-
-/* Copy one 64-row tile (row i from base + offs[i], or zeros where offs[i]
- * < 0) into buf [AP_BN][HD + AP_PAD]. */
-template <int HD>
-static __device__ __forceinline__ void ap_load_tile(bf16 *buf, const bf16 *base,
-						    const long long *offs, int tid)
-{
-	constexpr int CH = HD / 8; /* 16-byte chunks per row */
-	constexpr int LDS = HD + AP_PAD;
-#pragma unroll
-	for (int i = 0; i < AP_BN * CH / AP_THREADS; i++) {
-		const int c = tid + i * AP_THREADS;
-		const int r = c / CH, ch = c % CH;
-		const long long o = offs[r];
-		const bf16 *src = o >= 0 ? base + o + ch * 8 : base;
-		atlas_cp16(ap_smem(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
-	}
-}
-
-/* Element offsets of the keys j0 .. j0+AP_BN-1 of sequence row `table`
- * (keys past kmax: -1), written by threads 0 .. AP_BN-1. */
-static __device__ __forceinline__ void ap_offsets(long long *offs, const int *table, int j0,
-						  int kmax, int bs, long long ld, long long kvoff,
-						  int tid)
-{
-	if (tid < AP_BN) {
-		const int key = j0 + tid;
-		long long o = -1;
-		if (key <= kmax)
-			o = ((long long)table[key / bs] * bs + key % bs) * ld + kvoff;
-		offs[tid] = o;
-	}
-}
 
 template <int HD>
 static __device__ __forceinline__ void
@@ -285,20 +204,20 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 		/* does this thread's row e take part in this pass? */
 		const bool in0 = rseq[0] == cur, in1 = rseq[1] == cur;
 
-		ap_offsets(sh.offs[0], table, kmin, kmax, bs, ld, kvoff, tid);
+		ap_offsets(sh.offs[0], table, kmin, kmin, kmax, bs, ld, kvoff, tid, AP_THREADS);
 		__syncthreads();
-		ap_load_tile<HD>(ks, kc, sh.offs[0], tid);
+		ap_load_tile<HD, AP_THREADS>(ks, kc, sh.offs[0], tid);
 		atlas_cp_commit();
 
 		int it = 0;
 		for (int j0 = kmin; j0 <= kmax; j0 += AP_BN, it++) {
 			const bool more = kmax - j0 >= AP_BN; /* another tile follows */
 			const int jl = j0 + AP_BN - 1;      /* last key of the tile */
-			ap_load_tile<HD>(vs, vc, sh.offs[it & 1], tid);
+			ap_load_tile<HD, AP_THREADS>(vs, vc, sh.offs[it & 1], tid);
 			atlas_cp_commit();
 			if (more)
-				ap_offsets(sh.offs[(it + 1) & 1], table, j0 + AP_BN, kmax, bs, ld,
-					   kvoff, tid);
+				ap_offsets(sh.offs[(it + 1) & 1], table, j0 + AP_BN, kmin, kmax, bs,
+					   ld, kvoff, tid, AP_THREADS);
 			/* does any row of the warp see a key of this tile? */
 			const bool see = (in0 && rlo[0] <= jl && rp[0] >= j0) ||
 					 (in1 && rlo[1] <= jl && rp[1] >= j0);
@@ -370,7 +289,7 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 			atlas_cp_wait<0>(); /* V(it) landed */
 			__syncthreads(); /* and every warp is done with ks */
 			if (more) {
-				ap_load_tile<HD>(ks, kc, sh.offs[(it + 1) & 1], tid);
+				ap_load_tile<HD, AP_THREADS>(ks, kc, sh.offs[(it + 1) & 1], tid);
 				atlas_cp_commit();
 			}
 			if (active) {

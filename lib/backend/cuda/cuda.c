@@ -92,6 +92,9 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC_F8] = "atlas_gemm_tc_f8",
 	[ATLAS_CK_MOE_GEMV1] = "atlas_moe_gemv1",
 	[ATLAS_CK_FP8_ACT_QUANT] = "atlas_fp8_act_quant",
+	[ATLAS_CK_ATT_INV_PREFILL] = "atlas_attention_inv_prefill",
+	[ATLAS_CK_ATT_INV_SPLIT] = "atlas_attention_inv_split",
+	[ATLAS_CK_ATT_INV_MERGE] = "atlas_attention_inv_merge",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -100,6 +103,10 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMM_TC] = 1,
 	[ATLAS_CK_GEMM_TC_F32] = 1,
 	[ATLAS_CK_ATT_PREFILL] = 1,
+	/* without them, invariant steps take the split-K kernel */
+	[ATLAS_CK_ATT_INV_PREFILL] = 1,
+	[ATLAS_CK_ATT_INV_SPLIT] = 1,
+	[ATLAS_CK_ATT_INV_MERGE] = 1,
 	[ATLAS_CK_GEMV_TC8] = 1,
 	[ATLAS_CK_GEMV_TC16] = 1,
 	[ATLAS_CK_GEMV_TC32] = 1,
@@ -272,6 +279,7 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->att_minkeys = mk && atoi(mk) >= 32 ? atoi(mk) : 0;
 	const char *as = getenv("ATLAS_CUDA_ATT_SPLITS");
 	c->att_splits = as && atoi(as) >= 1 && atoi(as) <= 64 ? atoi(as) : 0;
+	c->att_inv = !env_is("ATLAS_CUDA_ATT_INV", "0");
 	const char *fmin = getenv("ATLAS_CUDA_FLASH_MIN_T");
 	c->flash_min_t = fmin && atoi(fmin) > 0 ? atoi(fmin) : ATLAS_CUDA_FLASH_MIN_T;
 	const char *tmin = getenv("ATLAS_CUDA_TC_MIN_T");

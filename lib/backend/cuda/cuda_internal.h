@@ -80,6 +80,9 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC32_FP4,
 	ATLAS_CK_GEMV_TC64_FP4,
 	ATLAS_CK_FP4B_DEQUANT, /* f8b.cu: an FP4B weight as BF16 */
+	ATLAS_CK_ATT_INV_PREFILL, /* attention_inv.cu: batch-invariant attention, */
+	ATLAS_CK_ATT_INV_SPLIT,   /* its prefill form, its split form and the */
+	ATLAS_CK_ATT_INV_MERGE,   /* split form's merge */
 	ATLAS_CK_COUNT,
 };
 
@@ -159,6 +162,10 @@ struct cuda_ctx {
 				       * mode */
 	int no_split_k;               /* ATLAS_CUDA_SPLITK=0: the wgmma GEMM never
 				       * splits K */
+	int att_inv;                  /* ATLAS_CUDA_ATT_INV (default 1): batch-
+				       * invariant BF16 attention on tensor cores
+				       * (attention_inv.cu); 0: the split-K kernel,
+				       * for A/B runs */
 	int flash_min_t;              /* ATLAS_CUDA_FLASH_MIN_T: fewest tokens T for
 				       * the flash prefill attention (default
 				       * ATLAS_CUDA_FLASH_MIN_T; A/B runs) */
@@ -366,6 +373,9 @@ int atlas_cuda_tmap_cached(const struct cuda_ctx *c, const void *p, int64_t rows
 
 /* Flash-attention prefill (cuda_attn.c), the attention op's contract
  * (backend.h); the same return convention as atlas_cuda_gemm_tc. */
+int atlas_cuda_attention_inv(struct cuda_ctx *c, void *out, const void *q, const void *kc,
+			     const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
+			     int64_t Hkv, int64_t hd, int64_t window, float scale);
 int atlas_cuda_attention_prefill(struct cuda_ctx *c, void *out, const void *q, const void *kc,
 				 const void *vc, const struct atlas_kv_batch *b, int64_t T,
 				 int64_t H, int64_t Hkv, int64_t hd, int64_t window, float scale);

@@ -645,6 +645,13 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	const bool quant = atlas_kv_quantized(be->kv_dtype);
 	if (quant && atlas_kv_check(be->kv_dtype, hd))
 		return ATLAS_EUNSUPPORTED;
+	/* batch-invariant mode over a BF16 cache: the tensor-core kernels
+	 * whose prefill and decode forms give a token the same bits */
+	if (!quant && be->batch_invariant) {
+		int rc = atlas_cuda_attention_inv(c, out, q, kc, vc, b, T, H, Hkv, hd, window, scale);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
 	if (quant && !be->batch_invariant && T >= c->flash_min_t && T >= 16 * b->n_seq) {
 		int rc = attention_prefill_q(be, out, q, kc, vc, b, T, H, Hkv, hd, window, scale);
 		if (rc)
