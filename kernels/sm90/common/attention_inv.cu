@@ -465,9 +465,10 @@ static __device__ __forceinline__ long long ai_nsplit(long long p, long long win
 
 template <int HD>
 static __device__ __forceinline__ void
-ai_split(bf16 *smem, long long *offs, float *part, const bf16 *q, const bf16 *kc, const bf16 *vc,
-	 const int *seq_of, const int *pos, const int *block_tables, long long max_blocks, int bs,
-	 long long T, long long H, long long Hkv, long long window, float scale, long long splits)
+ai_split(bf16 *smem, bf16 *qs, long long *offs, float *part, const bf16 *q, const bf16 *kc,
+	 const bf16 *vc, const int *seq_of, const int *pos, const int *block_tables,
+	 long long max_blocks, int bs, long long T, long long H, long long Hkv, long long window,
+	 float scale, long long splits)
 {
 	constexpr int LDS = HD + AP_PAD, CH = HD / 8, NO = HD / 8;
 	bf16 *ks = smem, *vs = smem + AP_BN * LDS;
@@ -483,45 +484,58 @@ ai_split(bf16 *smem, long long *offs, float *part, const bf16 *q, const bf16 *kc
 	const float sl2 = __fmul_rn(scale, AP_LOG2E);
 	const uint32_t ks_lane = ai_ks_lane<HD>(ks, lane), vs_lane = ai_vs_lane<HD>(vs, lane);
 
-	/* the kv head's query rows -> vs (zeros past G), then A fragments */
+	/* the kv head's query rows -> qs (zeros past G), in flight with the
+	 * first tile's copies; their A fragments once they landed */
 #pragma unroll
 	for (int i = 0; i < 16 * CH / 32; i++) {
 		const int c = lane + i * 32;
 		const int r = c / CH, ch = c % CH;
 		const bf16 *src = r < G ? q + (t * H + kvh * G + r) * HD + ch * 8 : q;
-		atlas_cp16(ap_smem(vs + r * LDS + ch * 8), src, r < G ? 16 : 0);
+		atlas_cp16(ap_smem(qs + r * LDS + ch * 8), src, r < G ? 16 : 0);
 	}
 	atlas_cp_commit();
-	atlas_cp_wait<0>();
-	__syncwarp();
 	uint32_t qf[HD / 16][4];
-	ai_qfrag<HD>(qf, vs, 0, lane);
-	__syncwarp(); /* every lane has its fragments: vs is free */
+	bool have_q = false;
 
 	const int *table = block_tables + (long long)seq_of[t] * max_blocks;
 	const int vlo[2] = {(int)lo, (int)lo}, vhi[2] = {(int)p, (int)p};
 	for (long long s = blockIdx.y; s < ns; s += gridDim.y) {
+		/* the split's key rows (outside [lo, p]: none); its second
+		 * tile asked into L2 while the first is copied */
+		const long long k0 = (sf + s) * AI_SPLIT;
+#pragma unroll
+		for (int u = 0; u < AI_SPLIT / AP_BN; u++)
+			ap_offsets(offs + u * AP_BN, table, (int)(k0 + u * AP_BN), (int)lo, (int)p, bs, ld,
+				   kvoff, lane, 32);
+		__syncwarp();
+		for (int i = AP_BN + lane; i < AI_SPLIT; i += 32)
+			if (offs[i] >= 0) {
+				atlas_prefetch_l2(kc + offs[i], HD * 2);
+				atlas_prefetch_l2(vc + offs[i], HD * 2);
+			}
 		ai_state<HD> st;
 		ai_reset(st);
 		for (int u = 0; u < AI_SPLIT / AP_BN; u++) {
-			const long long j0 = (sf + s) * AI_SPLIT + u * AP_BN, jl = j0 + AP_BN - 1;
+			const long long j0 = k0 + u * AP_BN, jl = j0 + AP_BN - 1;
 			if (j0 > p || jl < lo)
 				continue; /* the row sees nothing of this tile: no change */
-			ap_offsets(offs, table, (int)j0, (int)lo, (int)p, bs, ld, kvoff, lane, 32);
-			__syncwarp();
-			ap_load_tile<HD, 32>(ks, kc, offs, lane);
+			ap_load_tile<HD, 32>(ks, kc, offs + u * AP_BN, lane);
 			atlas_cp_commit();
-			ap_load_tile<HD, 32>(vs, vc, offs, lane);
+			ap_load_tile<HD, 32>(vs, vc, offs + u * AP_BN, lane);
 			atlas_cp_commit();
-			atlas_cp_wait<1>(); /* K landed */
+			atlas_cp_wait<1>(); /* the queries and K landed */
 			__syncwarp();
+			if (!have_q) {
+				ai_qfrag<HD>(qf, qs, 0, lane);
+				have_q = true;
+			}
 			float sc[AP_BN / 8][4];
 			ai_scores<HD>(st, sc, qf, ks_lane, (int)j0, !(j0 >= lo && jl <= p), vlo, vhi, sl2,
 				      tig);
 			atlas_cp_wait<0>(); /* V landed */
 			__syncwarp();
 			ai_pv<HD>(st, sc, vs_lane);
-			__syncwarp(); /* ks, vs and offs free for the next tile */
+			__syncwarp(); /* ks and vs free for the next tile */
 		}
 		/* the split's rows: o, then (m, l) */
 #pragma unroll
@@ -538,6 +552,7 @@ ai_split(bf16 *smem, long long *offs, float *part, const bf16 *q, const bf16 *kc
 			if (tig == 0)
 				*(float2 *)(part + T * H * splits * HD + row * 2) = make_float2(st.m[e], ls);
 		}
+		__syncwarp(); /* offs free for the next split */
 	}
 }
 
@@ -549,16 +564,17 @@ atlas_attention_inv_split(float *part, const bf16 *q, const bf16 *kc, const bf16
 {
 	ATLAS_PDL_ENTRY();
 	__shared__ __align__(128) bf16 smem[2 * AP_BN * (AI_MAXHD + AP_PAD)];
-	__shared__ long long offs[AP_BN];
+	__shared__ __align__(16) bf16 qs[16 * (AI_MAXHD + AP_PAD)];
+	__shared__ long long offs[AI_SPLIT];
 	if (blockDim.x != 32 || block_size < 1 || block_size > INT_MAX || Hkv < 1 || H % Hkv ||
 	    H / Hkv > AI_MAXG || !atlas_aligned(q, 16) || !atlas_aligned(kc, 16) ||
 	    !atlas_aligned(vc, 16) || !atlas_aligned(part, 16))
 		__trap(); /* the host never launches these */
 	if (hd == 128)
-		ai_split<128>(smem, offs, part, q, kc, vc, seq_of, pos, block_tables, max_blocks,
+		ai_split<128>(smem, qs, offs, part, q, kc, vc, seq_of, pos, block_tables, max_blocks,
 			      (int)block_size, T, H, Hkv, window, scale, splits);
 	else if (hd == 64)
-		ai_split<64>(smem, offs, part, q, kc, vc, seq_of, pos, block_tables, max_blocks,
+		ai_split<64>(smem, qs, offs, part, q, kc, vc, seq_of, pos, block_tables, max_blocks,
 			     (int)block_size, T, H, Hkv, window, scale, splits);
 	else
 		__trap();
