@@ -387,6 +387,7 @@ static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int
 		 * its own key count as the step's longest (fewer splits
 		 * launched than the batch's: the partition must not change) */
 		int64_t diff = 0;
+		float most = 0.0f; /* the largest |alone - batch| of an element */
 		for (int64_t i = 0; i < nt; i++) {
 			struct atlas_kv_batch d1 = {dseq + i, dpos + i, dtab, nseq, nb, B, pos[i] + 1};
 			CHECK_EQ_INT(gpu->attention(gpu, o.d, (const char *)q.d + (size_t)(i * H * hd) * 2,
@@ -394,9 +395,14 @@ static void check_attention(int64_t T, int64_t pos0, int64_t H, int64_t Hkv, int
 				     0);
 			CHECK_EQ_INT(gpu->download(gpu, o2, o.d, (size_t)(H * hd) * 2), 0);
 			diff += memcmp(o2, o1 + i * H * hd, (size_t)(H * hd) * 2) != 0;
+			for (int64_t e = 0; e < H * hd; e++) {
+				const float d = fabsf(atlas_bf16_to_f32(o2[e]) -
+						      atlas_bf16_to_f32(o1[i * H * hd + e]));
+				most = d > most || d != d ? d : most;
+			}
 		}
-		printf("# invariant %s: %lld of %lld tokens differ from alone\n", what,
-		       (long long)diff, (long long)nt);
+		printf("# invariant %s: %lld of %lld tokens differ from alone (largest difference %g)\n",
+		       what, (long long)diff, (long long)nt, most);
 		CHECK(diff == 0);
 	}
 	free(o1);
