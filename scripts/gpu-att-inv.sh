@@ -11,6 +11,7 @@
 #           split-K kernel (ATLAS_CUDA_ATT_INV=0), the default-mode
 #           prefill beside them
 #   serve   atlas-bench serve --self at concurrency 1 and 64, both modes
+#           (SERVE_MODES="inv" or "noinv": one)
 # PARTS picks parts (default "checks bench"). The summary goes to stdout
 # and OUT/summary.txt.
 . "$(dirname "$0")/gpu-prelude.sh"
@@ -43,7 +44,7 @@ for p in $parts; do
 			sed -n "/^prompt\|^batch/,\$p" >>"$sum"
 		;;
 	serve)
-		for mode in inv noinv; do
+		for mode in ${SERVE_MODES:-inv noinv}; do
 			flag=""
 			[ $mode = noinv ] && flag=--no-batch-invariant
 			# shellcheck disable=SC2086
