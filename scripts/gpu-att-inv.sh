@@ -48,8 +48,8 @@ for p in $parts; do
 			flag=""
 			[ $mode = noinv ] && flag=--no-batch-invariant
 			# shellcheck disable=SC2086
-			timeout 200 "$build/atlas-bench" serve --self -m "$m" $flag --concurrency 1,64 \
-				--prompt 512 --gen 128 --requests 64 --vocab 4000 --json \
+			timeout 200 "$build/atlas-bench" serve --self -m "$m" $flag --concurrency ${SERVE_CONC:-1,64} \
+				--prompt 512 --gen 128 --requests ${SERVE_REQ:-64} --vocab 4000 --json \
 				>"$out/serve-$mode.json" 2>"$out/serve-$mode.txt"
 			echo "serve $mode: exit $?" >>"$sum"
 			cat "$out/serve-$mode.txt" >>"$sum"
