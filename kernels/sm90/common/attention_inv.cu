@@ -7,7 +7,7 @@
  * kv head, for every T, so that prefill and decode never mix families.
  *
  * The partition is fixed in absolute key positions. Keys come in tiles
- * of AP_BN (64) from key 0 and in splits of AI_SPLIT (128, two tiles)
+ * of AI_BN (64) from key 0 and in splits of AI_SPLIT (128, two tiles)
  * from key 0. For one row:
  *  - within a split, tiles in order: S = q K^T on mma.sync (m16n8k16,
  *    the dims in k16 steps in order), scaled by scale log2(e), masked,
@@ -42,20 +42,20 @@
  *    (block (t, h), a thread a dim) folds them in split order.
  */
 #include "common.cuh"
-#include "attention_mma.cuh"
+#include "attention_inv.cuh"
 
 #include <limits.h>
 
 #define AI_MAXG 16 /* split kernel: query heads a kv head (one warp's rows) */
 
-extern "C" __global__ void __launch_bounds__(AP_THREADS)
+extern "C" __global__ void __launch_bounds__(AI_THREADS)
 atlas_attention_inv_prefill(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
 			    const int *seq_of, const int *pos, const int *block_tables,
 			    long long max_blocks, long long block_size, long long T, long long H,
 			    long long Hkv, long long hd, long long window, float scale)
 {
 	ATLAS_PDL_ENTRY();
-	ap_prefill_entry<true>(out, q, kc, vc, seq_of, pos, block_tables, max_blocks, block_size, T, H,
+	ai_prefill_entry<true>(out, q, kc, vc, seq_of, pos, block_tables, max_blocks, block_size, T, H,
 				 Hkv, hd, window, scale);
 }
 
@@ -79,8 +79,8 @@ ai_split(bf16 *smem, bf16 *qs, long long *offs, float *part, const bf16 *q, cons
 	 long long max_blocks, int bs, long long T, long long H, long long Hkv, long long window,
 	 float scale, long long splits)
 {
-	constexpr int LDS = HD + AP_PAD, CH = HD / 8, NO = HD / 8;
-	bf16 *ks = smem, *vs = smem + AP_BN * LDS;
+	constexpr int LDS = HD + AI_PAD, CH = HD / 8, NO = HD / 8;
+	bf16 *ks = smem, *vs = smem + AI_BN * LDS;
 	const int lane = threadIdx.x, g = lane >> 2, tig = lane & 3;
 	const long long t = blockIdx.x / Hkv, kvh = blockIdx.x % Hkv;
 	const int G = (int)(H / Hkv);
@@ -90,7 +90,7 @@ ai_split(bf16 *smem, bf16 *qs, long long *offs, float *part, const bf16 *q, cons
 	if ((long long)blockIdx.y >= ns)
 		return;
 	const long long ld = Hkv * HD, kvoff = kvh * HD;
-	const float sl2 = __fmul_rn(scale, AP_LOG2E);
+	const float sl2 = __fmul_rn(scale, AI_LOG2E);
 	const uint32_t ks_lane = ai_ks_lane<HD>(ks, lane), vs_lane = ai_vs_lane<HD>(vs, lane);
 
 	/* the kv head's query rows -> qs (zeros past G), in flight with the
@@ -100,7 +100,7 @@ ai_split(bf16 *smem, bf16 *qs, long long *offs, float *part, const bf16 *q, cons
 		const int c = lane + i * 32;
 		const int r = c / CH, ch = c % CH;
 		const bf16 *src = r < G ? q + (t * H + kvh * G + r) * HD + ch * 8 : q;
-		atlas_cp16(ap_smem(qs + r * LDS + ch * 8), src, r < G ? 16 : 0);
+		atlas_cp16(ai_smem(qs + r * LDS + ch * 8), src, r < G ? 16 : 0);
 	}
 	atlas_cp_commit();
 	uint32_t qf[HD / 16][4];
@@ -113,24 +113,24 @@ ai_split(bf16 *smem, bf16 *qs, long long *offs, float *part, const bf16 *q, cons
 		 * tile asked into L2 while the first is copied */
 		const long long k0 = (sf + s) * AI_SPLIT;
 #pragma unroll
-		for (int u = 0; u < AI_SPLIT / AP_BN; u++)
-			ap_offsets(offs + u * AP_BN, table, (int)(k0 + u * AP_BN), (int)lo, (int)p, bs, ld,
+		for (int u = 0; u < AI_SPLIT / AI_BN; u++)
+			ai_offsets(offs + u * AI_BN, table, (int)(k0 + u * AI_BN), (int)lo, (int)p, bs, ld,
 				   kvoff, lane, 32);
 		__syncwarp();
-		for (int i = AP_BN + lane; i < AI_SPLIT; i += 32)
+		for (int i = AI_BN + lane; i < AI_SPLIT; i += 32)
 			if (offs[i] >= 0) {
 				atlas_prefetch_l2(kc + offs[i], HD * 2);
 				atlas_prefetch_l2(vc + offs[i], HD * 2);
 			}
 		ai_state<HD> st;
 		ai_reset(st);
-		for (int u = 0; u < AI_SPLIT / AP_BN; u++) {
-			const long long j0 = k0 + u * AP_BN, jl = j0 + AP_BN - 1;
+		for (int u = 0; u < AI_SPLIT / AI_BN; u++) {
+			const long long j0 = k0 + u * AI_BN, jl = j0 + AI_BN - 1;
 			if (j0 > p || jl < lo)
 				continue; /* the row sees nothing of this tile: no change */
-			ap_load_tile<HD, 32>(ks, kc, offs + u * AP_BN, lane);
+			ai_load_tile<HD, 32>(ks, kc, offs + u * AI_BN, lane);
 			atlas_cp_commit();
-			ap_load_tile<HD, 32>(vs, vc, offs + u * AP_BN, lane);
+			ai_load_tile<HD, 32>(vs, vc, offs + u * AI_BN, lane);
 			atlas_cp_commit();
 			atlas_cp_wait<1>(); /* the queries and K landed */
 			__syncwarp();
@@ -138,7 +138,7 @@ ai_split(bf16 *smem, bf16 *qs, long long *offs, float *part, const bf16 *q, cons
 				ai_qfrag<HD>(qf, qs, 0, lane);
 				have_q = true;
 			}
-			float sc[AP_BN / 8][4];
+			float sc[AI_BN / 8][4];
 			ai_scores<HD>(st, sc, qf, ks_lane, (int)j0, !(j0 >= lo && jl <= p), vlo, vhi, sl2,
 				      tig);
 			atlas_cp_wait<0>(); /* V landed */
@@ -172,8 +172,8 @@ atlas_attention_inv_split(float *part, const bf16 *q, const bf16 *kc, const bf16
 			  long long Hkv, long long hd, long long window, float scale, long long splits)
 {
 	ATLAS_PDL_ENTRY();
-	__shared__ __align__(128) bf16 smem[2 * AP_BN * (AP_MAXHD + AP_PAD)];
-	__shared__ __align__(16) bf16 qs[16 * (AP_MAXHD + AP_PAD)];
+	__shared__ __align__(128) bf16 smem[2 * AI_BN * (AI_MAXHD + AI_PAD)];
+	__shared__ __align__(16) bf16 qs[16 * (AI_MAXHD + AI_PAD)];
 	__shared__ long long offs[AI_SPLIT];
 	if (blockDim.x != 32 || block_size < 1 || block_size > INT_MAX || Hkv < 1 || H % Hkv ||
 	    H / Hkv > AI_MAXG || !atlas_aligned(q, 16) || !atlas_aligned(kc, 16) ||
@@ -192,7 +192,7 @@ atlas_attention_inv_split(float *part, const bf16 *q, const bf16 *kc, const bf16
 /* out[t, h] from the splits atlas_attention_inv_split left in part:
  * block (t, h) = blockIdx.x = t H + h, thread d = dim d (blockDim.x = hd),
  * folded in split order. */
-extern "C" __global__ void __launch_bounds__(AP_MAXHD)
+extern "C" __global__ void __launch_bounds__(AI_MAXHD)
 atlas_attention_inv_merge(bf16 *out, const float *part, const int *pos, long long T, long long H,
 			  long long hd, long long window, long long splits)
 {

@@ -162,10 +162,11 @@ struct cuda_ctx {
 				       * mode */
 	int no_split_k;               /* ATLAS_CUDA_SPLITK=0: the wgmma GEMM never
 				       * splits K */
-	int att_inv;                  /* ATLAS_CUDA_ATT_INV (default 1): batch-
-				       * invariant BF16 attention on tensor cores
-				       * (attention_inv.cu); 0: the split-K kernel,
-				       * for A/B runs */
+	int att_inv;                  /* ATLAS_CUDA_ATT_INV=1 (opt-in until it
+				       * has run on a GPU): batch-invariant BF16
+				       * attention on tensor cores
+				       * (attention_inv.cu); default: the split-K
+				       * kernel */
 	int flash_min_t;              /* ATLAS_CUDA_FLASH_MIN_T: fewest tokens T for
 				       * the flash prefill attention (default
 				       * ATLAS_CUDA_FLASH_MIN_T; A/B runs) */

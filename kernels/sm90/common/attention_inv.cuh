@@ -1,42 +1,41 @@
-/* attention_mma.cuh - the flash-attention machinery of the two
- * tensor-core attention files: the prefill body both prefill entries run
- * (ai_prefill: atlas_attention_prefill in attention_prefill.cu, whose
- * comment describes it, and atlas_attention_inv_prefill in
- * attention_inv.cu, the same with its keys split in absolute positions),
- * the per-tile arithmetic the invariant split form shares with it
- * (ai_scores, ai_pv, ai_close), and the pieces under them: ldmatrix
- * loads, the m16n8k16 BF16 product, base-2 exponentials, BF16 packing,
- * tile copies through the block table. One definition, so that the
- * invariant forms' arithmetic is the same code wherever it runs. (The
- * kernels are compiled as one translation unit per target:
+/* attention_inv.cuh - the machinery of the batch-invariant tensor-core
+ * attention (attention_inv.cu): its prefill body (ai_prefill<HD, true>:
+ * the flash kernel's layout with keys split in absolute positions), the
+ * per-tile arithmetic its split form shares with it (ai_scores, ai_pv,
+ * ai_close), and the pieces under them: ldmatrix loads, the m16n8k16 BF16
+ * product, base-2 exponentials, BF16 packing, tile copies through the
+ * block table. These repeat attention_prefill.cu's under ai_ names for
+ * now: that kernel keeps the code verified on a GPU until the shared
+ * form (one body, the flash kernel as ai_prefill<HD, false>) has run
+ * there. (The kernels are compiled as one translation unit per target:
  * scripts/build-kernels.sh.) */
-#ifndef ATLAS_ATTENTION_MMA_CUH
-#define ATLAS_ATTENTION_MMA_CUH
+#ifndef ATLAS_ATTENTION_INV_CUH
+#define ATLAS_ATTENTION_INV_CUH
 
 #include "common.cuh"
 
 #include <limits.h>
 
-#define AP_BN 64 /* keys a tile */
-#define AP_PAD 8 /* bf16 elements of padding a shared row (16 bytes: ldmatrix's
+#define AI_BN 64 /* keys a tile */
+#define AI_PAD 8 /* bf16 elements of padding a shared row (16 bytes: ldmatrix's
 		  * 8 row addresses fall in distinct banks) */
 
 /* log2(e): softmax in base 2 */
-#define AP_LOG2E 1.4426950408889634f
+#define AI_LOG2E 1.4426950408889634f
 
-static __device__ __forceinline__ uint32_t ap_smem(const void *p)
+static __device__ __forceinline__ uint32_t ai_smem(const void *p)
 {
 	return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-static __device__ __forceinline__ void ap_ldsm4(uint32_t *r, uint32_t addr)
+static __device__ __forceinline__ void ai_ldsm4(uint32_t *r, uint32_t addr)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
 		     : "r"(addr));
 }
 
-static __device__ __forceinline__ void ap_ldsm4t(uint32_t *r, uint32_t addr)
+static __device__ __forceinline__ void ai_ldsm4t(uint32_t *r, uint32_t addr)
 {
 	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
 		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -45,7 +44,7 @@ static __device__ __forceinline__ void ap_ldsm4t(uint32_t *r, uint32_t addr)
 
 /* d += a b: A 16x16 row-major (4 regs), B 16x8 column-major (2 regs),
  * D 16x8 FP32 (4 regs). */
-static __device__ __forceinline__ void ap_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+static __device__ __forceinline__ void ai_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
 {
 	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
 		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -54,7 +53,7 @@ static __device__ __forceinline__ void ap_mma(float *d, const uint32_t *a, uint3
 }
 
 /* 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0). */
-static __device__ __forceinline__ float ap_exp2(float x)
+static __device__ __forceinline__ float ai_exp2(float x)
 {
 	float y;
 	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -62,38 +61,38 @@ static __device__ __forceinline__ float ap_exp2(float x)
 }
 
 /* Two floats as a bf16x2 register: lo in the low half (the lower column). */
-static __device__ __forceinline__ uint32_t ap_pack(float lo, float hi)
+static __device__ __forceinline__ uint32_t ai_pack(float lo, float hi)
 {
 	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 	return *(uint32_t *)&v;
 }
 
-/* Copy one AP_BN-row tile (row i from base + offs[i], or zeros where
- * offs[i] < 0) into buf [AP_BN][HD + AP_PAD], 16 bytes a cp.async, by
+/* Copy one AI_BN-row tile (row i from base + offs[i], or zeros where
+ * offs[i] < 0) into buf [AI_BN][HD + AI_PAD], 16 bytes a cp.async, by
  * threads 0 .. NT-1. */
 template <int HD, int NT>
-static __device__ __forceinline__ void ap_load_tile(bf16 *buf, const bf16 *base,
+static __device__ __forceinline__ void ai_load_tile(bf16 *buf, const bf16 *base,
 						    const long long *offs, int tid)
 {
 	constexpr int CH = HD / 8; /* 16-byte chunks a row */
-	constexpr int LDS = HD + AP_PAD;
+	constexpr int LDS = HD + AI_PAD;
 #pragma unroll
-	for (int i = 0; i < AP_BN * CH / NT; i++) {
+	for (int i = 0; i < AI_BN * CH / NT; i++) {
 		const int c = tid + i * NT;
 		const int r = c / CH, ch = c % CH;
 		const long long o = offs[r];
 		const bf16 *src = o >= 0 ? base + o + ch * 8 : base;
-		atlas_cp16(ap_smem(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
+		atlas_cp16(ai_smem(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
 	}
 }
 
-/* Element offsets of the keys j0 .. j0+AP_BN-1 of sequence row `table`
+/* Element offsets of the keys j0 .. j0+AI_BN-1 of sequence row `table`
  * (keys outside [kmin, kmax]: -1), written by threads 0 .. nt-1. */
-static __device__ __forceinline__ void ap_offsets(long long *offs, const int *table, int j0,
+static __device__ __forceinline__ void ai_offsets(long long *offs, const int *table, int j0,
 						  int kmin, int kmax, int bs, long long ld,
 						  long long kvoff, int tid, int nt)
 {
-	for (int i = tid; i < AP_BN; i += nt) {
+	for (int i = tid; i < AI_BN; i += nt) {
 		const int key = j0 + i;
 		long long o = -1;
 		if (key >= kmin && key <= kmax)
@@ -102,27 +101,27 @@ static __device__ __forceinline__ void ap_offsets(long long *offs, const int *ta
 	}
 }
 
-/* The 64 query rows of head h of tokens t0.. into buf [64][HD + AP_PAD]
+/* The 64 query rows of head h of tokens t0.. into buf [64][HD + AI_PAD]
  * (rows past T zeroed), by threads 0 .. NT-1, as one cp.async group. */
 template <int HD, int NT>
-static __device__ __forceinline__ void ap_stage_q(bf16 *buf, const bf16 *q, long long t0, long long T,
+static __device__ __forceinline__ void ai_stage_q(bf16 *buf, const bf16 *q, long long t0, long long T,
 						  long long H, long long h, int tid)
 {
-	constexpr int CH = HD / 8, LDS = HD + AP_PAD;
+	constexpr int CH = HD / 8, LDS = HD + AI_PAD;
 #pragma unroll
 	for (int i = 0; i < 64 * CH / NT; i++) {
 		const int c = tid + i * NT;
 		const int r = c / CH, ch = c % CH;
 		const bool ok = t0 + r < T;
 		const bf16 *src = ok ? q + ((t0 + r) * H + h) * HD + ch * 8 : q;
-		atlas_cp16(ap_smem(buf + r * LDS + ch * 8), src, ok ? 16 : 0);
+		atlas_cp16(ai_smem(buf + r * LDS + ch * 8), src, ok ? 16 : 0);
 	}
 	atlas_cp_commit();
 }
 
 /* Sequence, position and first visible key of tokens t and t + 8 (rows
  * past T: sequence -1, in no pass). */
-static __device__ __forceinline__ void ap_rows(int (&rseq)[2], int (&rp)[2], int (&rlo)[2],
+static __device__ __forceinline__ void ai_rows(int (&rseq)[2], int (&rp)[2], int (&rlo)[2],
 					       const int *seq_of, const int *pos, long long t,
 					       long long T, long long window)
 {
@@ -140,8 +139,8 @@ static __device__ __forceinline__ void ap_rows(int (&rseq)[2], int (&rp)[2], int
 }
 
 /* Shared state of the block (besides the K/V buffers). */
-struct ap_shared {
-	long long offs[2][AP_BN]; /* element offset of each key row of a tile; -1: none */
+struct ai_shared {
+	long long offs[2][AI_BN]; /* element offset of each key row of a tile; -1: none */
 	int cur, kmin, kmax;      /* the pass: sequence, key range its rows see */
 	int maxlo, minp, full;    /* largest lo, smallest p; all valid rows in the pass */
 };
@@ -151,7 +150,7 @@ struct ap_shared {
  * sh: that sequence (INT_MAX when none is left), the key range its rows
  * see, their largest lo and smallest p, and whether every valid row of
  * the tile belongs to it. */
-static __device__ __forceinline__ void ap_next_pass(ap_shared &sh, const int *seq_of, const int *pos,
+static __device__ __forceinline__ void ai_next_pass(ai_shared &sh, const int *seq_of, const int *pos,
 						    long long t0, long long T, long long window,
 						    int prev, int lane)
 {
@@ -203,12 +202,12 @@ static __device__ __forceinline__ void ap_next_pass(ap_shared &sh, const int *se
 	}
 }
 
-#define AI_SPLIT 128 /* keys a split: AI_SPLIT / AP_BN tiles, aligned to key 0 */
-#define AP_BM 64      /* prefill: query tokens a block, 16 a warp */
-#define AP_THREADS 128 /* prefill: threads a block */
-#define AP_MAXHD 128   /* largest head size */
+#define AI_SPLIT 128 /* keys a split: AI_SPLIT / AI_BN tiles, aligned to key 0 */
+#define AI_BM 64      /* prefill: query tokens a block, 16 a warp */
+#define AI_THREADS 128 /* prefill: threads a block */
+#define AI_MAXHD 128   /* largest head size */
 
-static_assert(AI_SPLIT % AP_BN == 0, "a split is whole tiles");
+static_assert(AI_SPLIT % AI_BN == 0, "a split is whole tiles");
 
 /* A warp's softmax state over one split for its thread's two rows (g and
  * g + 8 of the warp's 16): o unnormalized (the thread's columns 8n + 2
@@ -233,12 +232,12 @@ template <int HD> static __device__ __forceinline__ void ai_reset(ai_state<HD> &
  * sl2; where masked, key j0 + c is kept for row e only if lo[e] <= key <=
  * hi[e]. Leaves the tile's probabilities (2^(s - m), FP32) in s. */
 template <int HD>
-static __device__ __forceinline__ void ai_scores(ai_state<HD> &st, float (&s)[AP_BN / 8][4],
+static __device__ __forceinline__ void ai_scores(ai_state<HD> &st, float (&s)[AI_BN / 8][4],
 						 const uint32_t (&qf)[HD / 16][4], uint32_t ks_lane,
 						 int j0, bool masked, const int (&lo)[2],
 						 const int (&hi)[2], float sl2, int tig)
 {
-	constexpr int KS = HD / 16, NS = AP_BN / 8, NO = HD / 8, LDS = HD + AP_PAD;
+	constexpr int KS = HD / 16, NS = AI_BN / 8, NO = HD / 8, LDS = HD + AI_PAD;
 #pragma unroll
 	for (int n = 0; n < NS; n++)
 		s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -247,9 +246,9 @@ static __device__ __forceinline__ void ai_scores(ai_state<HD> &st, float (&s)[AP
 #pragma unroll
 		for (int np = 0; np < NS / 2; np++) {
 			uint32_t b[4];
-			ap_ldsm4(b, ks_lane + (np * 16 * LDS + kk * 16) * 2);
-			ap_mma(s[2 * np], qf[kk], b[0], b[1]);
-			ap_mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+			ai_ldsm4(b, ks_lane + (np * 16 * LDS + kk * 16) * 2);
+			ai_mma(s[2 * np], qf[kk], b[0], b[1]);
+			ai_mma(s[2 * np + 1], qf[kk], b[2], b[3]);
 		}
 	}
 	/* element (n, i): row g + 8 (i >> 1), key j0 + 8n + 2 tig + (i & 1) */
@@ -276,13 +275,13 @@ static __device__ __forceinline__ void ai_scores(ai_state<HD> &st, float (&s)[AP
 		/* a row with no visible key so far keeps m = -inf: subtract 0
 		 * instead, so every exp2 is of -inf (0) */
 		const float mu = mn == -INFINITY ? 0.0f : mn;
-		const float corr = ap_exp2(__fsub_rn(st.m[e], mu));
+		const float corr = ai_exp2(__fsub_rn(st.m[e], mu));
 		st.m[e] = mn;
 		float sum = 0.0f;
 #pragma unroll
 		for (int n = 0; n < NS; n++) {
-			s[n][2 * e] = ap_exp2(__fsub_rn(s[n][2 * e], mu));
-			s[n][2 * e + 1] = ap_exp2(__fsub_rn(s[n][2 * e + 1], mu));
+			s[n][2 * e] = ai_exp2(__fsub_rn(s[n][2 * e], mu));
+			s[n][2 * e + 1] = ai_exp2(__fsub_rn(s[n][2 * e + 1], mu));
 			sum = __fadd_rn(sum, __fadd_rn(s[n][2 * e], s[n][2 * e + 1]));
 		}
 		st.l[e] = fmaf(st.l[e], corr, sum);
@@ -297,23 +296,23 @@ static __device__ __forceinline__ void ai_scores(ai_state<HD> &st, float (&s)[AP
 /* O += P V for the tile (vs_lane: this lane's ldmatrix.trans address in
  * the V tile), P rounded to BF16 straight from the score fragments. */
 template <int HD>
-static __device__ __forceinline__ void ai_pv(ai_state<HD> &st, const float (&s)[AP_BN / 8][4],
+static __device__ __forceinline__ void ai_pv(ai_state<HD> &st, const float (&s)[AI_BN / 8][4],
 					     uint32_t vs_lane)
 {
-	constexpr int NO = HD / 8, LDS = HD + AP_PAD;
+	constexpr int NO = HD / 8, LDS = HD + AI_PAD;
 #pragma unroll
-	for (int kk = 0; kk < AP_BN / 16; kk++) {
+	for (int kk = 0; kk < AI_BN / 16; kk++) {
 		uint32_t a[4];
-		a[0] = ap_pack(s[2 * kk][0], s[2 * kk][1]);
-		a[1] = ap_pack(s[2 * kk][2], s[2 * kk][3]);
-		a[2] = ap_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-		a[3] = ap_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+		a[0] = ai_pack(s[2 * kk][0], s[2 * kk][1]);
+		a[1] = ai_pack(s[2 * kk][2], s[2 * kk][3]);
+		a[2] = ai_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+		a[3] = ai_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
 		for (int np = 0; np < NO / 2; np++) {
 			uint32_t b[4];
-			ap_ldsm4t(b, vs_lane + (kk * 16 * LDS + np * 16) * 2);
-			ap_mma(st.o[2 * np], a, b[0], b[1]);
-			ap_mma(st.o[2 * np + 1], a, b[2], b[3]);
+			ai_ldsm4t(b, vs_lane + (kk * 16 * LDS + np * 16) * 2);
+			ai_mma(st.o[2 * np], a, b[0], b[1]);
+			ai_mma(st.o[2 * np + 1], a, b[2], b[3]);
 		}
 	}
 }
@@ -335,8 +334,8 @@ static __device__ __forceinline__ bool ai_fold(float &M, float &L, float m, floa
 	if (m == -INFINITY)
 		return false;
 	const float mn = fmaxf(M, m);
-	a = ap_exp2(__fsub_rn(M, mn)); /* M = -inf: 0 */
-	b = ap_exp2(__fsub_rn(m, mn));
+	a = ai_exp2(__fsub_rn(M, mn)); /* M = -inf: 0 */
+	b = ai_exp2(__fsub_rn(m, mn));
 	L = fmaf(l, b, __fmul_rn(L, a));
 	M = mn;
 	return true;
@@ -380,12 +379,12 @@ static __device__ __forceinline__ void ai_close(ai_state<HD> &st, float (&M)[2],
  * 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)); byte addresses. */
 template <int HD> static __device__ __forceinline__ uint32_t ai_ks_lane(const bf16 *ks, int lane)
 {
-	return ap_smem(ks) + (((lane & 7) + ((lane >> 4) << 3)) * (HD + AP_PAD) + ((lane >> 3) & 1) * 8) * 2;
+	return ai_smem(ks) + (((lane & 7) + ((lane >> 4) << 3)) * (HD + AI_PAD) + ((lane >> 3) & 1) * 8) * 2;
 }
 
 template <int HD> static __device__ __forceinline__ uint32_t ai_vs_lane(const bf16 *vs, int lane)
 {
-	return ap_smem(vs) + (((lane & 7) + ((lane >> 3) & 1) * 8) * (HD + AP_PAD) + (lane >> 4) * 8) * 2;
+	return ai_smem(vs) + (((lane & 7) + ((lane >> 3) & 1) * 8) * (HD + AI_PAD) + (lane >> 4) * 8) * 2;
 }
 
 /* A warp's 16 query rows (row r at buf + (16 w + r) LDS) as A fragments. */
@@ -395,7 +394,7 @@ static __device__ __forceinline__ void ai_qfrag(uint32_t (&qf)[HD / 16][4], cons
 {
 #pragma unroll
 	for (int kk = 0; kk < HD / 16; kk++)
-		ap_ldsm4(qf[kk], ap_smem(buf + (warp * 16 + (lane & 15)) * (HD + AP_PAD) + kk * 16 +
+		ai_ldsm4(qf[kk], ai_smem(buf + (warp * 16 + (lane & 15)) * (HD + AI_PAD) + kk * 16 +
 					 (lane >> 4) * 8));
 }
 
@@ -403,25 +402,25 @@ static __device__ __forceinline__ void ai_qfrag(uint32_t (&qf)[HD / 16][4], cons
 
 template <int HD, bool INV>
 static __device__ __forceinline__ void
-ai_prefill(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
+ai_prefill(bf16 *smem, ai_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
 	   const int *seq_of, const int *pos, const int *block_tables, long long max_blocks, int bs,
 	   long long T, long long H, long long Hkv, long long window, float scale)
 {
-	constexpr int LDS = HD + AP_PAD, NO = HD / 8;
-	bf16 *ks = smem, *vs = smem + AP_BN * LDS;
+	constexpr int LDS = HD + AI_PAD, NO = HD / 8;
+	bf16 *ks = smem, *vs = smem + AI_BN * LDS;
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int g = lane >> 2, tig = lane & 3;
-	const long long t0 = (long long)(gridDim.x - 1 - blockIdx.x) * AP_BM;
+	const long long t0 = (long long)(gridDim.x - 1 - blockIdx.x) * AI_BM;
 	const long long h = blockIdx.y;
 	const long long kvh = h / (H / Hkv), ld = Hkv * HD, kvoff = kvh * HD;
-	const float sl2 = __fmul_rn(scale, AP_LOG2E);
+	const float sl2 = __fmul_rn(scale, AI_LOG2E);
 	const uint32_t ks_lane = ai_ks_lane<HD>(ks, lane), vs_lane = ai_vs_lane<HD>(vs, lane);
 
 	/* Q tile -> vs (rows past T zeroed), then A fragments; this thread's
 	 * two rows: g and g + 8 of the warp's 16 */
-	ap_stage_q<HD, AP_THREADS>(vs, q, t0, T, H, h, tid);
+	ai_stage_q<HD, AI_THREADS>(vs, q, t0, T, H, h, tid);
 	int rseq[2], rp[2], rlo[2];
-	ap_rows(rseq, rp, rlo, seq_of, pos, t0 + warp * 16 + g, T, window);
+	ai_rows(rseq, rp, rlo, seq_of, pos, t0 + warp * 16 + g, T, window);
 	atlas_cp_wait<0>();
 	__syncthreads();
 	uint32_t qf[HD / 16][4];
@@ -439,7 +438,7 @@ ai_prefill(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, 
 	for (;;) {
 		__syncthreads(); /* vs (Q) consumed; the previous pass's state read */
 		if (warp == 0)
-			ap_next_pass(sh, seq_of, pos, t0, T, window, prev, lane);
+			ai_next_pass(sh, seq_of, pos, t0, T, window, prev, lane);
 		__syncthreads();
 		const int cur = sh.cur;
 		if (cur == INT_MAX)
@@ -456,22 +455,22 @@ ai_prefill(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, 
 		/* INV: tiles from the split that holds kmin, aligned to key 0 */
 		const int kst = INV ? kmin / AI_SPLIT * AI_SPLIT : kmin;
 
-		ap_offsets(sh.offs[0], table, kst, kmin, kmax, bs, ld, kvoff, tid, AP_THREADS);
+		ai_offsets(sh.offs[0], table, kst, kmin, kmax, bs, ld, kvoff, tid, AI_THREADS);
 		__syncthreads();
-		ap_load_tile<HD, AP_THREADS>(ks, kc, sh.offs[0], tid);
+		ai_load_tile<HD, AI_THREADS>(ks, kc, sh.offs[0], tid);
 		atlas_cp_commit();
 
 		int it = 0;
-		for (int j0 = kst; j0 <= kmax; j0 += AP_BN, it++) {
+		for (int j0 = kst; j0 <= kmax; j0 += AI_BN, it++) {
 			if (INV && j0 > kst && j0 % AI_SPLIT == 0)
 				ai_close<HD>(st, M, L, O); /* a split boundary */
-			const bool more = kmax - j0 >= AP_BN; /* another tile follows */
-			const int jl = j0 + AP_BN - 1;      /* last key of the tile */
-			ap_load_tile<HD, AP_THREADS>(vs, vc, sh.offs[it & 1], tid);
+			const bool more = kmax - j0 >= AI_BN; /* another tile follows */
+			const int jl = j0 + AI_BN - 1;      /* last key of the tile */
+			ai_load_tile<HD, AI_THREADS>(vs, vc, sh.offs[it & 1], tid);
 			atlas_cp_commit();
 			if (more)
-				ap_offsets(sh.offs[(it + 1) & 1], table, j0 + AP_BN, kmin, kmax, bs, ld,
-					   kvoff, tid, AP_THREADS);
+				ai_offsets(sh.offs[(it + 1) & 1], table, j0 + AI_BN, kmin, kmax, bs, ld,
+					   kvoff, tid, AI_THREADS);
 			/* does any row of the warp see a key of this tile? */
 			const bool see = (in0 && rlo[0] <= jl && rp[0] >= j0) ||
 					 (in1 && rlo[1] <= jl && rp[1] >= j0);
@@ -480,13 +479,13 @@ ai_prefill(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, 
 			atlas_cp_wait<1>(); /* K(it) landed */
 			__syncthreads();
 
-			float s[AP_BN / 8][4];
+			float s[AI_BN / 8][4];
 			if (active)
 				ai_scores<HD>(st, s, qf, ks_lane, j0, masked, vlo, vhi, sl2, tig);
 			atlas_cp_wait<0>(); /* V(it) landed */
 			__syncthreads();        /* and every warp is done with ks */
 			if (more) {
-				ap_load_tile<HD, AP_THREADS>(ks, kc, sh.offs[(it + 1) & 1], tid);
+				ai_load_tile<HD, AI_THREADS>(ks, kc, sh.offs[(it + 1) & 1], tid);
 				atlas_cp_commit();
 			}
 			if (active)
@@ -518,13 +517,13 @@ ai_prefill(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, 
  * atlas_attention_inv_prefill, INV true), after their PDL wait. */
 template <bool INV>
 static __device__ __forceinline__ void
-ap_prefill_entry(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const int *seq_of,
+ai_prefill_entry(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const int *seq_of,
 		 const int *pos, const int *block_tables, long long max_blocks, long long block_size,
 		 long long T, long long H, long long Hkv, long long hd, long long window, float scale)
 {
-	__shared__ __align__(128) bf16 smem[2 * AP_BN * (AP_MAXHD + AP_PAD)];
-	__shared__ ap_shared sh;
-	if (blockDim.x != AP_THREADS || block_size < 1 || block_size > INT_MAX || Hkv < 1 ||
+	__shared__ __align__(128) bf16 smem[2 * AI_BN * (AI_MAXHD + AI_PAD)];
+	__shared__ ai_shared sh;
+	if (blockDim.x != AI_THREADS || block_size < 1 || block_size > INT_MAX || Hkv < 1 ||
 	    H % Hkv || !atlas_aligned(q, 16) || !atlas_aligned(kc, 16) || !atlas_aligned(vc, 16) ||
 	    !atlas_aligned(out, 16))
 		__trap(); /* the host never launches these */
