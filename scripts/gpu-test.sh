@@ -7,7 +7,9 @@
 #   1b. the tensor-core summation facts of tests/gpu/probe-mma-order.cu
 #   2. the fused one-token decode equals the op-by-op decode on synthetic
 #      models (build/tests/gpu/test-fused-decode)
-#   3. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda)
+#   3. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda),
+#      batch invariance end to end, with the split-K attention and with
+#      the opt-in tensor-core one (ATLAS_CUDA_ATT_INV=1)
 #   4. tokenize | generate | detokenize on CUDA equals -p on CUDA
 #   5. device selection messages and a short decode timing
 # Exit status 0 only if every part passed.
@@ -78,6 +80,17 @@ ATLAS_TEST_DEVICE=cuda "$build/tests/test-invariance" >"$out/invariance.log" 2>&
 rc=$?
 row "batch invariance (chunks, batch sizes)" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/invariance.log" && echo pass || echo FAIL)" \
 	"$(grep -c '^ok' "$out/invariance.log") ok, $(grep -c '^not ok' "$out/invariance.log") not ok; $(grep -c ' 0 of ' "$out/invariance.log") comparisons equal"
+
+# 3c. the same, and the attention op tests, with the opt-in tensor-core
+# invariant attention (attention_inv.cu, ATLAS_CUDA_ATT_INV=1): its
+# prefill and split forms give a token the same bits
+ATLAS_CUDA_ATT_INV=1 HARNESS_ONLY=attention "$build/tests/gpu/test-cuda-ops" >"$out/att-inv-ops.log" 2>&1
+rc=$?
+ATLAS_CUDA_ATT_INV=1 ATLAS_TEST_DEVICE=cuda "$build/tests/test-invariance" >"$out/att-inv-model.log" 2>&1
+rc2=$?
+row "invariant attention on tensor cores (ATLAS_CUDA_ATT_INV=1)" \
+	"$([ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q '^not ok' "$out/att-inv-ops.log" "$out/att-inv-model.log" && echo pass || echo FAIL)" \
+	"ops: $(grep -c '^ok' "$out/att-inv-ops.log") ok, $(grep -c '^not ok' "$out/att-inv-ops.log") not ok; model: $(grep -c '^not ok' "$out/att-inv-model.log") not ok"
 
 # 4. the pipe equals -p, on CUDA
 pipe_ok=pass
