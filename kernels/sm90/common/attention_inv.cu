@@ -55,7 +55,7 @@ atlas_attention_inv_prefill(bf16 *out, const bf16 *q, const bf16 *kc, const bf16
 			    long long Hkv, long long hd, long long window, float scale)
 {
 	ATLAS_PDL_ENTRY();
-	ai_prefill_entry<true>(out, q, kc, vc, seq_of, pos, block_tables, max_blocks, block_size, T, H,
+	ai_prefill_entry(out, q, kc, vc, seq_of, pos, block_tables, max_blocks, block_size, T, H,
 				 Hkv, hd, window, scale);
 }
 

@@ -1,12 +1,12 @@
 /* attention_inv.cuh - the machinery of the batch-invariant tensor-core
- * attention (attention_inv.cu): its prefill body (ai_prefill<HD, true>:
+ * attention (attention_inv.cu): its prefill body (ai_prefill<HD>:
  * the flash kernel's layout with keys split in absolute positions), the
  * per-tile arithmetic its split form shares with it (ai_scores, ai_pv,
  * ai_close), and the pieces under them: ldmatrix loads, the m16n8k16 BF16
  * product, base-2 exponentials, BF16 packing, tile copies through the
  * block table. These repeat attention_prefill.cu's under ai_ names for
  * now: that kernel keeps the code verified on a GPU until the shared
- * form (one body, the flash kernel as ai_prefill<HD, false>) has run
+ * form (one body for both, as commit 90916e2 has it) has run
  * there. (The kernels are compiled as one translation unit per target:
  * scripts/build-kernels.sh.) */
 #ifndef ATLAS_ATTENTION_INV_CUH
@@ -400,7 +400,7 @@ static __device__ __forceinline__ void ai_qfrag(uint32_t (&qf)[HD / 16][4], cons
 
 /* --- prefill form --------------------------------------------------- */
 
-template <int HD, bool INV>
+template <int HD>
 static __device__ __forceinline__ void
 ai_prefill(bf16 *smem, ai_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc,
 	   const int *seq_of, const int *pos, const int *block_tables, long long max_blocks, int bs,
@@ -452,8 +452,8 @@ ai_prefill(bf16 *smem, ai_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, 
 		const bool in0 = rseq[0] == cur, in1 = rseq[1] == cur;
 		const int vlo[2] = {rlo[0], rlo[1]};
 		const int vhi[2] = {in0 ? rp[0] : -1, in1 ? rp[1] : -1};
-		/* INV: tiles from the split that holds kmin, aligned to key 0 */
-		const int kst = INV ? kmin / AI_SPLIT * AI_SPLIT : kmin;
+		/* tiles from the split that holds kmin, aligned to key 0 */
+		const int kst = kmin / AI_SPLIT * AI_SPLIT;
 
 		ai_offsets(sh.offs[0], table, kst, kmin, kmax, bs, ld, kvoff, tid, AI_THREADS);
 		__syncthreads();
@@ -462,7 +462,7 @@ ai_prefill(bf16 *smem, ai_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, 
 
 		int it = 0;
 		for (int j0 = kst; j0 <= kmax; j0 += AI_BN, it++) {
-			if (INV && j0 > kst && j0 % AI_SPLIT == 0)
+			if (j0 > kst && j0 % AI_SPLIT == 0)
 				ai_close<HD>(st, M, L, O); /* a split boundary */
 			const bool more = kmax - j0 >= AI_BN; /* another tile follows */
 			const int jl = j0 + AI_BN - 1;      /* last key of the tile */
@@ -492,30 +492,26 @@ ai_prefill(bf16 *smem, ai_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, 
 				ai_pv<HD>(st, s, vs_lane);
 			__syncthreads(); /* every warp is done with vs */
 		}
-		if (INV)
-			ai_close<HD>(st, M, L, O);
+		ai_close<HD>(st, M, L, O);
 	}
 
-	/* out = O / L (not INV: the one running state); rows past T are not
-	 * written */
+	/* out = O / L; rows past T are not written */
 #pragma unroll
 	for (int e = 0; e < 2; e++) {
-		const float inv = ai_inv(INV ? L[e] : ai_quad_sum(st.l[e]));
+		const float inv = ai_inv(L[e]);
 		const long long t = t0 + warp * 16 + g + e * 8;
 		if (t < T) {
 			bf16 *orow = out + (t * H + h) * HD + tig * 2;
 #pragma unroll
 			for (int n = 0; n < NO; n++)
 				*(__nv_bfloat162 *)(orow + n * 8) = __floats2bfloat162_rn(
-				    __fmul_rn(INV ? O[n][2 * e] : st.o[n][2 * e], inv),
-				    __fmul_rn(INV ? O[n][2 * e + 1] : st.o[n][2 * e + 1], inv));
+				    __fmul_rn(O[n][2 * e], inv),
+				    __fmul_rn(O[n][2 * e + 1], inv));
 		}
 	}
 }
 
-/* The body of both prefill entries (atlas_attention_prefill, INV false;
- * atlas_attention_inv_prefill, INV true), after their PDL wait. */
-template <bool INV>
+/* The body of atlas_attention_inv_prefill, after its PDL wait. */
 static __device__ __forceinline__ void
 ai_prefill_entry(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const int *seq_of,
 		 const int *pos, const int *block_tables, long long max_blocks, long long block_size,
@@ -528,10 +524,10 @@ ai_prefill_entry(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const
 	    !atlas_aligned(out, 16))
 		__trap(); /* the host never launches these */
 	if (hd == 128)
-		ai_prefill<128, INV>(smem, sh, out, q, kc, vc, seq_of, pos, block_tables, max_blocks,
+		ai_prefill<128>(smem, sh, out, q, kc, vc, seq_of, pos, block_tables, max_blocks,
 				     (int)block_size, T, H, Hkv, window, scale);
 	else if (hd == 64)
-		ai_prefill<64, INV>(smem, sh, out, q, kc, vc, seq_of, pos, block_tables, max_blocks,
+		ai_prefill<64>(smem, sh, out, q, kc, vc, seq_of, pos, block_tables, max_blocks,
 				    (int)block_size, T, H, Hkv, window, scale);
 	else
 		__trap();
