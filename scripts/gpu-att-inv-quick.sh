@@ -4,7 +4,8 @@
 # tests/unit/test-invariance.c on CUDA with the tensor-core invariant
 # attention (ATLAS_CUDA_ATT_INV=1), then invariant prefill and decode
 # with it and without, on random weights of the Qwen3-8B shape made in
-# process (--synthetic: no checkpoint to write). Binaries in build-gs
+# process (--synthetic: no checkpoint to write), and batch 1 at a 4096-token
+# context (there the split kernel is the long-context step). Binaries in build-gs
 # (a slimmed scripts/gpu-carry.sh carry); logs under $OUT.
 B=${1:-build-gs}
 export ATLAS_CUDA_ATT_INV=1
@@ -22,6 +23,7 @@ for ai in 1 0; do
  echo "== ATLAS_CUDA_ATT_INV=$ai"
  ATLAS_CUDA_ATT_INV=$ai $B/atlas-bench prefill --synthetic qwen3-8b --prompt 512,2048 --batch-invariant --no-record 2>&1 >/dev/null | sed -n '/^prompt/,$p'
  ATLAS_CUDA_ATT_INV=$ai $B/atlas-bench decode --synthetic qwen3-8b --batch 1,64 --prompt 512 --gen 32 --batch-invariant --no-record 2>&1 >/dev/null | sed -n '/^batch/,$p'
+ ATLAS_CUDA_ATT_INV=$ai $B/atlas-bench decode --synthetic qwen3-8b --batch 1 --prompt 4096 --gen 32 --batch-invariant --no-record 2>&1 >/dev/null | sed -n '/^batch/,$p'
 done
 echo "== default prefill"
 $B/atlas-bench prefill --synthetic qwen3-8b --prompt 512,2048 --no-record 2>&1 >/dev/null | sed -n '/^prompt/,$p'
