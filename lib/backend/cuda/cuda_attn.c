@@ -48,7 +48,10 @@ int atlas_cuda_attention_prefill(struct cuda_ctx *c, void *out, const void *q, c
  * most 16 query heads a kv head, 16-byte aligned q, out and cache, and
  * the kernels present; they do not depend on T, so an engine's steps
  * never mix this family with the split-K kernel's. 1 when done, 0 when
- * the shape is not its own, or an error. */
+ * the shape is not its own, or an error. The caller decides whether the
+ * family is on (ATLAS_CUDA_ATT_INV in batch-invariant mode; outside it,
+ * ATLAS_CUDA_ATT_TC sends decode steps, those the flash kernel does not
+ * take, to the split form: it is correct for any step). */
 #define ATT_INV_SPLIT 128 /* attention_inv.cu's AI_SPLIT */
 #define ATT_INV_MAXG 16
 #define ATT_INV_ZMAX 64 /* split kernel: blocks a (token, kv head) at most */
@@ -57,7 +60,7 @@ int atlas_cuda_attention_inv(struct cuda_ctx *c, void *out, const void *q, const
 			     const void *vc, const struct atlas_kv_batch *b, int64_t T, int64_t H,
 			     int64_t Hkv, int64_t hd, int64_t window, float scale)
 {
-	if (!c->att_inv || !c->kern[ATLAS_CK_ATT_INV_PREFILL] || !c->kern[ATLAS_CK_ATT_INV_SPLIT] ||
+	if (!c->kern[ATLAS_CK_ATT_INV_PREFILL] || !c->kern[ATLAS_CK_ATT_INV_SPLIT] ||
 	    !c->kern[ATLAS_CK_ATT_INV_MERGE] || !c->att_part)
 		return 0;
 	if (T <= 0 || (hd != 64 && hd != 128) || Hkv <= 0 || H <= 0 || H % Hkv ||

@@ -167,6 +167,11 @@ struct cuda_ctx {
 				       * attention on tensor cores
 				       * (attention_inv.cu); default: the split-K
 				       * kernel */
+	int att_tc;                   /* ATLAS_CUDA_ATT_TC=1 (opt-in, an A/B
+				       * until measured): decode steps outside
+				       * batch-invariant mode over a BF16 cache
+				       * take attention_inv.cu's split form (the
+				       * tensor cores) instead of split-K */
 	int flash_min_t;              /* ATLAS_CUDA_FLASH_MIN_T: fewest tokens T for
 				       * the flash prefill attention (default
 				       * ATLAS_CUDA_FLASH_MIN_T; A/B runs) */

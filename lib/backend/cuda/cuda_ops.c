@@ -647,7 +647,7 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 		return ATLAS_EUNSUPPORTED;
 	/* batch-invariant mode over a BF16 cache: the tensor-core kernels
 	 * whose prefill and decode forms give a token the same bits */
-	if (!quant && be->batch_invariant) {
+	if (!quant && be->batch_invariant && c->att_inv) {
 		int rc = atlas_cuda_attention_inv(c, out, q, kc, vc, b, T, H, Hkv, hd, window, scale);
 		if (rc)
 			return rc < 0 ? rc : 0;
@@ -661,6 +661,15 @@ static int op_attention(struct atlas_backend *be, void *out, const void *q, cons
 	    c->kern[ATLAS_CK_ATT_PREFILL]) {
 		int rc = atlas_cuda_attention_prefill(c, out, q, kc, vc, b, T, H, Hkv, hd, window,
 						      scale);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
+	/* decode steps outside batch-invariant mode: the invariant family's
+	 * split form when asked (ATLAS_CUDA_ATT_TC=1, an A/B against
+	 * split-K: scores and value sums on the tensor cores, a warp per
+	 * (token, kv head, 128 keys)) */
+	if (!quant && !be->batch_invariant && c->att_tc) {
+		int rc = atlas_cuda_attention_inv(c, out, q, kc, vc, b, T, H, Hkv, hd, window, scale);
 		if (rc)
 			return rc < 0 ? rc : 0;
 	}
