@@ -8,7 +8,8 @@
 #   long    batch-1 decode at 4096 and 32768 tokens of context (Qwen3-8B
 #           shape, random weights made in process): op by op
 #           (ATLAS_CUDA_FUSED=0) with and without ATLAS_CUDA_ATT_TC=1,
-#           and the fused kernel (the default) beside them
+#           and the fused kernel (the default) beside them; batch 64
+#           at 512 and 4096 with and without it
 #   serve   atlas-bench serve --self, batch-invariant, concurrency 1,
 #           with ATLAS_CUDA_ATT_INV=1 and =0 (SERVE_REQ requests, 16)
 # PARTS picks parts (default "ops long"). Summary to stdout.
@@ -27,6 +28,11 @@ for p in ${PARTS:-ops long}; do
 			echo "== $cfg"
 			env $cfg timeout 150 "$build/atlas-bench" decode --synthetic qwen3-8b --batch 1 \
 				--prompt 4096,32768 --gen 32 --no-record 2>&1 >/dev/null | sed -n '/^batch/,$p'
+		done
+		for tc in 1 0; do
+			echo "== batch 64, ATLAS_CUDA_ATT_TC=$tc"
+			ATLAS_CUDA_ATT_TC=$tc timeout 150 "$build/atlas-bench" decode --synthetic qwen3-8b \
+				--batch 64 --prompt 512,4096 --gen 32 --no-record 2>&1 >/dev/null | sed -n '/^batch/,$p'
 		done
 		;;
 	serve)
