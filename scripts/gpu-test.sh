@@ -9,7 +9,8 @@
 #      models (build/tests/gpu/test-fused-decode)
 #   3. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda),
 #      batch invariance end to end, with the split-K attention and with
-#      the opt-in tensor-core one (ATLAS_CUDA_ATT_INV=1)
+#      the opt-in tensor-core one (ATLAS_CUDA_ATT_INV=1), and the goldens
+#      and attention op tests with decode on its split form (ATLAS_CUDA_ATT_TC=1)
 #   4. tokenize | generate | detokenize on CUDA equals -p on CUDA
 #   5. device selection messages and a short decode timing
 # Exit status 0 only if every part passed.
@@ -91,6 +92,17 @@ rc2=$?
 row "invariant attention on tensor cores (ATLAS_CUDA_ATT_INV=1)" \
 	"$([ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q '^not ok' "$out/att-inv-ops.log" "$out/att-inv-model.log" && echo pass || echo FAIL)" \
 	"ops: $(grep -c '^ok' "$out/att-inv-ops.log") ok, $(grep -c '^not ok' "$out/att-inv-ops.log") not ok; model: $(grep -c '^not ok' "$out/att-inv-model.log") not ok"
+
+# 3d. decode attention outside batch-invariant mode on the same kernels'
+# split form (ATLAS_CUDA_ATT_TC=1): the attention op tests against the CPU
+# and the golden models
+ATLAS_CUDA_ATT_TC=1 HARNESS_ONLY=attention "$build/tests/gpu/test-cuda-ops" >"$out/att-tc-ops.log" 2>&1
+rc=$?
+ATLAS_CUDA_ATT_TC=1 ATLAS_TEST_DEVICE=cuda "$build/tests/test-golden" >"$out/att-tc-golden.log" 2>&1
+rc2=$?
+row "decode attention on tensor cores (ATLAS_CUDA_ATT_TC=1)" \
+	"$([ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q '^not ok' "$out/att-tc-ops.log" "$out/att-tc-golden.log" && echo pass || echo FAIL)" \
+	"ops: $(grep -c '^ok' "$out/att-tc-ops.log") ok, $(grep -c '^not ok' "$out/att-tc-ops.log") not ok; goldens: $(grep -c '^ok' "$out/att-tc-golden.log") ok, $(grep -c '^not ok' "$out/att-tc-golden.log") not ok"
 
 # 4. the pipe equals -p, on CUDA
 pipe_ok=pass
