@@ -82,27 +82,26 @@ rc=$?
 row "batch invariance (chunks, batch sizes)" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/invariance.log" && echo pass || echo FAIL)" \
 	"$(grep -c '^ok' "$out/invariance.log") ok, $(grep -c '^not ok' "$out/invariance.log") not ok; $(grep -c ' 0 of ' "$out/invariance.log") comparisons equal"
 
+# att_switch NAME VAR TEST TAG: with VAR=1, the attention op tests and
+# tests/TEST on CUDA, one row (logs OUT/att-TAG-ops.log, -TAG-model.log)
+att_switch() {
+	env "$2=1" HARNESS_ONLY=attention "$build/tests/gpu/test-cuda-ops" >"$out/att-$4-ops.log" 2>&1
+	local rc=$?
+	env "$2=1" ATLAS_TEST_DEVICE=cuda "$build/tests/$3" >"$out/att-$4-model.log" 2>&1
+	local rc2=$?
+	row "$1 ($2=1)" \
+		"$([ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q '^not ok' "$out/att-$4-ops.log" "$out/att-$4-model.log" && echo pass || echo FAIL)" \
+		"ops: $(grep -c '^ok' "$out/att-$4-ops.log") ok, $(grep -c '^not ok' "$out/att-$4-ops.log") not ok; $3: $(grep -c '^ok' "$out/att-$4-model.log") ok, $(grep -c '^not ok' "$out/att-$4-model.log") not ok"
+}
+
 # 3c. the same, and the attention op tests, with the opt-in tensor-core
-# invariant attention (attention_inv.cu, ATLAS_CUDA_ATT_INV=1): its
-# prefill and split forms give a token the same bits
-ATLAS_CUDA_ATT_INV=1 HARNESS_ONLY=attention "$build/tests/gpu/test-cuda-ops" >"$out/att-inv-ops.log" 2>&1
-rc=$?
-ATLAS_CUDA_ATT_INV=1 ATLAS_TEST_DEVICE=cuda "$build/tests/test-invariance" >"$out/att-inv-model.log" 2>&1
-rc2=$?
-row "invariant attention on tensor cores (ATLAS_CUDA_ATT_INV=1)" \
-	"$([ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q '^not ok' "$out/att-inv-ops.log" "$out/att-inv-model.log" && echo pass || echo FAIL)" \
-	"ops: $(grep -c '^ok' "$out/att-inv-ops.log") ok, $(grep -c '^not ok' "$out/att-inv-ops.log") not ok; model: $(grep -c '^not ok' "$out/att-inv-model.log") not ok"
+# invariant attention (attention_inv.cu): its prefill and split forms
+# give a token the same bits
+att_switch "invariant attention on tensor cores" ATLAS_CUDA_ATT_INV test-invariance inv
 
 # 3d. decode attention outside batch-invariant mode on the same kernels'
-# split form (ATLAS_CUDA_ATT_TC=1): the attention op tests against the CPU
-# and the golden models
-ATLAS_CUDA_ATT_TC=1 HARNESS_ONLY=attention "$build/tests/gpu/test-cuda-ops" >"$out/att-tc-ops.log" 2>&1
-rc=$?
-ATLAS_CUDA_ATT_TC=1 ATLAS_TEST_DEVICE=cuda "$build/tests/test-golden" >"$out/att-tc-golden.log" 2>&1
-rc2=$?
-row "decode attention on tensor cores (ATLAS_CUDA_ATT_TC=1)" \
-	"$([ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q '^not ok' "$out/att-tc-ops.log" "$out/att-tc-golden.log" && echo pass || echo FAIL)" \
-	"ops: $(grep -c '^ok' "$out/att-tc-ops.log") ok, $(grep -c '^not ok' "$out/att-tc-ops.log") not ok; goldens: $(grep -c '^ok' "$out/att-tc-golden.log") ok, $(grep -c '^not ok' "$out/att-tc-golden.log") not ok"
+# split form: the attention op tests against the CPU and the golden models
+att_switch "decode attention on tensor cores" ATLAS_CUDA_ATT_TC test-golden tc
 
 # 4. the pipe equals -p, on CUDA
 pipe_ok=pass

@@ -100,7 +100,7 @@ ai_split(bf16 *smem, bf16 *qs, long long *offs, float *part, const bf16 *q, cons
 		const int c = lane + i * 32;
 		const int r = c / CH, ch = c % CH;
 		const bf16 *src = r < G ? q + (t * H + kvh * G + r) * HD + ch * 8 : q;
-		atlas_cp16(ai_smem(qs + r * LDS + ch * 8), src, r < G ? 16 : 0);
+		atlas_cp16(atlas_smem_addr(qs + r * LDS + ch * 8), src, r < G ? 16 : 0);
 	}
 	atlas_cp_commit();
 	uint32_t qf[HD / 16][4];

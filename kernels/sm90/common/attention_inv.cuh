@@ -2,13 +2,13 @@
  * attention (attention_inv.cu): its prefill body (ai_prefill<HD>:
  * the flash kernel's layout with keys split in absolute positions), the
  * per-tile arithmetic its split form shares with it (ai_scores, ai_pv,
- * ai_close), and the pieces under them: ldmatrix loads, the m16n8k16 BF16
- * product, base-2 exponentials, BF16 packing, tile copies through the
- * block table. These repeat attention_prefill.cu's under ai_ names for
- * now: that kernel keeps the code verified on a GPU until the shared
- * form (one body for both, as commit 90916e2 has it) has run
- * there. (The kernels are compiled as one translation unit per target:
- * scripts/build-kernels.sh.) */
+ * ai_close), and tile copies through the block table. The ldmatrix, mma,
+ * exp2 and BF16-packing leaves are common.cuh's, as the flash kernel's
+ * are; its tile and pass code (ap_ names in attention_prefill.cu) stays
+ * its own, the code verified on a GPU, until the shared body (one for
+ * both, as commit 90916e2 has it) has run there: sharing the body
+ * changed the flash kernel's PTX. (The kernels are compiled as one
+ * translation unit per target: scripts/build-kernels.sh.) */
 #ifndef ATLAS_ATTENTION_INV_CUH
 #define ATLAS_ATTENTION_INV_CUH
 
@@ -22,50 +22,6 @@
 
 /* log2(e): softmax in base 2 */
 #define AI_LOG2E 1.4426950408889634f
-
-static __device__ __forceinline__ uint32_t ai_smem(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void ai_ldsm4(uint32_t *r, uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr));
-}
-
-static __device__ __forceinline__ void ai_ldsm4t(uint32_t *r, uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr));
-}
-
-/* d += a b: A 16x16 row-major (4 regs), B 16x8 column-major (2 regs),
- * D 16x8 FP32 (4 regs). */
-static __device__ __forceinline__ void ai_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0). */
-static __device__ __forceinline__ float ai_exp2(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-}
-
-/* Two floats as a bf16x2 register: lo in the low half (the lower column). */
-static __device__ __forceinline__ uint32_t ai_pack(float lo, float hi)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-	return *(uint32_t *)&v;
-}
 
 /* Copy one AI_BN-row tile (row i from base + offs[i], or zeros where
  * offs[i] < 0) into buf [AI_BN][HD + AI_PAD], 16 bytes a cp.async, by
@@ -82,7 +38,7 @@ static __device__ __forceinline__ void ai_load_tile(bf16 *buf, const bf16 *base,
 		const int r = c / CH, ch = c % CH;
 		const long long o = offs[r];
 		const bf16 *src = o >= 0 ? base + o + ch * 8 : base;
-		atlas_cp16(ai_smem(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
+		atlas_cp16(atlas_smem_addr(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
 	}
 }
 
@@ -114,7 +70,7 @@ static __device__ __forceinline__ void ai_stage_q(bf16 *buf, const bf16 *q, long
 		const int r = c / CH, ch = c % CH;
 		const bool ok = t0 + r < T;
 		const bf16 *src = ok ? q + ((t0 + r) * H + h) * HD + ch * 8 : q;
-		atlas_cp16(ai_smem(buf + r * LDS + ch * 8), src, ok ? 16 : 0);
+		atlas_cp16(atlas_smem_addr(buf + r * LDS + ch * 8), src, ok ? 16 : 0);
 	}
 	atlas_cp_commit();
 }
@@ -246,9 +202,9 @@ static __device__ __forceinline__ void ai_scores(ai_state<HD> &st, float (&s)[AI
 #pragma unroll
 		for (int np = 0; np < NS / 2; np++) {
 			uint32_t b[4];
-			ai_ldsm4(b, ks_lane + (np * 16 * LDS + kk * 16) * 2);
-			ai_mma(s[2 * np], qf[kk], b[0], b[1]);
-			ai_mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+			atlas_ldsm4(b, ks_lane + (np * 16 * LDS + kk * 16) * 2);
+			atlas_mma_bf16(s[2 * np], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
+			atlas_mma_bf16(s[2 * np + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
 		}
 	}
 	/* element (n, i): row g + 8 (i >> 1), key j0 + 8n + 2 tig + (i & 1) */
@@ -275,13 +231,13 @@ static __device__ __forceinline__ void ai_scores(ai_state<HD> &st, float (&s)[AI
 		/* a row with no visible key so far keeps m = -inf: subtract 0
 		 * instead, so every exp2 is of -inf (0) */
 		const float mu = mn == -INFINITY ? 0.0f : mn;
-		const float corr = ai_exp2(__fsub_rn(st.m[e], mu));
+		const float corr = atlas_exp2(__fsub_rn(st.m[e], mu));
 		st.m[e] = mn;
 		float sum = 0.0f;
 #pragma unroll
 		for (int n = 0; n < NS; n++) {
-			s[n][2 * e] = ai_exp2(__fsub_rn(s[n][2 * e], mu));
-			s[n][2 * e + 1] = ai_exp2(__fsub_rn(s[n][2 * e + 1], mu));
+			s[n][2 * e] = atlas_exp2(__fsub_rn(s[n][2 * e], mu));
+			s[n][2 * e + 1] = atlas_exp2(__fsub_rn(s[n][2 * e + 1], mu));
 			sum = __fadd_rn(sum, __fadd_rn(s[n][2 * e], s[n][2 * e + 1]));
 		}
 		st.l[e] = fmaf(st.l[e], corr, sum);
@@ -303,16 +259,16 @@ static __device__ __forceinline__ void ai_pv(ai_state<HD> &st, const float (&s)[
 #pragma unroll
 	for (int kk = 0; kk < AI_BN / 16; kk++) {
 		uint32_t a[4];
-		a[0] = ai_pack(s[2 * kk][0], s[2 * kk][1]);
-		a[1] = ai_pack(s[2 * kk][2], s[2 * kk][3]);
-		a[2] = ai_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-		a[3] = ai_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+		a[0] = atlas_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+		a[1] = atlas_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+		a[2] = atlas_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+		a[3] = atlas_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
 		for (int np = 0; np < NO / 2; np++) {
 			uint32_t b[4];
-			ai_ldsm4t(b, vs_lane + (kk * 16 * LDS + np * 16) * 2);
-			ai_mma(st.o[2 * np], a, b[0], b[1]);
-			ai_mma(st.o[2 * np + 1], a, b[2], b[3]);
+			atlas_ldsm4t(b, vs_lane + (kk * 16 * LDS + np * 16) * 2);
+			atlas_mma_bf16(st.o[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+			atlas_mma_bf16(st.o[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
 		}
 	}
 }
@@ -334,8 +290,8 @@ static __device__ __forceinline__ bool ai_fold(float &M, float &L, float m, floa
 	if (m == -INFINITY)
 		return false;
 	const float mn = fmaxf(M, m);
-	a = ai_exp2(__fsub_rn(M, mn)); /* M = -inf: 0 */
-	b = ai_exp2(__fsub_rn(m, mn));
+	a = atlas_exp2(__fsub_rn(M, mn)); /* M = -inf: 0 */
+	b = atlas_exp2(__fsub_rn(m, mn));
 	L = fmaf(l, b, __fmul_rn(L, a));
 	M = mn;
 	return true;
@@ -379,12 +335,12 @@ static __device__ __forceinline__ void ai_close(ai_state<HD> &st, float (&M)[2],
  * 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)); byte addresses. */
 template <int HD> static __device__ __forceinline__ uint32_t ai_ks_lane(const bf16 *ks, int lane)
 {
-	return ai_smem(ks) + (((lane & 7) + ((lane >> 4) << 3)) * (HD + AI_PAD) + ((lane >> 3) & 1) * 8) * 2;
+	return atlas_smem_addr(ks) + (((lane & 7) + ((lane >> 4) << 3)) * (HD + AI_PAD) + ((lane >> 3) & 1) * 8) * 2;
 }
 
 template <int HD> static __device__ __forceinline__ uint32_t ai_vs_lane(const bf16 *vs, int lane)
 {
-	return ai_smem(vs) + (((lane & 7) + ((lane >> 3) & 1) * 8) * (HD + AI_PAD) + (lane >> 4) * 8) * 2;
+	return atlas_smem_addr(vs) + (((lane & 7) + ((lane >> 3) & 1) * 8) * (HD + AI_PAD) + (lane >> 4) * 8) * 2;
 }
 
 /* A warp's 16 query rows (row r at buf + (16 w + r) LDS) as A fragments. */
@@ -394,7 +350,7 @@ static __device__ __forceinline__ void ai_qfrag(uint32_t (&qf)[HD / 16][4], cons
 {
 #pragma unroll
 	for (int kk = 0; kk < HD / 16; kk++)
-		ai_ldsm4(qf[kk], ai_smem(buf + (warp * 16 + (lane & 15)) * (HD + AI_PAD) + kk * 16 +
+		atlas_ldsm4(qf[kk], atlas_smem_addr(buf + (warp * 16 + (lane & 15)) * (HD + AI_PAD) + kk * 16 +
 					 (lane >> 4) * 8));
 }
 

@@ -72,50 +72,6 @@
 /* log2(e): softmax in base 2 */
 #define AP_LOG2E 1.4426950408889634f
 
-static __device__ __forceinline__ uint32_t ap_smem(const void *p)
-{
-	return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void ap_ldsm4(uint32_t *r, uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr));
-}
-
-static __device__ __forceinline__ void ap_ldsm4t(uint32_t *r, uint32_t addr)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"(addr));
-}
-
-/* d += a b: A 16x16 row-major (4 regs), B 16x8 column-major (2 regs),
- * D 16x8 FP32 (4 regs). */
-static __device__ __forceinline__ void ap_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0). */
-static __device__ __forceinline__ float ap_exp2(float x)
-{
-	float y;
-	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-	return y;
-}
-
-/* Two floats as a bf16x2 register: lo in the low half (the lower column). */
-static __device__ __forceinline__ uint32_t ap_pack(float lo, float hi)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-	return *(uint32_t *)&v;
-}
-
 /* Shared state of the block (besides the K/V buffers). */
 struct ap_shared {
 	long long offs[2][AP_BN]; /* element offset of each key row of a tile; -1: none */
@@ -137,7 +93,7 @@ static __device__ __forceinline__ void ap_load_tile(bf16 *buf, const bf16 *base,
 		const int r = c / CH, ch = c % CH;
 		const long long o = offs[r];
 		const bf16 *src = o >= 0 ? base + o + ch * 8 : base;
-		atlas_cp16(ap_smem(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
+		atlas_cp16(atlas_smem_addr(buf + r * LDS + ch * 8), src, o >= 0 ? 16 : 0);
 	}
 }
 
@@ -179,9 +135,9 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 	 * of a 16-key, 16-dim block) and in the V tile (transposed: (keys 0-7,
 	 * dims 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)); byte addresses */
 	const uint32_t ks_lane =
-	    ap_smem(ks) + (((lane & 7) + ((lane >> 4) << 3)) * LDS + ((lane >> 3) & 1) * 8) * 2;
+	    atlas_smem_addr(ks) + (((lane & 7) + ((lane >> 4) << 3)) * LDS + ((lane >> 3) & 1) * 8) * 2;
 	const uint32_t vs_lane =
-	    ap_smem(vs) + (((lane & 7) + ((lane >> 3) & 1) * 8) * LDS + (lane >> 4) * 8) * 2;
+	    atlas_smem_addr(vs) + (((lane & 7) + ((lane >> 3) & 1) * 8) * LDS + (lane >> 4) * 8) * 2;
 
 	/* Q tile -> vs (rows past T zeroed), then A fragments */
 #pragma unroll
@@ -190,7 +146,7 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 		const int r = c / CH, ch = c % CH;
 		const bool ok = t0 + r < T;
 		const bf16 *src = ok ? q + ((t0 + r) * H + h) * HD + ch * 8 : q;
-		atlas_cp16(ap_smem(vs + r * LDS + ch * 8), src, ok ? 16 : 0);
+		atlas_cp16(atlas_smem_addr(vs + r * LDS + ch * 8), src, ok ? 16 : 0);
 	}
 	atlas_cp_commit();
 
@@ -214,7 +170,7 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 	uint32_t qf[KS][4];
 #pragma unroll
 	for (int kk = 0; kk < KS; kk++)
-		ap_ldsm4(qf[kk], ap_smem(vs + (warp * 16 + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8));
+		atlas_ldsm4(qf[kk], atlas_smem_addr(vs + (warp * 16 + (lane & 15)) * LDS + kk * 16 + (lane >> 4) * 8));
 
 	float o[NO][4];
 #pragma unroll
@@ -317,9 +273,9 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 #pragma unroll
 					for (int np = 0; np < NS / 2; np++) {
 						uint32_t b[4];
-						ap_ldsm4(b, ks_lane + (np * 16 * LDS + kk * 16) * 2);
-						ap_mma(s[2 * np], qf[kk], b[0], b[1]);
-						ap_mma(s[2 * np + 1], qf[kk], b[2], b[3]);
+						atlas_ldsm4(b, ks_lane + (np * 16 * LDS + kk * 16) * 2);
+						atlas_mma_bf16(s[2 * np], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[0], b[1]);
+						atlas_mma_bf16(s[2 * np + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b[2], b[3]);
 					}
 				}
 				/* scale, mask, online softmax; element (n, i): row g + 8 * (i >> 1),
@@ -350,13 +306,13 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 					/* a row with no visible key so far keeps m = -inf:
 					 * subtract 0 instead, so every exp2 is of -inf (0) */
 					const float mu = mn == -INFINITY ? 0.0f : mn;
-					const float corr = ap_exp2(m[e] - mu);
+					const float corr = atlas_exp2(m[e] - mu);
 					m[e] = mn;
 					float sum = 0.0f;
 #pragma unroll
 					for (int n = 0; n < NS; n++) {
-						s[n][2 * e] = ap_exp2(s[n][2 * e] - mu);
-						s[n][2 * e + 1] = ap_exp2(s[n][2 * e + 1] - mu);
+						s[n][2 * e] = atlas_exp2(s[n][2 * e] - mu);
+						s[n][2 * e + 1] = atlas_exp2(s[n][2 * e + 1] - mu);
 						sum += s[n][2 * e] + s[n][2 * e + 1];
 					}
 					l[e] = l[e] * corr + sum;
@@ -377,16 +333,16 @@ ap_body(bf16 *smem, ap_shared &sh, bf16 *out, const bf16 *q, const bf16 *kc, con
 #pragma unroll
 				for (int kk = 0; kk < AP_BN / 16; kk++) {
 					uint32_t a[4];
-					a[0] = ap_pack(s[2 * kk][0], s[2 * kk][1]);
-					a[1] = ap_pack(s[2 * kk][2], s[2 * kk][3]);
-					a[2] = ap_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-					a[3] = ap_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+					a[0] = atlas_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+					a[1] = atlas_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+					a[2] = atlas_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+					a[3] = atlas_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
 					for (int np = 0; np < NO / 2; np++) {
 						uint32_t b[4];
-						ap_ldsm4t(b, vs_lane + (kk * 16 * LDS + np * 16) * 2);
-						ap_mma(o[2 * np], a, b[0], b[1]);
-						ap_mma(o[2 * np + 1], a, b[2], b[3]);
+						atlas_ldsm4t(b, vs_lane + (kk * 16 * LDS + np * 16) * 2);
+						atlas_mma_bf16(o[2 * np], a[0], a[1], a[2], a[3], b[0], b[1]);
+						atlas_mma_bf16(o[2 * np + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
 					}
 				}
 			}

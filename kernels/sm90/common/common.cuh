@@ -147,6 +147,38 @@ static __device__ __forceinline__ void atlas_mma_bf16(float (&d)[4], unsigned a0
 		     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// ldmatrix.x4 (and its .trans form): four 8x8 b16 matrices from shared
+// memory, row addresses given by lanes 0-7, 8-15, 16-23, 24-31, into
+// the mma fragment layout (attention_prefill.cu, attention_inv.cuh).
+static __device__ __forceinline__ void atlas_ldsm4(uint32_t *r, uint32_t addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr));
+}
+
+static __device__ __forceinline__ void atlas_ldsm4t(uint32_t *r, uint32_t addr)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(addr));
+}
+
+// 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0).
+static __device__ __forceinline__ float atlas_exp2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+}
+
+// Two floats as a bf16x2 register: lo in the low half (the lower column).
+static __device__ __forceinline__ uint32_t atlas_pack_bf16x2(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
 // The same with FP16 operands (decode_fused.cu's FP8 consumer: E4M3
 // converts to FP16 exactly).
 static __device__ __forceinline__ void atlas_mma_f16(float (&d)[4], unsigned a0, unsigned a1,
