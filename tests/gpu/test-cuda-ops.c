@@ -1665,8 +1665,9 @@ static void test_w4b(void)
 }
 
 /* FP4B (NVFP4): T across the tensor-core GEMV's token tiles (1, 8, 16,
- * 32, 64; every T takes it, there is no CUDA-core form) and beyond 64
- * (the dequantized copy), every op form, global multipliers 2^-3 / 3
+ * 32, 64; T = 1 outside batch-invariant mode takes atlas_gemv_fp4, K
+ * with a last chunk of 32, 64 and 128 columns) and beyond 64 (the
+ * dequantized copy), every op form, global multipliers 2^-3 / 3
  * (W about +-1), 2^-8 / 3 and 2^-12 / 3 (a third is never exact: f8 * gm
  * rounds, as checkpoints' do). */
 static void test_fp4b(void)
@@ -1677,7 +1678,8 @@ static void test_fp4b(void)
 	    {4, 8, 3000, 4096, 3},   {1, 16, 150, 512, 12}, {3, 24, 512, 512, 3},
 	    {0, 33, 4096, 1024, 3},  {4, 64, 768, 2048, 3},  {0, 2, 777, 4128, 3},
 	    {1, 65, 2048, 1024, 3},  {3, 130, 1024, 1024, 3}, {4, 200, 3000, 1024, 3},
-	    {0, 512, 4096, 4096, 3}, {4, 100, 80, 64, 3},    {0, 7, 64, 4128, 3}};
+	    {0, 512, 4096, 4096, 3}, {4, 100, 80, 64, 3},    {0, 7, 64, 4128, 3},
+	    {0, 1, 777, 4128, 3},    {3, 1, 1024, 1056, 8},  {4, 1, 100, 96, 3}};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		check_f8b((int)cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], -1);
 }

@@ -325,7 +325,8 @@ static __device__ __forceinline__ void gemv_finish(const atlas_gemv_args &a, con
 			float s = gemv_out(red, r, t, wpr, a.swiglu);
 			if (!a.swiglu && g.seg->bias)
 				s += atlas_wload(g.seg->bias,
-						 a.wdt == ATLAS_WDT_F8B || a.wdt == ATLAS_WDT_W4B
+						 a.wdt == ATLAS_WDT_F8B || a.wdt == ATLAS_WDT_W4B ||
+							     a.wdt == ATLAS_WDT_FP4B
 						     ? ATLAS_WDT_BF16
 						     : a.wdt,
 						 nn);
@@ -669,6 +670,175 @@ extern "C" __global__ void __launch_bounds__(256, 2) atlas_gemv_w4(const __grid_
 	if (t == 0) {
 		red[(a.swiglu ? 2 * gq : gq) * 8 + warp][0] = acc0;
 		red[(a.swiglu ? 2 * gq + 1 : gq + 8) * 8 + warp][0] = acc1;
+	}
+	gemv_finish(a, g, red, 16, 8, 0, 1);
+}
+
+/* atlas_gemv_fp4: atlas_gemv for FP4B (NVFP4) blobs at T = 1 outside
+ * batch-invariant mode, on the tensor cores, in atlas_gemv_w4's frame:
+ * 16 weight rows a block (8 SwiGLU features), 8 warps splitting K in
+ * 128-column chunks, lane t reading 16 bytes (32 columns, scale groups
+ * 2t and 2t + 1 of the chunk) of each of its two rows. The tensor-core
+ * GEMV spends most of its time turning E2M1 into scaled BF16 for 8
+ * padded token columns; here a nibble becomes its exact BF16 value by
+ * table lookups (prmt: the high and the low byte of BF16 by the 3
+ * magnitude bits, the sign by prmt's sign-replicate mode) and the scale
+ * multiplies FP32 sums instead: column n of B carries x only in the
+ * k-slots of lane n % 4 (zero elsewhere), so D's columns 0..3 are the
+ * four lanes' partial sums, each within one scale group over four mma
+ * steps (the lane's 16 columns of that group), then times that group's
+ * FP32 scale f8 * gm. Its own sums (W's BF16 rounding is not taken):
+ * batch-invariant mode takes the tensor-core GEMV. */
+#ifndef GEMV_FP4_UNROLL
+#define GEMV_FP4_UNROLL 4
+#endif
+
+/* PTX prmt in its default mode: a selector nibble with bit 3 set gives
+ * the selected byte's sign replicated (__byte_perm masks selectors with
+ * 0x7777 first). */
+static __device__ __forceinline__ unsigned fp4_prmt(unsigned a, unsigned b, unsigned s)
+{
+	unsigned d;
+	asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(s));
+	return d;
+}
+
+/* Eight E2M1 nibbles (column i at bits 4i..4i+3) as four BF16 pairs
+ * (columns 0-1, 2-3, 4-5, 6-7), exactly. */
+static __device__ __forceinline__ void fp4_bf16x8(unsigned u, unsigned (&w)[4])
+{
+	/* BF16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: high and low bytes by the
+	 * magnitude bits */
+	const unsigned th0 = 0x3F3F3F00u, th1 = 0x40404040u;
+	const unsigned tl0 = 0xC0800000u, tl1 = 0xC0804000u;
+	const unsigned m = u & 0x77777777u;
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const unsigned sm = h ? m >> 16 : m, sf = h ? u >> 16 : u;
+		const unsigned hi = fp4_prmt(th0, th1, sm), lo = fp4_prmt(tl0, tl1, sm);
+		/* a selector nibble with bit 3 (the sign) set replicates the
+		 * msb of 0x80 (0xff), else copies it: bit 0 says negative */
+		const unsigned neg = fp4_prmt(0x80808080u, 0x80808080u, sf);
+		const unsigned hs = hi | ((neg << 7) & 0x80808080u);
+		w[2 * h] = fp4_prmt(lo, hs, 0x5140);
+		w[2 * h + 1] = fp4_prmt(lo, hs, 0x7362);
+	}
+}
+
+/* Four F8_E4M3 scales (bytes of v) times gm, as floats. */
+static __device__ __forceinline__ void fp4_scales(unsigned v, float gm, float (&s)[4])
+{
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const __half2_raw hr =
+		    __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v >> (16 * i)), __NV_E4M3);
+		const float2 f = __half22float2(*(const __half2 *)&hr);
+		s[2 * i] = f.x * gm;
+		s[2 * i + 1] = f.y * gm;
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(256, 2) atlas_gemv_fp4(const __grid_constant__ atlas_gemv_args a)
+{
+	__shared__ float red[128][GEMV_MAXT];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int gq = lane >> 2, t = lane & 3, tt = t & 1;
+	const gemv_where g = gemv_locate(a); /* a.rpb is 16 */
+	const long long K = a.K, N = g.seg->N, nch = (K + 127) / 128;
+	const void *w0 = a.swiglu ? a.seg[0].w : g.seg->w, *w1 = a.swiglu ? a.seg[1].w : g.seg->w;
+	const long long n0 = g.n0 + gq, n1 = a.swiglu ? n0 : n0 + 8;
+	const bool l0 = n0 < N, l1 = n1 < N;
+	const char *q0 = (const char *)w0 + ATLAS_FP4B_HEAD_BYTES + (l0 ? n0 : 0) * (K / 2);
+	const char *q1 = (const char *)w1 + ATLAS_FP4B_HEAD_BYTES + (l1 ? n1 : 0) * (K / 2);
+	/* the weights never change: the first loads go to L2 before the
+	 * wait for the previous kernel */
+#pragma unroll
+	for (int u = 0; u < GEMV_FP4_UNROLL; u++) {
+		const long long col = (warp + 8LL * u) * 128 + t * 32;
+		if (col < K && l0)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(q0 + col / 2));
+		if (col < K && l1)
+			asm volatile("prefetch.global.L2 [%0];" ::"l"(q1 + col / 2));
+	}
+	ATLAS_PDL_ENTRY();
+	const atlas_fp4b_head_k *h0 = (const atlas_fp4b_head_k *)w0, *h1 = (const atlas_fp4b_head_k *)w1;
+	const float gm0 = h0->gm, gm1 = h1->gm;
+	/* lane t < 2 holds D columns 2t, 2t + 1: the partial sums of lanes
+	 * 2t and 2t + 1, whose groups are 4t .. 4t + 3 of a chunk (lanes 2
+	 * and 3 repeat lanes 0 and 1) */
+	const uint8_t *s0 = (const uint8_t *)w0 + h0->s_off + (l0 ? n0 : 0) * h0->ng + 4 * tt;
+	const uint8_t *s1 = (const uint8_t *)w1 + h1->s_off + (l1 ? n1 : 0) * h1->ng + 4 * tt;
+	const bf16 *x = (const bf16 *)a.x;
+	const bool xl = t == (gq & 3); /* this lane's B column takes x */
+	float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	for (long long c0 = warp; c0 < nch; c0 += 8 * GEMV_FP4_UNROLL) {
+		uint4 r0[GEMV_FP4_UNROLL], r1[GEMV_FP4_UNROLL];
+#pragma unroll
+		for (int u = 0; u < GEMV_FP4_UNROLL; u++) {
+			const long long col = (c0 + 8 * u) * 128 + t * 32;
+			r0[u] = r1[u] = make_uint4(0, 0, 0, 0);
+			if (col < K && l0)
+				asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+					     : "=r"(r0[u].x), "=r"(r0[u].y), "=r"(r0[u].z), "=r"(r0[u].w)
+					     : "l"(q0 + col / 2));
+			if (col < K && l1)
+				asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+					     : "=r"(r1[u].x), "=r"(r1[u].y), "=r"(r1[u].z), "=r"(r1[u].w)
+					     : "l"(q1 + col / 2));
+		}
+#pragma unroll
+		for (int u = 0; u < GEMV_FP4_UNROLL; u++) {
+			const long long c = c0 + 8 * u, col = c * 128 + t * 32;
+			if (c >= nch) /* the same for the whole warp: mma.sync needs every lane */
+				break;
+			/* a chunk's 8 groups start at group 8c; this lane's four
+			 * (lanes 2tt, 2tt + 1's) in two halves, each only where
+			 * its lane's columns are inside K (2-byte loads: a row's
+			 * scales start at an even offset, K / 16 being even) */
+			const long long sc = c * 128 + 64 * tt;
+			const unsigned v0 = sc < K ? (unsigned)__ldg((const unsigned short *)(s0 + 8 * c)) : 0u;
+			const unsigned v1 = sc + 32 < K ? (unsigned)__ldg((const unsigned short *)(s0 + 8 * c + 2)) : 0u;
+			const unsigned v2 = sc < K ? (unsigned)__ldg((const unsigned short *)(s1 + 8 * c)) : 0u;
+			const unsigned v3 = sc + 32 < K ? (unsigned)__ldg((const unsigned short *)(s1 + 8 * c + 2)) : 0u;
+			float sc0[4], sc1[4];
+			fp4_scales(l0 ? v0 | v1 << 16 : 0u, gm0, sc0);
+			fp4_scales(l1 ? v2 | v3 << 16 : 0u, gm1, sc1);
+			uint4 xv[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				xv[i] = xl && col < K ? __ldg((const uint4 *)(x + col + 8 * i))
+						      : make_uint4(0, 0, 0, 0);
+			const unsigned ra[4] = {r0[u].x, r0[u].y, r0[u].z, r0[u].w};
+			const unsigned rb[4] = {r1[u].x, r1[u].y, r1[u].z, r1[u].w};
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				/* words 2hf, 2hf + 1: this lane's columns of group
+				 * 2t + hf, four mma steps */
+				float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+				for (int i = 2 * hf; i < 2 * hf + 2; i++) {
+					unsigned wa[4], wb[4];
+					fp4_bf16x8(ra[i], wa);
+					fp4_bf16x8(rb[i], wb);
+					atlas_mma_bf16(d, wa[0], wb[0], wa[1], wb[1], xv[i].x, xv[i].y);
+					atlas_mma_bf16(d, wa[2], wb[2], wa[3], wb[3], xv[i].z, xv[i].w);
+				}
+				/* d: rows gq, gq + 8 x columns 2t, 2t + 1, i.e. lanes
+				 * 2tt, 2tt + 1's sums of groups 4tt + hf, 4tt + 2 + hf */
+				acc[0] = fmaf(sc0[hf], d[0], acc[0]);
+				acc[1] = fmaf(sc0[2 + hf], d[1], acc[1]);
+				acc[2] = fmaf(sc1[hf], d[2], acc[2]);
+				acc[3] = fmaf(sc1[2 + hf], d[3], acc[3]);
+			}
+		}
+	}
+	/* row gq: lanes t = 0, 1's two sums each (lanes 2, 3 hold copies) */
+	float v0 = acc[0] + acc[1], v1 = acc[2] + acc[3];
+	v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+	v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+	if (t == 0) {
+		red[(a.swiglu ? 2 * gq : gq) * 8 + warp][0] = v0;
+		red[(a.swiglu ? 2 * gq + 1 : gq + 8) * 8 + warp][0] = v1;
 	}
 	gemv_finish(a, g, red, 16, 8, 0, 1);
 }

@@ -84,6 +84,7 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC32_FP4] = "atlas_gemv_tc32_fp4",
 	[ATLAS_CK_GEMV_TC64_FP4] = "atlas_gemv_tc64_fp4",
 	[ATLAS_CK_FP4B_DEQUANT] = "atlas_fp4b_dequant",
+	[ATLAS_CK_GEMV_FP4] = "atlas_gemv_fp4",
 	[ATLAS_CK_KV_STORE_Q] = "atlas_kv_store_q",
 	[ATLAS_CK_QK_ROPE_STORE_Q] = "atlas_qk_rope_store_q",
 	[ATLAS_CK_ATT_PART_FP8] = "atlas_attention_part_fp8",
@@ -156,6 +157,7 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_GEMV_TC32_FP4] = 1,
 	[ATLAS_CK_GEMV_TC64_FP4] = 1,
 	[ATLAS_CK_FP4B_DEQUANT] = 1,
+	[ATLAS_CK_GEMV_FP4] = 1, /* without it, the tensor-core NVFP4 GEMV */
 };
 
 /* The most dynamic shared memory each kernel is launched with, when over

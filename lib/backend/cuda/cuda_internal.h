@@ -80,6 +80,7 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_GEMV_TC32_FP4,
 	ATLAS_CK_GEMV_TC64_FP4,
 	ATLAS_CK_FP4B_DEQUANT, /* f8b.cu: an FP4B weight as BF16 */
+	ATLAS_CK_GEMV_FP4,     /* linear.cu: atlas_gemv for FP4B at T = 1 */
 	ATLAS_CK_ATT_INV_PREFILL, /* attention_inv.cu: batch-invariant attention, */
 	ATLAS_CK_ATT_INV_SPLIT,   /* its prefill form, its split form and the */
 	ATLAS_CK_ATT_INV_MERGE,   /* split form's merge */
@@ -189,7 +190,8 @@ struct cuda_ctx {
 				       * ATLAS_CUDA_F8_GEMV_MAX_T); more take the
 				       * BF16 GEMMs on a dequantized copy */
 	int f8_fma_max_t;             /* ATLAS_CUDA_F8_FMA_MAX_T: most rows T of an
-				       * F8B product on atlas_gemv outside
+				       * F8B, W4B or FP4B product on its T = 1
+				       * GEMV (atlas_gemv_f8, _w4, _fp4) outside
 				       * batch-invariant mode (1, the default; 0:
 				       * never, for A/B runs) */
 	void *kvq_ws;                 /* a prefill's quantized KV rows as BF16

@@ -111,15 +111,15 @@ static enum gemv_kind gemv_pick(const struct atlas_backend *be, const struct atl
 		/* the FP8 / 4-bit GEMV (up to f8_gemv_max_t rows; beyond, a
 		 * BF16 copy and the GEMMs): in either mode, as it gives the
 		 * BF16 GEMV's bits for the dequantized matrix */
-		const enum atlas_cuda_kernel fma =
-		    a->wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_GEMV_W4 : ATLAS_CK_GEMV_F8;
+		const enum atlas_cuda_kernel fma = a->wdt == ATLAS_DTYPE_W4B    ? ATLAS_CK_GEMV_W4
+						   : a->wdt == ATLAS_DTYPE_FP4B ? ATLAS_CK_GEMV_FP4
+										: ATLAS_CK_GEMV_F8;
 		int ok = a->T <= c->f8_gemv_max_t && a->K % 8 == 0 && aligned16(a->x);
 		for (int i = 0; i < a->nseg; i++)
 			ok = ok && aligned16(a->seg[i].w);
-		/* outside batch-invariant mode the fewest rows take the CUDA-core
-		 * GEMV's FP8 / 4-bit form (its own sums: 16 or 32 weights a load;
-		 * NVFP4 has none: the tensor-core GEMV at every T) */
-		if (ok && !be->batch_invariant && a->wdt != ATLAS_DTYPE_FP4B && a->T <= c->f8_fma_max_t && a->K % 16 == 0 &&
+		/* outside batch-invariant mode the fewest rows take the T = 1
+		 * GEMV's FP8 / 4-bit / NVFP4 form (its own sums) */
+		if (ok && !be->batch_invariant && a->T <= c->f8_fma_max_t && a->K % 16 == 0 &&
 		    c->gemv_mode != 2 && c->kern[fma])
 			return GEMV_FMA;
 		return ok ? GEMV_TC : GEMV_NONE;
@@ -281,15 +281,19 @@ static int gemv_launch(struct cuda_ctx *c, struct atlas_gemv_args *a, enum gemv_
 		}
 		return 0;
 	}
-	/* atlas_gemv_w4 takes 16 rows a block (the mma's), the others 1..8 */
-	a->rpb = a->wdt == ATLAS_DTYPE_W4B ? 16 : atlas_cuda_gemv_rpb(c, rows, a->swiglu ? 2 : 1, c->gemv_rpb);
+	/* atlas_gemv_w4 and _fp4 take 16 rows a block (the mma's), the
+	 * others 1..8 */
+	a->rpb = a->wdt == ATLAS_DTYPE_W4B || a->wdt == ATLAS_DTYPE_FP4B
+		     ? 16
+		     : atlas_cuda_gemv_rpb(c, rows, a->swiglu ? 2 : 1, c->gemv_rpb);
 	a->pre = c->gemv_pre;
 	const int64_t fpb = a->swiglu ? a->rpb / 2 : a->rpb;
 	for (int i = 0; i < (a->swiglu ? 1 : a->nseg); i++)
 		blocks += CEIL_DIV(a->seg[i].N, fpb);
-	const enum atlas_cuda_kernel k = a->wdt == ATLAS_DTYPE_F8B   ? ATLAS_CK_GEMV_F8
-					 : a->wdt == ATLAS_DTYPE_W4B ? ATLAS_CK_GEMV_W4
-								     : ATLAS_CK_GEMV;
+	const enum atlas_cuda_kernel k = a->wdt == ATLAS_DTYPE_F8B    ? ATLAS_CK_GEMV_F8
+					 : a->wdt == ATLAS_DTYPE_W4B  ? ATLAS_CK_GEMV_W4
+					 : a->wdt == ATLAS_DTYPE_FP4B ? ATLAS_CK_GEMV_FP4
+								      : ATLAS_CK_GEMV;
 	return atlas_cuda_launch(c, k, (unsigned)blocks, 1, 256, 0, args);
 }
 
