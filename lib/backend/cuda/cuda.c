@@ -386,7 +386,7 @@ _Static_assert(sizeof(struct atlas_fp4b_head) == sizeof(struct atlas_fp4b_head_k
 		       offsetof(struct atlas_fp4b_head, K) == offsetof(struct atlas_fp4b_head_k, K) &&
 		       offsetof(struct atlas_fp4b_head, s_off) ==
 			   offsetof(struct atlas_fp4b_head_k, s_off) &&
-		       ATLAS_FP4B_HEAD == ATLAS_FP4B_HEAD_BYTES,
+		       ATLAS_FP4B_HEAD == ATLAS_FP4B_HEAD_BYTES && ATLAS_DTYPE_FP4B == 10,
 	       "struct atlas_fp4b_head and struct atlas_fp4b_head_k disagree");
 
 /* --- memory ------------------------------------------------------------- */
