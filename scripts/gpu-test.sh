@@ -8,8 +8,8 @@
 #   2. the fused one-token decode equals the op-by-op decode on synthetic
 #      models (build/tests/gpu/test-fused-decode)
 #   3. every golden model on CUDA (test-golden with ATLAS_TEST_DEVICE=cuda),
-#      batch invariance end to end, with the split-K attention and with
-#      the opt-in tensor-core one (ATLAS_CUDA_ATT_INV=1), and the goldens
+#      batch invariance end to end, with the tensor-core invariant
+#      attention (the default) and the split-K one (ATLAS_CUDA_ATT_INV=0), and the goldens
 #      and attention op tests with decode on its split form (ATLAS_CUDA_ATT_TC=1)
 #   4. tokenize | generate | detokenize on CUDA equals -p on CUDA
 #   5. device selection messages and a short decode timing
@@ -82,26 +82,26 @@ rc=$?
 row "batch invariance (chunks, batch sizes)" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/invariance.log" && echo pass || echo FAIL)" \
 	"$(grep -c '^ok' "$out/invariance.log") ok, $(grep -c '^not ok' "$out/invariance.log") not ok; $(grep -c ' 0 of ' "$out/invariance.log") comparisons equal"
 
-# att_switch NAME VAR TEST TAG: with VAR=1, the attention op tests and
-# tests/TEST on CUDA, one row (logs OUT/att-TAG-ops.log, -TAG-model.log)
+# att_switch NAME VAR=VAL TEST TAG: with VAR=VAL, the attention op tests
+# and tests/TEST on CUDA, one row (logs OUT/att-TAG-ops.log, -TAG-model.log)
 att_switch() {
-	env "$2=1" HARNESS_ONLY=attention "$build/tests/gpu/test-cuda-ops" >"$out/att-$4-ops.log" 2>&1
+	env "$2" HARNESS_ONLY=attention "$build/tests/gpu/test-cuda-ops" >"$out/att-$4-ops.log" 2>&1
 	local rc=$?
-	env "$2=1" ATLAS_TEST_DEVICE=cuda "$build/tests/$3" >"$out/att-$4-model.log" 2>&1
+	env "$2" ATLAS_TEST_DEVICE=cuda "$build/tests/$3" >"$out/att-$4-model.log" 2>&1
 	local rc2=$?
-	row "$1 ($2=1)" \
+	row "$1 ($2)" \
 		"$([ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! grep -q '^not ok' "$out/att-$4-ops.log" "$out/att-$4-model.log" && echo pass || echo FAIL)" \
 		"ops: $(grep -c '^ok' "$out/att-$4-ops.log") ok, $(grep -c '^not ok' "$out/att-$4-ops.log") not ok; $3: $(grep -c '^ok' "$out/att-$4-model.log") ok, $(grep -c '^not ok' "$out/att-$4-model.log") not ok"
 }
 
-# 3c. the same, and the attention op tests, with the opt-in tensor-core
-# invariant attention (attention_inv.cu): its prefill and split forms
-# give a token the same bits
-att_switch "invariant attention on tensor cores" ATLAS_CUDA_ATT_INV test-invariance inv
+# 3c. the same, and the attention op tests, with the split-K kernel in
+# batch-invariant mode instead of the tensor-core invariant attention
+# (attention_inv.cu, the default, which 3 tests)
+att_switch "invariant attention on the split-K kernel" ATLAS_CUDA_ATT_INV=0 test-invariance inv
 
 # 3d. decode attention outside batch-invariant mode on the same kernels'
 # split form: the attention op tests against the CPU and the golden models
-att_switch "decode attention on tensor cores" ATLAS_CUDA_ATT_TC test-golden tc
+att_switch "decode attention on tensor cores" ATLAS_CUDA_ATT_TC=1 test-golden tc
 
 # 4. the pipe equals -p, on CUDA
 pipe_ok=pass

@@ -281,7 +281,7 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->att_minkeys = mk && atoi(mk) >= 32 ? atoi(mk) : 0;
 	const char *as = getenv("ATLAS_CUDA_ATT_SPLITS");
 	c->att_splits = as && atoi(as) >= 1 && atoi(as) <= 64 ? atoi(as) : 0;
-	c->att_inv = env_is("ATLAS_CUDA_ATT_INV", "1");
+	c->att_inv = !env_is("ATLAS_CUDA_ATT_INV", "0");
 	c->att_tc = env_is("ATLAS_CUDA_ATT_TC", "1");
 	const char *fmin = getenv("ATLAS_CUDA_FLASH_MIN_T");
 	c->flash_min_t = fmin && atoi(fmin) > 0 ? atoi(fmin) : ATLAS_CUDA_FLASH_MIN_T;

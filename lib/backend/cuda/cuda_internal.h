@@ -163,11 +163,11 @@ struct cuda_ctx {
 				       * mode */
 	int no_split_k;               /* ATLAS_CUDA_SPLITK=0: the wgmma GEMM never
 				       * splits K */
-	int att_inv;                  /* ATLAS_CUDA_ATT_INV=1 (opt-in until it
-				       * has run on a GPU): batch-invariant BF16
-				       * attention on tensor cores
-				       * (attention_inv.cu); default: the split-K
-				       * kernel */
+	int att_inv;                  /* batch-invariant BF16 attention on
+				       * tensor cores (attention_inv.cu), the
+				       * default; ATLAS_CUDA_ATT_INV=0: the
+				       * split-K kernel (H100, 512-token
+				       * prefill 19.1 against 34.2 ms) */
 	int att_tc;                   /* ATLAS_CUDA_ATT_TC=1 (opt-in, an A/B
 				       * until measured): decode steps outside
 				       * batch-invariant mode over a BF16 cache
