@@ -693,10 +693,11 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 			  c->kern[ATLAS_CK_GEMV_TC32_W4] && c->kern[ATLAS_CK_GEMV_TC64_W4] &&
 			  c->kern[ATLAS_CK_W4B_DEQUANT];
 	/* NVFP4 stays dequantized unless ATLAS_FP4_NATIVE=1: the FP4B kernels
-	 * are correct (test_fp4b, the goldens: bench/h100-2026-12-06-moe-fused)
-	 * but slower than the dequantized BF16 model (H200, Qwen3-8B shape:
-	 * 6.40 against 4.47 ms at batch 1, 19.8 against 11.1 at batch 64)
-	 * until they have a batch-1 kernel of their own */
+	 * are correct (test_fp4b, the goldens: bench/h100-2026-12-06-moe-fused,
+	 * h100-2026-12-07-r2) and faster than BF16 at batch 1 since
+	 * atlas_gemv_fp4 (H100, Qwen3-8B shape: 4.13 against 5.84 ms), but
+	 * batched steps still take the tensor-core GEMV, slower than the
+	 * dequantized model's GEMMs (H200: 19.8 against 11.1 ms at batch 64) */
 	const char *f4 = getenv("ATLAS_FP4_NATIVE");
 	be->fp4b_weights = f4 && !strcmp(f4, "1") && c->kern[ATLAS_CK_GEMV_TC8_FP4] && c->kern[ATLAS_CK_GEMV_TC16_FP4] &&
 			   c->kern[ATLAS_CK_GEMV_TC32_FP4] && c->kern[ATLAS_CK_GEMV_TC64_FP4] &&
