@@ -65,6 +65,11 @@ static const char usage_text[] =
 	"                            f32 on the CPU, bf16 on CUDA), bf16, fp8 (E4M3,\n"
 	"                            a scale per token and head) or q4 (4-bit, a\n"
 	"                            scale per 32 values); default auto\n"
+	"      --speculative MODE    speculative decoding: none (default) or ngram\n"
+	"                            (drafts looked up in the prompt and output so\n"
+	"                            far, verified in one step; greedy output is\n"
+	"                            unchanged, sampling keeps its distribution)\n"
+	"      --num-draft K         drafts a step with --speculative, 1..16 (default 4)\n"
 	"      --tp N                tensor parallelism over N ranks, one thread each\n"
 	"                            (default 1); on the CPU, N thread ranks in this\n"
 	"                            process; on CUDA, one GPU per rank\n"
@@ -120,7 +125,7 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
 	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP, OPT_PARALLEL,
 	OPT_JSON_SCHEMA, OPT_JSON, OPT_GRAMMAR, OPT_REGEX,
-	OPT_NO_PREFIX, OPT_KV_DTYPE };
+	OPT_NO_PREFIX, OPT_KV_DTYPE, OPT_SPEC, OPT_NUM_DRAFT };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -156,6 +161,8 @@ static const struct option longopts[] = {
 	{"regex", required_argument, NULL, OPT_REGEX},
 	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX},
 	{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
+	{"speculative", required_argument, NULL, OPT_SPEC},
+	{"num-draft", required_argument, NULL, OPT_NUM_DRAFT},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
@@ -181,6 +188,8 @@ struct opts {
 	int64_t parallel;        /* --parallel: prompts in flight, 0 unset */
 	bool no_prefix_cache;    /* --no-prefix-cache */
 	enum atlas_kv_dtype kv_dtype; /* --kv-dtype: the KV cache's format (auto) */
+	enum atlas_spec_mode spec; /* --speculative (none) */
+	int num_draft;           /* --num-draft, 0 unset */
 	const char *json_schema; /* --json-schema FILE */
 	bool json;               /* --json */
 	const char *grammar;     /* --grammar FILE */
@@ -251,6 +260,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_PARALLEL: o->parallel = cmd_parse_int("--parallel", optarg, 1, 4096); break;
 		case OPT_NO_PREFIX: o->no_prefix_cache = true; break;
 		case OPT_KV_DTYPE: o->kv_dtype = cmd_parse_kv_dtype("--kv-dtype", optarg); break;
+		case OPT_SPEC: o->spec = cmd_parse_spec("--speculative", optarg); break;
+		case OPT_NUM_DRAFT:
+			o->num_draft = (int)cmd_parse_int("--num-draft", optarg, 1, ATLAS_SPEC_MAX_DRAFT);
+			break;
 		case OPT_JSON_SCHEMA: o->json_schema = optarg; break;
 		case OPT_JSON: o->json = true; break;
 		case OPT_GRAMMAR: o->grammar = optarg; break;
@@ -282,6 +295,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		cmd_usage_error("'%s' reads standard input; -p and -f do not apply", o->mode);
 	if (o->n_prompts && o->file)
 		cmd_usage_error("-p and -f cannot be used together");
+	if (o->num_draft && o->spec == ATLAS_SPEC_NONE)
+		cmd_usage_error("--num-draft needs --speculative ngram");
 	if ((o->json_schema != NULL) + o->json + (o->grammar != NULL) + (o->regex != NULL) > 1)
 		cmd_usage_error("--json-schema, --json, --grammar and --regex cannot be combined");
 	if ((o->json_schema || o->json || o->grammar || o->regex) && o->mode &&
@@ -423,6 +438,7 @@ static int load(struct ctx *x, bool need_model, bool need_tok, bool many)
 	sp.prefix_cache = !o->no_prefix_cache;
 	sp.model.max_context = o->ctx;
 	sp.model.kv_dtype = o->kv_dtype;
+	sp.spec = (struct atlas_spec_params){.mode = o->spec, .num_draft = o->num_draft};
 	x->parallel = !many ? 1 : o->parallel > 0 ? o->parallel : 64;
 	if (many) {
 		/* a pool for `parallel` sequences of up to 1,024 tokens (at
@@ -503,14 +519,26 @@ static void print_stats(const struct ctx *x, const struct atlas_gen_stats *st)
 {
 	if (x->o->quiet)
 		return;
+	/* the rate after the first token: one token a step, or with drafts
+	 * the tokens themselves */
+	int64_t after = x->o->spec != ATLAS_SPEC_NONE ? (st->n_gen > 1 ? st->n_gen - 1 : 0)
+						       : st->n_decode;
+	char spec[160] = "";
+	if (x->o->spec != ATLAS_SPEC_NONE)
+		snprintf(spec, sizeof(spec),
+			 "; speculative (%s): %lld of %lld drafts accepted (%.0f%%), %.2f tokens a step",
+			 atlas_spec_name(x->o->spec), (long long)st->spec_accepted,
+			 (long long)st->spec_drafted,
+			 st->spec_drafted ? 100.0 * st->spec_accepted / st->spec_drafted : 0.0,
+			 st->n_decode ? (double)after / st->n_decode : 0.0);
 	fprintf(stderr,
 		"atlas-run: prompt %lld tokens in %.1f ms (%.1f tok/s); "
-		"generated %lld tokens in %.1f ms (%.1f tok/s); first token after %.1f ms; finish %s\n",
+		"generated %lld tokens in %.1f ms (%.1f tok/s); first token after %.1f ms; finish %s%s\n",
 		(long long)st->n_prompt, st->prompt_s * 1e3,
 		st->prompt_s > 0 ? st->n_prompt / st->prompt_s : 0.0,
 		(long long)st->n_gen, st->gen_s * 1e3,
-		st->gen_s > 0 ? st->n_decode / st->gen_s : 0.0, st->ttft_s * 1e3,
-		atlas_finish_name(st->finish));
+		st->gen_s > 0 ? after / st->gen_s : 0.0, st->ttft_s * 1e3,
+		atlas_finish_name(st->finish), spec);
 }
 
 /* A chat request: the --system message (if any), then `messages`. */

@@ -90,6 +90,14 @@ enum atlas_kv_dtype cmd_parse_kv_dtype(const char *flag, const char *s)
 	return k;
 }
 
+enum atlas_spec_mode cmd_parse_spec(const char *flag, const char *s)
+{
+	enum atlas_spec_mode m;
+	if (atlas_spec_parse(s, &m))
+		cmd_usage_error("%s: %s", flag, atlas_errmsg());
+	return m;
+}
+
 int64_t cmd_parse_size(const char *flag, const char *s, int64_t min)
 {
 	static const struct { const char *unit; double mult; } units[] = {

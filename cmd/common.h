@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../lib/backend/backend.h"
+#include "../lib/engine/spec.h"
 
 extern const char *cmd_name; /* program name for messages, set by main */
 
@@ -28,6 +29,10 @@ uint64_t cmd_parse_u64(const char *flag, const char *s);
 /* Parse a KV cache format for a flag (lib/backend/kvq.h) or exit 2
  * naming the flag and the accepted values. */
 enum atlas_kv_dtype cmd_parse_kv_dtype(const char *flag, const char *s);
+
+/* Parse a --speculative mode (lib/engine/spec.h) or exit 2 with the
+ * library's message (which names what is accepted). */
+enum atlas_spec_mode cmd_parse_spec(const char *flag, const char *s);
 
 /* Parse a byte size for a flag: a number with an optional unit, B, KB,
  * MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024);

@@ -33,6 +33,9 @@ void atlas_gen_stats_from(struct atlas_gen_stats *st, const struct atlas_sreq_re
 	st->prompt_s = res->ttft_s;
 	st->gen_s = res->total_s > res->ttft_s ? res->total_s - res->ttft_s : 0;
 	st->finish = res->finish;
+	st->spec_steps = res->spec_steps;
+	st->spec_drafted = res->spec_drafted;
+	st->spec_accepted = res->spec_accepted;
 }
 
 int atlas_generate(struct atlas_sched *s, const int32_t *prompt, int64_t n,

@@ -65,6 +65,9 @@ struct atlas_gen_stats {
 	double gen_s;              /* time after the first token, seconds */
 	double ttft_s;             /* start to first token, seconds */
 	enum atlas_finish finish;  /* why it stopped */
+	int64_t spec_steps;        /* speculative steps (drafts verified) */
+	int64_t spec_drafted;      /* draft tokens proposed */
+	int64_t spec_accepted;     /* of those, accepted */
 };
 
 /* Called once per generated token (EOS excluded) with its id and the text

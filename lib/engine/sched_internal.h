@@ -45,6 +45,7 @@ struct atlas_sreq {
 	float *emb;                    /* embedding: [D] the result, set when done */
 	bool pooled;                   /* emb holds the finished vector */
 	int64_t preemptions;           /* times preempted */
+	int64_t draft;                 /* drafts in this step's item (hist past n_hist) */
 	double t_first;                /* time of the first token, 0 before */
 
 	/* shared, under s->mu */
@@ -65,6 +66,7 @@ struct atlas_sched {
 	int64_t max_seqs;              /* sequences per step */
 	int64_t budget;                /* tokens per step */
 	bool prefix;                   /* prefix caching on (scheduler.h) */
+	struct atlas_spec_params spec; /* speculative decoding (mode NONE: off) */
 
 	pthread_mutex_t mu;            /* guards queues, request shared state, stats */
 	pthread_cond_t work;           /* signalled on submit, cancel, stop */
@@ -78,7 +80,10 @@ struct atlas_sched {
 	/* step scratch (engine thread only) */
 	struct atlas_batch_item *items; /* [max_seqs] */
 	struct atlas_sreq **item_req;  /* [max_seqs] request of each item */
-	float *logits;                 /* [max_seqs, V] */
+	float *logits;                 /* [rows_cap, V]: a row per logits item, n_logits
+				        * rows per speculating one */
+	int64_t rows_cap;              /* max_seqs + num_draft * ATLAS_SCHED_SPEC_SEQS */
+	int64_t rows;                  /* rows of logits the step being built uses */
 	float *raw;                    /* [V] logits before the sampler, for logprobs */
 	int64_t n_items;               /* items of the step being run */
 	int64_t D;                     /* hidden size (embedding rows) */
@@ -93,6 +98,11 @@ struct atlas_sched {
  * backend into r->next, or here from `logits`) and publish it (under
  * s->mu, held by the caller); finishes r when it is complete. */
 void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logits);
+/* sched_req.c: after a step whose item for r held r->draft drafts (at
+ * r->hist[n_hist..]) and [draft + 1, V] logits: verify them, drop the
+ * rejected rows from r's sequence, publish its blocks, then the tokens
+ * (under s->mu, held by the caller); may finish r. */
+void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float *logits);
 /* sched_req.c: before a step that samples r, set r->mask and r->masked
  * (grammar, reasoning budget). Engine thread, without s->mu. Returns 0; 1
  * when the grammar allows nothing more (r should stop); or a negative

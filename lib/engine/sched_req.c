@@ -268,6 +268,9 @@ static double top_logprobs(const float *x, int64_t V, int top, struct atlas_sche
 	return lse;
 }
 
+static bool emit(struct atlas_sched *s, struct atlas_sreq *r, int32_t id,
+		 struct atlas_sched_token *t);
+
 void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logits)
 {
 	struct atlas_sched_token t = {.id = -1};
@@ -291,15 +294,27 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 		atlas_sample_mask(logits, s->V, r->mask);
 	int32_t id = r->dev ? r->next
 			    : atlas_sampler_sample(r->smp, logits, r->hist, r->n_hist, r->n_gen);
-	if (r->t_first == 0)
-		r->t_first = atlas_now();
-	s->st.tokens_generated++;
 	if (r->masked && (id < 0 || id >= s->V || !(r->mask[id / 32] >> (id % 32) & 1))) {
+		s->st.tokens_generated++;
 		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED,
 				  atlas_error(ATLAS_EINVAL, "token %d was drawn against the grammar mask", id),
 				  atlas_errmsg());
 		return;
 	}
+	if (r->top >= 0 && id >= 0 && id < s->V)
+		t.logprob = (float)(s->raw[id] - lse);
+	emit(s, r, id, &t);
+}
+
+/* Take token `id` as r's next (t: its log-probabilities when asked):
+ * reasoning, grammar, EOS, history, stop strings, output, limits (under
+ * s->mu). Returns false when r finished. */
+static bool emit(struct atlas_sched *s, struct atlas_sreq *r, int32_t id,
+		 struct atlas_sched_token *t)
+{
+	if (r->t_first == 0)
+		r->t_first = atlas_now();
+	s->st.tokens_generated++;
 	bool thought = false; /* id is reasoning (or its markers): no grammar */
 	if (r->gen.reasoning) {
 		if (r->thinking) {
@@ -316,15 +331,13 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED,
 				  atlas_error(ATLAS_EINVAL, "token %d does not fit the grammar", id),
 				  atlas_errmsg());
-		return;
+		return false;
 	}
 	if (!r->gen.ignore_eos && is_eos(&r->gen, id)) {
 		atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);
-		return;
+		return false;
 	}
-	t.id = id;
-	if (r->top >= 0)
-		t.logprob = (float)(s->raw[id] - lse);
+	t->id = id;
 	r->hist[r->n_hist++] = id;
 	r->n_gen++;
 	const char *text;
@@ -332,10 +345,10 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 	bool stopped;
 	int rc = atlas_stopper_push(&r->stopper, id, &text, &len, &stopped);
 	if (!rc)
-		rc = publish(r, &t, text, len);
+		rc = publish(r, t, text, len);
 	if (rc) {
 		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, atlas_errmsg());
-		return;
+		return false;
 	}
 	pthread_cond_broadcast(&r->cv);
 	if (stopped)
@@ -344,6 +357,58 @@ void atlas_sreq_advance(struct atlas_sched *s, struct atlas_sreq *r, float *logi
 		atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL); /* the grammar is complete */
 	else if (r->n_gen >= r->gen.max_tokens || r->n_hist > s->ctx)
 		atlas_sreq_finish(s, r, ATLAS_FINISH_LENGTH, 0, NULL);
+	else
+		return true;
+	return false;
+}
+
+void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float *logits)
+{
+	const int64_t d = r->draft, V = s->V;
+	struct atlas_sched_token t[ATLAS_SPEC_MAX_DRAFT + 1];
+	int32_t ids[ATLAS_SPEC_MAX_DRAFT + 1];
+	int64_t m = 0;
+	/* verify in order: row j's context is the history with the drafts
+	 * before j, which are all accepted when j is reached */
+	for (int64_t j = 0; j <= d; j++) {
+		float *row = logits + j * V;
+		double lse = 0;
+		t[m] = (struct atlas_sched_token){.id = -1};
+		if (r->top >= 0) {
+			memcpy(s->raw, row, (size_t)V * sizeof(float));
+			lse = top_logprobs(s->raw, V, r->top, &t[m]);
+		}
+		int32_t draft = j < d ? r->hist[r->n_hist + j] : -1;
+		int32_t id = atlas_sampler_verify(r->smp, row, r->hist, r->n_hist + j, r->n_gen + j,
+						  draft);
+		if (r->top >= 0)
+			t[m].logprob = (float)(s->raw[id] - lse);
+		ids[m++] = id;
+		if (id != draft)
+			break;
+	}
+	/* the cache keeps the last token and the accepted drafts; the token
+	 * verified last is the next step's input */
+	int64_t acc = m - 1;
+	r->res.spec_steps++;
+	r->res.spec_drafted += d;
+	r->res.spec_accepted += acc;
+	s->st.spec_steps++;
+	s->st.spec_drafted += d;
+	s->st.spec_accepted += acc;
+	r->draft = 0;
+	int rc = atlas_seq_truncate(r->seq, r->n_hist + acc);
+	if (rc) {
+		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, atlas_errmsg());
+		return;
+	}
+	if (s->prefix)
+		atlas_seq_publish_prefix(r->seq, r->hist);
+	for (int64_t j = 0; j < m; j++) {
+		s->st.spec_tokens++;
+		if (!emit(s, r, ids[j], &t[j]))
+			break;
+	}
 }
 
 static void allow_only(uint32_t *mask, int64_t V, int32_t id)

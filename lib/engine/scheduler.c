@@ -27,9 +27,15 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 			    (long long)mt, (long long)ms);
 		return NULL;
 	}
+	struct atlas_spec_params spec = p ? p->spec : (struct atlas_spec_params){0};
+	if (spec.mode != ATLAS_SPEC_NONE && atlas_spec_check(&spec))
+		return NULL;
 	struct atlas_sched *s = calloc(1, sizeof(*s));
 	if (!s)
 		goto nomem;
+	s->spec = spec;
+	s->rows_cap = ms + (spec.mode != ATLAS_SPEC_NONE ? (int64_t)spec.num_draft *
+				    (ms < ATLAS_SCHED_SPEC_SEQS ? ms : ATLAS_SCHED_SPEC_SEQS) : 0);
 	s->m = m;
 	s->tok = tok;
 	s->V = atlas_model_config(m)->vocab_size;
@@ -42,7 +48,7 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 	s->running = calloc((size_t)ms, sizeof(*s->running));
 	s->items = calloc((size_t)ms, sizeof(*s->items));
 	s->item_req = calloc((size_t)ms, sizeof(*s->item_req));
-	s->logits = malloc((size_t)(ms * s->V) * sizeof(float));
+	s->logits = malloc((size_t)(s->rows_cap * s->V) * sizeof(float));
 	s->raw = malloc((size_t)s->V * sizeof(float));
 	if (!s->running || !s->items || !s->item_req || !s->logits || !s->raw) {
 		atlas_sched_free(s);
@@ -158,12 +164,20 @@ static bool sibling_prefilling(const struct atlas_sched *s, const struct atlas_s
 	return false;
 }
 
-static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, int64_t k)
+/* Add r's next k tokens to the step; d > 0: a decode (k == 1) with d
+ * drafts at r->hist[n_hist..], verified from the logits of all 1 + d rows. */
+static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, int64_t k,
+		     int64_t d)
 {
 	int64_t len = atlas_seq_len(r->seq);
 	bool last = len + k == r->n_hist;
-	s->items[*n] = (struct atlas_batch_item){.seq = r->seq, .ids = r->hist + len, .n = k};
-	if (r->pool) {
+	s->items[*n] = (struct atlas_batch_item){.seq = r->seq, .ids = r->hist + len, .n = k + d};
+	r->draft = d;
+	if (d > 0) {
+		s->items[*n].logits = s->logits + s->rows * s->V;
+		s->items[*n].n_logits = 1 + d;
+		s->rows += 1 + d;
+	} else if (r->pool) {
 		/* every row of every chunk: the pooling reads them all */
 		s->items[*n].hidden = s->hid + s->hid_rows * s->D;
 		s->hid_rows += k;
@@ -173,17 +187,43 @@ static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, in
 		s->items[*n].sample = &r->args;
 		s->items[*n].token = &r->next;
 	} else if (last) {
-		s->items[*n].logits = s->logits + *n * s->V;
+		s->items[*n].logits = s->logits + s->rows++ * s->V;
 	}
 	s->item_req[*n] = r;
 	(*n)++;
 }
 
+/* Drafts for decoding request r this step (spec.h), written after its
+ * history (r->hist[n_hist..]): at most the configured number, the room
+ * its output and the context have left, `budget` tokens, and as many as
+ * `free` blocks hold besides its one token's. Returns how many. */
+static int64_t make_drafts(struct atlas_sched *s, struct atlas_sreq *r, int64_t budget,
+			   int64_t free)
+{
+	if (s->spec.mode == ATLAS_SPEC_NONE || r->pool || r->mask)
+		return 0;
+	int64_t k = s->spec.num_draft;
+	if (k > r->gen.max_tokens - r->n_gen - 1)
+		k = r->gen.max_tokens - r->n_gen - 1; /* the last token needs no draft */
+	if (k > s->ctx - r->n_hist)
+		k = s->ctx - r->n_hist;
+	if (k > budget)
+		k = budget;
+	if (k <= 0)
+		return 0;
+	int64_t d = atlas_ngram_draft(r->hist, r->n_hist, s->spec.ngram_max, s->spec.ngram_min, k,
+				      r->hist + r->n_hist);
+	while (d > 0 && atlas_seq_blocks_needed(r->seq, 1 + d) > free)
+		d--;
+	return d;
+}
+
 /* Decide this step's items (under s->mu). Returns how many. */
 static int64_t build_step(struct atlas_sched *s)
 {
-	int64_t n = 0, budget = s->budget, free = atlas_model_kv_blocks_free(s->m);
+	int64_t n = 0, budget = s->budget, free = atlas_model_kv_blocks_free(s->m), n_spec = 0;
 	s->hid_rows = 0; /* within budget: the step's tokens are at most that */
+	s->rows = 0;
 
 	/* 1. every decoding request gets its one token; a decode that finds
 	 *    no block preempts the newest running request (maybe itself) */
@@ -211,7 +251,13 @@ static int64_t build_step(struct atlas_sched *s)
 		}
 		free -= need;
 		budget--;
-		add_item(s, &n, r, 1);
+		int64_t d = n_spec < ATLAS_SCHED_SPEC_SEQS ? make_drafts(s, r, budget, free + need) : 0;
+		if (d > 0) {
+			n_spec++;
+			free -= atlas_seq_blocks_needed(r->seq, 1 + d) - need;
+			budget -= d;
+		}
+		add_item(s, &n, r, 1, d);
 	}
 	/* 2. prompts part-way through prefill continue, chunk by chunk */
 	int64_t reserved = 0;
@@ -224,7 +270,7 @@ static int64_t build_step(struct atlas_sched *s)
 		if (k > 0) {
 			free -= atlas_seq_blocks_needed(r->seq, k);
 			budget -= k;
-			add_item(s, &n, r, k);
+			add_item(s, &n, r, k, 0);
 		}
 		reserved += atlas_seq_blocks_needed(r->seq, p) -
 			    (k > 0 ? atlas_seq_blocks_needed(r->seq, k) : 0);
@@ -278,7 +324,7 @@ static int64_t build_step(struct atlas_sched *s)
 		reserved += need - atlas_seq_blocks_needed(r->seq, k);
 		budget -= k;
 		if (k > 0)
-			add_item(s, &n, r, k);
+			add_item(s, &n, r, k, 0);
 	}
 	return n;
 }
@@ -342,7 +388,9 @@ int atlas_sched_step(struct atlas_sched *s)
 		/* what the step computed can be found by later prompts (before a
 		 * request that ends frees its sequence) */
 		for (int64_t i = 0; s->prefix && i < n; i++)
-			atlas_seq_publish_prefix(s->items[i].seq, s->item_req[i]->hist);
+			if (!s->item_req[i]->draft) /* after verification (its rows past
+						     * the accepted drafts go first) */
+				atlas_seq_publish_prefix(s->items[i].seq, s->item_req[i]->hist);
 		/* a request finished below while its submitter has already let
 		 * go (cancelled during the forward) would be freed at once, yet
 		 * it is still in the running list: hold it until it is out */
@@ -354,7 +402,10 @@ int atlas_sched_step(struct atlas_sched *s)
 				atlas_sreq_pool(s, r, &s->items[i]);
 			if (!s->items[i].logits && !s->items[i].sample)
 				continue;
-			atlas_sreq_advance(s, r, s->items[i].logits);
+			if (r->draft)
+				atlas_sreq_advance_spec(s, r, s->items[i].logits);
+			else
+				atlas_sreq_advance(s, r, s->items[i].logits);
 		}
 		/* drop the finished from the running list */
 		for (int64_t j = s->n_running - 1; j >= 0; j--)

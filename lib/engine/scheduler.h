@@ -42,6 +42,15 @@
  * and values but not the hidden states it would need; the blocks it
  * computes are still published for later requests.
  *
+ * Speculative decoding (spec): a decoding request's item carries its
+ * last token and up to num_draft drafts (spec.h), with the logits of
+ * every row; the drafts are verified in order by the request's sampler,
+ * its KV rows past the accepted ones are dropped before the step's
+ * blocks are published, and the step emits 1..num_draft + 1 tokens.
+ * Greedy output equals plain decoding's wherever a row's logits do not
+ * depend on how many rows its step holds (the CPU backend, and CUDA in
+ * batch-invariant mode); seeded sampling keeps the distribution.
+ *
  * A request is shared by its submitter and the engine: the submitter
  * takes output with atlas_sreq_take and ends its interest with
  * atlas_sreq_release, which also cancels the request if it is still
@@ -56,6 +65,7 @@
 #include "../model/model.h"
 #include "../tok/tok.h"
 #include "generate.h"
+#include "spec.h"
 
 #define ATLAS_SCHED_MAX_TOP 20 /* most top_logprobs per token */
 
@@ -64,7 +74,13 @@ struct atlas_sched_params {
 	int64_t max_batch_tokens; /* tokens in one step; 0 = the model's */
 	bool prefix_cache;        /* share KV blocks of equal prompt prefixes
 				   * (atlas_model_set_prefix_cache) */
+	/* Speculative decoding (spec.h): a decoding request without a
+	 * grammar or reasoning budget proposes drafts and verifies them in
+	 * its step; at most ATLAS_SCHED_SPEC_SEQS requests a step do. */
+	struct atlas_spec_params spec;
 };
+
+#define ATLAS_SCHED_SPEC_SEQS 16 /* requests that speculate in one step, at most */
 
 struct atlas_sched; /* opaque */
 struct atlas_sreq;  /* opaque: one request */
@@ -116,6 +132,9 @@ struct atlas_sreq_result {
 	int64_t preemptions;      /* times it was preempted and recomputed */
 	double ttft_s;            /* submission to first token, seconds */
 	double total_s;           /* submission to finish, seconds */
+	int64_t spec_steps;       /* its steps that verified drafts */
+	int64_t spec_drafted;     /* draft tokens proposed */
+	int64_t spec_accepted;    /* of those, accepted */
 };
 
 /* Counters and gauges for monitoring. */
@@ -131,6 +150,11 @@ struct atlas_sched_stats {
 	int64_t prefix_hit_tokens;  /* of those, found in the prefix cache */
 	int64_t prefix_miss_tokens; /* of those, computed */
 	int64_t kv_blocks_cached; /* free blocks that still hold cached prefixes */
+	int64_t spec_steps;       /* request steps that verified drafts */
+	int64_t spec_drafted;     /* draft tokens proposed */
+	int64_t spec_accepted;    /* of those, accepted */
+	int64_t spec_tokens;      /* tokens those steps emitted (accepted + one each,
+				   * less where a request ended inside a step) */
 };
 
 /* A scheduler over `m` and `tok` (tok may be NULL: no text, no stop

@@ -107,7 +107,8 @@ int atlas_session_load(struct atlas_session *s, const struct atlas_model_params 
 		return rc;
 	struct atlas_sched_params sp = {.max_seqs = s->p.sched_max_seqs,
 					.max_batch_tokens = s->p.sched_max_tokens,
-					.prefix_cache = s->p.prefix_cache};
+					.prefix_cache = s->p.prefix_cache,
+					.spec = s->p.spec};
 	if (!(s->sched = atlas_sched_new(s->model, s->tok, &sp)))
 		return ATLAS_EINVAL;
 	const struct atlas_embed_config *ec = atlas_session_embed(s);

@@ -23,6 +23,7 @@
 
 #include "../io/config.h"
 #include "../model/model.h"
+#include "spec.h"
 #include "../model/tp_group.h"
 #include "../tok/tok.h"
 #include "generate.h"
@@ -43,6 +44,8 @@ struct atlas_session_params {
 	bool prefix_cache;        /* share KV blocks of equal prompt prefixes
 				   * (default true) */
 	bool no_graphs;           /* run every step op by op (profiling) */
+	struct atlas_spec_params spec; /* speculative decoding (spec.h; mode
+				   * ATLAS_SPEC_NONE: off, the default) */
 	/* Build each rank's model instead of loading model_dir (atlas-bench's
 	 * random weights at real shapes); NULL = atlas_model_load. */
 	atlas_tp_load_fn build;

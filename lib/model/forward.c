@@ -146,6 +146,9 @@ static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int
 		for (int64_t j = 0; j < i; j++)
 			if (it[j].seq == it[i].seq)
 				return atlas_error(ATLAS_EINVAL, "a sequence appears twice in one step");
+		if (it[i].n_logits < 0 || it[i].n_logits > it[i].n)
+			return atlas_error(ATLAS_EINVAL, "%lld logits rows asked of an item of %lld tokens",
+					   (long long)it[i].n_logits, (long long)it[i].n);
 		for (int64_t t = 0; t < it[i].n; t++)
 			if (it[i].ids[t] < 0 || it[i].ids[t] >= c->vocab_size)
 				return atlas_error(ATLAS_ERANGE,
@@ -230,7 +233,7 @@ static int download(struct atlas_model *m, void *dst, const void *src, size_t by
 
 /* Sample the rows of m->logits that asked for it ([nsel, V], row k of the
  * k-th item that wants logits or a token) and hand out logits and ids. */
-static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+static int finish_decode(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
 		  int64_t nsel, int want_ids)
 {
 	struct atlas_backend *be = m->be;
@@ -264,6 +267,40 @@ static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int6
 	return 0;
 }
 
+/* Sample the first ns rows of m->logits (the items that asked for a token,
+ * in order) and hand out the ids, then the logits rows after them (the
+ * items that asked for logits, n_logits rows each, in order). */
+static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		  int64_t ns)
+{
+	struct atlas_backend *be = m->be;
+	int64_t V = m->cfg.vocab_size;
+	if (ns) {
+		if (!be->sample)
+			return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
+		if (m->hook) {
+			/* the device is busy with the step: host work for the draw
+			 * now, then the masks it set */
+			m->hook(m->hook_ud);
+			for (int64_t i = 0, k = 0; i < n; i++)
+				if (it[i].sample)
+					m->h_args[k++].mask = it[i].sample->mask;
+		}
+		TRY(be->sample(be, m->d_out, m->logits, ns, V, m->h_args));
+		TRY(download(m, m->h_out, m->d_out, (size_t)ns * sizeof(int32_t)));
+	}
+	for (int64_t i = 0, k = 0, row = ns; i < n; i++) {
+		if (it[i].sample)
+			*it[i].token = m->h_out[k++];
+		if (it[i].logits) {
+			int64_t r = it[i].n_logits > 1 ? it[i].n_logits : 1;
+			TRY(download(m, it[i].logits, m->logits + row * V, (size_t)(r * V) * sizeof(float)));
+			row += r;
+		}
+	}
+	return 0;
+}
+
 /* The step op by op. all: logits of every row to `all` (one item only);
  * else each item's last row to its own logits pointer or sampled id. */
 static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
@@ -283,24 +320,37 @@ static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 		TRY(be->logits(be, m->logits, m->h, m->lm_head.p, m->lm_head.dtype, T, V, D));
 		return download(m, all, m->logits, (size_t)(T * V) * sizeof(float));
 	}
-	/* gather the last row of each item that wants logits */
-	int64_t nsel = 0, end = 0;
-	size_t rb = (size_t)D * m->act;
-	int want_ids = 0;
+	/* gather the rows the step's outputs read: the last row of each item
+	 * that asks for a token (the draw takes rows [0, ns)), then the
+	 * n_logits last rows of each that asks for logits; into m->sel, or
+	 * m->o (max_tokens rows, free once body() has run) when a speculative
+	 * step's rows outnumber m->sel's max_seqs */
+	int64_t ns = 0, nl = 0;
 	for (int64_t i = 0; i < n; i++) {
-		end += it[i].n;
-		if (it[i].logits || it[i].sample) {
-			/* rows without sampling settings get greedy ones (unused) */
-			m->h_args[nsel] = it[i].sample ? *it[i].sample : (struct atlas_sample_args){0};
-			want_ids |= it[i].sample != NULL;
-			TRY(be->copy(be, (char *)m->sel + (size_t)nsel++ * rb,
-				     (const char *)m->h + (size_t)(end - 1) * rb, rb));
-		}
+		ns += it[i].sample != NULL;
+		nl += it[i].logits ? (it[i].n_logits > 1 ? it[i].n_logits : 1) : 0;
 	}
-	if (!nsel)
+	if (!ns && !nl)
 		return 0;
-	TRY(be->logits(be, m->logits, m->sel, m->lm_head.p, m->lm_head.dtype, nsel, V, D));
-	return finish(m, it, n, nsel, want_ids);
+	size_t rb = (size_t)D * m->act;
+	void *sel = ns + nl <= m->max_seqs ? m->sel : m->o;
+	int64_t k = 0;
+	for (int pass = 0; pass < 2; pass++)
+		for (int64_t i = 0, end = 0; i < n; i++) {
+			end += it[i].n;
+			if (pass == 0 && it[i].sample) {
+				m->h_args[k] = *it[i].sample;
+				TRY(be->copy(be, (char *)sel + (size_t)k++ * rb,
+					     (const char *)m->h + (size_t)(end - 1) * rb, rb));
+			} else if (pass == 1 && it[i].logits) {
+				int64_t r = it[i].n_logits > 1 ? it[i].n_logits : 1;
+				TRY(be->copy(be, (char *)sel + (size_t)k * rb,
+					     (const char *)m->h + (size_t)(end - r) * rb, (size_t)r * rb));
+				k += r;
+			}
+		}
+	TRY(be->logits(be, m->logits, sel, m->lm_head.p, m->lm_head.dtype, ns + nl, V, D));
+	return finish(m, it, n, ns);
 }
 
 /* body() over a decode step's n rows (one token each) from a recording
@@ -345,8 +395,8 @@ static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_b
 	return 1;
 }
 
-/* A decode step (one token per item, every item wanting logits or a
- * token) through replay_body; the rows of m->h are the rows the eager
+/* A decode step (one token per item, every item wanting one row of
+ * logits or a token) through replay_body; the rows of m->h are the rows the eager
  * path would gather. Returns 1 when the step ran, 0 when the caller
  * should run it eagerly, or a negative error. */
 static int graph_step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
@@ -365,7 +415,7 @@ static int graph_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 	int g = replay_body(m, n, kb, true);
 	if (g <= 0)
 		return g;
-	TRY(finish(m, it, n, n, want_ids));
+	TRY(finish_decode(m, it, n, n, want_ids));
 	return 1;
 }
 

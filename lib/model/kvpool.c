@@ -171,6 +171,18 @@ void atlas_kvpool_shrink(struct atlas_seq *s, int64_t n_blocks)
 		put(s->m, s->blocks[--s->n_blocks]);
 }
 
+int atlas_seq_truncate(struct atlas_seq *s, int64_t len)
+{
+	int64_t B = s->m->block_size, keep = (len + B - 1) / B;
+	if (len < s->n_pub * B || len > s->len)
+		return atlas_error(ATLAS_EINVAL,
+				   "cannot cut a sequence of %lld tokens (%lld blocks published) to %lld",
+				   (long long)s->len, (long long)s->n_pub, (long long)len);
+	atlas_kvpool_shrink(s, keep);
+	s->len = len;
+	return 0;
+}
+
 void atlas_seq_reset(struct atlas_seq *s)
 {
 	atlas_kvpool_shrink(s, 0);

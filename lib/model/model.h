@@ -145,6 +145,9 @@ struct atlas_batch_item {
 	const int32_t *ids;    /* its new tokens */
 	int64_t n;             /* how many (>= 1) */
 	float *logits;         /* host [vocab] for its last token, or NULL */
+	int64_t n_logits;      /* with logits: rows for the last n_logits tokens
+				* ([n_logits, vocab], 1..n; 0 means 1), as a
+				* speculative step's verification needs */
 	const struct atlas_sample_args *sample; /* or: sample its next token on
 				  the backend with these settings ... */
 	int32_t *token;        /* ... into this host int (with sample) */
@@ -183,6 +186,12 @@ int64_t atlas_model_block_size(const struct atlas_model *m);
 /* Limits of one step (from the params). */
 int64_t atlas_model_max_seqs(const struct atlas_model *m);
 int64_t atlas_model_max_tokens(const struct atlas_model *m);
+/* Drop the tokens of `s` past its first `len` (speculative decoding's
+ * rejected drafts): its length becomes len and blocks past it go back to
+ * the pool. Only tokens a step appended since the last
+ * atlas_seq_publish_prefix may go: len must not fall below what was
+ * published (ATLAS_EINVAL, nothing changes). */
+int atlas_seq_truncate(struct atlas_seq *s, int64_t len);
 /* Blocks `s` would need to take from the pool to append n more tokens. */
 int64_t atlas_seq_blocks_needed(const struct atlas_seq *s, int64_t n);
 /* Blocks `s` holds now. */

@@ -1,0 +1,290 @@
+/* test-spec.c - speculative decoding: prompt-lookup drafts, the
+ * verification rule's distribution (accept with p(draft), else the
+ * residual), and on the CPU backend that the scheduler's speculative
+ * steps give exactly plain decoding's greedy output, one request or many,
+ * with preemption and with the prefix cache, and the same seeded output
+ * on every run, with every KV block back in the pool afterwards. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/backend/backend.h"
+#include "../../lib/core/error.h"
+#include "../../lib/engine/generate.h"
+#include "../../lib/engine/sampler.h"
+#include "../../lib/engine/scheduler.h"
+#include "../../lib/engine/spec.h"
+#include "harness.h"
+
+static void test_ngram_draft(void)
+{
+	int32_t out[8];
+	/* ... 1 2 3 [7 8 9] ... 1 2 3: the latest match of the 3-gram */
+	const int32_t h1[] = {1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 9, 0, 1, 2, 3};
+	CHECK_EQ_INT(atlas_ngram_draft(h1, 16, 3, 1, 4, out), 4);
+	CHECK_EQ_INT(out[0], 7);
+	CHECK_EQ_INT(out[1], 8);
+	CHECK_EQ_INT(out[2], 9);
+	CHECK_EQ_INT(out[3], 0);
+	/* k limits the draft; the tokens up to the end may be drafted */
+	CHECK_EQ_INT(atlas_ngram_draft(h1, 16, 3, 1, 2, out), 2);
+	CHECK_EQ_INT(out[1], 8);
+	/* the longest suffix first: the 2-gram 5 6 occurs later than 4 5 6 */
+	const int32_t h2[] = {4, 5, 6, 10, 11, 5, 6, 20, 4, 5, 6};
+	CHECK_EQ_INT(atlas_ngram_draft(h2, 11, 3, 2, 3, out), 3);
+	CHECK_EQ_INT(out[0], 10);
+	CHECK_EQ_INT(atlas_ngram_draft(h2, 11, 2, 2, 3, out), 3);
+	CHECK_EQ_INT(out[0], 20);
+	/* a match that ends where the history ends proposes what followed */
+	const int32_t h3[] = {7, 7, 7, 7};
+	CHECK_EQ_INT(atlas_ngram_draft(h3, 4, 2, 1, 5, out), 1);
+	CHECK_EQ_INT(out[0], 7);
+	/* no match, too short a history, no room */
+	const int32_t h4[] = {1, 2, 3, 4, 5};
+	CHECK_EQ_INT(atlas_ngram_draft(h4, 5, 3, 1, 4, out), 0);
+	CHECK_EQ_INT(atlas_ngram_draft(h1, 1, 3, 1, 4, out), 0);
+	CHECK_EQ_INT(atlas_ngram_draft(h1, 16, 3, 1, 0, out), 0);
+	/* settings: defaults filled, bad ranges refused, modes by name */
+	struct atlas_spec_params p = {.mode = ATLAS_SPEC_NGRAM};
+	CHECK_EQ_INT(atlas_spec_check(&p), 0);
+	CHECK_EQ_INT(p.num_draft, ATLAS_SPEC_DEFAULT_DRAFT);
+	CHECK(p.ngram_min >= 1 && p.ngram_min <= p.ngram_max);
+	p.num_draft = ATLAS_SPEC_MAX_DRAFT + 1;
+	CHECK_EQ_INT(atlas_spec_check(&p), ATLAS_EINVAL);
+	p = (struct atlas_spec_params){.mode = ATLAS_SPEC_NGRAM, .ngram_min = 3, .ngram_max = 2};
+	CHECK_EQ_INT(atlas_spec_check(&p), ATLAS_EINVAL);
+	enum atlas_spec_mode m;
+	CHECK_EQ_INT(atlas_spec_parse("ngram", &m), 0);
+	CHECK_EQ_INT(m, ATLAS_SPEC_NGRAM);
+	CHECK_EQ_INT(atlas_spec_parse("mtp", &m), ATLAS_EUNSUPPORTED);
+	CHECK_CONTAINS(atlas_errmsg(), "MTP");
+	CHECK_EQ_INT(atlas_spec_parse("draft", &m), ATLAS_EUNSUPPORTED);
+	CHECK_EQ_INT(atlas_spec_parse("bogus", &m), ATLAS_EINVAL);
+}
+
+/* Over uniform draws, verification's output is distributed as a plain
+ * sample's, whatever the draft: each id's frequency within 0.006 of its
+ * probability after the filters (200000 draws: a few standard errors). */
+static void verify_matches(float temp, int top_k, float top_p, int32_t draft)
+{
+	enum { V = 8, DRAWS = 200000 };
+	const float logits[V] = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f, 0.0f, 2.2f, -3.0f};
+	double plain[V] = {0}, ver[V] = {0};
+	float l[V];
+	double cands[V];
+	uint64_t x = 12345;
+	for (int i = 0; i < DRAWS; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		struct atlas_sample_args a = {.temperature = temp, .top_k = top_k, .top_p = top_p,
+					      .u = (float)((x >> 40) * (1.0 / 16777216.0))};
+		memcpy(l, logits, sizeof(l));
+		plain[atlas_sample_pick(l, V, &a, cands)] += 1.0 / DRAWS;
+		memcpy(l, logits, sizeof(l));
+		ver[atlas_sample_verify(l, V, &a, cands, draft)] += 1.0 / DRAWS;
+	}
+	for (int i = 0; i < V; i++)
+		if (fabs(plain[i] - ver[i]) > 0.006)
+			harness_fail(__FILE__, __LINE__,
+				     "temp %g top_k %d top_p %g draft %d: id %d %.4f plain, %.4f verified",
+				     temp, top_k, top_p, draft, i, plain[i], ver[i]);
+}
+
+static void test_verify_distribution(void)
+{
+	verify_matches(1.0f, 0, 1.0f, 6);  /* the likeliest id drafted */
+	verify_matches(1.0f, 0, 1.0f, 3);  /* an unlikely one */
+	verify_matches(0.7f, 3, 1.0f, 4);  /* inside top-k */
+	verify_matches(0.7f, 3, 1.0f, 7);  /* filtered out: never accepted */
+	verify_matches(1.3f, 0, 0.8f, 0);  /* top-p */
+	/* greedy: the argmax, draft or not */
+	float l[4] = {0.5f, 2.0f, 1.0f, 2.0f};
+	double cands[4];
+	struct atlas_sample_args a = {.temperature = 0, .top_p = 1, .u = 0.1f};
+	CHECK_EQ_INT(atlas_sample_verify(l, 4, &a, cands, 2), 1);
+	float l2[4] = {0.5f, 2.0f, 1.0f, 2.0f};
+	CHECK_EQ_INT(atlas_sample_verify(l2, 4, &a, cands, 1), 1);
+	/* a draft that holds all the mass is always accepted */
+	float l3[4] = {0.0f, 50.0f, -50.0f, -50.0f};
+	struct atlas_sample_args b = {.temperature = 1, .top_k = 1, .top_p = 1, .u = 0.999f};
+	CHECK_EQ_INT(atlas_sample_verify(l3, 4, &b, cands, 1), 1);
+}
+
+static char path[512];
+
+static struct atlas_model *load(struct atlas_backend *be, int64_t seqs, int64_t tokens,
+				int64_t blocks, int64_t block_size)
+{
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_seqs = seqs;
+	p.max_tokens = tokens;
+	p.kv_blocks = blocks;
+	p.block_size = block_size;
+	snprintf(path, sizeof(path), "%s/tests/fixtures/golden/qwen3-bf16", harness_srcdir());
+	return atlas_model_load(path, be, &p);
+}
+
+#define NREQ 6
+#define PLEN 24
+#define MAXGEN 40
+
+/* Prompts that repeat themselves (so drafts come from the first token). */
+static void make_prompts(int32_t p[NREQ][PLEN])
+{
+	for (int i = 0; i < NREQ; i++)
+		for (int j = 0; j < PLEN; j++)
+			p[i][j] = (int32_t)(((j % (5 + i)) * 41 + i * 13 + 3) % 900);
+}
+
+/* Run the NREQ prompts on scheduler params sp (all at once, or one by
+ * one when serial) at temperature temp; outputs to got, stats to *st. */
+static void run_all(struct atlas_model *m, const struct atlas_sched_params *sp, bool serial,
+		    double temp, int top, int32_t got[NREQ][MAXGEN], float lp[NREQ][MAXGEN],
+		    struct atlas_sched_stats *st)
+{
+	int32_t prompts[NREQ][PLEN];
+	make_prompts(prompts);
+	struct atlas_sched *s = atlas_sched_new(m, NULL, sp);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	struct atlas_sreq *r[NREQ];
+	for (int i = 0; i < NREQ; i++) {
+		struct atlas_sreq_params rp = {.prompt = prompts[i], .n_prompt = PLEN - i,
+					       .top_logprobs = top};
+		rp.gen.max_tokens = MAXGEN;
+		rp.gen.ignore_eos = true;
+		atlas_sampler_default_params(&rp.gen.sampling);
+		rp.gen.sampling.temperature = temp;
+		rp.gen.sampling.seed = 11 + (uint64_t)i;
+		CHECK_EQ_INT(atlas_sched_submit(s, &rp, &r[i]), 0);
+		while (serial && atlas_sched_step(s) == 1)
+			;
+	}
+	while (atlas_sched_step(s) == 1)
+		;
+	for (int i = 0; i < NREQ; i++) {
+		struct atlas_sched_chunk c;
+		int64_t n = 0;
+		bool fin = false;
+		for (;;) {
+			/* the steps have run out: everything must be there */
+			if (!atlas_sreq_take(r[i], 0, &c)) {
+				CHECK(!"a request did not finish");
+				break;
+			}
+			for (size_t k = 0; k < c.n; k++)
+				if (c.tok[k].id >= 0 && n < MAXGEN) {
+					lp[i][n] = c.tok[k].logprob;
+					got[i][n++] = c.tok[k].id;
+				}
+			fin = c.done;
+			atlas_sched_chunk_free(&c);
+			if (fin)
+				break;
+		}
+		struct atlas_sreq_result res = {.rc = -1};
+		if (fin)
+			atlas_sreq_result(r[i], &res);
+		CHECK_EQ_INT(res.rc, 0);
+		CHECK_EQ_INT(n, MAXGEN);
+		atlas_sreq_release(r[i]);
+	}
+	atlas_sched_get_stats(s, st);
+	CHECK_EQ_INT(st->running, 0);
+	CHECK_EQ_INT(st->kv_blocks_free, atlas_model_kv_blocks_total(m));
+	atlas_sched_free(s);
+}
+
+/* Greedy with n-gram drafts equals greedy without, token for token:
+ * alone, batched, with preemption (a small pool), with the prefix cache
+ * warm. In batch-invariant mode the logprobs are the same bits too (a
+ * row's logits do not depend on its step's rows); otherwise the CPU's
+ * multi-row products may round the last bits differently. */
+static void test_spec_greedy_equals_plain(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	static int32_t want[NREQ][MAXGEN], got[NREQ][MAXGEN];
+	static float wlp[NREQ][MAXGEN], glp[NREQ][MAXGEN];
+	struct atlas_sched_stats st;
+	for (int cfg = 0; cfg < 3; cfg++) {
+		/* 6 requests of up to 64 tokens need 16 blocks of 4 each: 40
+		 * blocks force preemptions */
+		const bool pool = cfg == 1, inv = cfg == 2;
+		be->batch_invariant = inv;
+		struct atlas_model *m = load(be, NREQ, 64, pool ? 40 : 0, 4);
+		CHECK(m != NULL);
+		if (!m)
+			break;
+		struct atlas_sched_params plain = {.max_seqs = NREQ, .max_batch_tokens = 64};
+		run_all(m, &plain, true, 0.0, 3, want, wlp, &st);
+		CHECK_EQ_INT(st.spec_steps, 0);
+		for (int k = 1; k <= 5; k += 4) {
+			struct atlas_sched_params sp = plain;
+			sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_NGRAM, .num_draft = k};
+			for (int serial = 1; serial >= 0; serial--) {
+				memset(got, 0xff, sizeof(got));
+				run_all(m, &sp, serial, 0.0, 3, got, glp, &st);
+				CHECK(!memcmp(got, want, sizeof(want)));
+				double dmax = 0;
+				for (int i = 0; i < NREQ; i++)
+					for (int j = 0; j < MAXGEN; j++)
+						dmax = fmax(dmax, fabs(glp[i][j] - wlp[i][j]));
+				if (inv)
+					CHECK(!memcmp(glp, wlp, sizeof(wlp)));
+				else
+					CHECK(dmax < 1e-4);
+				CHECK(st.spec_drafted > 0);
+				CHECK(st.spec_accepted > 0);
+				CHECK(st.spec_accepted <= st.spec_drafted);
+				CHECK(st.spec_tokens > st.spec_steps); /* more than one a step */
+				if (pool && !serial)
+					CHECK(st.preemptions > 0);
+			}
+			/* the prefix cache: the second round finds the first's blocks */
+			sp.prefix_cache = true;
+			for (int round = 0; round < 2; round++) {
+				run_all(m, &sp, false, 0.0, 3, got, glp, &st);
+				CHECK(!memcmp(got, want, sizeof(want)));
+				if (round == 1)
+					CHECK(st.prefix_hit_tokens > 0);
+			}
+		}
+		atlas_model_free(m);
+	}
+	be->destroy(be);
+}
+
+/* Seeded sampling with drafts: the same output on every run, alone or
+ * batched (each request's draws are its own), and a valid run. */
+static void test_spec_seeded(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model *m = load(be, NREQ, 64, 0, 4);
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	static int32_t a[NREQ][MAXGEN], b[NREQ][MAXGEN];
+	static float lp[NREQ][MAXGEN];
+	struct atlas_sched_stats st;
+	struct atlas_sched_params sp = {.max_seqs = NREQ, .max_batch_tokens = 64,
+					.spec = {.mode = ATLAS_SPEC_NGRAM, .num_draft = 4}};
+	run_all(m, &sp, true, 0.8, -1, a, lp, &st);
+	CHECK(st.spec_drafted > 0);
+	run_all(m, &sp, false, 0.8, -1, b, lp, &st);
+	CHECK(!memcmp(a, b, sizeof(a)));
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
+int main(void)
+{
+	RUN(test_ngram_draft);
+	RUN(test_verify_distribution);
+	RUN(test_spec_greedy_equals_plain);
+	RUN(test_spec_seeded);
+	return harness_done();
+}
