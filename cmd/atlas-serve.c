@@ -103,6 +103,12 @@ static const char usage_text[] =
 	"                             (4-bit, a scale per 32 values); default auto\n"
 	"      --no-prefix-cache      recompute every prompt (default: reuse the KV\n"
 	"                             blocks of prompt prefixes seen before)\n"
+	"      --speculative MODE     speculative decoding: none (default) or ngram\n"
+	"                             (drafts looked up in each request's prompt and\n"
+	"                             output, verified in its step; requests with a\n"
+	"                             grammar or reasoning budget do not speculate)\n"
+	"      --num-draft K          drafts a step with --speculative, 1..16\n"
+	"                             (default 4)\n"
 	"      --no-batch-invariant   the fastest kernels for each step's shape; a\n"
 	"                             request's tokens and logprobs may then depend\n"
 	"                             on what it is batched with (default: bit for\n"
@@ -115,6 +121,7 @@ static const char usage_text[] =
 
 enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, OPT_API_KEY,
 	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE,
+	OPT_SPEC, OPT_NUM_DRAFT,
 	OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_TIMEOUT, OPT_SHUTDOWN_TIMEOUT, OPT_ORIGINS,
 	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM, OPT_TMPL_STEPS, OPT_TMPL_OUTPUT, OPT_TMPL_MEMORY,
 	OPT_TOOL_PARSER, OPT_REASONING_BUDGET, OPT_NO_BATCH_INVARIANT, OPT_KV_DTYPE };
@@ -131,6 +138,8 @@ static const struct option longopts[] = {
 	{"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
 	{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
+	{"speculative", required_argument, NULL, OPT_SPEC},
+	{"num-draft", required_argument, NULL, OPT_NUM_DRAFT},
 	{"no-batch-invariant", no_argument, NULL, OPT_NO_BATCH_INVARIANT},
 	{"api-key", required_argument, NULL, OPT_API_KEY},
 	{"api-key-file", required_argument, NULL, OPT_API_KEY_FILE},
@@ -291,6 +300,10 @@ int main(int argc, char **argv)
 		case OPT_KV_BLOCKS: p.kv_blocks = cmd_parse_int("--kv-blocks", optarg, 1, 1 << 28); break;
 		case OPT_KV_DTYPE: p.kv_dtype = cmd_parse_kv_dtype("--kv-dtype", optarg); break;
 		case OPT_NO_PREFIX_CACHE: p.no_prefix_cache = true; break;
+		case OPT_SPEC: p.spec.mode = cmd_parse_spec("--speculative", optarg); break;
+		case OPT_NUM_DRAFT:
+			p.spec.num_draft = (int)cmd_parse_int("--num-draft", optarg, 1, ATLAS_SPEC_MAX_DRAFT);
+			break;
 		case OPT_NO_BATCH_INVARIANT: p.no_batch_invariant = true; break;
 		case OPT_API_KEY: add_key(&keys, optarg, "--api-key"); break;
 		case OPT_API_KEY_FILE: read_key_file(&keys, optarg); break;
@@ -349,6 +362,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cmd_usage_error("unexpected argument '%s'", argv[optind]);
+	if (p.spec.num_draft && p.spec.mode == ATLAS_SPEC_NONE)
+		cmd_usage_error("--num-draft needs --speculative ngram");
 	int64_t seqs = p.max_seqs ? p.max_seqs : 16, toks = p.max_batch_tokens ? p.max_batch_tokens : 512;
 	if (toks < seqs)
 		cmd_usage_error("--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",

@@ -84,6 +84,8 @@ struct atlas_sched {
 				        * rows per speculating one */
 	int64_t rows_cap;              /* max_seqs + num_draft * ATLAS_SCHED_SPEC_SEQS */
 	int64_t rows;                  /* rows of logits the step being built uses */
+	uint32_t *spec_mask;           /* [(V + 31) / 32] a grammar's mask at a draft's
+				        * row past the first (with spec) */
 	float *raw;                    /* [V] logits before the sampler, for logprobs */
 	int64_t n_items;               /* items of the step being run */
 	int64_t D;                     /* hidden size (embedding rows) */

@@ -367,7 +367,17 @@ void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float 
 	const int64_t d = r->draft, V = s->V;
 	struct atlas_sched_token t[ATLAS_SPEC_MAX_DRAFT + 1];
 	int32_t ids[ATLAS_SPEC_MAX_DRAFT + 1];
-	int64_t m = 0;
+	int64_t m = 0, acc = 0;
+	if (r->mask_rc) {
+		/* the grammar allowed nothing more, or failed, at the first
+		 * row: the plain path ends r as it would without drafts */
+		r->draft = 0;
+		atlas_sreq_advance(s, r, logits);
+		return;
+	}
+	/* a grammar's mask at row j > 0: after the drafts before j, on a
+	 * copy of the matcher (row 0's is r->mask, computed for the step) */
+	struct atlas_grammar_matcher *g = NULL;
 	/* verify in order: row j's context is the history with the drafts
 	 * before j, which are all accepted when j is reached */
 	for (int64_t j = 0; j <= d; j++) {
@@ -378,6 +388,23 @@ void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float 
 			memcpy(s->raw, row, (size_t)V * sizeof(float));
 			lse = top_logprobs(s->raw, V, r->top, &t[m]);
 		}
+		/* (the log-probabilities are the raw logits', as without drafts) */
+		if (r->gm) {
+			const uint32_t *mask = r->masked ? r->mask : NULL;
+			if (j > 0) {
+				/* drafts were cut where the grammar refuses one or
+				 * must end, so these hold; a failure (memory, a
+				 * limit) stops the verification here: what was
+				 * accepted stands, the next step goes on from it */
+				if (!g && !(g = atlas_grammar_matcher_copy(r->gm)))
+					break;
+				if (atlas_grammar_accept(g, ids[j - 1]) || atlas_grammar_must_end(g) ||
+				    atlas_grammar_fill_mask(g, s->spec_mask) <= 0)
+					break;
+				mask = s->spec_mask;
+			}
+			atlas_sample_mask(row, V, mask);
+		}
 		int32_t draft = j < d ? r->hist[r->n_hist + j] : -1;
 		int32_t id = atlas_sampler_verify(r->smp, row, r->hist, r->n_hist + j, r->n_gen + j,
 						  draft);
@@ -386,10 +413,9 @@ void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float 
 		ids[m++] = id;
 		if (id != draft)
 			break;
+		acc++;
 	}
-	/* the cache keeps the last token and the accepted drafts; the token
-	 * verified last is the next step's input */
-	int64_t acc = m - 1;
+	atlas_grammar_matcher_free(g);
 	r->res.spec_steps++;
 	r->res.spec_drafted += d;
 	r->res.spec_accepted += acc;
@@ -397,7 +423,10 @@ void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float 
 	s->st.spec_drafted += d;
 	s->st.spec_accepted += acc;
 	r->draft = 0;
-	int rc = atlas_seq_truncate(r->seq, r->n_hist + acc);
+	/* the cache keeps the last token and every decided one but the
+	 * last, which is the next step's input (m - 1 = acc, or acc - 1
+	 * when the verification stopped on an accepted draft) */
+	int rc = atlas_seq_truncate(r->seq, r->n_hist + m - 1);
 	if (rc) {
 		atlas_sreq_finish(s, r, ATLAS_FINISH_CANCELLED, rc, atlas_errmsg());
 		return;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "grammar.h"
 #include "sched_internal.h"
 
 struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_tok *tok,
@@ -49,6 +50,11 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 	s->items = calloc((size_t)ms, sizeof(*s->items));
 	s->item_req = calloc((size_t)ms, sizeof(*s->item_req));
 	s->logits = malloc((size_t)(s->rows_cap * s->V) * sizeof(float));
+	if (spec.mode != ATLAS_SPEC_NONE &&
+	    !(s->spec_mask = malloc((size_t)((s->V + 31) / 32) * sizeof(uint32_t)))) {
+		atlas_sched_free(s);
+		goto nomem;
+	}
 	s->raw = malloc((size_t)s->V * sizeof(float));
 	if (!s->running || !s->items || !s->item_req || !s->logits || !s->raw) {
 		atlas_sched_free(s);
@@ -76,6 +82,7 @@ void atlas_sched_free(struct atlas_sched *s)
 	free(s->items);
 	free(s->item_req);
 	free(s->logits);
+	free(s->spec_mask);
 	free(s->raw);
 	free(s->hid);
 	free(s);
@@ -200,7 +207,9 @@ static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, in
 static int64_t make_drafts(struct atlas_sched *s, struct atlas_sreq *r, int64_t budget,
 			   int64_t free)
 {
-	if (s->spec.mode == ATLAS_SPEC_NONE || r->pool || r->mask)
+	/* (not with reasoning: a grammar starts after the thought, and a
+	 * budget's mask depends on its count) */
+	if (s->spec.mode == ATLAS_SPEC_NONE || r->pool || r->gen.reasoning)
 		return 0;
 	int64_t k = s->spec.num_draft;
 	if (k > r->gen.max_tokens - r->n_gen - 1)
@@ -213,6 +222,17 @@ static int64_t make_drafts(struct atlas_sched *s, struct atlas_sreq *r, int64_t 
 		return 0;
 	int64_t d = atlas_ngram_draft(r->hist, r->n_hist, s->spec.ngram_max, s->spec.ngram_min, k,
 				      r->hist + r->n_hist);
+	if (d > 0 && r->gm) {
+		/* a grammar: only drafts it allows can be accepted, and none
+		 * after one where it must end */
+		struct atlas_grammar_matcher *g = atlas_grammar_matcher_copy(r->gm);
+		int64_t ok = 0;
+		while (g && ok < d && !atlas_grammar_accept(g, r->hist[r->n_hist + ok]))
+			if (ok++, atlas_grammar_must_end(g))
+				break;
+		atlas_grammar_matcher_free(g);
+		d = ok;
+	}
 	while (d > 0 && atlas_seq_blocks_needed(r->seq, 1 + d) > free)
 		d--;
 	return d;

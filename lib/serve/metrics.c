@@ -194,6 +194,21 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 			    "Prompt tokens of admitted requests computed (not in the prefix cache).",
 			    st.prefix_miss_tokens);
 	if (!rc)
+		rc = metric(b, "atlas_spec_steps_total", "counter",
+			    "Request steps that verified speculative drafts (--speculative).",
+			    st.spec_steps);
+	if (!rc)
+		rc = metric(b, "atlas_spec_draft_tokens_total", "counter",
+			    "Speculative draft tokens proposed.", st.spec_drafted);
+	if (!rc)
+		rc = metric(b, "atlas_spec_accepted_tokens_total", "counter",
+			    "Speculative draft tokens accepted.", st.spec_accepted);
+	if (!rc)
+		rc = metric(b, "atlas_spec_emitted_tokens_total", "counter",
+			    "Tokens emitted by steps that verified drafts (accepted drafts plus "
+			    "one each; tokens per step = this / atlas_spec_steps_total).",
+			    st.spec_tokens);
+	if (!rc)
 		rc = metric(b, "atlas_preemptions_total", "counter",
 			    "Requests preempted to free KV blocks.", st.preemptions);
 	if (!rc)

@@ -75,6 +75,7 @@ static int load(struct atlas_server *s)
 	sp.sched_max_tokens = s->p.max_batch_tokens;
 	sp.batch_invariant = !s->p.no_batch_invariant;
 	sp.prefix_cache = !s->p.no_prefix_cache;
+	sp.spec = s->p.spec;
 	if (!(s->ses = atlas_session_open(&sp)))
 		return ATLAS_EINVAL;
 	s->be = atlas_session_backend(s->ses);
@@ -89,15 +90,15 @@ static int load(struct atlas_server *s)
 	if (s->p.tp > 1)
 		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
 	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens "
-		  "(%s), %lld sequences and %lld tokens per step, %s, prefix cache %s, tool calls "
-		  "%s%s%s%s",
+		  "(%s), %lld sequences and %lld tokens per step, %s, prefix cache %s, speculative "
+		  "%s, tool calls %s%s%s%s",
 		  s->served_name, s->be->name, tp_note, (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
 		  (long long)atlas_model_block_size(s->model),
 		  serve_kv_format(s->be, s->p.kv_dtype), (long long)s->p.max_seqs,
 		  (long long)s->p.max_batch_tokens,
 		  s->be->batch_invariant ? "batch-invariant" : "not batch-invariant",
-		  s->p.no_prefix_cache ? "off" : "on",
+		  s->p.no_prefix_cache ? "off" : "on", atlas_spec_name(s->p.spec.mode),
 		  atlas_toolfmt_name(s->toolfmt), s->reasoning ? ", reasoning <think>" : "",
 		  atlas_session_is_embedding(s->ses) ? ", embeddings pooled by " : "",
 		  atlas_session_is_embedding(s->ses)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
+#include "../engine/spec.h"
 
 struct atlas_server_params {
 	const char *host;             /* address to bind; NULL = 127.0.0.1 */
@@ -52,6 +53,8 @@ struct atlas_server_params {
 				       * or "*") a browser may call from (CORS); NULL =
 				       * none: requests with an Origin are refused */
 	bool no_prefix_cache;         /* --no-prefix-cache: recompute every prompt */
+	struct atlas_spec_params spec; /* --speculative, --num-draft (spec.h);
+				       * mode ATLAS_SPEC_NONE: off */
 	bool no_batch_invariant;      /* --no-batch-invariant: the fastest kernels for
 				       * each step's shape; a request's tokens and
 				       * logprobs may then depend on its batch-mates.

@@ -12,9 +12,11 @@
 #include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/engine/generate.h"
+#include "../../lib/engine/grammar.h"
 #include "../../lib/engine/sampler.h"
 #include "../../lib/engine/scheduler.h"
 #include "../../lib/engine/spec.h"
+#include "../../lib/tok/tok.h"
 #include "harness.h"
 
 static void test_ngram_draft(void)
@@ -280,11 +282,110 @@ static void test_spec_seeded(void)
 	be->destroy(be);
 }
 
+/* A grammar applies to drafts and verification: drafts it refuses are
+ * cut, each row is masked by the grammar's state after the drafts
+ * before it, and the constrained output (greedy, with logprobs) equals
+ * the output without drafts, batched with a free request. */
+static void test_spec_grammar(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	be->batch_invariant = true;
+	snprintf(path, sizeof(path), "%s/models/default", harness_srcdir());
+	struct atlas_tok *tok = atlas_tok_load(path);
+	struct atlas_model_params mp;
+	atlas_model_default_params(&mp);
+	mp.max_seqs = 4;
+	mp.max_tokens = 64;
+	struct atlas_model *m = tok ? atlas_model_load(path, be, &mp) : NULL;
+	CHECK(m != NULL);
+	if (!m) {
+		atlas_tok_free(tok);
+		be->destroy(be);
+		return;
+	}
+	int64_t V = atlas_model_config(m)->vocab_size;
+	int32_t eos = atlas_tok_eos(tok);
+	struct atlas_grammar_vocab *gv = atlas_grammar_vocab_new(tok, V, &eos, 1);
+	char *text = atlas_regex_grammar("(ab|cd|e f){10}!", "");
+	struct atlas_grammar *g = text ? atlas_grammar_compile(text, strlen(text), gv) : NULL;
+	free(text);
+	CHECK(g != NULL);
+	int32_t p[6] = {100, 200, 300, 400, 100, 200};
+	int32_t out[2][2][64];
+	float lp[2][2][64];
+	int64_t n[2][2] = {{0}};
+	int64_t drafted = 0, accepted = 0;
+	for (int spec = 0; spec < 2; spec++) {
+		struct atlas_sched_params sp = {
+		    .spec = {.mode = spec ? ATLAS_SPEC_NGRAM : ATLAS_SPEC_NONE, .num_draft = 4}};
+		struct atlas_sched *s = atlas_sched_new(m, tok, &sp);
+		struct atlas_sreq *r[2];
+		for (int k = 0; k < 2; k++) {
+			struct atlas_sreq_params rp = {.prompt = p, .n_prompt = 6, .top_logprobs = 2};
+			rp.gen.max_tokens = k ? 60 : 30;
+			atlas_sampler_default_params(&rp.gen.sampling);
+			rp.gen.sampling.temperature = 0;
+			rp.gen.eos_ids[0] = eos;
+			rp.gen.n_eos = 1;
+			rp.gen.ignore_eos = !k;
+			rp.gen.grammar = k ? g : NULL;
+			CHECK_EQ_INT(atlas_sched_submit(s, &rp, &r[k]), 0);
+		}
+		while (atlas_sched_step(s) == 1)
+			;
+		for (int k = 0; k < 2; k++) {
+			struct atlas_sched_chunk c;
+			bool fin = false;
+			while (!fin && atlas_sreq_take(r[k], 0, &c)) {
+				for (size_t i = 0; i < c.n; i++)
+					if (c.tok[i].id >= 0 && n[spec][k] < 64) {
+						lp[spec][k][n[spec][k]] = c.tok[i].logprob;
+						out[spec][k][n[spec][k]++] = c.tok[i].id;
+					}
+				fin = c.done;
+				atlas_sched_chunk_free(&c);
+			}
+			CHECK(fin);
+			struct atlas_sreq_result res;
+			atlas_sreq_result(r[k], &res);
+			CHECK_EQ_INT(res.rc, 0);
+			if (k)
+				CHECK_EQ_INT(res.finish, ATLAS_FINISH_EOS);
+			atlas_sreq_release(r[k]);
+		}
+		struct atlas_sched_stats st;
+		atlas_sched_get_stats(s, &st);
+		drafted = st.spec_drafted;
+		accepted = st.spec_accepted;
+		atlas_sched_free(s);
+	}
+	for (int k = 0; k < 2; k++) {
+		CHECK_EQ_INT(n[1][k], n[0][k]);
+		CHECK(!memcmp(out[1][k], out[0][k], sizeof(int32_t) * (size_t)n[0][k]));
+		CHECK(!memcmp(lp[1][k], lp[0][k], sizeof(float) * (size_t)n[0][k]));
+	}
+	char *txt = NULL;
+	size_t len = 0;
+	CHECK_EQ_INT(atlas_tok_decode(tok, out[1][1], (size_t)n[1][1], &txt, &len), 0);
+	CHECK(txt && len > 0 && txt[len - 1] == '!');
+	printf("# constrained: %s (%lld drafts, %lld accepted)\n", txt ? txt : "",
+	       (long long)drafted, (long long)accepted);
+	free(txt);
+	CHECK(accepted > 0);
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(m), atlas_model_kv_blocks_total(m));
+	atlas_grammar_free(g);
+	atlas_grammar_vocab_free(gv);
+	atlas_model_free(m);
+	atlas_tok_free(tok);
+	be->destroy(be);
+}
+
 int main(void)
 {
 	RUN(test_ngram_draft);
 	RUN(test_verify_distribution);
 	RUN(test_spec_greedy_equals_plain);
 	RUN(test_spec_seeded);
+	RUN(test_spec_grammar);
 	return harness_done();
 }
