@@ -86,6 +86,10 @@ static const char usage_text[] =
 	"  --self                start build's atlas-serve on a free port, then stop it\n"
 	"  --no-batch-invariant  with --self: start it with --no-batch-invariant (the\n"
 	"                        fastest kernels per step; default: batch-invariant)\n"
+	"  --speculative MODE    with --self: start it with --speculative MODE (none,\n"
+	"                        ngram); a server that speculates (--self or --url)\n"
+	"                        adds spec_accept_rate and spec_tok_per_step columns\n"
+	"  --num-draft K         with --self and --speculative: drafts a step (1..16)\n"
 	"  --concurrency LIST    requests in flight (1)\n"
 	"  --requests N          requests per level (default 4 x concurrency, at most 256)\n"
 	"  --timeout S           seconds per request and for the server to start (120)\n"
@@ -110,7 +114,7 @@ enum {
 	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
 	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
 	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
-	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI, O_QUANT, O_KV_DTYPE
+	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI, O_QUANT, O_KV_DTYPE, O_SPEC, O_NUM_DRAFT
 };
 
 static const struct option longopts[] = {
@@ -133,6 +137,7 @@ static const struct option longopts[] = {
 	{"thresholds", required_argument, NULL, O_THRESH}, {"json", no_argument, NULL, O_JSON},
 	{"no-record", no_argument, NULL, O_NOREC},  {"quiet", no_argument, NULL, 'q'},
 	{"tp", required_argument, NULL, O_TP}, {"no-batch-invariant", no_argument, NULL, O_NOBI},
+	{"speculative", required_argument, NULL, O_SPEC}, {"num-draft", required_argument, NULL, O_NUM_DRAFT},
 	{"batch-invariant", no_argument, NULL, O_BI},
 	{"kv-dtype", required_argument, NULL, O_KV_DTYPE},
 	{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, O_VERSION},
@@ -159,6 +164,8 @@ struct opts {
 	int bi;                        /* --batch-invariant (decode, prefill, generate) */
 	enum atlas_kv_dtype kv;        /* --kv-dtype: the KV cache's format (auto) */
 	bool kv_given;                 /* --kv-dtype was given */
+	enum atlas_spec_mode spec;     /* --speculative (serve --self) */
+	int64_t num_draft;             /* --num-draft (serve --self), 0 unset */
 	const char *min_max[MAX_GATES]; /* --min/--max specs, in order */
 	bool is_max[MAX_GATES];        /* which of the two */
 	int n_gates;                   /* count */
@@ -261,6 +268,14 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_URL: o->url = optarg; break;
 		case O_SELF: o->self = 1; break;
 		case O_NOBI: o->no_bi = 1; break;
+		case O_SPEC: {
+			enum atlas_spec_mode m;
+			if (atlas_spec_parse(optarg, &m))
+				bad("--speculative: %s", atlas_errmsg());
+			o->spec = m;
+			break;
+		}
+		case O_NUM_DRAFT: o->num_draft = num("--num-draft", optarg, 1, ATLAS_SPEC_MAX_DRAFT); break;
 		case O_BI: o->bi = 1; break;
 		case O_KV_DTYPE:
 			if (atlas_kv_dtype_parse(optarg, &o->kv))
@@ -334,6 +349,11 @@ static void check(struct opts *o)
 	/* a server at --url runs in the mode it was started with */
 	if (o->bi && !model_cmd)
 		bad("--batch-invariant is for decode, prefill and generate (serve: the server's mode)");
+	if ((o->spec || o->num_draft) && !(!strcmp(o->cmd, "serve") && o->self))
+		bad("--speculative and --num-draft are for serve --self (the server started here; "
+		    "serve --url reports the server's own speculation)");
+	if (o->num_draft && !o->spec)
+		bad("--num-draft needs --speculative ngram");
 	if (o->no_bi && !(!strcmp(o->cmd, "serve") && o->self))
 		bad("--no-batch-invariant is for serve --self (the server started here)");
 	if (o->kv_given && !model_cmd && !(!strcmp(o->cmd, "serve") && o->self))
@@ -471,6 +491,7 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		/* asked for; null with --url (server.batch_invariant: as reported) */
 		ADD("batch_invariant", o->self ? B(!o->no_bi) : NULL);
 		ADD("kv_dtype", o->self ? jstr(atlas_kv_dtype_name(o->kv)) : NULL);
+		ADD("speculative", o->self ? jstr(atlas_spec_name(o->spec)) : NULL);
 		ADD("concurrency", jlist(&o->conc));
 		ADD("prompt", jlist(&o->prompt));
 		ADD("gen", jlist(&o->gen));
@@ -765,6 +786,21 @@ static json_object *serve_row(const struct atlas_loadgen_result *r)
 	return o;
 }
 
+/* The server's speculative counters (atlas-serve's /metrics): steps that
+ * verified drafts, drafts, accepted drafts, tokens those steps emitted.
+ * false when it does not report them. */
+static bool spec_counters(const struct opts *o, double v[4])
+{
+	static const char *const names[] = {"atlas_spec_steps_total", "atlas_spec_draft_tokens_total",
+					    "atlas_spec_accepted_tokens_total",
+					    "atlas_spec_emitted_tokens_total"};
+	for (int i = 0; i < 4; i++)
+		if (atlas_loadgen_metric(o->url, o->api_key, names[i],
+					 o->timeout < 10 ? o->timeout : 10, &v[i]) != 1)
+			return false;
+	return true;
+}
+
 /* serve: rows into `res`; the server at o->url, or one started here. */
 static int run_serve(struct opts *o, const char *dir, json_object *doc, json_object *res,
 		     FILE *tf)
@@ -780,7 +816,7 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 	if (dir && !atlas_config_load(dir, &cfg) && cfg.vocab_size < o->vocab)
 		o->vocab = cfg.vocab_size;
 	if (o->self) {
-		const char *args[20] = {"-m", dir, "--device", o->device, "--served-model-name",
+		const char *args[24] = {"-m", dir, "--device", o->device, "--served-model-name",
 					o->served};
 		int n = 6;
 		snprintf(ms, sizeof(ms), "%lld", (long long)(maxc > 16 ? maxc : 16));
@@ -808,6 +844,16 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 			args[n++] = "--kv-dtype";
 			args[n++] = atlas_kv_dtype_name(o->kv);
 		}
+		char nd[16];
+		if (o->spec) {
+			args[n++] = "--speculative";
+			args[n++] = atlas_spec_name(o->spec);
+		}
+		if (o->num_draft) {
+			snprintf(nd, sizeof(nd), "%lld", (long long)o->num_draft);
+			args[n++] = "--num-draft";
+			args[n++] = nd;
+		}
 		if (!(exe = atlas_selfserve_sibling("atlas-serve")))
 			return ATLAS_ENOTFOUND;
 		rc = atlas_selfserve_start(&ss, exe, args, o->timeout);
@@ -831,6 +877,7 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 			       inv < 0 ? NULL : json_object_new_boolean(inv != 0));
 	json_object_object_add(doc, "server", srv);
 	int64_t all_ok = 0;
+	bool speculated = false;
 	for (int c = 0; c < o->conc.n && !rc; c++)
 		for (int p = 0; p < o->prompt.n && !rc; p++)
 			for (int g = 0; g < o->gen.n && !rc; g++) {
@@ -840,9 +887,25 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 					n > 256 && o->requests < 0 ? 256 : n, o->prompt.v[p],
 					o->gen.v[g], o->vocab, o->timeout, o->seed};
 				struct atlas_loadgen_result r;
+				double sp0[4], sp1[4];
+				bool spc = spec_counters(o, sp0);
 				rc = atlas_loadgen_run(&lp, &r);
-				if (!rc)
-					json_object_array_add(res, serve_row(&r));
+				json_object *row = rc ? NULL : serve_row(&r);
+				if (row && spc && spec_counters(o, sp1) && sp1[0] > sp0[0]) {
+					/* the server speculated during this level: its
+					 * counters' growth (atlas-serve's /metrics) */
+					double st = sp1[0] - sp0[0], dr = sp1[1] - sp0[1],
+					       ac = sp1[2] - sp0[2], em = sp1[3] - sp0[3];
+					json_object_object_add(row, "spec_drafted", json_object_new_int64((int64_t)dr));
+					json_object_object_add(row, "spec_accepted", json_object_new_int64((int64_t)ac));
+					json_object_object_add(row, "spec_accept_rate",
+							       json_object_new_double(dr > 0 ? ac / dr : 0));
+					json_object_object_add(row, "spec_tok_per_step",
+							       json_object_new_double(em / st));
+					speculated = true;
+				}
+				if (row)
+					json_object_array_add(res, row);
 				all_ok += r.ok;
 				if (!rc && r.errors)
 					fprintf(stderr, "atlas-bench: %lld of %lld requests failed: %s\n",
@@ -854,9 +917,10 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 	if (!rc && !all_ok)
 		rc = atlas_error(ATLAS_EIO, "every request to '%s' failed", o->url);
 	if (!rc && tf) {
-		static const char *const cols[] = {"concurrency", "prompt", "gen", "errors",
-						   "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms",
-						   "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", NULL};
+		const char *cols[] = {"concurrency", "prompt", "gen", "errors",
+				      "throughput_tok_s", "ttft_p50_ms", "ttft_p90_ms",
+				      "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+				      speculated ? "spec_accept_rate" : NULL, "spec_tok_per_step", NULL};
 		fprintf(tf, "serve load against %s%s%s%s%s\n", o->url,
 			o->self ? " (started here)" : "",
 			inv < 0 ? "" : inv ? ", batch-invariant" : ", not batch-invariant",

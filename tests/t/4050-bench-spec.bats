@@ -1,0 +1,53 @@
+#!/usr/bin/env bats
+# 4050-bench-spec.bats - atlas-bench serve --self --speculative: the flag
+# reaches the server, the rows gain the acceptance rate and tokens per
+# step from the server's atlas_spec_* counters, and the flags are refused
+# where they do not apply (exit 1, as every bad atlas-bench flag).
+
+load test_helper
+
+setup() {
+	export ATLAS_HOME=$BATS_TEST_TMPDIR/home
+}
+
+@test "--help, the man page and the completions list --speculative and --num-draft" {
+	run -0 --separate-stderr atlas-bench --help
+	expect_contains "$output" "--speculative MODE" "usage"
+	expect_contains "$output" "--num-draft K" "usage"
+	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" '\-\-speculative' "man"
+	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" 'spec_tok_per_step' "man"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" "--num-draft" "bash"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" '"none ngram"' "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-bench")" "--speculative=" "zsh"
+}
+
+@test "serve --self --speculative ngram: acceptance and tokens per step in the table and JSON" {
+	run -0 --separate-stderr atlas-bench serve --self --speculative ngram --num-draft 4 \
+		--prompt 48 --gen 24 --requests 2 --vocab 40 --max errors=0 --json
+	expect_contains "$stderr" "spec_accept_rate"
+	expect_contains "$stderr" "spec_tok_per_step"
+	expect_contains "$output" '"speculative":"ngram"'
+	expect_match "$output" '"spec_drafted":[1-9]' "drafts proposed"
+	expect_match "$output" '"spec_tok_per_step":[1-9]' "at least one token a step"
+	# without it: no such columns, the mode recorded as none
+	run -0 --separate-stderr atlas-bench serve --self --prompt 8 --gen 4 --requests 1 --json
+	[[ $stderr != *spec_accept_rate* ]]
+	expect_contains "$output" '"speculative":"none"'
+	[[ $output != *'"spec_drafted"'* ]]
+}
+
+@test "bad --speculative and --num-draft uses exit 1 and name the fault" {
+	run -1 --separate-stderr atlas-bench serve --self --speculative mtp
+	expect_contains "$stderr" "--speculative"
+	expect_contains "$stderr" "MTP"
+	run -1 --separate-stderr atlas-bench serve --self --speculative fast
+	expect_contains "$stderr" "unknown speculative mode 'fast'"
+	run -1 --separate-stderr atlas-bench serve --self --num-draft 3
+	expect_contains "$stderr" "--num-draft needs --speculative ngram"
+	run -1 --separate-stderr atlas-bench serve --self --speculative ngram --num-draft 17
+	expect_contains "$stderr" "--num-draft"
+	run -1 --separate-stderr atlas-bench serve --url http://127.0.0.1:9 --speculative ngram
+	expect_contains "$stderr" "--speculative and --num-draft are for serve --self"
+	run -1 --separate-stderr atlas-bench decode --synthetic qwen3-0.6b --speculative ngram
+	expect_contains "$stderr" "--speculative and --num-draft are for serve --self"
+}
