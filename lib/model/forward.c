@@ -231,30 +231,39 @@ static int download(struct atlas_model *m, void *dst, const void *src, size_t by
 	return 0;
 }
 
-/* Sample the rows of m->logits that asked for it ([nsel, V], row k of the
- * k-th item that wants logits or a token) and hand out logits and ids. */
-static int finish_decode(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
-		  int64_t nsel, int want_ids)
+/* The draw: the sample hook (host work for it while the device runs the
+ * step, then the masks it set), then rows [0, rows) of m->logits sampled
+ * with m->h_args into m->h_out. Row k belongs to the k-th item that asks
+ * for logits or a token when `every`, else to the k-th that asks for a
+ * token. */
+static int draw(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+		int64_t rows, bool every)
 {
 	struct atlas_backend *be = m->be;
-	int64_t V = m->cfg.vocab_size;
-	if (want_ids) {
-		if (!be->sample)
-			return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
-		if (m->hook) {
-			/* the device is busy with the step: host work for the draw
-			 * now, then the masks it set */
-			m->hook(m->hook_ud);
-			for (int64_t i = 0, k = 0; i < n; i++)
-				if (it[i].logits || it[i].sample) {
-					if (it[i].sample)
-						m->h_args[k].mask = it[i].sample->mask;
-					k++;
-				}
-		}
-		TRY(be->sample(be, m->d_out, m->logits, nsel, V, m->h_args));
-		TRY(download(m, m->h_out, m->d_out, (size_t)nsel * sizeof(int32_t)));
+	if (!be->sample)
+		return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
+	if (m->hook) {
+		m->hook(m->hook_ud);
+		for (int64_t i = 0, k = 0; i < n; i++)
+			if (it[i].sample || (every && it[i].logits)) {
+				if (it[i].sample)
+					m->h_args[k].mask = it[i].sample->mask;
+				k++;
+			}
 	}
+	TRY(be->sample(be, m->d_out, m->logits, rows, m->cfg.vocab_size, m->h_args));
+	return download(m, m->h_out, m->d_out, (size_t)rows * sizeof(int32_t));
+}
+
+/* A recorded decode step's outputs: row k of m->logits ([nsel, V]) is the
+ * k-th item that wants logits or a token; draw the ids when some item
+ * wants one, then hand out logits and ids. */
+static int finish_decode(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
+			 int64_t nsel, int want_ids)
+{
+	int64_t V = m->cfg.vocab_size;
+	if (want_ids)
+		TRY(draw(m, it, n, nsel, true));
 	for (int64_t i = 0, k = 0; i < n; i++) {
 		if (!it[i].logits && !it[i].sample)
 			continue;
@@ -267,28 +276,15 @@ static int finish_decode(struct atlas_model *m, const struct atlas_batch_item *i
 	return 0;
 }
 
-/* Sample the first ns rows of m->logits (the items that asked for a token,
- * in order) and hand out the ids, then the logits rows after them (the
- * items that asked for logits, n_logits rows each, in order). */
+/* An eager step's outputs: the first ns rows of m->logits are the items
+ * that asked for a token, in order (drawn here), then the logits rows
+ * (n_logits rows each, in order). */
 static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
 		  int64_t ns)
 {
-	struct atlas_backend *be = m->be;
 	int64_t V = m->cfg.vocab_size;
-	if (ns) {
-		if (!be->sample)
-			return atlas_error(ATLAS_EUNSUPPORTED, "backend '%s' cannot sample", be->name);
-		if (m->hook) {
-			/* the device is busy with the step: host work for the draw
-			 * now, then the masks it set */
-			m->hook(m->hook_ud);
-			for (int64_t i = 0, k = 0; i < n; i++)
-				if (it[i].sample)
-					m->h_args[k++].mask = it[i].sample->mask;
-		}
-		TRY(be->sample(be, m->d_out, m->logits, ns, V, m->h_args));
-		TRY(download(m, m->h_out, m->d_out, (size_t)ns * sizeof(int32_t)));
-	}
+	if (ns)
+		TRY(draw(m, it, n, ns, false));
 	for (int64_t i = 0, k = 0, row = ns; i < n; i++) {
 		if (it[i].sample)
 			*it[i].token = m->h_out[k++];
