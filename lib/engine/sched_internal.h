@@ -46,6 +46,8 @@ struct atlas_sreq {
 	bool pooled;                   /* emb holds the finished vector */
 	int64_t preemptions;           /* times preempted */
 	int64_t draft;                 /* drafts in this step's item (hist past n_hist) */
+	int spec_fails;                /* steps in a row whose drafts all failed */
+	int spec_skip;                 /* steps to go before drafting again */
 	double t_first;                /* time of the first token, 0 before */
 
 	/* shared, under s->mu */

@@ -416,6 +416,15 @@ void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float 
 		acc++;
 	}
 	atlas_grammar_matcher_free(g);
+	/* back off where drafts keep failing: after f steps in a row with
+	 * none accepted, skip 2^(f-1) - 1 steps (at most 15) before the next
+	 * lookup; an accepted draft resets it */
+	if (acc) {
+		r->spec_fails = 0;
+	} else if (d > 0) {
+		r->spec_fails += r->spec_fails < 5;
+		r->spec_skip = (1 << (r->spec_fails - 1)) - 1;
+	}
 	r->res.spec_steps++;
 	r->res.spec_drafted += d;
 	r->res.spec_accepted += acc;

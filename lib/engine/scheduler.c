@@ -220,6 +220,10 @@ static int64_t make_drafts(struct atlas_sched *s, struct atlas_sreq *r, int64_t 
 		k = budget;
 	if (k <= 0)
 		return 0;
+	if (r->spec_skip > 0) {
+		r->spec_skip--; /* backing off after failed drafts */
+		return 0;
+	}
 	int64_t d = atlas_ngram_draft(r->hist, r->n_hist, s->spec.ngram_max, s->spec.ngram_min, k,
 				      r->hist + r->n_hist);
 	if (d > 0 && r->gm) {
