@@ -74,9 +74,10 @@ struct atlas_sched_params {
 	int64_t max_batch_tokens; /* tokens in one step; 0 = the model's */
 	bool prefix_cache;        /* share KV blocks of equal prompt prefixes
 				   * (atlas_model_set_prefix_cache) */
-	/* Speculative decoding (spec.h): a decoding request without a
-	 * grammar or reasoning budget proposes drafts and verifies them in
-	 * its step; at most ATLAS_SCHED_SPEC_SEQS requests a step do. */
+	/* Speculative decoding (spec.h): a decoding request that is not in
+	 * reasoning mode proposes drafts and verifies them in its step (a
+	 * grammar cuts and masks them); at most ATLAS_SCHED_SPEC_SEQS
+	 * requests a step do. */
 	struct atlas_spec_params spec;
 };
 
