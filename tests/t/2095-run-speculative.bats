@@ -2,8 +2,8 @@
 # 2095-run-speculative.bats - atlas-run --speculative ngram (prompt-lookup
 # drafts, verified in one step) and --num-draft K on the shipped default
 # model on the CPU: greedy output byte for byte what it is without
-# speculation, for any K, under a grammar and for many prompts at once
-# (-f); the timing line's draft counts; seeded sampling reproducible; and
+# speculation, for any K, under a grammar, for many prompts at once
+# (-f) and over two tensor-parallel ranks; the timing line's draft counts; seeded sampling reproducible; and
 # the refusals (draft and mtp are not in Atlas yet, an unknown mode,
 # --num-draft out of 1..16 or without --speculative ngram: exit 2).
 
@@ -87,6 +87,14 @@ drafted() {
 	[[ $stderr != *speculative* ]] || { echo "--speculative none's stderr: $stderr" >&2; false; }
 	# the output is not empty: the comparisons above compare something
 	expect_match "$(cat "$BATS_TEST_TMPDIR/out.1")" '[^[:space:]]' "greedy text"
+}
+
+@test "--tp 2 (two thread ranks): the same bytes with drafts as one rank without" {
+	gen
+	gen --tp 2 --speculative ngram
+	expect_same_file "$BATS_TEST_TMPDIR/out.1" "$BATS_TEST_TMPDIR/out.2"
+	expect_match "$stderr" "$SPEC_RE" "timing line"
+	[ "$(drafted "$stderr")" -gt 0 ]
 }
 
 @test "the timing line counts the drafts, and this prompt has some accepted" {
