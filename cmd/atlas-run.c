@@ -70,6 +70,10 @@ static const char usage_text[] =
 	"                            far, verified in one step; greedy output is\n"
 	"                            unchanged, sampling keeps its distribution)\n"
 	"      --num-draft K         drafts a step with --speculative, 1..16 (default 4)\n"
+	"      --batch-invariant     kernels whose rows never depend on the step's\n"
+	"                            other rows (atlas-serve's default): on CUDA,\n"
+	"                            --speculative and --parallel then give greedy\n"
+	"                            output bit for bit, at some speed\n"
 	"      --tp N                tensor parallelism over N ranks, one thread each\n"
 	"                            (default 1); on the CPU, N thread ranks in this\n"
 	"                            process; on CUDA, one GPU per rank\n"
@@ -125,7 +129,7 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
 	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP, OPT_PARALLEL,
 	OPT_JSON_SCHEMA, OPT_JSON, OPT_GRAMMAR, OPT_REGEX,
-	OPT_NO_PREFIX, OPT_KV_DTYPE, OPT_SPEC, OPT_NUM_DRAFT };
+	OPT_NO_PREFIX, OPT_KV_DTYPE, OPT_SPEC, OPT_NUM_DRAFT, OPT_BATCH_INV };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -163,6 +167,7 @@ static const struct option longopts[] = {
 	{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 	{"speculative", required_argument, NULL, OPT_SPEC},
 	{"num-draft", required_argument, NULL, OPT_NUM_DRAFT},
+	{"batch-invariant", no_argument, NULL, OPT_BATCH_INV},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
 	{"help", no_argument, NULL, 'h'},
@@ -190,6 +195,7 @@ struct opts {
 	enum atlas_kv_dtype kv_dtype; /* --kv-dtype: the KV cache's format (auto) */
 	enum atlas_spec_mode spec; /* --speculative (none) */
 	int num_draft;           /* --num-draft, 0 unset */
+	bool batch_invariant;    /* --batch-invariant */
 	const char *json_schema; /* --json-schema FILE */
 	bool json;               /* --json */
 	const char *grammar;     /* --grammar FILE */
@@ -261,6 +267,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_NO_PREFIX: o->no_prefix_cache = true; break;
 		case OPT_KV_DTYPE: o->kv_dtype = cmd_parse_kv_dtype("--kv-dtype", optarg); break;
 		case OPT_SPEC: o->spec = cmd_parse_spec("--speculative", optarg); break;
+		case OPT_BATCH_INV: o->batch_invariant = true; break;
 		case OPT_NUM_DRAFT:
 			o->num_draft = (int)cmd_parse_int("--num-draft", optarg, 1, ATLAS_SPEC_MAX_DRAFT);
 			break;
@@ -439,6 +446,7 @@ static int load(struct ctx *x, bool need_model, bool need_tok, bool many)
 	sp.model.max_context = o->ctx;
 	sp.model.kv_dtype = o->kv_dtype;
 	sp.spec = (struct atlas_spec_params){.mode = o->spec, .num_draft = o->num_draft};
+	sp.batch_invariant = o->batch_invariant;
 	x->parallel = !many ? 1 : o->parallel > 0 ? o->parallel : 64;
 	if (many) {
 		/* a pool for `parallel` sequences of up to 1,024 tokens (at

@@ -117,13 +117,15 @@ int atlas_session_load(struct atlas_session *s, const struct atlas_model_params 
 		snprintf(mode, sizeof(mode), "; embedding model, %s pooling%s",
 			 atlas_pooling_name(ec->pooling), ec->normalize ? ", L2-normalized" : "");
 	atlas_info("device: %s; model %s: %lld-token context, %lld KV blocks of %lld tokens, "
-		   "%lld sequences and %lld tokens per step, prefix cache %s%s",
+		   "%lld sequences and %lld tokens per step, prefix cache %s, speculative %s%s%s",
 		   s->be ? s->be->name : atlas_tp_group_backend(s->tp, 0)->name,
 		   atlas_model_family(s->model), (long long)atlas_model_max_context(s->model),
 		   (long long)atlas_model_kv_blocks_total(s->model),
 		   (long long)atlas_model_block_size(s->model),
 		   (long long)atlas_model_max_seqs(s->model),
-		   (long long)atlas_model_max_tokens(s->model), s->p.prefix_cache ? "on" : "off", mode);
+		   (long long)atlas_model_max_tokens(s->model), s->p.prefix_cache ? "on" : "off",
+		   atlas_spec_name(s->p.spec.mode), s->p.batch_invariant ? ", batch-invariant" : "",
+		   mode);
 	return 0;
 }
 

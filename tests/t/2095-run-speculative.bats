@@ -97,6 +97,20 @@ drafted() {
 	[ "$(drafted "$stderr")" -gt 0 ]
 }
 
+@test "--batch-invariant: the mode is logged, and drafts give the same bytes in it" {
+	gen --batch-invariant -v
+	expect_contains "$stderr" "speculative none, batch-invariant" "log line"
+	gen --batch-invariant -v --speculative ngram
+	expect_contains "$stderr" "speculative ngram, batch-invariant" "log line"
+	expect_same_file "$BATS_TEST_TMPDIR/out.1" "$BATS_TEST_TMPDIR/out.2"
+	[ "$(drafted "$stderr")" -gt 0 ]
+	run -0 --separate-stderr atlas-run --help
+	expect_contains "$output" "--batch-invariant" "usage"
+	expect_contains "$(cat "$ATLAS_SRC/man/atlas-run.1")" '\-\-batch\-invariant' "man"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" "--batch-invariant" "bash"
+	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" "--batch-invariant[" "zsh"
+}
+
 @test "the timing line counts the drafts, and this prompt has some accepted" {
 	gen -v --speculative ngram
 	expect_contains "$stderr" "speculative (ngram)" "stderr"
