@@ -525,16 +525,6 @@ void atlas_sample_mask(float *logits, int64_t V, const uint32_t *mask);
 int32_t atlas_sample_pick(float *logits, int64_t V, const struct atlas_sample_args *a,
 			  void *scratch);
 
-/* Speculative verification of a draft token with the same settings and
- * one uniform (a->u): the draft when u falls in its probability mass
- * after the filters (accepted with probability p(draft)), else a draw
- * from the residual distribution, p with the draft removed and
- * renormalized, so the token is distributed as atlas_sample_pick's
- * (the standard rule for a deterministic draft). Temperature 0: the
- * argmax, whatever the draft. A draft of -1 is atlas_sample_pick. */
-int32_t atlas_sample_verify(float *logits, int64_t V, const struct atlas_sample_args *a,
-			    void *scratch, int32_t draft);
-
 /* Backend constructors. Each returns a new backend owned by the caller
  * (release with be->destroy(be)) or NULL with a message. */
 struct atlas_backend *atlas_backend_cpu_new(void);

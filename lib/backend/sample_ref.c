@@ -54,9 +54,8 @@ void atlas_sample_mask(float *logits, int64_t V, const uint32_t *mask)
 	}
 }
 
-/* atlas_sample_pick, or with draft >= 0 atlas_sample_verify */
-static int32_t pick(float *logits, int64_t n, const struct atlas_sample_args *a, void *scratch,
-		    int32_t draft)
+int32_t atlas_sample_pick(float *logits, int64_t n, const struct atlas_sample_args *a,
+			  void *scratch)
 {
 	atlas_sample_mask(logits, n, a->mask);
 	if (a->temperature == 0.0f)
@@ -131,40 +130,12 @@ static int32_t pick(float *logits, int64_t n, const struct atlas_sample_args *a,
 	for (int64_t i = 0; i < k; i++)
 		sum += prob[i];
 	double r = (double)a->u * sum, acc = 0;
-	if (draft >= 0) {
-		/* r is uniform on [0, sum): below the draft's mass it is
-		 * accepted (probability p(draft)); above, r - p(draft) is
-		 * uniform on the rest, which the walk below then draws from
-		 * with the draft left out: the residual distribution */
-		double pd = 0;
-		for (int64_t i = 0; i < k; i++)
-			if (c[i].id == draft)
-				pd = prob[i];
-		if (r < pd)
-			return draft;
-		r -= pd;
-	}
 	for (int64_t i = 0; i < k; i++) {
-		if (c[i].id == draft)
-			continue;
 		acc += prob[i];
 		if (r < acc)
 			return c[i].id;
 	}
-	/* rounding: never a masked-out token, nor the rejected draft */
-	while (k > 1 && (prob[k - 1] == 0.0f || c[k - 1].id == draft))
+	while (k > 1 && prob[k - 1] == 0.0f) /* rounding: never a masked-out token */
 		k--;
 	return c[k - 1].id;
-}
-
-int32_t atlas_sample_pick(float *logits, int64_t n, const struct atlas_sample_args *a,
-			  void *scratch)
-{
-	return pick(logits, n, a, scratch, -1);
-}
-
-int32_t atlas_sample_verify(float *logits, int64_t n, const struct atlas_sample_args *a,
-			    void *scratch, int32_t draft)
-{
-	return pick(logits, n, a, scratch, draft);
 }

@@ -182,14 +182,3 @@ int32_t atlas_sampler_sample(struct atlas_sampler *s, float *logits,
 	atlas_sampler_args(s, &a);
 	return atlas_sample_pick(logits, s->n_vocab, &a, s->cands);
 }
-
-int32_t atlas_sampler_verify(struct atlas_sampler *s, float *logits, const int32_t *context,
-			     int64_t n_context, int64_t n_generated, int32_t draft)
-{
-	struct atlas_sample_args a;
-	if (n_generated > n_context)
-		n_generated = n_context;
-	penalties(s, logits, context, n_context, n_generated);
-	atlas_sampler_args(s, &a);
-	return atlas_sample_verify(logits, s->n_vocab, &a, s->cands, draft);
-}

@@ -39,14 +39,6 @@ int32_t atlas_sampler_sample(struct atlas_sampler *s, float *logits,
 			     const int32_t *context, int64_t n_context,
 			     int64_t n_generated);
 
-/* Speculative decoding: as atlas_sampler_sample for the position where
- * `draft` was proposed (one draw), returning the draft itself when it
- * is accepted, else a token from the residual distribution; over the
- * draw, the result is distributed as atlas_sampler_sample's
- * (atlas_sample_verify). Greedy: the argmax. draft -1: a plain sample. */
-int32_t atlas_sampler_verify(struct atlas_sampler *s, float *logits, const int32_t *context,
-			     int64_t n_context, int64_t n_generated, int32_t draft);
-
 /* The settings of the next draw for an on-device sampler, with a fresh
  * uniform from this sampler's generator (so host and device choices
  * match). Returns 1 when the device may sample (no penalties, which need

@@ -406,8 +406,13 @@ void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float 
 			atlas_sample_mask(row, V, mask);
 		}
 		int32_t draft = j < d ? r->hist[r->n_hist + j] : -1;
-		int32_t id = atlas_sampler_verify(r->smp, row, r->hist, r->n_hist + j, r->n_gen + j,
-						  draft);
+		/* the token this row gives without drafts (the request's next
+		 * uniform, as a plain step draws it); the draft is accepted when
+		 * they agree. For a fixed draft that is acceptance with
+		 * probability p(draft) and, otherwise, a draw from p without
+		 * the draft: the standard rule, and seeded output token for
+		 * token what it is without speculation */
+		int32_t id = atlas_sampler_sample(r->smp, row, r->hist, r->n_hist + j, r->n_gen + j);
 		if (r->top >= 0)
 			t[m].logprob = (float)(s->raw[id] - lse);
 		ids[m++] = id;

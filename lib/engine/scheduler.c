@@ -245,7 +245,8 @@ static int64_t make_drafts(struct atlas_sched *s, struct atlas_sreq *r, int64_t 
 /* Decide this step's items (under s->mu). Returns how many. */
 static int64_t build_step(struct atlas_sched *s)
 {
-	int64_t n = 0, budget = s->budget, free = atlas_model_kv_blocks_free(s->m), n_spec = 0;
+	int64_t n = 0, budget = s->budget, free = atlas_model_kv_blocks_free(s->m), n_spec = 0,
+		nd = 0;
 	s->hid_rows = 0; /* within budget: the step's tokens are at most that */
 	s->rows = 0;
 
@@ -275,8 +276,16 @@ static int64_t build_step(struct atlas_sched *s)
 		}
 		free -= need;
 		budget--;
-		int64_t d = n_spec < ATLAS_SCHED_SPEC_SEQS ? make_drafts(s, r, budget, free + need) : 0;
-		if (d > 0) {
+		s->item_req[nd++] = r; /* its item comes in 1b, at this index */
+	}
+	/* 1b. then drafts (spec.h) from the budget and blocks every decode
+	 *     has left: a speculating request never holds another's token
+	 *     back, nor makes it preempt */
+	for (int64_t j = 0; j < nd; j++) {
+		struct atlas_sreq *r = s->item_req[j];
+		int64_t need = atlas_seq_blocks_needed(r->seq, 1), d = 0;
+		if (n_spec < ATLAS_SCHED_SPEC_SEQS && budget > 0 &&
+		    (d = make_drafts(s, r, budget, free + need)) > 0) {
 			n_spec++;
 			free -= atlas_seq_blocks_needed(r->seq, 1 + d) - need;
 			budget -= d;

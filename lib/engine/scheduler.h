@@ -47,9 +47,10 @@
  * every row; the drafts are verified in order by the request's sampler,
  * its KV rows past the accepted ones are dropped before the step's
  * blocks are published, and the step emits 1..num_draft + 1 tokens.
- * Greedy output equals plain decoding's wherever a row's logits do not
- * depend on how many rows its step holds (the CPU backend, and CUDA in
- * batch-invariant mode); seeded sampling keeps the distribution.
+ * Output, greedy or seeded, equals plain decoding's wherever a row's
+ * logits do not depend on how many rows its step holds (batch-invariant
+ * mode; the CPU's default kernels in practice). Drafts take only the
+ * token budget and blocks the step's decodes leave.
  *
  * A request is shared by its submitter and the engine: the submitter
  * takes output with atlas_sreq_take and ends its interest with

@@ -2,11 +2,13 @@
  *
  * A decoding request may propose k draft tokens a step; the scheduler
  * runs its last token and the drafts as one item of k + 1 rows, takes the
- * logits of every row, and verifies the drafts in order with the
- * request's own sampler (atlas_sampler_verify): greedy keeps a draft
- * while it is the argmax, sampling keeps it with probability p(draft) and
- * otherwise draws from the residual distribution, so the output is
- * distributed exactly as without speculation. The first rejected draft
+ * logits of every row, and verifies the drafts in order: each row is
+ * sampled with the request's own sampler and next uniform, exactly as a
+ * plain step would, and its draft is kept when the two agree. For a fixed
+ * draft that is the standard rule (kept with probability p(draft), else
+ * a draw from p without it), and the tokens are those of plain decoding,
+ * greedy or seeded, wherever a row's logits do not depend on how many
+ * rows its step holds. The first rejected draft
  * is replaced by the verified token, and when every draft is kept the
  * last row gives one token more: a step emits 1..k+1 tokens. The rows of
  * rejected drafts are dropped from the KV cache (atlas_seq_truncate).

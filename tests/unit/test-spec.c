@@ -1,9 +1,9 @@
-/* test-spec.c - speculative decoding: prompt-lookup drafts, the
- * verification rule's distribution (accept with p(draft), else the
- * residual), and on the CPU backend that the scheduler's speculative
- * steps give exactly plain decoding's greedy output, one request or many,
- * with preemption and with the prefix cache, and the same seeded output
- * on every run, with every KV block back in the pool afterwards. */
+/* test-spec.c - speculative decoding: prompt-lookup drafts, and
+ * on the CPU backend that the scheduler's speculative steps give exactly
+ * plain decoding's output, greedy (one request or many, with preemption
+ * and with the prefix cache) and seeded, that drafts never take a
+ * decode's token, and that grammars mask drafts, with every KV block
+ * back in the pool afterwards. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,53 +63,6 @@ static void test_ngram_draft(void)
 	CHECK_CONTAINS(atlas_errmsg(), "MTP");
 	CHECK_EQ_INT(atlas_spec_parse("draft", &m), ATLAS_EUNSUPPORTED);
 	CHECK_EQ_INT(atlas_spec_parse("bogus", &m), ATLAS_EINVAL);
-}
-
-/* Over uniform draws, verification's output is distributed as a plain
- * sample's, whatever the draft: each id's frequency within 0.006 of its
- * probability after the filters (200000 draws: a few standard errors). */
-static void verify_matches(float temp, int top_k, float top_p, int32_t draft)
-{
-	enum { V = 8, DRAWS = 200000 };
-	const float logits[V] = {1.0f, 2.0f, 0.5f, -1.0f, 1.5f, 0.0f, 2.2f, -3.0f};
-	double plain[V] = {0}, ver[V] = {0};
-	float l[V];
-	double cands[V];
-	uint64_t x = 12345;
-	for (int i = 0; i < DRAWS; i++) {
-		x = x * 6364136223846793005ull + 1442695040888963407ull;
-		struct atlas_sample_args a = {.temperature = temp, .top_k = top_k, .top_p = top_p,
-					      .u = (float)((x >> 40) * (1.0 / 16777216.0))};
-		memcpy(l, logits, sizeof(l));
-		plain[atlas_sample_pick(l, V, &a, cands)] += 1.0 / DRAWS;
-		memcpy(l, logits, sizeof(l));
-		ver[atlas_sample_verify(l, V, &a, cands, draft)] += 1.0 / DRAWS;
-	}
-	for (int i = 0; i < V; i++)
-		if (fabs(plain[i] - ver[i]) > 0.006)
-			harness_fail(__FILE__, __LINE__,
-				     "temp %g top_k %d top_p %g draft %d: id %d %.4f plain, %.4f verified",
-				     temp, top_k, top_p, draft, i, plain[i], ver[i]);
-}
-
-static void test_verify_distribution(void)
-{
-	verify_matches(1.0f, 0, 1.0f, 6);  /* the likeliest id drafted */
-	verify_matches(1.0f, 0, 1.0f, 3);  /* an unlikely one */
-	verify_matches(0.7f, 3, 1.0f, 4);  /* inside top-k */
-	verify_matches(0.7f, 3, 1.0f, 7);  /* filtered out: never accepted */
-	verify_matches(1.3f, 0, 0.8f, 0);  /* top-p */
-	/* greedy: the argmax, draft or not */
-	float l[4] = {0.5f, 2.0f, 1.0f, 2.0f};
-	double cands[4];
-	struct atlas_sample_args a = {.temperature = 0, .top_p = 1, .u = 0.1f};
-	CHECK_EQ_INT(atlas_sample_verify(l, 4, &a, cands, 2), 1);
-	float l2[4] = {0.5f, 2.0f, 1.0f, 2.0f};
-	CHECK_EQ_INT(atlas_sample_verify(l2, 4, &a, cands, 1), 1);
-	/* a draft that holds all the mass is always accepted */
-	float l3[4] = {0.0f, 50.0f, -50.0f, -50.0f};
-	struct atlas_sample_args b = {.temperature = 1, .top_k = 1, .top_p = 1, .u = 0.999f};
-	CHECK_EQ_INT(atlas_sample_verify(l3, 4, &b, cands, 1), 1);
 }
 
 static char path[512];
@@ -258,26 +211,106 @@ static void test_spec_greedy_equals_plain(void)
 	be->destroy(be);
 }
 
-/* Seeded sampling with drafts: the same output on every run, alone or
- * batched (each request's draws are its own), and a valid run. */
+/* Seeded sampling with drafts gives the tokens it gives without, token
+ * for token: a row is sampled with the request's next uniform as a plain
+ * step would, and the draft is kept when they agree (batch-invariant
+ * mode, so the rows' logits are the same bits). Alone or batched alike. */
 static void test_spec_seeded(void)
 {
 	struct atlas_backend *be = atlas_backend_cpu_new();
+	be->batch_invariant = true;
 	struct atlas_model *m = load(be, NREQ, 64, 0, 4);
 	CHECK(m != NULL);
 	if (!m) {
 		be->destroy(be);
 		return;
 	}
-	static int32_t a[NREQ][MAXGEN], b[NREQ][MAXGEN];
+	static int32_t a[NREQ][MAXGEN], b[NREQ][MAXGEN], c[NREQ][MAXGEN];
 	static float lp[NREQ][MAXGEN];
 	struct atlas_sched_stats st;
-	struct atlas_sched_params sp = {.max_seqs = NREQ, .max_batch_tokens = 64,
-					.spec = {.mode = ATLAS_SPEC_NGRAM, .num_draft = 4}};
-	run_all(m, &sp, true, 0.8, -1, a, lp, &st);
-	CHECK(st.spec_drafted > 0);
-	run_all(m, &sp, false, 0.8, -1, b, lp, &st);
+	struct atlas_sched_params plain = {.max_seqs = NREQ, .max_batch_tokens = 64};
+	struct atlas_sched_params sp = plain;
+	sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_NGRAM, .num_draft = 4};
+	run_all(m, &plain, true, 0.8, -1, a, lp, &st);
+	run_all(m, &sp, true, 0.8, -1, b, lp, &st);
+	CHECK(st.spec_accepted > 0);
 	CHECK(!memcmp(a, b, sizeof(a)));
+	run_all(m, &sp, false, 0.8, -1, c, lp, &st);
+	CHECK(!memcmp(a, c, sizeof(a)));
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
+/* Drafts take only what every decode has left: with a token budget of
+ * one a sequence, a step of NREQ decodes has none to spare, so every
+ * request that is decoding gets a token in every step (none waits while
+ * another's drafts run, none is preempted), and the outputs are the
+ * plain ones. */
+static void test_spec_leaves_decodes_alone(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model *m = load(be, NREQ, NREQ, 0, 4);
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	static int32_t a[NREQ][MAXGEN];
+	static float lp[NREQ][MAXGEN];
+	struct atlas_sched_stats st;
+	struct atlas_sched_params plain = {.max_seqs = NREQ, .max_batch_tokens = NREQ};
+	run_all(m, &plain, false, 0.0, -1, a, lp, &st);
+	struct atlas_sched_params sp = plain;
+	sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_NGRAM, .num_draft = 4};
+	struct atlas_sched *s = atlas_sched_new(m, NULL, &sp);
+	int32_t prompts[NREQ][PLEN];
+	make_prompts(prompts);
+	struct atlas_sreq *r[NREQ];
+	int64_t got[NREQ] = {0};
+	bool done[NREQ] = {false};
+	for (int i = 0; i < NREQ; i++) {
+		struct atlas_sreq_params rp = {.prompt = prompts[i], .n_prompt = PLEN - i,
+					       .top_logprobs = -1};
+		rp.gen.max_tokens = MAXGEN;
+		rp.gen.ignore_eos = true;
+		atlas_sampler_default_params(&rp.gen.sampling);
+		rp.gen.sampling.temperature = 0;
+		CHECK_EQ_INT(atlas_sched_submit(s, &rp, &r[i]), 0);
+	}
+	int starved = 0;
+	while (atlas_sched_step(s) == 1) {
+		for (int i = 0; i < NREQ; i++) {
+			struct atlas_sched_chunk c;
+			if (done[i])
+				continue;
+			if (!atlas_sreq_take(r[i], 0, &c)) {
+				starved += got[i] > 0; /* nothing new at all */
+				continue;
+			}
+			int64_t before = got[i];
+			for (size_t k = 0; k < c.n; k++)
+				if (c.tok[k].id >= 0) {
+					CHECK(got[i] < MAXGEN && c.tok[k].id == a[i][got[i]]);
+					got[i]++;
+				}
+			/* a request that had begun decoding and is not done got a
+			 * token this step */
+			if (before > 0 && got[i] == before && !c.done)
+				starved++;
+			done[i] = c.done;
+			atlas_sched_chunk_free(&c);
+		}
+	}
+	CHECK_EQ_INT(starved, 0);
+	atlas_sched_get_stats(s, &st);
+	CHECK(st.spec_drafted > 0); /* once some requests have finished */
+	CHECK_EQ_INT(st.preemptions, 0);
+	for (int i = 0; i < NREQ; i++) {
+		CHECK(done[i]);
+		CHECK_EQ_INT(got[i], MAXGEN);
+		atlas_sreq_release(r[i]);
+	}
+	atlas_sched_free(s);
 	atlas_model_free(m);
 	be->destroy(be);
 }
@@ -383,9 +416,9 @@ static void test_spec_grammar(void)
 int main(void)
 {
 	RUN(test_ngram_draft);
-	RUN(test_verify_distribution);
 	RUN(test_spec_greedy_equals_plain);
 	RUN(test_spec_seeded);
+	RUN(test_spec_leaves_decodes_alone);
 	RUN(test_spec_grammar);
 	return harness_done();
 }
