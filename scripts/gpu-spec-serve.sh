@@ -2,8 +2,9 @@
 # gpu-spec-serve.sh [BUILD] - greedy text of atlas-serve (batch-invariant,
 # its default) on CUDA with --speculative ngram against without, on the
 # shipped default model: the same prompt through /v1/completions on two
-# servers, texts compared, the drafts counted (/metrics). Binaries carried
-# in BUILD (atlas-serve). Logs under $OUT.
+# servers, texts compared, the drafts counted (/metrics); then atlas-run
+# --batch-invariant on CUDA with and without drafts. Binaries carried in
+# BUILD (atlas-serve, atlas-run). Logs under $OUT.
 B=${1:-build-gs}
 sh scripts/gpu-unpack.sh "$B"
 P=$(printf 'def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n')
@@ -25,3 +26,11 @@ for sp in none ngram; do
 	echo "== --speculative $sp: $(wc -c <"$OUT/text-$sp.txt") bytes; $(tr '\n' ' ' <"$OUT/metrics-$sp.txt")"
 done
 cmp -s "$OUT/text-none.txt" "$OUT/text-ngram.txt" && echo "greedy texts: equal" || echo "greedy texts: DIFFER"
+# atlas-run in batch-invariant mode: greedy with and without drafts
+for sp in none ngram; do
+	timeout 60 "$B/atlas-run" -m models/default --device cuda --batch-invariant -p "$P" -n 256 \
+		--temperature 0 --ignore-eos --speculative $sp >"$OUT/run-bi-$sp.txt" 2>"$OUT/run-bi-$sp.err"
+	echo "atlas-run --batch-invariant --speculative $sp: exit $?: $(tail -1 "$OUT/run-bi-$sp.err")"
+done
+cmp -s "$OUT/run-bi-none.txt" "$OUT/run-bi-ngram.txt" && echo "atlas-run --batch-invariant greedy: equal" ||
+	echo "atlas-run --batch-invariant greedy: DIFFER"

@@ -280,12 +280,15 @@ static int64_t build_step(struct atlas_sched *s)
 	}
 	/* 1b. then drafts (spec.h) from the budget and blocks every decode
 	 *     has left: a speculating request never holds another's token
-	 *     back, nor makes it preempt */
+	 *     back, nor makes it preempt; and only plain free blocks, not
+	 *     cached prefixes a rejected draft would evict for nothing */
+	int64_t cached = s->spec.mode != ATLAS_SPEC_NONE ? atlas_model_kv_blocks_cached(s->m) : 0;
 	for (int64_t j = 0; j < nd; j++) {
 		struct atlas_sreq *r = s->item_req[j];
 		int64_t need = atlas_seq_blocks_needed(r->seq, 1), d = 0;
+		int64_t spare = free - cached > 0 ? free - cached : 0;
 		if (n_spec < ATLAS_SCHED_SPEC_SEQS && budget > 0 &&
-		    (d = make_drafts(s, r, budget, free + need)) > 0) {
+		    (d = make_drafts(s, r, budget, spare + need)) > 0) {
 			n_spec++;
 			free -= atlas_seq_blocks_needed(r->seq, 1 + d) - need;
 			budget -= d;
