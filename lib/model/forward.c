@@ -231,6 +231,12 @@ static int download(struct atlas_model *m, void *dst, const void *src, size_t by
 	return 0;
 }
 
+/* Rows of logits an item asks for (n_logits, 0 meaning 1). */
+static int64_t logits_rows(const struct atlas_batch_item *it)
+{
+	return it->n_logits > 1 ? it->n_logits : 1;
+}
+
 /* The draw: the sample hook (host work for it while the device runs the
  * step, then the masks it set), then rows [0, rows) of m->logits sampled
  * with m->h_args into m->h_out. Row k belongs to the k-th item that asks
@@ -289,7 +295,7 @@ static int finish(struct atlas_model *m, const struct atlas_batch_item *it, int6
 		if (it[i].sample)
 			*it[i].token = m->h_out[k++];
 		if (it[i].logits) {
-			int64_t r = it[i].n_logits > 1 ? it[i].n_logits : 1;
+			int64_t r = logits_rows(&it[i]);
 			TRY(download(m, it[i].logits, m->logits + row * V, (size_t)(r * V) * sizeof(float)));
 			row += r;
 		}
@@ -324,7 +330,7 @@ static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 	int64_t ns = 0, nl = 0;
 	for (int64_t i = 0; i < n; i++) {
 		ns += it[i].sample != NULL;
-		nl += it[i].logits ? (it[i].n_logits > 1 ? it[i].n_logits : 1) : 0;
+		nl += it[i].logits ? logits_rows(&it[i]) : 0;
 	}
 	if (!ns && !nl)
 		return 0;
@@ -339,7 +345,7 @@ static int eager_step(struct atlas_model *m, const struct atlas_batch_item *it, 
 				TRY(be->copy(be, (char *)sel + (size_t)k++ * rb,
 					     (const char *)m->h + (size_t)(end - 1) * rb, rb));
 			} else if (pass == 1 && it[i].logits) {
-				int64_t r = it[i].n_logits > 1 ? it[i].n_logits : 1;
+				int64_t r = logits_rows(&it[i]);
 				TRY(be->copy(be, (char *)sel + (size_t)k * rb,
 					     (const char *)m->h + (size_t)(end - r) * rb, (size_t)r * rb));
 				k += r;
