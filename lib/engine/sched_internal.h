@@ -45,7 +45,11 @@ struct atlas_sreq {
 	float *emb;                    /* embedding: [D] the result, set when done */
 	bool pooled;                   /* emb holds the finished vector */
 	int64_t preemptions;           /* times preempted */
-	int64_t draft;                 /* drafts in this step's item (hist past n_hist) */
+	int64_t draft;                 /* drafts in this step's item (hist past n_hist);
+				        * with a draft model, the most it may make
+				        * until atlas_sched_draft has run */
+	struct atlas_seq *dseq;        /* the draft model's sequence: a prefix of hist
+				        * (plus drafts while a step runs), or NULL */
 	int spec_fails;                /* steps in a row whose drafts all failed */
 	int spec_skip;                 /* steps to go before drafting again */
 	double t_first;                /* time of the first token, 0 before */
@@ -96,7 +100,29 @@ struct atlas_sched {
 				        * submission (under mu), then fixed */
 	int64_t hid_rows;              /* rows of hid the step being built uses */
 	bool masks_done;               /* its grammar masks are computed */
+
+	/* draft model (spec.mode ATLAS_SPEC_DRAFT; engine thread only) */
+	struct atlas_model *dm;        /* the draft model, or NULL */
+	int64_t dV;                    /* its vocabulary size (its logits' rows) */
+	float *dlogits;                /* [ATLAS_SCHED_SPEC_SEQS, dV] one pass's rows */
+	struct atlas_batch_item *ditems; /* [ATLAS_SCHED_SPEC_SEQS] one pass's items */
+	uint32_t *dmask;               /* [(V + 31) / 32] a grammar's mask for a draft */
+	bool dwarned;                  /* a draft pass failed and said so */
 };
+
+/* sched_draft.c: with a draft model, make the drafts of the step just
+ * built (s->items[0, n)): for each item whose request has draft > 0 (the
+ * most it may make), bring its draft sequence up to the request's
+ * tokens, decode up to that many drafts greedily into r->hist[n_hist..]
+ * (masked by its grammar, stopping at an end-of-sequence id), then set
+ * r->draft and the item's rows to what was made. A failure of the draft
+ * model only costs the drafts (logged once). Engine thread, without
+ * s->mu. */
+void atlas_sched_draft(struct atlas_sched *s, int64_t n);
+/* sched_draft.c: after r's drafts were verified with `keep` tokens of
+ * its history confirmed (r->hist[0, keep)), drop the rest from its draft
+ * sequence. */
+void atlas_sched_draft_keep(struct atlas_sched *s, struct atlas_sreq *r, int64_t keep);
 
 /* sched_req.c: after a step, take the next token of `r` (sampled on the
  * backend into r->next, or here from `logits`) and publish it (under

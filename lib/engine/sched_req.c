@@ -212,6 +212,10 @@ void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_f
 		atlas_seq_free(r->seq);
 		r->seq = NULL;
 	}
+	if (r->dseq) {
+		atlas_seq_free(r->dseq);
+		r->dseq = NULL;
+	}
 	atlas_sampler_free(r->smp);
 	r->smp = NULL;
 	release_grammar(r);
@@ -447,6 +451,8 @@ void atlas_sreq_advance_spec(struct atlas_sched *s, struct atlas_sreq *r, float 
 	}
 	if (s->prefix)
 		atlas_seq_publish_prefix(r->seq, r->hist);
+	if (r->dseq)
+		atlas_sched_draft_keep(s, r, r->n_hist + m - 1);
 	for (int64_t j = 0; j < m; j++) {
 		s->st.spec_tokens++;
 		if (!emit(s, r, ids[j], &t[j]))

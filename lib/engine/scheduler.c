@@ -31,6 +31,22 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 	struct atlas_spec_params spec = p ? p->spec : (struct atlas_spec_params){0};
 	if (spec.mode != ATLAS_SPEC_NONE && atlas_spec_check(&spec))
 		return NULL;
+	struct atlas_model *dm = spec.mode == ATLAS_SPEC_DRAFT ? p->draft : NULL;
+	if (spec.mode == ATLAS_SPEC_DRAFT) {
+		int64_t want = ms < ATLAS_SCHED_SPEC_SEQS ? ms : ATLAS_SCHED_SPEC_SEQS;
+		if (!dm) {
+			atlas_error(ATLAS_EINVAL, "speculative decoding with a draft model needs the model");
+			return NULL;
+		}
+		if (atlas_model_max_seqs(dm) < want || atlas_model_max_tokens(dm) < want) {
+			atlas_error(ATLAS_EINVAL,
+				    "the draft model's step limits (%lld sequences, %lld tokens) are "
+				    "below the %lld sequences that may draft in one step",
+				    (long long)atlas_model_max_seqs(dm),
+				    (long long)atlas_model_max_tokens(dm), (long long)want);
+			return NULL;
+		}
+	}
 	struct atlas_sched *s = calloc(1, sizeof(*s));
 	if (!s)
 		goto nomem;
@@ -55,6 +71,17 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 		atlas_sched_free(s);
 		goto nomem;
 	}
+	if (dm) {
+		s->dm = dm;
+		s->dV = atlas_model_config(dm)->vocab_size;
+		s->dlogits = malloc((size_t)(ATLAS_SCHED_SPEC_SEQS * s->dV) * sizeof(float));
+		s->ditems = calloc(ATLAS_SCHED_SPEC_SEQS, sizeof(*s->ditems));
+		s->dmask = malloc((size_t)((s->V + 31) / 32) * sizeof(uint32_t));
+		if (!s->dlogits || !s->ditems || !s->dmask) {
+			atlas_sched_free(s);
+			goto nomem;
+		}
+	}
 	s->raw = malloc((size_t)s->V * sizeof(float));
 	if (!s->running || !s->items || !s->item_req || !s->logits || !s->raw) {
 		atlas_sched_free(s);
@@ -62,6 +89,8 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 	}
 	s->prefix = p && p->prefix_cache;
 	atlas_model_set_prefix_cache(m, s->prefix);
+	if (s->dm)
+		atlas_model_set_prefix_cache(s->dm, s->prefix);
 	s->st.kv_blocks_total = atlas_model_kv_blocks_total(m);
 	s->st.kv_blocks_free = atlas_model_kv_blocks_free(m);
 	return s;
@@ -83,6 +112,9 @@ void atlas_sched_free(struct atlas_sched *s)
 	free(s->item_req);
 	free(s->logits);
 	free(s->spec_mask);
+	free(s->dlogits);
+	free(s->ditems);
+	free(s->dmask);
 	free(s->raw);
 	free(s->hid);
 	free(s);
@@ -110,6 +142,8 @@ static void preempt(struct atlas_sched *s, int64_t i)
 {
 	struct atlas_sreq *r = s->running[i];
 	atlas_seq_reset(r->seq);
+	if (r->dseq)
+		atlas_seq_reset(r->dseq);
 	r->preemptions++;
 	s->st.preemptions++;
 	list_remove(s->running, &s->n_running, i);
@@ -203,7 +237,9 @@ static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, in
 /* Drafts for decoding request r this step (spec.h), written after its
  * history (r->hist[n_hist..]): at most the configured number, the room
  * its output and the context have left, `budget` tokens, and as many as
- * `free` blocks hold besides its one token's. Returns how many. */
+ * `free` blocks hold besides its one token's. Returns how many. With a
+ * draft model this is the most it may make: atlas_sched_draft makes
+ * them once the step is built. */
 static int64_t make_drafts(struct atlas_sched *s, struct atlas_sreq *r, int64_t budget,
 			   int64_t free)
 {
@@ -224,9 +260,10 @@ static int64_t make_drafts(struct atlas_sched *s, struct atlas_sreq *r, int64_t 
 		r->spec_skip--; /* backing off after failed drafts */
 		return 0;
 	}
-	int64_t d = atlas_ngram_draft(r->hist, r->n_hist, s->spec.ngram_max, s->spec.ngram_min, k,
-				      r->hist + r->n_hist);
-	if (d > 0 && r->gm) {
+	int64_t d = s->dm ? k
+			  : atlas_ngram_draft(r->hist, r->n_hist, s->spec.ngram_max,
+					      s->spec.ngram_min, k, r->hist + r->n_hist);
+	if (d > 0 && r->gm && !s->dm) {
 		/* a grammar: only drafts it allows can be accepted, and none
 		 * after one where it must end */
 		struct atlas_grammar_matcher *g = atlas_grammar_matcher_copy(r->gm);
@@ -398,6 +435,8 @@ int atlas_sched_step(struct atlas_sched *s)
 	pthread_mutex_unlock(&s->mu);
 	if (!n)
 		return 0;
+	if (s->dm)
+		atlas_sched_draft(s, n);
 	s->n_items = n;
 	s->masks_done = false;
 	atlas_model_set_sample_hook(s->m, masks_hook, s);

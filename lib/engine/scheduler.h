@@ -50,7 +50,11 @@
  * Output, greedy or seeded, equals plain decoding's wherever a row's
  * logits do not depend on how many rows its step holds (batch-invariant
  * mode; the CPU's default kernels in practice). Drafts take only the
- * token budget and blocks the step's decodes leave.
+ * token budget and blocks the step's decodes leave. With a draft model
+ * the drafts are made after the step is built and before it runs: the
+ * draft model catches up on the request's new tokens and decodes the
+ * drafts greedily, all speculating requests batched in each of its
+ * passes (sched_draft.c).
  *
  * A request is shared by its submitter and the engine: the submitter
  * takes output with atlas_sreq_take and ends its interest with
@@ -80,6 +84,12 @@ struct atlas_sched_params {
 	 * grammar cuts and masks them); at most ATLAS_SCHED_SPEC_SEQS
 	 * requests a step do. */
 	struct atlas_spec_params spec;
+	/* With spec.mode ATLAS_SPEC_DRAFT: the draft model (not owned; it
+	 * must outlive the scheduler and share the target's tokenizer). Its
+	 * step limits must be at least the scheduler's sequence limit, and
+	 * its KV pool holds each speculating request's draft sequence, which
+	 * follows the request's accepted tokens (sched_draft.c). */
+	struct atlas_model *draft;
 };
 
 #define ATLAS_SCHED_SPEC_SEQS 16 /* requests that speculate in one step, at most */

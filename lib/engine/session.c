@@ -15,6 +15,7 @@ struct atlas_session {
 	struct atlas_backend *be;      /* world 1: the backend (owned) */
 	struct atlas_tp_group *tp;     /* world > 1: every rank (owns their backends and models) */
 	struct atlas_model *model;     /* rank 0's model (owned unless tp) */
+	struct atlas_model *draft;     /* the draft model (owned), or NULL */
 	struct atlas_tok *tok;         /* tokenizer, or NULL with no_tok */
 	struct atlas_sched *sched;     /* the scheduler over model */
 	struct atlas_gen_config gc;    /* generation_config.json, or transformers' defaults */
@@ -87,6 +88,67 @@ static int load_model(struct atlas_session *s)
 	return 0;
 }
 
+/* Two tokenizers give every id the same piece (a draft model's drafts
+ * are the target's tokens). */
+static int same_tokenizer(const struct atlas_tok *a, const struct atlas_tok *b, const char *dir)
+{
+	int64_t n = atlas_tok_vocab_size(a);
+	if (atlas_tok_vocab_size(b) != n)
+		return atlas_error(ATLAS_EINVAL,
+				   "the draft model %s has a tokenizer of %lld tokens, the model %lld: "
+				   "a draft model must share the model's tokenizer",
+				   dir, (long long)atlas_tok_vocab_size(b), (long long)n);
+	for (int64_t i = 0; i < n; i++) {
+		size_t la = 0, lb = 0;
+		const char *pa = atlas_tok_piece(a, (int32_t)i, &la);
+		const char *pb = atlas_tok_piece(b, (int32_t)i, &lb);
+		if ((pa == NULL) != (pb == NULL) || la != lb || (pa && memcmp(pa, pb, la)))
+			return atlas_error(ATLAS_EINVAL,
+					   "the draft model %s's tokenizer differs from the model's at "
+					   "id %lld: a draft model must share the model's tokenizer",
+					   dir, (long long)i);
+	}
+	return 0;
+}
+
+/* The draft model of speculative decoding: on the target's backend, with
+ * its context and step limits and as many KV blocks. */
+static int load_draft(struct atlas_session *s)
+{
+	const char *dir = s->p.draft_model_dir;
+	if (!dir)
+		return atlas_error(ATLAS_EINVAL,
+				   "speculative decoding with a draft model needs the draft model "
+				   "(--draft-model)");
+	if (s->tp)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "a draft model with tensor parallelism is not in Atlas yet");
+	if (s->tok) {
+		struct atlas_tok *dt = atlas_tok_load(dir);
+		if (!dt)
+			return ATLAS_EINVAL;
+		int rc = same_tokenizer(s->tok, dt, dir);
+		atlas_tok_free(dt);
+		if (rc)
+			return rc;
+	}
+	struct atlas_model_params dp = s->p.model;
+	dp.comm = NULL;
+	dp.synthetic_quant = NULL;
+	dp.max_context = atlas_model_max_context(s->model);
+	dp.max_seqs = atlas_model_max_seqs(s->model);
+	dp.max_tokens = atlas_model_max_tokens(s->model);
+	dp.block_size = atlas_model_block_size(s->model);
+	dp.kv_blocks = atlas_model_kv_blocks_total(s->model);
+	if (!(s->draft = atlas_model_load(dir, s->be, &dp)))
+		return ATLAS_EINVAL;
+	if (atlas_model_embed_config(s->draft)->pooling != ATLAS_POOL_NONE)
+		return atlas_error(ATLAS_EINVAL, "the draft model %s is an embedding model", dir);
+	if (s->p.no_graphs)
+		atlas_model_set_graphs(s->draft, false);
+	return 0;
+}
+
 int atlas_session_load(struct atlas_session *s, const struct atlas_model_params *mp)
 {
 	int rc;
@@ -105,10 +167,13 @@ int atlas_session_load(struct atlas_session *s, const struct atlas_model_params 
 		return 0;
 	if ((rc = load_model(s)))
 		return rc;
+	if (s->p.spec.mode == ATLAS_SPEC_DRAFT && (rc = load_draft(s)))
+		return rc;
 	struct atlas_sched_params sp = {.max_seqs = s->p.sched_max_seqs,
 					.max_batch_tokens = s->p.sched_max_tokens,
 					.prefix_cache = s->p.prefix_cache,
-					.spec = s->p.spec};
+					.spec = s->p.spec,
+					.draft = s->draft};
 	if (!(s->sched = atlas_sched_new(s->model, s->tok, &sp)))
 		return ATLAS_EINVAL;
 	const struct atlas_embed_config *ec = atlas_session_embed(s);
@@ -117,15 +182,16 @@ int atlas_session_load(struct atlas_session *s, const struct atlas_model_params 
 		snprintf(mode, sizeof(mode), "; embedding model, %s pooling%s",
 			 atlas_pooling_name(ec->pooling), ec->normalize ? ", L2-normalized" : "");
 	atlas_info("device: %s; model %s: %lld-token context, %lld KV blocks of %lld tokens, "
-		   "%lld sequences and %lld tokens per step, prefix cache %s, speculative %s%s%s",
+		   "%lld sequences and %lld tokens per step, prefix cache %s, speculative %s%s%s%s%s",
 		   s->be ? s->be->name : atlas_tp_group_backend(s->tp, 0)->name,
 		   atlas_model_family(s->model), (long long)atlas_model_max_context(s->model),
 		   (long long)atlas_model_kv_blocks_total(s->model),
 		   (long long)atlas_model_block_size(s->model),
 		   (long long)atlas_model_max_seqs(s->model),
 		   (long long)atlas_model_max_tokens(s->model), s->p.prefix_cache ? "on" : "off",
-		   atlas_spec_name(s->p.spec.mode), s->p.batch_invariant ? ", batch-invariant" : "",
-		   mode);
+		   atlas_spec_name(s->p.spec.mode), s->draft ? " with draft model " : "",
+		   s->draft ? s->p.draft_model_dir : "",
+		   s->p.batch_invariant ? ", batch-invariant" : "", mode);
 	return 0;
 }
 
@@ -144,6 +210,7 @@ void atlas_session_close(struct atlas_session *s)
 	if (!s)
 		return;
 	atlas_sched_free(s->sched);
+	atlas_model_free(s->draft);
 	if (s->tp) {
 		atlas_tp_group_free(s->tp); /* a failure to stop is logged there */
 	} else {
@@ -168,6 +235,11 @@ struct atlas_model *atlas_session_model(struct atlas_session *s)
 struct atlas_tok *atlas_session_tok(struct atlas_session *s)
 {
 	return s->tok;
+}
+
+struct atlas_model *atlas_session_draft(struct atlas_session *s)
+{
+	return s->draft;
 }
 
 struct atlas_sched *atlas_session_sched(struct atlas_session *s)

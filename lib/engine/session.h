@@ -46,6 +46,12 @@ struct atlas_session_params {
 	bool no_graphs;           /* run every step op by op (profiling) */
 	struct atlas_spec_params spec; /* speculative decoding (spec.h; mode
 				   * ATLAS_SPEC_NONE: off, the default) */
+	const char *draft_model_dir; /* with spec.mode ATLAS_SPEC_DRAFT: the draft
+				   * model's directory (resolved). It must have
+				   * the target's tokenizer; it is loaded on the
+				   * same device with the target's context and
+				   * step limits and a KV pool of as many blocks
+				   * (one rank only) */
 	/* Build each rank's model instead of loading model_dir (atlas-bench's
 	 * random weights at real shapes); NULL = atlas_model_load. */
 	atlas_tp_load_fn build;
@@ -80,6 +86,8 @@ void atlas_session_close(struct atlas_session *s);
 struct atlas_backend *atlas_session_backend(struct atlas_session *s);
 struct atlas_model *atlas_session_model(struct atlas_session *s);
 struct atlas_tok *atlas_session_tok(struct atlas_session *s);
+/* The draft model (speculative decoding with ATLAS_SPEC_DRAFT), or NULL. */
+struct atlas_model *atlas_session_draft(struct atlas_session *s);
 struct atlas_sched *atlas_session_sched(struct atlas_session *s);
 const struct atlas_gen_config *atlas_session_gen_config(const struct atlas_session *s);
 const char *atlas_session_dir(const struct atlas_session *s);

@@ -7,7 +7,7 @@
 
 const char *atlas_spec_name(enum atlas_spec_mode m)
 {
-	return m == ATLAS_SPEC_NGRAM ? "ngram" : "none";
+	return m == ATLAS_SPEC_NGRAM ? "ngram" : m == ATLAS_SPEC_DRAFT ? "draft" : "none";
 }
 
 int atlas_spec_parse(const char *s, enum atlas_spec_mode *out)
@@ -20,16 +20,20 @@ int atlas_spec_parse(const char *s, enum atlas_spec_mode *out)
 		*out = ATLAS_SPEC_NGRAM;
 		return 0;
 	}
-	if (!strcmp(s, "draft") || !strcmp(s, "mtp"))
+	if (!strcmp(s, "draft")) {
+		*out = ATLAS_SPEC_DRAFT;
+		return 0;
+	}
+	if (!strcmp(s, "mtp"))
 		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "speculative decoding with %s is not in Atlas yet; 'ngram' (prompt "
-				   "lookup) is", !strcmp(s, "mtp") ? "MTP heads" : "a draft model");
-	return atlas_error(ATLAS_EINVAL, "unknown speculative mode '%s' (none, ngram)", s);
+				   "speculative decoding with MTP heads is not in Atlas yet; 'ngram' "
+				   "(prompt lookup) and 'draft' (a draft model) are");
+	return atlas_error(ATLAS_EINVAL, "unknown speculative mode '%s' (none, ngram, draft)", s);
 }
 
 int atlas_spec_check(struct atlas_spec_params *p)
 {
-	if (p->mode != ATLAS_SPEC_NONE && p->mode != ATLAS_SPEC_NGRAM)
+	if (p->mode != ATLAS_SPEC_NONE && p->mode != ATLAS_SPEC_NGRAM && p->mode != ATLAS_SPEC_DRAFT)
 		return atlas_error(ATLAS_EINVAL, "unknown speculative mode %d", (int)p->mode);
 	if (!p->num_draft)
 		p->num_draft = ATLAS_SPEC_DEFAULT_DRAFT;

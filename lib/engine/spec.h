@@ -13,12 +13,19 @@
  * last row gives one token more: a step emits 1..k+1 tokens. The rows of
  * rejected drafts are dropped from the KV cache (atlas_seq_truncate).
  *
- * Drafting here is prompt lookup (n-gram): the longest suffix of the
- * request's tokens (ngram_max down to ngram_min tokens) that occurred
- * before in its prompt or output, most recent occurrence first, proposes
- * the tokens that followed it. It costs no model and pays off where the
- * output repeats its input: code edits, quoting, tool calls over given
- * arguments. */
+ * Drafts come from one of two sources:
+ * - prompt lookup (n-gram): the longest suffix of the request's tokens
+ *   (ngram_max down to ngram_min tokens) that occurred before in its
+ *   prompt or output, most recent occurrence first, proposes the tokens
+ *   that followed it. It costs no model and pays off where the output
+ *   repeats its input: code edits, quoting, tool calls over given
+ *   arguments.
+ * - a draft model (sched_draft.c): a smaller model with the target's
+ *   tokenizer decodes k tokens greedily (under the request's grammar, if
+ *   any) from its own KV cache, which follows the request's accepted
+ *   tokens. A greedy draft is a point mass, so the verification rule
+ *   above is the standard one for it: output is distributed exactly as
+ *   without drafts. */
 #ifndef ATLAS_ENGINE_SPEC_H
 #define ATLAS_ENGINE_SPEC_H
 
@@ -27,6 +34,7 @@
 enum atlas_spec_mode {
 	ATLAS_SPEC_NONE = 0,  /* no speculation */
 	ATLAS_SPEC_NGRAM,     /* prompt lookup */
+	ATLAS_SPEC_DRAFT,     /* a draft model (--draft-model) */
 };
 
 #define ATLAS_SPEC_MAX_DRAFT 16  /* most drafts a step (--num-draft) */
@@ -40,11 +48,11 @@ struct atlas_spec_params {
 	int ngram_max, ngram_min;  /* suffix lengths tried (0: defaults) */
 };
 
-/* "none", "ngram". */
+/* "none", "ngram", "draft". */
 const char *atlas_spec_name(enum atlas_spec_mode m);
-/* Parse a --speculative value: "none", "ngram". "draft" and "mtp" are
- * refused by name (ATLAS_EUNSUPPORTED: Atlas has neither yet), anything
- * else is ATLAS_EINVAL; the message lists what is accepted. */
+/* Parse a --speculative value: "none", "ngram", "draft". "mtp" is
+ * refused by name (ATLAS_EUNSUPPORTED: Atlas has no MTP heads yet),
+ * anything else is ATLAS_EINVAL; the message lists what is accepted. */
 int atlas_spec_parse(const char *s, enum atlas_spec_mode *out);
 /* Check p (a mode, num_draft and the n-gram range) and fill its
  * defaults; 0 or ATLAS_EINVAL naming the field. */

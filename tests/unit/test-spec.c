@@ -61,7 +61,9 @@ static void test_ngram_draft(void)
 	CHECK_EQ_INT(m, ATLAS_SPEC_NGRAM);
 	CHECK_EQ_INT(atlas_spec_parse("mtp", &m), ATLAS_EUNSUPPORTED);
 	CHECK_CONTAINS(atlas_errmsg(), "MTP");
-	CHECK_EQ_INT(atlas_spec_parse("draft", &m), ATLAS_EUNSUPPORTED);
+	CHECK_EQ_INT(atlas_spec_parse("draft", &m), 0);
+	CHECK_EQ_INT(m, ATLAS_SPEC_DRAFT);
+	CHECK_STR(atlas_spec_name(m), "draft");
 	CHECK_EQ_INT(atlas_spec_parse("bogus", &m), ATLAS_EINVAL);
 }
 
@@ -241,6 +243,112 @@ static void test_spec_seeded(void)
 	be->destroy(be);
 }
 
+/* A draft model's drafts: greedy output equals plain decoding's, alone,
+ * batched, with preemption (small pools in both models) and with the
+ * prefix cache (the draft model's too), whether the drafts are good (the
+ * model itself as its own draft: in batch-invariant mode every draft is
+ * the target's token, so every one is accepted) or mostly bad (another
+ * small model of the vocabulary's size); seeded output too; and every draft
+ * sequence's blocks go back to the draft pool. */
+static void test_draft_model(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	be->batch_invariant = true;
+	static int32_t want[NREQ][MAXGEN], got[NREQ][MAXGEN];
+	static float wlp[NREQ][MAXGEN], glp[NREQ][MAXGEN];
+	struct atlas_sched_stats st;
+	for (int pool = 0; pool < 2; pool++) {
+		struct atlas_model *m = load(be, NREQ, 64, pool ? 40 : 0, 4);
+		struct atlas_model *same = load(be, NREQ, 64, pool ? 40 : 0, 4);
+		/* another model with the vocabulary's size: a small llama */
+		struct atlas_model_params dp;
+		atlas_model_default_params(&dp);
+		dp.max_seqs = NREQ;
+		dp.max_tokens = 64;
+		dp.kv_blocks = pool ? 40 : 0;
+		dp.block_size = 4;
+		char other[600];
+		snprintf(other, sizeof(other), "%s/tests/fixtures/golden/llama3", harness_srcdir());
+		struct atlas_model *rnd = atlas_model_load(other, be, &dp);
+		CHECK(m && same && rnd);
+		if (!m || !same || !rnd) {
+			atlas_model_free(m);
+			atlas_model_free(same);
+			atlas_model_free(rnd);
+			break;
+		}
+		struct atlas_sched_params plain = {.max_seqs = NREQ, .max_batch_tokens = 64};
+		run_all(m, &plain, true, 0.0, 3, want, wlp, &st);
+		for (int which = 0; which < 2; which++) {
+			struct atlas_model *dm = which ? rnd : same;
+			struct atlas_sched_params sp = plain;
+			sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_DRAFT, .num_draft = 4};
+			sp.draft = dm;
+			for (int serial = 1; serial >= 0; serial--) {
+				memset(got, 0xff, sizeof(got));
+				run_all(m, &sp, serial, 0.0, 3, got, glp, &st);
+				CHECK(!memcmp(got, want, sizeof(want)));
+				CHECK(!memcmp(glp, wlp, sizeof(wlp)));
+				CHECK(st.spec_drafted > 0);
+				CHECK(st.spec_accepted <= st.spec_drafted);
+				if (!which && !pool) {
+					/* its own draft: every draft is its token */
+					CHECK_EQ_INT(st.spec_accepted, st.spec_drafted);
+					CHECK(st.spec_tokens > 3 * st.spec_steps);
+				}
+				if (which)
+					CHECK(st.spec_accepted < st.spec_drafted);
+				if (pool && !serial)
+					CHECK(st.preemptions > 0);
+				CHECK_EQ_INT(atlas_model_kv_blocks_free(dm), atlas_model_kv_blocks_total(dm));
+				printf("# draft %s%s%s: %lld of %lld accepted, %lld tokens in %lld steps\n",
+				       which ? "another model" : "itself", pool ? ", small pools" : "",
+				       serial ? ", serial" : "", (long long)st.spec_accepted,
+				       (long long)st.spec_drafted, (long long)st.spec_tokens,
+				       (long long)st.spec_steps);
+			}
+			sp.prefix_cache = true;
+			for (int round = 0; round < 2; round++) {
+				run_all(m, &sp, false, 0.0, 3, got, glp, &st);
+				CHECK(!memcmp(got, want, sizeof(want)));
+				if (round == 1)
+					CHECK(st.prefix_hit_tokens > 0);
+			}
+			atlas_model_set_prefix_cache(dm, false);
+			CHECK_EQ_INT(atlas_model_kv_blocks_free(dm), atlas_model_kv_blocks_total(dm));
+		}
+		/* seeded: the plain tokens, with either draft */
+		static int32_t a[NREQ][MAXGEN], b[NREQ][MAXGEN];
+		run_all(m, &plain, true, 0.8, -1, a, glp, &st);
+		for (int which = 0; which < 2 && !pool; which++) {
+			struct atlas_sched_params sp = plain;
+			sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_DRAFT, .num_draft = 3};
+			sp.draft = which ? rnd : same;
+			run_all(m, &sp, false, 0.8, -1, b, glp, &st);
+			CHECK(st.spec_drafted > 0);
+			CHECK(!memcmp(a, b, sizeof(a)));
+		}
+		atlas_model_free(rnd);
+		atlas_model_free(same);
+		atlas_model_free(m);
+	}
+	/* no draft model given: refused */
+	struct atlas_model *m = load(be, NREQ, 64, 0, 4);
+	CHECK(m != NULL);
+	struct atlas_sched_params sp = {.spec = {.mode = ATLAS_SPEC_DRAFT}};
+	CHECK(m && !atlas_sched_new(m, NULL, &sp));
+	CHECK_CONTAINS(atlas_errmsg(), "draft model");
+	/* nor one whose steps cannot hold the sequences that may draft */
+	struct atlas_model *small = load(be, 2, 64, 0, 4);
+	sp = (struct atlas_sched_params){.max_seqs = NREQ, .spec = {.mode = ATLAS_SPEC_DRAFT},
+					 .draft = small};
+	CHECK(m && small && !atlas_sched_new(m, NULL, &sp));
+	CHECK_CONTAINS(atlas_errmsg(), "step limits");
+	atlas_model_free(small);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
 /* Drafts take only what every decode has left: with a token budget of
  * one a sequence, a step of NREQ decodes has none to spare, so every
  * request that is decoding gets a token in every step (none waits while
@@ -344,13 +452,18 @@ static void test_spec_grammar(void)
 	free(text);
 	CHECK(g != NULL);
 	int32_t p[6] = {100, 200, 300, 400, 100, 200};
-	int32_t out[2][2][64];
-	float lp[2][2][64];
-	int64_t n[2][2] = {{0}};
-	int64_t drafted = 0, accepted = 0;
-	for (int spec = 0; spec < 2; spec++) {
-		struct atlas_sched_params sp = {
-		    .spec = {.mode = spec ? ATLAS_SPEC_NGRAM : ATLAS_SPEC_NONE, .num_draft = 4}};
+	int32_t out[3][2][64];
+	float lp[3][2][64];
+	int64_t n[3][2] = {{0}};
+	int64_t drafted = 0, accepted = 0, dm_drafted = 0, dm_accepted = 0;
+	/* the draft model: the model itself, loaded again */
+	struct atlas_model *dm = atlas_model_load(path, be, &mp);
+	CHECK(dm != NULL);
+	for (int spec = 0; spec < 3 && dm; spec++) {
+		static const enum atlas_spec_mode modes[3] = {ATLAS_SPEC_NONE, ATLAS_SPEC_NGRAM,
+							      ATLAS_SPEC_DRAFT};
+		struct atlas_sched_params sp = {.spec = {.mode = modes[spec], .num_draft = 4},
+						.draft = dm};
 		struct atlas_sched *s = atlas_sched_new(m, tok, &sp);
 		struct atlas_sreq *r[2];
 		for (int k = 0; k < 2; k++) {
@@ -388,15 +501,28 @@ static void test_spec_grammar(void)
 		}
 		struct atlas_sched_stats st;
 		atlas_sched_get_stats(s, &st);
-		drafted = st.spec_drafted;
-		accepted = st.spec_accepted;
+		if (spec == 1) {
+			drafted = st.spec_drafted;
+			accepted = st.spec_accepted;
+		} else if (spec == 2) {
+			dm_drafted = st.spec_drafted;
+			dm_accepted = st.spec_accepted;
+		}
 		atlas_sched_free(s);
 	}
-	for (int k = 0; k < 2; k++) {
-		CHECK_EQ_INT(n[1][k], n[0][k]);
-		CHECK(!memcmp(out[1][k], out[0][k], sizeof(int32_t) * (size_t)n[0][k]));
-		CHECK(!memcmp(lp[1][k], lp[0][k], sizeof(float) * (size_t)n[0][k]));
-	}
+	for (int spec = 1; spec < 3; spec++)
+		for (int k = 0; k < 2; k++) {
+			CHECK_EQ_INT(n[spec][k], n[0][k]);
+			CHECK(!memcmp(out[spec][k], out[0][k], sizeof(int32_t) * (size_t)n[0][k]));
+			CHECK(!memcmp(lp[spec][k], lp[0][k], sizeof(float) * (size_t)n[0][k]));
+		}
+	/* the draft model drafts under the grammar: its own greedy tokens,
+	 * every one accepted */
+	printf("# draft model under a grammar: %lld drafts, %lld accepted\n",
+	       (long long)dm_drafted, (long long)dm_accepted);
+	CHECK(dm_drafted > 0);
+	CHECK_EQ_INT(dm_accepted, dm_drafted);
+	atlas_model_free(dm);
 	char *txt = NULL;
 	size_t len = 0;
 	CHECK_EQ_INT(atlas_tok_decode(tok, out[1][1], (size_t)n[1][1], &txt, &len), 0);
@@ -420,5 +546,6 @@ int main(void)
 	RUN(test_spec_seeded);
 	RUN(test_spec_leaves_decodes_alone);
 	RUN(test_spec_grammar);
+	RUN(test_draft_model);
 	return harness_done();
 }
