@@ -87,8 +87,11 @@ static const char usage_text[] =
 	"  --no-batch-invariant  with --self: start it with --no-batch-invariant (the\n"
 	"                        fastest kernels per step; default: batch-invariant)\n"
 	"  --speculative MODE    with --self: start it with --speculative MODE (none,\n"
-	"                        ngram); a server that speculates (--self or --url)\n"
-	"                        adds spec_accept_rate and spec_tok_per_step columns\n"
+	"                        ngram, draft); a server that speculates (--self or\n"
+	"                        --url) adds spec_accept_rate and spec_tok_per_step\n"
+	"                        columns\n"
+	"  --draft-model M       with --self: its draft model (implies --speculative\n"
+	"                        draft)\n"
 	"  --num-draft K         with --self and --speculative: drafts a step (1..16)\n"
 	"  --concurrency LIST    requests in flight (1)\n"
 	"  --requests N          requests per level (default 4 x concurrency, at most 256)\n"
@@ -114,7 +117,8 @@ enum {
 	O_SYN = 256, O_SHAPE, O_FILTER, O_DEVICE, O_TOKENS, O_CONTEXT, O_REPS, O_BATCH, O_PROMPT,
 	O_GEN, O_WARMUP, O_SEED, O_COPY, O_GEMM, O_PROFILE, O_NOGRAPHS, O_NOBASE, O_URL, O_SELF,
 	O_CONC, O_REQS, O_TIMEOUT, O_SERVED, O_KEY, O_VOCAB, O_MIN, O_MAX, O_THRESH, O_JSON,
-	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI, O_QUANT, O_KV_DTYPE, O_SPEC, O_NUM_DRAFT
+	O_NOREC, O_VERSION, O_TP, O_NOBI, O_BI, O_QUANT, O_KV_DTYPE, O_SPEC, O_NUM_DRAFT,
+	O_DRAFT_MODEL
 };
 
 static const struct option longopts[] = {
@@ -138,6 +142,7 @@ static const struct option longopts[] = {
 	{"no-record", no_argument, NULL, O_NOREC},  {"quiet", no_argument, NULL, 'q'},
 	{"tp", required_argument, NULL, O_TP}, {"no-batch-invariant", no_argument, NULL, O_NOBI},
 	{"speculative", required_argument, NULL, O_SPEC}, {"num-draft", required_argument, NULL, O_NUM_DRAFT},
+	{"draft-model", required_argument, NULL, O_DRAFT_MODEL},
 	{"batch-invariant", no_argument, NULL, O_BI},
 	{"kv-dtype", required_argument, NULL, O_KV_DTYPE},
 	{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, O_VERSION},
@@ -165,6 +170,8 @@ struct opts {
 	enum atlas_kv_dtype kv;        /* --kv-dtype: the KV cache's format (auto) */
 	bool kv_given;                 /* --kv-dtype was given */
 	enum atlas_spec_mode spec;     /* --speculative (serve --self) */
+	const char *draft_model;       /* --draft-model (serve --self), or NULL */
+	int spec_set;                  /* --speculative was given */
 	int64_t num_draft;             /* --num-draft (serve --self), 0 unset */
 	const char *min_max[MAX_GATES]; /* --min/--max specs, in order */
 	bool is_max[MAX_GATES];        /* which of the two */
@@ -273,8 +280,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			if (atlas_spec_parse(optarg, &m))
 				bad("--speculative: %s", atlas_errmsg());
 			o->spec = m;
+			o->spec_set = 1;
 			break;
 		}
+		case O_DRAFT_MODEL: o->draft_model = optarg; break;
 		case O_NUM_DRAFT: o->num_draft = num("--num-draft", optarg, 1, ATLAS_SPEC_MAX_DRAFT); break;
 		case O_BI: o->bi = 1; break;
 		case O_KV_DTYPE:
@@ -349,11 +358,17 @@ static void check(struct opts *o)
 	/* a server at --url runs in the mode it was started with */
 	if (o->bi && !model_cmd)
 		bad("--batch-invariant is for decode, prefill and generate (serve: the server's mode)");
-	if ((o->spec || o->num_draft) && !(!strcmp(o->cmd, "serve") && o->self))
-		bad("--speculative and --num-draft are for serve --self (the server started here; "
-		    "serve --url reports the server's own speculation)");
+	if (o->draft_model && !o->spec_set)
+		o->spec = ATLAS_SPEC_DRAFT;
+	if ((o->spec || o->num_draft || o->draft_model) && !(!strcmp(o->cmd, "serve") && o->self))
+		bad("--speculative, --draft-model and --num-draft are for serve --self (the server "
+		    "started here; serve --url reports the server's own speculation)");
+	if (o->draft_model && o->spec != ATLAS_SPEC_DRAFT)
+		bad("--draft-model is for --speculative draft, not %s", atlas_spec_name(o->spec));
+	if (o->spec == ATLAS_SPEC_DRAFT && !o->draft_model)
+		bad("--speculative draft needs --draft-model M");
 	if (o->num_draft && !o->spec)
-		bad("--num-draft needs --speculative ngram");
+		bad("--num-draft needs --speculative ngram or draft");
 	if (o->no_bi && !(!strcmp(o->cmd, "serve") && o->self))
 		bad("--no-batch-invariant is for serve --self (the server started here)");
 	if (o->kv_given && !model_cmd && !(!strcmp(o->cmd, "serve") && o->self))
@@ -492,6 +507,7 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		ADD("batch_invariant", o->self ? B(!o->no_bi) : NULL);
 		ADD("kv_dtype", o->self ? jstr(atlas_kv_dtype_name(o->kv)) : NULL);
 		ADD("speculative", o->self ? jstr(atlas_spec_name(o->spec)) : NULL);
+		ADD("draft_model", o->self && o->draft_model ? jstr(o->draft_model) : NULL);
 		ADD("concurrency", jlist(&o->conc));
 		ADD("prompt", jlist(&o->prompt));
 		ADD("gen", jlist(&o->gen));
@@ -816,7 +832,7 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 	if (dir && !atlas_config_load(dir, &cfg) && cfg.vocab_size < o->vocab)
 		o->vocab = cfg.vocab_size;
 	if (o->self) {
-		const char *args[24] = {"-m", dir, "--device", o->device, "--served-model-name",
+		const char *args[32] = {"-m", dir, "--device", o->device, "--served-model-name",
 					o->served};
 		int n = 6;
 		snprintf(ms, sizeof(ms), "%lld", (long long)(maxc > 16 ? maxc : 16));
@@ -853,6 +869,10 @@ static int run_serve(struct opts *o, const char *dir, json_object *doc, json_obj
 			snprintf(nd, sizeof(nd), "%lld", (long long)o->num_draft);
 			args[n++] = "--num-draft";
 			args[n++] = nd;
+		}
+		if (o->draft_model) {
+			args[n++] = "--draft-model";
+			args[n++] = o->draft_model;
 		}
 		if (!(exe = atlas_selfserve_sibling("atlas-serve")))
 			return ATLAS_ENOTFOUND;

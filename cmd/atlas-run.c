@@ -65,10 +65,13 @@ static const char usage_text[] =
 	"                            f32 on the CPU, bf16 on CUDA), bf16, fp8 (E4M3,\n"
 	"                            a scale per token and head) or q4 (4-bit, a\n"
 	"                            scale per 32 values); default auto\n"
-	"      --speculative MODE    speculative decoding: none (default) or ngram\n"
+	"      --speculative MODE    speculative decoding: none (default), ngram\n"
 	"                            (drafts looked up in the prompt and output so\n"
-	"                            far, verified in one step; the output is what\n"
-	"                            it is without, greedy or seeded)\n"
+	"                            far) or draft (drafts from --draft-model),\n"
+	"                            verified in one step; the output is what it is\n"
+	"                            without, greedy or seeded\n"
+	"      --draft-model M       the draft model (same tokenizer; a directory or\n"
+	"                            a cached repo id); implies --speculative draft\n"
 	"      --num-draft K         drafts a step with --speculative, 1..16 (default 4)\n"
 	"      --batch-invariant     kernels whose rows never depend on the step's\n"
 	"                            other rows (atlas-serve's default): on CUDA,\n"
@@ -129,7 +132,8 @@ enum { OPT_TEMP = 256, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REP, OPT_PRES, OPT_FREQ
 	OPT_IGNORE_EOS, OPT_STOP, OPT_DEVICE, OPT_JSONL, OPT_ECHO, OPT_NOSPECIAL,
 	OPT_WHOLE, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_SYSTEM, OPT_SHOW, OPT_TP, OPT_PARALLEL,
 	OPT_JSON_SCHEMA, OPT_JSON, OPT_GRAMMAR, OPT_REGEX,
-	OPT_NO_PREFIX, OPT_KV_DTYPE, OPT_SPEC, OPT_NUM_DRAFT, OPT_BATCH_INV };
+	OPT_NO_PREFIX, OPT_KV_DTYPE, OPT_SPEC, OPT_NUM_DRAFT, OPT_BATCH_INV,
+	OPT_DRAFT_MODEL };
 
 static const struct option longopts[] = {
 	{"model", required_argument, NULL, 'm'},
@@ -167,6 +171,7 @@ static const struct option longopts[] = {
 	{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 	{"speculative", required_argument, NULL, OPT_SPEC},
 	{"num-draft", required_argument, NULL, OPT_NUM_DRAFT},
+	{"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
 	{"batch-invariant", no_argument, NULL, OPT_BATCH_INV},
 	{"quiet", no_argument, NULL, 'q'},
 	{"verbose", no_argument, NULL, 'v'},
@@ -195,6 +200,8 @@ struct opts {
 	enum atlas_kv_dtype kv_dtype; /* --kv-dtype: the KV cache's format (auto) */
 	enum atlas_spec_mode spec; /* --speculative (none) */
 	int num_draft;           /* --num-draft, 0 unset */
+	const char *draft_model; /* --draft-model, or NULL */
+	bool spec_set;           /* --speculative was given */
 	bool batch_invariant;    /* --batch-invariant */
 	const char *json_schema; /* --json-schema FILE */
 	bool json;               /* --json */
@@ -213,6 +220,7 @@ struct opts {
 struct ctx {
 	struct opts *o;              /* options */
 	char *dir;                   /* resolved model directory */
+	char *draft_dir;             /* resolved --draft-model, or NULL */
 	struct atlas_session *ses;   /* tokenizer, model, scheduler */
 	struct atlas_tok *tok;       /* the session's tokenizer (NULL when not needed) */
 	struct atlas_sched *sched;   /* the session's scheduler (NULL without a model) */
@@ -266,7 +274,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_PARALLEL: o->parallel = cmd_parse_int("--parallel", optarg, 1, 4096); break;
 		case OPT_NO_PREFIX: o->no_prefix_cache = true; break;
 		case OPT_KV_DTYPE: o->kv_dtype = cmd_parse_kv_dtype("--kv-dtype", optarg); break;
-		case OPT_SPEC: o->spec = cmd_parse_spec("--speculative", optarg); break;
+		case OPT_SPEC:
+			o->spec = cmd_parse_spec("--speculative", optarg);
+			o->spec_set = true;
+			break;
+		case OPT_DRAFT_MODEL: o->draft_model = optarg; break;
 		case OPT_BATCH_INV: o->batch_invariant = true; break;
 		case OPT_NUM_DRAFT:
 			o->num_draft = (int)cmd_parse_int("--num-draft", optarg, 1, ATLAS_SPEC_MAX_DRAFT);
@@ -302,8 +314,15 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		cmd_usage_error("'%s' reads standard input; -p and -f do not apply", o->mode);
 	if (o->n_prompts && o->file)
 		cmd_usage_error("-p and -f cannot be used together");
+	if (o->draft_model && !o->spec_set)
+		o->spec = ATLAS_SPEC_DRAFT;
+	if (o->draft_model && o->spec != ATLAS_SPEC_DRAFT)
+		cmd_usage_error("--draft-model is for --speculative draft, not %s",
+				atlas_spec_name(o->spec));
+	if (o->spec == ATLAS_SPEC_DRAFT && !o->draft_model)
+		cmd_usage_error("--speculative draft needs --draft-model M");
 	if (o->num_draft && o->spec == ATLAS_SPEC_NONE)
-		cmd_usage_error("--num-draft needs --speculative ngram");
+		cmd_usage_error("--num-draft needs --speculative ngram or draft");
 	if ((o->json_schema != NULL) + o->json + (o->grammar != NULL) + (o->regex != NULL) > 1)
 		cmd_usage_error("--json-schema, --json, --grammar and --regex cannot be combined");
 	if ((o->json_schema || o->json || o->grammar || o->regex) && o->mode &&
@@ -435,6 +454,8 @@ static int load(struct ctx *x, bool need_model, bool need_tok, bool many)
 	struct opts *o = x->o;
 	if (!(x->dir = cmd_resolve_model(o->model)))
 		return 1;
+	if (o->draft_model && need_model && !(x->draft_dir = cmd_resolve_model(o->draft_model)))
+		return 1;
 	struct atlas_session_params sp;
 	atlas_session_default_params(&sp);
 	sp.model_dir = x->dir;
@@ -445,7 +466,9 @@ static int load(struct ctx *x, bool need_model, bool need_tok, bool many)
 	sp.prefix_cache = !o->no_prefix_cache;
 	sp.model.max_context = o->ctx;
 	sp.model.kv_dtype = o->kv_dtype;
-	sp.spec = (struct atlas_spec_params){.mode = o->spec, .num_draft = o->num_draft};
+	sp.spec = (struct atlas_spec_params){.mode = need_model ? o->spec : ATLAS_SPEC_NONE,
+					     .num_draft = o->num_draft};
+	sp.draft_model_dir = x->draft_dir;
 	sp.batch_invariant = o->batch_invariant;
 	x->parallel = !many ? 1 : o->parallel > 0 ? o->parallel : 64;
 	if (many) {
@@ -477,6 +500,7 @@ static void unload(struct ctx *x)
 	atlas_grammar_vocab_free(x->gvocab);
 	atlas_session_close(x->ses);
 	free(x->dir);
+	free(x->draft_dir);
 }
 
 /* --- generation from prompts ------------------------------------------ */

@@ -103,10 +103,13 @@ static const char usage_text[] =
 	"                             (4-bit, a scale per 32 values); default auto\n"
 	"      --no-prefix-cache      recompute every prompt (default: reuse the KV\n"
 	"                             blocks of prompt prefixes seen before)\n"
-	"      --speculative MODE     speculative decoding: none (default) or ngram\n"
+	"      --speculative MODE     speculative decoding: none (default), ngram\n"
 	"                             (drafts looked up in each request's prompt and\n"
-	"                             output, verified in its step; a grammar masks\n"
-	"                             drafts too; reasoning requests do not speculate)\n"
+	"                             output) or draft (drafts from --draft-model),\n"
+	"                             verified in its step; a grammar masks drafts\n"
+	"                             too; reasoning requests do not speculate\n"
+	"      --draft-model M        the draft model (same tokenizer; a directory or\n"
+	"                             a cached repo id); implies --speculative draft\n"
 	"      --num-draft K          drafts a step with --speculative, 1..16\n"
 	"                             (default 4)\n"
 	"      --no-batch-invariant   the fastest kernels for each step's shape; a\n"
@@ -121,7 +124,7 @@ static const char usage_text[] =
 
 enum { OPT_HOST = 256, OPT_DEVICE, OPT_MAX_SEQS, OPT_MAX_BATCH, OPT_KV_BLOCKS, OPT_API_KEY,
 	OPT_API_KEY_FILE, OPT_MAX_BODY, OPT_SERVED_NAME, OPT_TP, OPT_NO_PREFIX_CACHE,
-	OPT_SPEC, OPT_NUM_DRAFT,
+	OPT_SPEC, OPT_NUM_DRAFT, OPT_DRAFT_MODEL,
 	OPT_MAX_CONNS, OPT_MAX_CONNS_IP, OPT_TIMEOUT, OPT_SHUTDOWN_TIMEOUT, OPT_ORIGINS,
 	OPT_MAX_CONCURRENT, OPT_RPM, OPT_TPM, OPT_TMPL_STEPS, OPT_TMPL_OUTPUT, OPT_TMPL_MEMORY,
 	OPT_TOOL_PARSER, OPT_REASONING_BUDGET, OPT_NO_BATCH_INVARIANT, OPT_KV_DTYPE };
@@ -139,6 +142,7 @@ static const struct option longopts[] = {
 	{"kv-dtype", required_argument, NULL, OPT_KV_DTYPE},
 	{"no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE},
 	{"speculative", required_argument, NULL, OPT_SPEC},
+	{"draft-model", required_argument, NULL, OPT_DRAFT_MODEL},
 	{"num-draft", required_argument, NULL, OPT_NUM_DRAFT},
 	{"no-batch-invariant", no_argument, NULL, OPT_NO_BATCH_INVARIANT},
 	{"api-key", required_argument, NULL, OPT_API_KEY},
@@ -280,7 +284,8 @@ int main(int argc, char **argv)
 	struct atlas_server_params p;
 	struct keys keys = {0};
 	struct atlas_chat_limits tmpl = {0}; /* zero: the defaults */
-	const char *model = NULL;
+	const char *model = NULL, *draft_model = NULL;
+	bool spec_set = false;
 	int shutdown_s = 30;
 	int c;
 	atlas_server_default_params(&p);
@@ -300,7 +305,11 @@ int main(int argc, char **argv)
 		case OPT_KV_BLOCKS: p.kv_blocks = cmd_parse_int("--kv-blocks", optarg, 1, 1 << 28); break;
 		case OPT_KV_DTYPE: p.kv_dtype = cmd_parse_kv_dtype("--kv-dtype", optarg); break;
 		case OPT_NO_PREFIX_CACHE: p.no_prefix_cache = true; break;
-		case OPT_SPEC: p.spec.mode = cmd_parse_spec("--speculative", optarg); break;
+		case OPT_SPEC:
+			p.spec.mode = cmd_parse_spec("--speculative", optarg);
+			spec_set = true;
+			break;
+		case OPT_DRAFT_MODEL: draft_model = optarg; break;
 		case OPT_NUM_DRAFT:
 			p.spec.num_draft = (int)cmd_parse_int("--num-draft", optarg, 1, ATLAS_SPEC_MAX_DRAFT);
 			break;
@@ -362,8 +371,15 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cmd_usage_error("unexpected argument '%s'", argv[optind]);
+	if (draft_model && !spec_set)
+		p.spec.mode = ATLAS_SPEC_DRAFT;
+	if (draft_model && p.spec.mode != ATLAS_SPEC_DRAFT)
+		cmd_usage_error("--draft-model is for --speculative draft, not %s",
+				atlas_spec_name(p.spec.mode));
+	if (p.spec.mode == ATLAS_SPEC_DRAFT && !draft_model)
+		cmd_usage_error("--speculative draft needs --draft-model M");
 	if (p.spec.num_draft && p.spec.mode == ATLAS_SPEC_NONE)
-		cmd_usage_error("--num-draft needs --speculative ngram");
+		cmd_usage_error("--num-draft needs --speculative ngram or draft");
 	int64_t seqs = p.max_seqs ? p.max_seqs : 16, toks = p.max_batch_tokens ? p.max_batch_tokens : 512;
 	if (toks < seqs)
 		cmd_usage_error("--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",
@@ -383,6 +399,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	p.model_dir = dir;
+	char *draft_dir = NULL;
+	if (draft_model && !(draft_dir = cmd_resolve_model(draft_model))) {
+		free(dir);
+		free_keys(&keys);
+		return 1;
+	}
+	p.draft_model_dir = draft_dir;
 	fit_fd_limit(&p);
 
 	/* SIGINT/SIGTERM end the server; they are taken by sigwait below */
@@ -396,6 +419,7 @@ int main(int argc, char **argv)
 	struct atlas_server *srv = atlas_server_start(&p);
 	if (!srv) {
 		free(dir);
+		free(draft_dir);
 		free_keys(&keys);
 		return cmd_lib_error();
 	}
@@ -412,6 +436,7 @@ int main(int argc, char **argv)
 	}
 	atlas_server_stop(srv);
 	free(dir);
+	free(draft_dir);
 	free_keys(&keys);
 	return rc;
 }

@@ -150,6 +150,13 @@ static void penalties(struct atlas_sampler *s, float *logits,
 	}
 }
 
+void atlas_sampler_penalize(struct atlas_sampler *s, float *logits, const int32_t *context,
+			    int64_t n_context, int64_t n_generated)
+{
+	if (n_generated > n_context)
+		n_generated = n_context;
+	penalties(s, logits, context, n_context, n_generated);
+}
 
 bool atlas_sampler_uses_history(const struct atlas_sampler_params *p)
 {

@@ -39,6 +39,14 @@ int32_t atlas_sampler_sample(struct atlas_sampler *s, float *logits,
 			     const int32_t *context, int64_t n_context,
 			     int64_t n_generated);
 
+/* Apply this sampler's penalties (repetition, presence, frequency) to
+ * `logits` ([vocab] of the sampler's size at least) for that context, as
+ * atlas_sampler_sample does before it draws; no draw is consumed. A
+ * draft model's greedy drafts use it to propose what the penalized
+ * target would pick. */
+void atlas_sampler_penalize(struct atlas_sampler *s, float *logits, const int32_t *context,
+			    int64_t n_context, int64_t n_generated);
+
 /* The settings of the next draw for an on-device sampler, with a fresh
  * uniform from this sampler's generator (so host and device choices
  * match). Returns 1 when the device may sample (no penalties, which need

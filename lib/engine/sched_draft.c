@@ -13,9 +13,9 @@
  *             token gives its logits, and draft 0 from them;
  *   drafting  one token each: draft j - 1 in, the logits of draft j out.
  *
- * A draft is the argmax of the draft model's logits (the lowest id on a
- * tie) among the tokens the request's grammar allows after the drafts
- * before it, so it is a point mass and the target's verification keeps
+ * A draft is the argmax of the draft model's logits, after the request's
+ * penalties (the lowest id on a tie), among the tokens the request's
+ * grammar allows after the drafts before it, so it is a point mass and the target's verification keeps
  * the output distribution exact (spec.h). Drafting stops at k drafts, at
  * an end-of-sequence id, where the grammar must end or allows nothing,
  * and at an id past the target's vocabulary. The last draft is never fed,
@@ -54,13 +54,18 @@ static bool is_eos(const struct atlas_sreq *r, int32_t id)
 	return false;
 }
 
-/* Take draft w->nd from the draft model's logits row (greedy, under the
- * grammar); stops w where drafting must end. */
-static void pick(struct atlas_sched *s, struct dwork *w, const float *row)
+/* Take draft w->nd from the draft model's logits row (greedy after the
+ * request's penalties, under its grammar); stops w where drafting must
+ * end. */
+static void pick(struct atlas_sched *s, struct dwork *w, float *row)
 {
 	struct atlas_sreq *r = w->r;
 	int64_t V = s->dV < s->V ? s->dV : s->V; /* ids the target knows */
 	const uint32_t *mask = NULL;
+	/* the penalties the target's sampler applies (its repetition
+	 * penalty above all: a draft without it is often refused) */
+	if (s->dV >= s->V && atlas_sampler_uses_history(&r->gen.sampling))
+		atlas_sampler_penalize(r->smp, row, r->hist, r->n_hist + w->nd, r->n_gen + w->nd);
 	if (w->g) {
 		if (atlas_grammar_fill_mask(w->g, s->dmask) <= 0) {
 			w->live = false; /* nothing allowed, or a failure: no draft */

@@ -76,6 +76,7 @@ static int load(struct atlas_server *s)
 	sp.batch_invariant = !s->p.no_batch_invariant;
 	sp.prefix_cache = !s->p.no_prefix_cache;
 	sp.spec = s->p.spec;
+	sp.draft_model_dir = s->p.draft_model_dir;
 	if (!(s->ses = atlas_session_open(&sp)))
 		return ATLAS_EINVAL;
 	s->be = atlas_session_backend(s->ses);
@@ -91,7 +92,7 @@ static int load(struct atlas_server *s)
 		snprintf(tp_note, sizeof(tp_note), " (%d tensor-parallel thread ranks)", s->p.tp);
 	serve_log("model '%s' ready on %s%s: %lld-token context, %lld KV blocks of %lld tokens "
 		  "(%s), %lld sequences and %lld tokens per step, %s, prefix cache %s, speculative "
-		  "%s, tool calls %s%s%s%s",
+		  "%s%s%s, tool calls %s%s%s%s",
 		  s->served_name, s->be->name, tp_note, (long long)s->ctx,
 		  (long long)atlas_model_kv_blocks_total(s->model),
 		  (long long)atlas_model_block_size(s->model),
@@ -99,6 +100,8 @@ static int load(struct atlas_server *s)
 		  (long long)s->p.max_batch_tokens,
 		  s->be->batch_invariant ? "batch-invariant" : "not batch-invariant",
 		  s->p.no_prefix_cache ? "off" : "on", atlas_spec_name(s->p.spec.mode),
+		  s->p.spec.mode == ATLAS_SPEC_DRAFT ? " with draft model " : "",
+		  s->p.spec.mode == ATLAS_SPEC_DRAFT ? s->p.draft_model_dir : "",
 		  atlas_toolfmt_name(s->toolfmt), s->reasoning ? ", reasoning <think>" : "",
 		  atlas_session_is_embedding(s->ses) ? ", embeddings pooled by " : "",
 		  atlas_session_is_embedding(s->ses)

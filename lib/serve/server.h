@@ -55,6 +55,7 @@ struct atlas_server_params {
 	bool no_prefix_cache;         /* --no-prefix-cache: recompute every prompt */
 	struct atlas_spec_params spec; /* --speculative, --num-draft (spec.h);
 				       * mode ATLAS_SPEC_NONE: off */
+	const char *draft_model_dir;  /* --draft-model, resolved (ATLAS_SPEC_DRAFT) */
 	bool no_batch_invariant;      /* --no-batch-invariant: the fastest kernels for
 				       * each step's shape; a request's tokens and
 				       * logprobs may then depend on its batch-mates.

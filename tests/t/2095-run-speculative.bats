@@ -4,7 +4,7 @@
 # model on the CPU: greedy output byte for byte what it is without
 # speculation, for any K, under a grammar, for many prompts at once
 # (-f) and over two tensor-parallel ranks; the timing line's draft counts; seeded sampling reproducible; and
-# the refusals (draft and mtp are not in Atlas yet, an unknown mode,
+# the refusals (mtp is not in Atlas yet, an unknown mode,
 # --num-draft out of 1..16 or without --speculative ngram: exit 2).
 
 load test_helper
@@ -42,7 +42,7 @@ drafted() {
 @test "--help, the man page and the completions list --speculative, its values and --num-draft" {
 	run -0 --separate-stderr atlas-run --help
 	expect_contains "$output" "--speculative MODE" "usage"
-	expect_contains "$output" "none (default) or ngram" "usage"
+	expect_contains "$output" "none (default), ngram" "usage"
 	expect_contains "$output" "--num-draft K" "usage"
 	expect_contains "$output" "1..16 (default 4)" "usage"
 	local man
@@ -52,10 +52,10 @@ drafted() {
 	expect_contains "$man" "drafts accepted" "man"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" "--speculative" "bash"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" "--num-draft" "bash"
-	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" '"none ngram"' "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" '"none ngram draft"' "bash values"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" "--speculative=" "zsh"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" "--num-draft=" "zsh"
-	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" ":mode:(none ngram)" "zsh values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" ":mode:(none ngram draft)" "zsh values"
 }
 
 @test "the bash completion offers the modes after --speculative" {
@@ -65,7 +65,7 @@ drafted() {
 	COMP_CWORD=2
 	COMPREPLY=()
 	_atlas_run
-	expect_eq "${COMPREPLY[*]}" "none ngram" "completions of --speculative"
+	expect_eq "${COMPREPLY[*]}" "none ngram draft" "completions of --speculative"
 	COMP_WORDS=(atlas-run --num-d)
 	COMP_CWORD=1
 	COMPREPLY=()
@@ -168,17 +168,14 @@ drafted() {
 	[ "$n" -gt 0 ] || { echo "no drafts in the batch: $stderr" >&2; false; }
 }
 
-@test "--speculative draft and mtp are not in Atlas yet: exit 2" {
+@test "--speculative mtp is not in Atlas yet: exit 2" {
 	run -2 --separate-stderr atlas-run --device cpu --speculative mtp -p hi
 	expect_empty "$output" "stdout"
 	expect_contains "$stderr" "--speculative" "stderr"
 	expect_contains "$stderr" "MTP heads is not in Atlas yet" "stderr"
 	expect_contains "$stderr" "'ngram'" "stderr"
+	expect_contains "$stderr" "'draft'" "stderr"
 	expect_contains "$stderr" "atlas-run --help" "stderr"
-	run -2 --separate-stderr atlas-run --device cpu --speculative draft -p hi
-	expect_empty "$output" "stdout"
-	expect_contains "$stderr" "--speculative" "stderr"
-	expect_contains "$stderr" "a draft model is not in Atlas yet" "stderr"
 }
 
 @test "an unknown mode exits 2 naming --speculative and the modes" {
@@ -186,7 +183,7 @@ drafted() {
 	expect_empty "$output" "stdout"
 	expect_contains "$stderr" "--speculative" "stderr"
 	expect_contains "$stderr" "'bogus'" "stderr"
-	expect_contains "$stderr" "(none, ngram)" "stderr"
+	expect_contains "$stderr" "(none, ngram, draft)" "stderr"
 	run -2 --separate-stderr atlas-run --device cpu --speculative NGRAM -p hi
 	expect_contains "$stderr" "'NGRAM'" "stderr"
 	run -2 --separate-stderr atlas-run -p hi --speculative

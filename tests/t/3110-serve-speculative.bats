@@ -49,7 +49,7 @@ complete() {
 @test "--help, the man page and the completions list --speculative, --num-draft and the counters" {
 	run -0 --separate-stderr atlas-serve --help
 	expect_contains "$output" "--speculative MODE" "usage"
-	expect_contains "$output" "none (default) or ngram" "usage"
+	expect_contains "$output" "none (default), ngram" "usage"
 	expect_contains "$output" "--num-draft K" "usage"
 	local man n
 	man=$(cat "$ATLAS_SRC/man/atlas-serve.1")
@@ -60,10 +60,10 @@ complete() {
 	done
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "--speculative" "bash"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "--num-draft" "bash"
-	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "'none ngram'" "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "'none ngram draft'" "bash values"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" "--speculative=" "zsh"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" "--num-draft=" "zsh"
-	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" ":mode:(none ngram)" "zsh values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" ":mode:(none ngram draft)" "zsh values"
 }
 
 @test "bad --speculative and --num-draft values exit 2 before binding" {
@@ -76,8 +76,9 @@ complete() {
 		[[ $stderr != *"listening on"* ]] || { echo "$args: bound: $stderr" >&2; false; }
 	done <<'EOF'
 --speculative mtp|--speculative: speculative decoding with MTP heads is not in Atlas yet
---speculative draft|--speculative: speculative decoding with a draft model is not in Atlas yet
---speculative bogus|--speculative: unknown speculative mode 'bogus' (none, ngram)
+--speculative draft|--speculative draft needs --draft-model M
+--speculative ngram --draft-model x|--draft-model is for --speculative draft, not ngram
+--speculative bogus|--speculative: unknown speculative mode 'bogus' (none, ngram, draft)
 --speculative ngram --num-draft 0|--num-draft: 0 is out of range (1..16)
 --speculative ngram --num-draft 17|--num-draft: 17 is out of range (1..16)
 --num-draft 4|--num-draft needs --speculative ngram

@@ -44,5 +44,5 @@ param_keys() {
 @test "serve" {
 	run -0 --separate-stderr atlas-bench serve --self --prompt 4 --gen 2 --requests 1 --json
 	expect_eq "$(top_keys "$output")" "command commit gates machine metrics params results server time version " "keys"
-	expect_eq "$(param_keys "$output")" "api_key batch_invariant concurrency device gen kv_dtype model prompt record requests seed self served_model speculative threads thresholds_file timeout_s tp url vocab " "params"
+	expect_eq "$(param_keys "$output")" "api_key batch_invariant concurrency device draft_model gen kv_dtype model prompt record requests seed self served_model speculative threads thresholds_file timeout_s tp url vocab " "params"
 }

@@ -14,10 +14,14 @@ setup() {
 	run -0 --separate-stderr atlas-bench --help
 	expect_contains "$output" "--speculative MODE" "usage"
 	expect_contains "$output" "--num-draft K" "usage"
+	expect_contains "$output" "--draft-model M" "usage"
 	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" '\-\-speculative' "man"
 	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" 'spec_tok_per_step' "man"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" "--num-draft" "bash"
-	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" '"none ngram"' "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" '"none ngram draft"' "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" "--draft-model" "bash"
+	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-bench")" "--draft-model=" "zsh"
+	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" '\-\-draft\-model' "man"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-bench")" "--speculative=" "zsh"
 }
 
@@ -36,6 +40,17 @@ setup() {
 	[[ $output != *'"spec_drafted"'* ]]
 }
 
+@test "serve --self --draft-model: the server drafts with it, params.draft_model says so" {
+	local dm=$ATLAS_SRC/models/default
+	run -0 --separate-stderr atlas-bench serve --self --draft-model "$dm" --num-draft 3 \
+		--prompt 48 --gen 24 --requests 2 --vocab 40 --max errors=0 --json
+	expect_contains "$stderr" "spec_accept_rate"
+	expect_contains "$output" '"speculative":"draft"'
+	expect_contains "$output" "\"draft_model\":\"$dm\""
+	expect_match "$output" '"spec_drafted":[1-9]' "drafts proposed"
+	expect_match "$output" '"spec_accepted":[1-9]' "drafts accepted"
+}
+
 @test "bad --speculative and --num-draft uses exit 1 and name the fault" {
 	run -1 --separate-stderr atlas-bench serve --self --speculative mtp
 	expect_contains "$stderr" "--speculative"
@@ -47,7 +62,13 @@ setup() {
 	run -1 --separate-stderr atlas-bench serve --self --speculative ngram --num-draft 17
 	expect_contains "$stderr" "--num-draft"
 	run -1 --separate-stderr atlas-bench serve --url http://127.0.0.1:9 --speculative ngram
-	expect_contains "$stderr" "--speculative and --num-draft are for serve --self"
+	expect_contains "$stderr" "--speculative, --draft-model and --num-draft are for serve --self"
 	run -1 --separate-stderr atlas-bench decode --synthetic qwen3-0.6b --speculative ngram
-	expect_contains "$stderr" "--speculative and --num-draft are for serve --self"
+	expect_contains "$stderr" "--speculative, --draft-model and --num-draft are for serve --self"
+	run -1 --separate-stderr atlas-bench decode --synthetic qwen3-0.6b --draft-model x
+	expect_contains "$stderr" "--speculative, --draft-model and --num-draft are for serve --self"
+	run -1 --separate-stderr atlas-bench serve --self --speculative draft
+	expect_contains "$stderr" "--speculative draft needs --draft-model M"
+	run -1 --separate-stderr atlas-bench serve --self --speculative ngram --draft-model x
+	expect_contains "$stderr" "--draft-model is for --speculative draft, not ngram"
 }
