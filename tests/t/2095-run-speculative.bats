@@ -7,31 +7,10 @@
 # the refusals (mtp is not in Atlas yet, an unknown mode,
 # --num-draft out of 1..16 or without --speculative ngram: exit 2).
 
-load test_helper
-
-# A prompt that repeats itself, so its continuation has n-grams to look up
-# (the default model then repeats a digit, which the drafts predict).
-PROMPT=$'def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n'
+load 2090-spec-helper
 
 # The end of the timing line with --speculative ngram.
 SPEC_RE='; speculative \(ngram\): [0-9]+ of [0-9]+ drafts accepted \([0-9]+%\), [0-9]+\.[0-9]{2} tokens a step$'
-
-# gen [ARGS...] - 48 greedy tokens of $PROMPT on the CPU with ARGS; stdout
-# goes byte for byte to $BATS_TEST_TMPDIR/out.N (N counts the calls, from
-# 1), stderr to out.N.err, and both are also in $output and $stderr.
-n_gen=0
-gen() {
-	n_gen=$((n_gen + 1))
-	local o=$BATS_TEST_TMPDIR/out.$n_gen rc=0
-	atlas-run --device cpu --temperature 0 --ignore-eos -n 48 "$@" -p "$PROMPT" \
-		>"$o" 2>"$o.err" || rc=$?
-	output=$(cat "$o")
-	stderr=$(cat "$o.err")
-	if [ "$rc" != 0 ]; then
-		printf 'atlas-run %s exited %s:\n%s\n' "$*" "$rc" "$stderr" >&2
-		return 1
-	fi
-}
 
 # drafted STDERR - the drafts proposed, summed over the timing lines.
 drafted() {

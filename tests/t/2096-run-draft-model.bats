@@ -9,31 +9,12 @@
 # a draft model for another mode, a tokenizer that differs, a missing
 # directory, --tp 2).
 
-load test_helper
-
-PROMPT=$'def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n'
+load 2090-spec-helper
 
 DRAFT_RE='; speculative \(draft\): ([0-9]+) of ([0-9]+) drafts accepted \([0-9]+%\), ([0-9]+\.[0-9]{2}) tokens a step$'
 
 setup() {
 	DM=$ATLAS_SRC/models/default
-}
-
-# gen [ARGS...] - 48 greedy tokens of $PROMPT on the CPU with ARGS; stdout
-# to $BATS_TEST_TMPDIR/out.N (N counts the calls), stderr to out.N.err;
-# both also in $output and $stderr.
-n_gen=0
-gen() {
-	n_gen=$((n_gen + 1))
-	local o=$BATS_TEST_TMPDIR/out.$n_gen rc=0
-	atlas-run --device cpu --temperature 0 --ignore-eos -n 48 "$@" -p "$PROMPT" \
-		>"$o" 2>"$o.err" || rc=$?
-	output=$(cat "$o")
-	stderr=$(cat "$o.err")
-	if [ "$rc" != 0 ]; then
-		printf 'atlas-run %s exited %s:\n%s\n' "$*" "$rc" "$stderr" >&2
-		return 1
-	fi
 }
 
 @test "--help, the man page and the completions list --draft-model" {

@@ -75,3 +75,33 @@ completion_text() {
 metric() {
 	curl -s "$1/metrics" | awk -v n="$2" '$1 == n { print $2 }'
 }
+
+# choices JSON - the choices of a completion (text, logprobs, finish).
+choices() {
+	printf '%s\n' "$1" | sed 's/.*"choices":\[\(.*\)\],"usage".*/\1/'
+}
+
+# alone_vs_together URL PROMPT BASE - four greedy completions of "PROMPT i"
+# (i = 0..3, BASE + 4i tokens, logprobs), one after another and then all
+# at once: each answer (choices) must be the same both ways. PROMPT is a
+# JSON string body (its backslashes escapes).
+alone_vs_together() {
+	local url=$1 prompt=$2 base=$3 d=$BATS_TEST_TMPDIR mode i
+	for mode in alone together; do
+		mkdir -p "$d/$mode"
+		: >"$d/$mode.cfg"
+		for i in 0 1 2 3; do
+			printf 'url = "%s/v1/completions"\nheader = "Content-Type: application/json"\ndata = "{\\"prompt\\":\\"%s %d\\",\\"max_tokens\\":%d,\\"temperature\\":0,\\"ignore_eos\\":true,\\"logprobs\\":1}"\noutput = "%s/%d.json"\n' \
+				"$url" "${prompt//\\/\\\\}" "$i" $((base + 4 * i)) "$d/$mode" "$i" >>"$d/$mode.cfg"
+			[ "$i" = 3 ] || echo next >>"$d/$mode.cfg"
+		done
+	done
+	curl -s -K "$d/alone.cfg"
+	curl -s -Z --parallel-immediate --parallel-max 4 -K "$d/together.cfg"
+	for i in 0 1 2 3; do
+		expect_contains "$(cat "$d/alone/$i.json")" '"top_logprobs":[{' "response $i"
+		choices "$(cat "$d/alone/$i.json")" >"$d/alone/$i"
+		choices "$(cat "$d/together/$i.json")" >"$d/together/$i"
+		expect_same_file "$d/alone/$i" "$d/together/$i"
+	done
+}

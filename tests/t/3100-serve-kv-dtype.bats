@@ -72,11 +72,6 @@ teardown_file() {
 	expect_contains "$(curl -s "$D_URL/metrics")" 'atlas_kv_cache_info{dtype="f32"} 1' "metrics"
 }
 
-# choices JSON - the choices of a completion (text, logprobs, finish).
-choices() {
-	printf '%s\n' "$1" | sed 's/.*"choices":\[\(.*\)\],"usage".*/\1/'
-}
-
 @test "fp8: a repeated prompt is read from the prefix cache, the text unchanged" {
 	local p="" i first cached req
 	for i in $(seq 12); do p="$p line $i of a story about a cat and a dog."; done

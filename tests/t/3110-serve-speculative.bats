@@ -25,11 +25,6 @@ PROMPT='def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n
 
 SPEC_METRICS="atlas_spec_steps_total atlas_spec_draft_tokens_total atlas_spec_accepted_tokens_total atlas_spec_emitted_tokens_total"
 
-# choices JSON - the choices of a completion (text, logprobs, finish).
-choices() {
-	printf '%s\n' "$1" | sed 's/.*"choices":\[\(.*\)\],"usage".*/\1/'
-}
-
 # spec_counts URL - the four atlas_spec_* counters, space-separated.
 spec_counts() {
 	local m n
@@ -178,22 +173,5 @@ EOF
 }
 
 @test "4 concurrent requests with drafts answer what each answers alone" {
-	local d=$BATS_TEST_TMPDIR mode i
-	for mode in alone together; do
-		mkdir -p "$d/$mode"
-		: >"$d/$mode.cfg"
-		for i in 0 1 2 3; do
-			printf 'url = "%s/v1/completions"\nheader = "Content-Type: application/json"\ndata = "{\\"prompt\\":\\"%s %d\\",\\"max_tokens\\":%d,\\"temperature\\":0,\\"ignore_eos\\":true,\\"logprobs\\":1}"\noutput = "%s/%d.json"\n' \
-				"$N_URL" "${PROMPT//\\/\\\\}" "$i" $((24 + 4 * i)) "$d/$mode" "$i" >>"$d/$mode.cfg"
-			[ "$i" = 3 ] || echo next >>"$d/$mode.cfg"
-		done
-	done
-	curl -s -K "$d/alone.cfg"
-	curl -s -Z --parallel-immediate --parallel-max 4 -K "$d/together.cfg"
-	for i in 0 1 2 3; do
-		expect_contains "$(cat "$d/alone/$i.json")" '"top_logprobs":[{' "response $i"
-		choices "$(cat "$d/alone/$i.json")" >"$d/alone/$i"
-		choices "$(cat "$d/together/$i.json")" >"$d/together/$i"
-		expect_same_file "$d/alone/$i" "$d/together/$i"
-	done
+	alone_vs_together "$N_URL" "$PROMPT" 24
 }

@@ -23,11 +23,6 @@ teardown_file() {
 
 PROMPT='def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n'
 
-# choices JSON - the choices of a completion (text, logprobs, finish).
-choices() {
-	printf '%s\n' "$1" | sed 's/.*"choices":\[\(.*\)\],"usage".*/\1/'
-}
-
 # complete URL EXTRA_JSON - a greedy completion of $PROMPT, 40 tokens.
 complete() {
 	http POST "$1/v1/completions" \
@@ -100,24 +95,7 @@ complete() {
 }
 
 @test "4 concurrent requests with drafts answer what each answers alone" {
-	local d=$BATS_TEST_TMPDIR mode i
-	for mode in alone together; do
-		mkdir -p "$d/$mode"
-		: >"$d/$mode.cfg"
-		for i in 0 1 2 3; do
-			printf 'url = "%s/v1/completions"\nheader = "Content-Type: application/json"\ndata = "{\\"prompt\\":\\"%s %d\\",\\"max_tokens\\":%d,\\"temperature\\":0,\\"ignore_eos\\":true,\\"logprobs\\":1}"\noutput = "%s/%d.json"\n' \
-				"$D_URL" "${PROMPT//\\/\\\\}" "$i" $((20 + 4 * i)) "$d/$mode" "$i" >>"$d/$mode.cfg"
-			[ "$i" = 3 ] || echo next >>"$d/$mode.cfg"
-		done
-	done
-	curl -s -K "$d/alone.cfg"
-	curl -s -Z --parallel-immediate --parallel-max 4 -K "$d/together.cfg"
-	for i in 0 1 2 3; do
-		expect_contains "$(cat "$d/alone/$i.json")" '"top_logprobs":[{' "response $i"
-		choices "$(cat "$d/alone/$i.json")" >"$d/alone/$i"
-		choices "$(cat "$d/together/$i.json")" >"$d/together/$i"
-		expect_same_file "$d/alone/$i" "$d/together/$i"
-	done
+	alone_vs_together "$D_URL" "$PROMPT" 20
 }
 
 @test "a draft model with another tokenizer: the server exits 1 naming it" {
