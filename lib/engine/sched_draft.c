@@ -10,13 +10,17 @@
  *             less what the draft model's prefix cache holds; one or two
  *             tokens a step after that), in chunks within the draft
  *             model's token budget; the pass that feeds a request's last
- *             token gives its logits, and draft 0 from them;
- *   drafting  one token each: draft j - 1 in, the logits of draft j out.
+ *             token gives draft 0;
+ *   drafting  one token each: draft j - 1 in, draft j out.
  *
  * A draft is the argmax of the draft model's logits, after the request's
  * penalties (the lowest id on a tie), among the tokens the request's
- * grammar allows after the drafts before it, so it is a point mass and the target's verification keeps
- * the output distribution exact (spec.h). Drafting stops at k drafts, at
+ * grammar allows after the drafts before it. Where the request has no
+ * penalties the draft model's backend draws it (a greedy, masked draw:
+ * only the id crosses to the host); else its logits row comes back and
+ * the host applies the penalties first. It is a point mass, so the
+ * target's verification keeps the output distribution exact (spec.h).
+ * Drafting stops at k drafts, at
  * an end-of-sequence id, where the grammar must end or allows nothing,
  * and at an id past the target's vocabulary. The last draft is never fed,
  * so after the passes the draft sequence holds the request's tokens and
@@ -43,7 +47,12 @@ struct dwork {
 	int64_t k;        /* the most drafts it may make */
 	int64_t nd;       /* drafts made */
 	bool live;        /* still drafting */
+	bool dev;         /* the draft model's backend draws the argmax (no
+			   * penalties to apply): only ids cross */
 	struct atlas_grammar_matcher *g; /* its grammar after the drafts so far */
+	uint32_t *mask;   /* its grammar's mask for the next draft (with g) */
+	struct atlas_sample_args args; /* the device draw (greedy, masked) */
+	int32_t tok;      /* the id it drew */
 };
 
 static bool is_eos(const struct atlas_sreq *r, int32_t id)
@@ -54,41 +63,62 @@ static bool is_eos(const struct atlas_sreq *r, int32_t id)
 	return false;
 }
 
-/* Take draft w->nd from the draft model's logits row (greedy after the
- * request's penalties, under its grammar); stops w where drafting must
- * end. */
-static void pick(struct atlas_sched *s, struct dwork *w, float *row)
+/* Ask item `it` of a pass for w's next draft: its grammar's mask, then a
+ * greedy draw on the device or a logits row (`row`). False when the
+ * grammar allows nothing more (or fails): w stops, and the item asks for
+ * neither. */
+static bool want_draft(struct atlas_sched *s, struct dwork *w, struct atlas_batch_item *it,
+		       float *row)
+{
+	const uint32_t *mask = NULL;
+	if (w->g) {
+		memset(w->mask, 0, (size_t)s->dmask_words * sizeof(uint32_t));
+		if (atlas_grammar_fill_mask(w->g, w->mask) <= 0) {
+			w->live = false;
+			return false;
+		}
+		mask = w->mask;
+	}
+	if (w->dev) {
+		w->args = (struct atlas_sample_args){.temperature = 0, .top_p = 1, .mask = mask};
+		it->sample = &w->args;
+		it->token = &w->tok;
+	} else {
+		it->logits = row;
+	}
+	return true;
+}
+
+/* Take draft w->nd from a pass: the device's id, or the argmax of the
+ * logits row after the request's penalties (the lowest id on a tie)
+ * among the ids its grammar allows; stops w where drafting must end. */
+static void take_draft(struct atlas_sched *s, struct dwork *w, float *row)
 {
 	struct atlas_sreq *r = w->r;
 	int64_t V = s->dV < s->V ? s->dV : s->V; /* ids the target knows */
-	const uint32_t *mask = NULL;
-	/* the penalties the target's sampler applies (its repetition
-	 * penalty above all: a draft without it is often refused) */
-	if (s->dV >= s->V && atlas_sampler_uses_history(&r->gen.sampling))
-		atlas_sampler_penalize(r->smp, row, r->hist, r->n_hist + w->nd, r->n_gen + w->nd);
-	if (w->g) {
-		if (atlas_grammar_fill_mask(w->g, s->dmask) <= 0) {
-			w->live = false; /* nothing allowed, or a failure: no draft */
-			return;
-		}
-		mask = s->dmask;
-	}
 	int32_t best = -1;
-	float bv = 0;
-	for (int64_t i = 0; i < V; i++) {
-		if (mask && !(mask[i / 32] >> (i % 32) & 1))
-			continue;
-		if (best < 0 || row[i] > bv) {
-			best = (int32_t)i;
-			bv = row[i];
+	if (w->dev) {
+		best = w->tok;
+	} else {
+		/* the penalties the target's sampler applies (its repetition
+		 * penalty above all: a draft without it is often refused) */
+		if (s->dV >= s->V && atlas_sampler_uses_history(&r->gen.sampling))
+			atlas_sampler_penalize(r->smp, row, r->hist, r->n_hist + w->nd,
+					       r->n_gen + w->nd);
+		float bv = 0;
+		for (int64_t i = 0; i < V; i++) {
+			if (w->g && !(w->mask[i / 32] >> (i % 32) & 1))
+				continue;
+			if (best < 0 || row[i] > bv) {
+				best = (int32_t)i;
+				bv = row[i];
+			}
 		}
+		if (bv != bv)
+			best = -1; /* NaN logits */
 	}
-	if (best < 0 || bv != bv) { /* nothing allowed, or NaN logits */
-		w->live = false;
-		return;
-	}
-	if (w->g && atlas_grammar_accept(w->g, best)) {
-		w->live = false;
+	if (best < 0 || best >= V || (w->g && atlas_grammar_accept(w->g, best))) {
+		w->live = false; /* nothing allowed, an id the target lacks, a failure */
 		return;
 	}
 	r->hist[r->n_hist + w->nd++] = best;
@@ -104,7 +134,7 @@ static int pass(struct atlas_sched *s, int64_t n)
 
 /* Set up w for r: its draft sequence, the prefix it can attach, and how
  * many drafts the draft pool has blocks for (*dfree blocks left). */
-static void start(struct atlas_sched *s, struct dwork *w, int64_t *dfree)
+static void start(struct atlas_sched *s, struct dwork *first, struct dwork *w, int64_t *dfree)
 {
 	struct atlas_sreq *r = w->r;
 	w->live = false;
@@ -129,6 +159,8 @@ static void start(struct atlas_sched *s, struct dwork *w, int64_t *dfree)
 	*dfree -= atlas_seq_blocks_needed(r->dseq, c + k - 1);
 	w->k = k;
 	w->live = true;
+	w->dev = atlas_model_can_sample(s->dm) && !atlas_sampler_uses_history(&r->gen.sampling);
+	w->mask = s->dmask + (size_t)(w - first) * (size_t)s->dmask_words;
 	if (r->gm && !(w->g = atlas_grammar_matcher_copy(r->gm)))
 		w->live = false;
 }
@@ -153,24 +185,25 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 		if (s->item_req[i]->draft > 0) {
 			w[nw] = (struct dwork){.r = s->item_req[i], .item = i,
 					       .k = s->item_req[i]->draft};
-			start(s, &w[nw], &dfree);
+			start(s, w, &w[nw], &dfree);
 			nw++;
 		}
 	int64_t budget = atlas_model_max_tokens(s->dm), seqs = atlas_model_max_seqs(s->dm);
 
 	/* catch-up, in chunks within the draft model's budget; a request's
-	 * last token comes with its logits and gives draft 0 */
+	 * last token comes with draft 0 */
 	for (;;) {
 		int64_t m = 0, tok = budget, at[ATLAS_SCHED_SPEC_SEQS];
+		bool want[ATLAS_SCHED_SPEC_SEQS];
 		for (int64_t i = 0; i < nw && tok > 0 && m < seqs; i++) {
 			struct atlas_sreq *r = w[i].r;
-			if (!w[i].live || w[i].nd)
+			int64_t len = r->dseq ? atlas_seq_len(r->dseq) : 0, c = r->n_hist - len;
+			if (!w[i].live || w[i].nd || c <= 0)
 				continue;
-			int64_t len = atlas_seq_len(r->dseq), c = r->n_hist - len;
 			int64_t t = c < tok ? c : tok;
-			s->ditems[m] = (struct atlas_batch_item){
-				.seq = r->dseq, .ids = r->hist + len, .n = t,
-				.logits = t == c ? s->dlogits + m * s->dV : NULL};
+			s->ditems[m] = (struct atlas_batch_item){.seq = r->dseq, .ids = r->hist + len,
+								  .n = t};
+			want[m] = t == c && want_draft(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV);
 			at[m++] = i;
 			tok -= t;
 		}
@@ -182,13 +215,14 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 		}
 		for (int64_t j = 0; j < m; j++) {
 			struct dwork *x = &w[at[j]];
-			if (!s->ditems[j].logits)
-				continue;
-			/* caught up: its tokens are confirmed, later requests may
-			 * share them */
-			if (atlas_model_prefix_cache(s->dm))
+			if (atlas_seq_len(x->r->dseq) == x->r->n_hist &&
+			    atlas_model_prefix_cache(s->dm))
+				/* caught up: its tokens are confirmed, later
+				 * requests may share them */
 				atlas_seq_publish_prefix(x->r->dseq, x->r->hist);
-			pick(s, x, s->ditems[j].logits);
+			if (!want[j])
+				continue;
+			take_draft(s, x, s->ditems[j].logits);
 			if (!x->nd)
 				x->live = false;
 		}
@@ -202,8 +236,9 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 				continue;
 			struct atlas_sreq *r = w[i].r;
 			s->ditems[m] = (struct atlas_batch_item){
-				.seq = r->dseq, .ids = r->hist + r->n_hist + w[i].nd - 1, .n = 1,
-				.logits = s->dlogits + m * s->dV};
+				.seq = r->dseq, .ids = r->hist + r->n_hist + w[i].nd - 1, .n = 1};
+			if (!want_draft(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV))
+				continue; /* (its grammar allows nothing more: done) */
 			at[m++] = i;
 		}
 		if (!m)
@@ -213,7 +248,7 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 			break;
 		}
 		for (int64_t j = 0; j < m; j++)
-			pick(s, &w[at[j]], s->ditems[j].logits);
+			take_draft(s, &w[at[j]], s->ditems[j].logits);
 	}
 
 	/* the step's items verify what was made */

@@ -106,7 +106,9 @@ struct atlas_sched {
 	int64_t dV;                    /* its vocabulary size (its logits' rows) */
 	float *dlogits;                /* [ATLAS_SCHED_SPEC_SEQS, dV] one pass's rows */
 	struct atlas_batch_item *ditems; /* [ATLAS_SCHED_SPEC_SEQS] one pass's items */
-	uint32_t *dmask;               /* [(V + 31) / 32] a grammar's mask for a draft */
+	uint32_t *dmask;               /* [ATLAS_SCHED_SPEC_SEQS, dmask_words] grammars'
+				        * masks for the next drafts */
+	int64_t dmask_words;           /* (max(V, dV) + 31) / 32 */
 	bool dwarned;                  /* a draft pass failed and said so */
 };
 

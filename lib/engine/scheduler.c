@@ -76,7 +76,8 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 		s->dV = atlas_model_config(dm)->vocab_size;
 		s->dlogits = malloc((size_t)(ATLAS_SCHED_SPEC_SEQS * s->dV) * sizeof(float));
 		s->ditems = calloc(ATLAS_SCHED_SPEC_SEQS, sizeof(*s->ditems));
-		s->dmask = malloc((size_t)((s->V + 31) / 32) * sizeof(uint32_t));
+		s->dmask_words = ((s->dV > s->V ? s->dV : s->V) + 31) / 32;
+		s->dmask = malloc((size_t)(ATLAS_SCHED_SPEC_SEQS * s->dmask_words) * sizeof(uint32_t));
 		if (!s->dlogits || !s->ditems || !s->dmask) {
 			atlas_sched_free(s);
 			goto nomem;

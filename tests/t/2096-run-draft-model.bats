@@ -2,7 +2,7 @@
 # 2096-run-draft-model.bats - atlas-run --speculative draft --draft-model M
 # on the CPU, with the shipped default model as the model and as its own
 # draft (so every greedy draft is the model's token, its repetition
-# penalty included): greedy output byte for byte what it is without
+# penalty included, drawn on the host or by the backend): greedy output byte for byte what it is without
 # drafts, alone, under a grammar and for many prompts at once; seeded
 # output the plain output; the timing line's counts (every draft
 # accepted); --draft-model implies the mode; the refusals (no draft model,
@@ -47,6 +47,15 @@ setup() {
 	expect_same_file "$BATS_TEST_TMPDIR/out.1" "$BATS_TEST_TMPDIR/out.3"
 	gen --draft-model "$DM" --num-draft 8
 	expect_same_file "$BATS_TEST_TMPDIR/out.1" "$BATS_TEST_TMPDIR/out.4"
+	# without the model's repetition penalty (1.1 in its generation
+	# config) the draft model's backend draws the drafts: the same holds
+	gen --repeat-penalty 1
+	gen --repeat-penalty 1 --draft-model "$DM"
+	expect_same_file "$BATS_TEST_TMPDIR/out.5" "$BATS_TEST_TMPDIR/out.6"
+	line=$(printf '%s\n' "$stderr" | grep '^atlas-run: prompt ')
+	[[ $line =~ $DRAFT_RE ]] || { echo "timing line: $line" >&2; false; }
+	[ "${BASH_REMATCH[2]}" -gt 0 ]
+	expect_eq "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" "accepted drafts without the penalty"
 }
 
 @test "the log line names the draft model; --batch-invariant gives the same bytes" {
