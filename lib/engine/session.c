@@ -142,6 +142,11 @@ static int load_draft(struct atlas_session *s)
 	dp.kv_blocks = atlas_model_kv_blocks_total(s->model);
 	if (!(s->draft = atlas_model_load(dir, s->be, &dp)))
 		return ATLAS_EINVAL;
+	/* the backend's kernels are the model's again (the draft's family
+	 * may have picked others) */
+	int rc = atlas_model_specialize(s->model);
+	if (rc)
+		return rc;
 	if (atlas_model_embed_config(s->draft)->pooling != ATLAS_POOL_NONE)
 		return atlas_error(ATLAS_EINVAL, "the draft model %s is an embedding model", dir);
 	if (s->p.no_graphs)

@@ -749,13 +749,16 @@ static int size_memory(struct atlas_model *m)
 		if (rc)
 			return rc;
 	}
-	if (be->specialize) {
-		const char *q = wdt == ATLAS_DTYPE_F32 ? "f32" : wdt == ATLAS_DTYPE_F16 ? "f16" : "bf16";
-		int rc = be->specialize(be, m->fam->name, q);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	m->kern_quant = wdt == ATLAS_DTYPE_F32 ? "f32" : wdt == ATLAS_DTYPE_F16 ? "f16" : "bf16";
+	return atlas_model_specialize(m);
+}
+
+int atlas_model_specialize(struct atlas_model *m)
+{
+	struct atlas_backend *be = m->be;
+	if (!be->specialize || !m->kern_quant)
+		return 0;
+	return be->specialize(be, m->fam->name, m->kern_quant);
 }
 
 struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,

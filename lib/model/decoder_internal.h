@@ -92,6 +92,8 @@ struct atlas_model {
 	int64_t H_loc, Hkv_loc, F_loc;    /* heads, kv heads, MLP rows here */
 	int64_t q0, kv0, f0;              /* first of each on this rank */
 	const struct atlas_family *fam;   /* family flags */
+	const char *kern_quant;           /* the weight type its kernels were picked for
+					   * (be->specialize), static string */
 	struct atlas_backend *be;         /* not owned */
 	struct atlas_st *st;              /* the mmapped checkpoint */
 	struct atlas_quant quant;         /* its quantization (method NONE: none):

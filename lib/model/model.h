@@ -117,6 +117,14 @@ int atlas_model_world(const struct atlas_model *m);
  * Owned by the model. */
 const struct atlas_embed_config *atlas_model_embed_config(const struct atlas_model *m);
 
+/* Pick the backend's kernels for this model's family and weight type
+ * again (be->specialize, which atlas_model_load does). The kernel set is
+ * the backend's: after a second model of another family loads on the
+ * same backend (a draft model), this gives the first its own kernels
+ * back; every kernel set runs every family, so the second still runs.
+ * 0 or a negative ATLAS_E*. */
+int atlas_model_specialize(struct atlas_model *m);
+
 /* Comma-separated list of supported families; static string. */
 const char *atlas_model_supported(void);
 

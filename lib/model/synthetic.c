@@ -315,7 +315,8 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 		goto fail;
 	if (be->reserve && be->reserve(be, footprint(m)))
 		goto fail;
-	if (be->specialize && be->specialize(be, m->fam->name, "bf16"))
+	m->kern_quant = "bf16";
+	if (atlas_model_specialize(m))
 		goto fail;
 	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));
 	if (m->fam->moe)
