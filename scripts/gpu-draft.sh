@@ -74,8 +74,8 @@ for mode in "" "--no-batch-invariant"; do
 		extra=()
 		[ "$sp" = draft ] && extra=(--draft-model "$d06" --num-draft ${NUM_DRAFT:-4})
 		echo "== serve --self qwen3-8b shape ${mode:-batch-invariant} --speculative $sp"
-		timeout 200 "$B/atlas-bench" serve --self -m "$t8" $mode "${extra[@]}" --concurrency 1,8 \
-			--prompt 512 --gen 128 --requests 16 --vocab 4000 --no-record --json \
+		timeout 110 "$B/atlas-bench" serve --self -m "$t8" $mode "${extra[@]}" --concurrency 1,8 \
+			--prompt 512 --gen 128 --requests 8 --vocab 4000 --no-record --json \
 			>"$OUT/bench-${mode:+nbi-}$sp.json" 2>"$OUT/bench-${mode:+nbi-}$sp.txt"
 		echo "exit $?"
 		grep -A3 '^concurrency\|^ *conc' "$OUT/bench-${mode:+nbi-}$sp.txt" | tail -4
