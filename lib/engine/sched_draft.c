@@ -148,7 +148,7 @@ static void start(struct atlas_sched *s, struct dwork *first, struct dwork *w, i
 		*dfree -= before - atlas_model_kv_blocks_free(s->dm);
 	}
 	int64_t c = r->n_hist - atlas_seq_len(r->dseq); /* >= 1: the last token */
-	int64_t k = w->k;
+	int64_t k = c >= 1 ? w->k : 0;
 	/* it feeds its catch-up and every draft but the last */
 	while (k > 0 && atlas_seq_blocks_needed(r->dseq, c + k - 1) > *dfree)
 		k--;
@@ -259,9 +259,9 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 		r->draft = w[i].nd;
 		it->n = 1 + w[i].nd;
 		it->n_logits = 1 + w[i].nd;
-		/* drafts it fed but will not verify (a failed pass): gone */
-		if (r->dseq && atlas_seq_len(r->dseq) > r->n_hist + w[i].nd - (w[i].nd > 0))
-			atlas_sched_draft_keep(s, r, r->n_hist);
+		/* drafts it fed past the last it made (a failed pass, a
+		 * draft refused after it was fed): gone */
+		atlas_sched_draft_keep(s, r, r->n_hist + w[i].nd - (w[i].nd > 0));
 	}
 }
 
