@@ -351,6 +351,18 @@ static int load_target(struct cuda_ctx *c, const struct atlas_kernel_blob *b)
 			cudaGetLastError();
 			kern[i] = NULL;
 		}
+		/* a kernel reloaded (another model's family picked other
+		 * kernels, then this one's again) keeps what a model's
+		 * fused_prepare gave it */
+		if (kern[i] && c->smem_set[i] > (size_t)dyn_smem[i] &&
+		    cudaKernelSetAttributeForDevice(kern[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+						    (int)c->smem_set[i], c->dev) != cudaSuccess) {
+			cudaGetLastError();
+			cudaLibraryUnload(lib);
+			return atlas_error(ATLAS_EIO, "kernel target %s refused %zu bytes of shared "
+					   "memory for '%s'", atlas_kernel_blob_name(b, name, sizeof(name)),
+					   c->smem_set[i], kernel_names[i]);
+		}
 	}
 	if (c->lib_loaded)
 		cudaLibraryUnload(c->lib);

@@ -288,13 +288,18 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	}
 	const size_t smem = (size_t)(nst * ATLAS_FD_CHUNK + xs_bytes + part * 4 + 2 * nst * 8);
 	const int kid = m0 ? ATLAS_CK_DECODE_FUSED_MOE : ATLAS_CK_DECODE_FUSED;
+	/* the attribute is the kernel's, not this model's: another model on
+	 * the backend (a draft model) may have asked for more already, or
+	 * ask for less later; the largest stands */
+	const size_t want = smem > c->smem_set[kid] ? smem : c->smem_set[kid];
 	if (cudaKernelSetAttributeForDevice(c->kern[kid],
-					    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem,
+					    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)want,
 					    c->dev) != cudaSuccess) {
 		cudaGetLastError();
-		atlas_debug("fused decode: not used (%zu bytes of shared memory refused)", smem);
+		atlas_debug("fused decode: not used (%zu bytes of shared memory refused)", want);
 		return NULL;
 	}
+	c->smem_set[kid] = want;
 
 	struct cuda_fused *f = calloc(1, sizeof(*f));
 	struct atlas_fd_layer *h = calloc((size_t)d->n_layers, sizeof(*h));

@@ -114,6 +114,11 @@ struct cuda_ctx {
 	const struct atlas_kernel_blob *blob; /* the target's registry entry */
 	char target[64];              /* its name, "sm90/common" */
 	cudaKernel_t kern[ATLAS_CK_COUNT]; /* entry points */
+	/* the most dynamic shared memory a kernel was given beyond its
+	 * table value (fused_prepare, per model: the attribute is the
+	 * kernel's, so the largest of every model on this backend stands,
+	 * and load_target gives it again to a reloaded kernel); 0: none */
+	size_t smem_set[ATLAS_CK_COUNT];
 	const char *last_kernel;      /* for error messages */
 	char *arena;                  /* the current arena: one allocation per model */
 	size_t arena_size, arena_used; /* bytes */
