@@ -16,13 +16,16 @@
 #      what the draft passes cost against what the accepted drafts give
 #      (random weights accept what they accept: the acceptance here says
 #      nothing of real models, the step times do)
-# Logs under $OUT; a summary on stdout.
+# PARTS picks parts (default "run serve shapes"). Logs under $OUT; a
+# summary on stdout.
 B=${1:-build-gs}
+PARTS=" ${PARTS:-run serve shapes} "
 sh scripts/gpu-unpack.sh "$B"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 P=$(printf 'def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n')
 DM=models/default
 for bi in "" --batch-invariant; do
+	[[ $PARTS == *" run "* ]] || break
 	tag=${bi:+bi}
 	tag=${tag:-def}
 	for sp in none ngram draft; do
@@ -42,6 +45,7 @@ done
 body=$(python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 256, "temperature": 0, "ignore_eos": True}))' "$P")
 port=18431
 for sp in none ngram draft; do
+	[[ $PARTS == *" serve "* ]] || break
 	port=$((port + 1))
 	extra=()
 	[ "$sp" = draft ] && extra=(--draft-model "$DM")
@@ -61,15 +65,22 @@ for sp in none ngram draft; do
 	echo "atlas-serve --speculative $sp: $(wc -c <"$OUT/text-$sp.txt") bytes; $(tr '\n' ' ' <"$OUT/metrics-$sp.txt")"
 done
 for sp in ngram draft; do
+	[[ $PARTS == *" serve "* ]] || break
 	cmp -s "$OUT/text-none.txt" "$OUT/text-$sp.txt" && echo "  serve $sp greedy = none: equal" ||
 		echo "  serve $sp greedy = none: DIFFER"
 done
 
+[[ $PARTS == *" shapes "* ]] || exit 0
 t8=/tmp/q8
 d06=/tmp/q06
 [ -f "$t8/config.json" ] || python3 scripts/make-synthetic.py qwen3-8b "$t8" >/dev/null
 [ -f "$d06/config.json" ] || python3 scripts/make-synthetic.py qwen3-0.6b "$d06" >/dev/null
-for mode in "" "--no-batch-invariant"; do
+# the fused one-token kernel (default mode) of the target with the
+# draft's beside it on one backend
+timeout 120 "$B/atlas-run" -m "$t8" --device cuda --draft-model "$d06" -p "$P" -n 64 \
+	--temperature 0 --ignore-eos >"$OUT/run-8b-draft.txt" 2>"$OUT/run-8b-draft.err"
+echo "atlas-run 8B shape, 0.6B-shape draft, default mode: exit $?: $(tail -1 "$OUT/run-8b-draft.err")"
+for mode in ${MODES:-"" "--no-batch-invariant"}; do
 	for sp in none draft; do
 		extra=()
 		[ "$sp" = draft ] && extra=(--draft-model "$d06" --num-draft ${NUM_DRAFT:-4})
