@@ -80,7 +80,9 @@ d06=/tmp/q06
 timeout 120 "$B/atlas-run" -m "$t8" --device cuda --draft-model "$d06" -p "$P" -n 64 \
 	--temperature 0 --ignore-eos >"$OUT/run-8b-draft.txt" 2>"$OUT/run-8b-draft.err"
 echo "atlas-run 8B shape, 0.6B-shape draft, default mode: exit $?: $(tail -1 "$OUT/run-8b-draft.err")"
-for mode in ${MODES:-"" "--no-batch-invariant"}; do
+for m in ${MODES:-bi nbi}; do
+	mode=
+	[ "$m" = nbi ] && mode=--no-batch-invariant
 	for sp in none draft; do
 		extra=()
 		[ "$sp" = draft ] && extra=(--draft-model "$d06" --num-draft ${NUM_DRAFT:-4})
