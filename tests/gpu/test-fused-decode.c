@@ -19,7 +19,9 @@
  * (the last 16 steps judged: attention over more keys). A last step is
  * profiled on each backend (graphs off: replayed kernels are not timed)
  * to show that atlas_decode_fused ran on the fused model and only there.
- * Shapes: Qwen3-0.6B, Qwen3-8B and Llama3-8B as they are, and the
+ * Shapes: Qwen3-0.6B, Qwen3-8B and Llama3-8B as they are, Qwen3-8B with
+ * a Qwen3-0.6B model loaded on its fused backend after it (a draft
+ * model's case: the kernel's shared-memory attribute), and the
  * Qwen3-0.6B sizes as a Qwen2 model (random q/k/v biases, no q/k norm)
  * and as a Mistral model with an 80-key sliding window, and with 16 kv
  * heads (one query head each) run to 400 and to 1500 tokens (attention
@@ -76,6 +78,13 @@ static struct {
  * layers, so that two copies fit the GPU. */
 static int64_t shape_layers;
 
+/* A second shape whose model is loaded on the fused backend after the
+ * one under test, as a draft model is (NULL: none). Its fused kernel
+ * needs less shared memory: the first model's fused steps must still run
+ * and agree (the attribute is the kernel's: cuda_fused.c). */
+static const char *beside_shape;
+static struct atlas_model *beside; /* owned, on P.be[1] */
+
 /* Over every judged run of every shape, for the summary line. */
 static double all_worst;
 static int64_t all_steps, all_agree;
@@ -125,6 +134,8 @@ static struct atlas_backend *open_cuda(bool fused)
 
 static void release(void)
 {
+	atlas_model_free(beside);
+	beside = NULL;
 	for (int i = 0; i < 2; i++) {
 		atlas_seq_free(P.s[i]);
 		atlas_model_free(P.m[i]);
@@ -163,6 +174,16 @@ static void test_load(void)
 		    !(P.lg[i] = malloc((size_t)P.V * sizeof(float)))) {
 			printf("# %s %s: %s\n", P.name, i ? "fused" : "unfused", atlas_errmsg());
 			CHECK(!"backend and model made");
+			return;
+		}
+	}
+	if (beside_shape) {
+		struct atlas_config bc;
+		CHECK_EQ_INT(atlas_bench_shape(beside_shape, &bc), 0);
+		mp.synthetic_quant = NULL;
+		if (!(beside = atlas_model_synthetic(&bc, P.be[1], &mp, SEED + 1))) {
+			printf("# %s beside it: %s\n", beside_shape, atlas_errmsg());
+			CHECK(!"the second model made");
 			return;
 		}
 	}
@@ -389,7 +410,10 @@ static void test_shape(const char *shape, const char *type, int64_t window, int6
 		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %lld layers",
 			      (long long)shape_layers);
 	if (quant)
-		snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %s", quant);
+		n += snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", %s", quant);
+	if (beside_shape)
+		snprintf(P.name + n, sizeof(P.name) - (size_t)n, ", a %s model loaded beside it",
+			 beside_shape);
 	for (size_t t = 0; t < sizeof(tests) / sizeof(tests[0]); t++) {
 		snprintf(name, sizeof(name), "%s: %s", P.name, tests[t].what);
 		harness_run(name, tests[t].fn);
@@ -410,6 +434,10 @@ int main(void)
 	test_shape("qwen3-0.6b", NULL, 0, 0, 0, NULL);
 	test_shape("qwen3-8b", NULL, 0, 0, 0, NULL);
 	test_shape("llama3-8b", NULL, 0, 0, 0, NULL);	   /* no q/k norm */
+	/* a draft model's case: a smaller model on the same backend after it */
+	beside_shape = "qwen3-0.6b";
+	test_shape("qwen3-8b", NULL, 0, 0, 0, NULL);
+	beside_shape = NULL;
 	test_shape("qwen3-0.6b", "qwen2", 0, 0, 0, NULL);     /* q/k/v biases, no q/k norm */
 	test_shape("qwen3-0.6b", "mistral", 80, 0, 0, NULL); /* a window the long run passes */
 	/* FP8 checkpoints (F8B, 128 x 128 scale blocks): the FP8 stream */
