@@ -16,6 +16,9 @@
 #      what the draft passes cost against what the accepted drafts give
 #      (random weights accept what they accept: the acceptance here says
 #      nothing of real models, the step times do)
+#   fused: test-fused-decode's case of a Qwen3-8B model with a
+#      Qwen3-0.6B model loaded on its backend after it (carry
+#      tests/gpu/test-fused-decode too)
 # PARTS picks parts (default "run serve shapes"). Logs under $OUT; a
 # summary on stdout.
 B=${1:-build-gs}
@@ -70,6 +73,12 @@ for sp in ngram draft; do
 		echo "  serve $sp greedy = none: DIFFER"
 done
 
+if [[ $PARTS == *" fused "* ]]; then
+	# the fused kernel of a model with a smaller one loaded beside it
+	HARNESS_ONLY="beside it" "$B/tests/gpu/test-fused-decode" >"$OUT/fused-beside.log" 2>&1
+	echo "test-fused-decode (a second model beside): exit $?: $(grep -c '^ok' "$OUT/fused-beside.log") ok, $(grep -c '^not ok' "$OUT/fused-beside.log") not ok"
+	grep '^not ok\|^# ' "$OUT/fused-beside.log" | head -12
+fi
 [[ $PARTS == *" shapes "* ]] || exit 0
 t8=/tmp/q8
 d06=/tmp/q06
