@@ -314,6 +314,8 @@ static void test_draft_model(void)
 				if (round == 1)
 					CHECK(st.prefix_hit_tokens > 0);
 			}
+			/* the draft model's own cache kept the prompts' blocks */
+			CHECK(atlas_model_kv_blocks_cached(dm) > 0);
 			atlas_model_set_prefix_cache(dm, false);
 			CHECK_EQ_INT(atlas_model_kv_blocks_free(dm), atlas_model_kv_blocks_total(dm));
 		}
