@@ -36,6 +36,19 @@ moe = importlib.util.module_from_spec(spec)
 sys.path.insert(0, HERE)
 spec.loader.exec_module(moe)
 
+HYBRID_CONFIGS = {"qwen3_next": "Qwen3NextConfig", "qwen3_5_moe_text": "Qwen3_5MoeTextConfig"}
+_moe_config_class = moe.config_class
+
+
+def config_class(family):
+    """gen-moe-golden.py's config_class, knowing the hybrid families too."""
+    if family in HYBRID_CONFIGS:
+        return getattr(transformers, HYBRID_CONFIGS[family])
+    return _moe_config_class(family)
+
+
+moe.config_class = config_class
+
 
 def copy_sources(out):
     """transformers' sources of the two families, for reading."""
@@ -57,10 +70,11 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "out"
     torch.set_default_dtype(torch.float32)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
-    try:
-        copy_sources(out)
-    except Exception:
-        traceback.print_exc()
+    if os.environ.get("HYBRID_SOURCES", "1") == "1":
+        try:
+            copy_sources(out)
+        except Exception:
+            traceback.print_exc()
     tok_dir = moe.find_tokenizer(moe.REPO)
     import json
     with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:

@@ -7,7 +7,7 @@
 B=${1:-build-gs}
 PARTS="fused shapes" MODES=nbi bash scripts/gpu-draft.sh "$B" >"$OUT/draft-summary.txt" 2>&1
 mkdir -p /tmp/hy
-timeout 240 python3 scripts/gen-hybrid-golden.py /tmp/hy >/tmp/hy/hy.log 2>&1
+HYBRID_SOURCES=${HYBRID_SOURCES:-1} timeout 240 python3 scripts/gen-hybrid-golden.py /tmp/hy >/tmp/hy/hy.log 2>&1
 echo "gen-hybrid-golden: exit $?" >>/tmp/hy/hy.log
 tar czf "$OUT/hybrid.tgz" -C /tmp/hy .
 cd "$OUT" || exit 1
