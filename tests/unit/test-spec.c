@@ -334,6 +334,35 @@ static void test_draft_model(void)
 		atlas_model_free(same);
 		atlas_model_free(m);
 	}
+	/* vocabularies of other sizes (padding): a draft model with more rows
+	 * than the model (qwen3: 1,088 against 1,024), and a model with more
+	 * than its draft; output still the plain one */
+	for (int big_draft = 0; big_draft < 2; big_draft++) {
+		char a[600], b[600];
+		snprintf(a, sizeof(a), "%s/tests/fixtures/golden/qwen3-bf16", harness_srcdir());
+		snprintf(b, sizeof(b), "%s/tests/fixtures/golden/qwen3", harness_srcdir());
+		struct atlas_model_params mp;
+		atlas_model_default_params(&mp);
+		mp.max_seqs = NREQ;
+		mp.max_tokens = 64;
+		mp.block_size = 4;
+		struct atlas_model *tm = atlas_model_load(big_draft ? a : b, be, &mp);
+		struct atlas_model *dmv = atlas_model_load(big_draft ? b : a, be, &mp);
+		CHECK(tm && dmv);
+		if (tm && dmv) {
+			CHECK(atlas_model_config(dmv)->vocab_size != atlas_model_config(tm)->vocab_size);
+			struct atlas_sched_params plain = {.max_seqs = NREQ, .max_batch_tokens = 64};
+			struct atlas_sched_params sp = plain;
+			sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_DRAFT, .num_draft = 4};
+			sp.draft = dmv;
+			run_all(tm, &plain, false, 0.0, -1, want, wlp, &st);
+			run_all(tm, &sp, false, 0.0, -1, got, glp, &st);
+			CHECK(!memcmp(got, want, sizeof(want)));
+			CHECK(st.spec_drafted > 0);
+		}
+		atlas_model_free(dmv);
+		atlas_model_free(tm);
+	}
 	/* no draft model given: refused */
 	struct atlas_model *m = load(be, NREQ, 64, 0, 4);
 	CHECK(m != NULL);
