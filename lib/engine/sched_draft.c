@@ -7,10 +7,13 @@
  *
  *   catch-up  the tokens the draft sequence lacks, up to and including
  *             the request's last one (its whole prompt the first time,
- *             less what the draft model's prefix cache holds; one or two
- *             tokens a step after that), in chunks within the draft
- *             model's token budget; the pass that feeds a request's last
- *             token gives draft 0;
+ *             less what the draft model's prefix cache holds; one to k + 1
+ *             tokens a step after that), in one pass within the draft
+ *             model's token budget: a request whose last token comes in
+ *             it gets draft 0 from it; one with more to catch up than the
+ *             pass holds goes on in the next steps and drafts nothing
+ *             until it is level, so a step's drafting is one catch-up
+ *             pass and k - 1 one-token passes whatever arrives;
  *   drafting  one token each: draft j - 1 in, draft j out.
  *
  * A draft is the argmax of the draft model's logits, after the request's
@@ -190,9 +193,12 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 		}
 	int64_t budget = atlas_model_max_tokens(s->dm), seqs = atlas_model_max_seqs(s->dm);
 
-	/* catch-up, in chunks within the draft model's budget; a request's
-	 * last token comes with draft 0 */
-	for (;;) {
+	/* catch-up: one pass within the draft model's budget, so that a
+	 * step's drafting costs one catch-up pass and k - 1 one-token passes
+	 * however long the prompts that just arrived; a request whose last
+	 * token comes in it gets draft 0 from it, the others go on next
+	 * step (they draft nothing this one) */
+	for (int cp = 0; cp < 1; cp++) {
 		int64_t m = 0, tok = budget, at[ATLAS_SCHED_SPEC_SEQS];
 		bool want[ATLAS_SCHED_SPEC_SEQS];
 		for (int64_t i = 0; i < nw && tok > 0 && m < seqs; i++) {
@@ -213,6 +219,10 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 			fail(s, w, nw);
 			break;
 		}
+		for (int64_t i = 0; i < nw; i++)
+			if (w[i].live && !w[i].nd &&
+			    atlas_seq_len(w[i].r->dseq) < w[i].r->n_hist)
+				w[i].live = false; /* not caught up yet: next step */
 		for (int64_t j = 0; j < m; j++) {
 			struct dwork *x = &w[at[j]];
 			if (atlas_seq_len(x->r->dseq) == x->r->n_hist &&
@@ -259,6 +269,10 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 		r->draft = w[i].nd;
 		it->n = 1 + w[i].nd;
 		it->n_logits = 1 + w[i].nd;
+		/* none made: the plain step it would have been (a request the
+		 * backend samples for reads r->next, not a logits row) */
+		if (!w[i].nd && r->dev)
+			atlas_sched_item_draw(r, it);
 		/* drafts it fed past the last it made (a failed pass, a
 		 * draft refused after it was fed): gone */
 		atlas_sched_draft_keep(s, r, r->n_hist + w[i].nd - (w[i].nd > 0));

@@ -112,6 +112,10 @@ struct atlas_sched {
 	bool dwarned;                  /* a draft pass failed and said so */
 };
 
+/* scheduler.c: make item `it` (r's one token, the last it lacks) draw
+ * its next token on the backend (r->dev): only the id comes back, into
+ * r->next. */
+void atlas_sched_item_draw(struct atlas_sreq *r, struct atlas_batch_item *it);
 /* sched_draft.c: with a draft model, make the drafts of the step just
  * built (s->items[0, n)): for each item whose request has draft > 0 (the
  * most it may make), bring its draft sequence up to the request's

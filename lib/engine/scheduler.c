@@ -224,15 +224,22 @@ static void add_item(struct atlas_sched *s, int64_t *n, struct atlas_sreq *r, in
 		s->items[*n].hidden = s->hid + s->hid_rows * s->D;
 		s->hid_rows += k;
 	} else if (last && r->dev) {
-		/* the backend samples: one id comes back instead of a logits row */
-		atlas_sampler_args(r->smp, &r->args);
-		s->items[*n].sample = &r->args;
-		s->items[*n].token = &r->next;
+		atlas_sched_item_draw(r, &s->items[*n]);
 	} else if (last) {
 		s->items[*n].logits = s->logits + s->rows++ * s->V;
 	}
 	s->item_req[*n] = r;
 	(*n)++;
+}
+
+void atlas_sched_item_draw(struct atlas_sreq *r, struct atlas_batch_item *it)
+{
+	/* the backend samples: one id comes back instead of a logits row */
+	atlas_sampler_args(r->smp, &r->args);
+	it->logits = NULL;
+	it->n_logits = 0;
+	it->sample = &r->args;
+	it->token = &r->next;
 }
 
 /* Drafts for decoding request r this step (spec.h), written after its
