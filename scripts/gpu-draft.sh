@@ -3,6 +3,8 @@
 # call (binaries carried in BUILD, a slimmed scripts/gpu-carry.sh carry:
 # atlas-bench, atlas-run, atlas-serve):
 #   1. the shipped default model, greedy, 256 tokens of a prompt that
+#      (RUN_EXTRA: more atlas-run flags, e.g. --repeat-penalty 1 so that
+#      the backend draws the tokens and the drafts)
 #      repeats itself: atlas-run with --speculative none, ngram and
 #      draft (the model as its own draft), in default and in
 #      --batch-invariant mode; outputs compared with the plain one of
@@ -35,7 +37,7 @@ for bi in "" --batch-invariant; do
 		extra=()
 		[ "$sp" = draft ] && extra=(--draft-model "$DM")
 		[ "$sp" = ngram ] && extra=(--speculative ngram)
-		timeout 90 "$B/atlas-run" -m "$DM" --device cuda $bi -p "$P" -n 256 --temperature 0 \
+		timeout 90 "$B/atlas-run" -m "$DM" --device cuda $bi ${RUN_EXTRA:-} -p "$P" -n 256 --temperature 0 \
 			--ignore-eos "${extra[@]}" >"$OUT/run-$tag-$sp.txt" 2>"$OUT/run-$tag-$sp.err"
 		echo "atlas-run ${bi:-(default mode)} --speculative $sp: exit $?: $(tail -1 "$OUT/run-$tag-$sp.err")"
 	done
