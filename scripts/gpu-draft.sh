@@ -3,12 +3,12 @@
 # call (binaries carried in BUILD, a slimmed scripts/gpu-carry.sh carry:
 # atlas-bench, atlas-run, atlas-serve):
 #   1. the shipped default model, greedy, 256 tokens of a prompt that
-#      (RUN_EXTRA: more atlas-run flags, e.g. --repeat-penalty 1 so that
-#      the backend draws the tokens and the drafts)
 #      repeats itself: atlas-run with --speculative none, ngram and
 #      draft (the model as its own draft), in default and in
 #      --batch-invariant mode; outputs compared with the plain one of
-#      the same mode, and the timing lines (acceptance, tok/s)
+#      the same mode, and the timing lines (acceptance, tok/s).
+#      RUN_EXTRA: more atlas-run flags (e.g. --repeat-penalty 1, so that
+#      the backend draws the tokens and the drafts)
 #   2. atlas-serve (batch-invariant, its default) on the default model
 #      with none, ngram and draft: the same prompt through
 #      /v1/completions, texts compared, /metrics' atlas_spec_* counters
