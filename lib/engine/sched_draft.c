@@ -58,14 +58,6 @@ struct dwork {
 	int32_t tok;      /* the id it drew */
 };
 
-static bool is_eos(const struct atlas_sreq *r, int32_t id)
-{
-	for (int i = 0; i < r->gen.n_eos; i++)
-		if (r->gen.eos_ids[i] == id)
-			return true;
-	return false;
-}
-
 /* Ask item `it` of a pass for w's next draft: its grammar's mask, then a
  * greedy draw on the device or a logits row (`row`). False when the
  * grammar allows nothing more (or fails): w stops, and the item asks for
@@ -99,25 +91,17 @@ static void take_draft(struct atlas_sched *s, struct dwork *w, float *row)
 {
 	struct atlas_sreq *r = w->r;
 	int64_t V = s->dV < s->V ? s->dV : s->V; /* ids the target knows */
-	int32_t best = -1;
-	if (w->dev) {
-		best = w->tok;
-	} else {
+	int32_t best = w->tok;
+	if (!w->dev) {
 		/* the penalties the target's sampler applies (its repetition
 		 * penalty above all: a draft without it is often refused) */
 		if (s->dV >= s->V && atlas_sampler_uses_history(&r->gen.sampling))
 			atlas_sampler_penalize(r->smp, row, r->hist, r->n_hist + w->nd,
 					       r->n_gen + w->nd);
-		float bv = 0;
-		for (int64_t i = 0; i < V; i++) {
-			if (w->g && !(w->mask[i / 32] >> (i % 32) & 1))
-				continue;
-			if (best < 0 || row[i] > bv) {
-				best = (int32_t)i;
-				bv = row[i];
-			}
-		}
-		if (bv != bv)
+		/* the reference greedy pick: the mask, then the argmax */
+		const struct atlas_sample_args greedy = {.top_p = 1, .mask = w->g ? w->mask : NULL};
+		best = atlas_sample_pick(row, V, &greedy, NULL);
+		if (best >= 0 && row[best] != row[best])
 			best = -1; /* NaN logits */
 	}
 	if (best < 0 || best >= V || (w->g && atlas_grammar_accept(w->g, best))) {
@@ -125,15 +109,11 @@ static void take_draft(struct atlas_sched *s, struct dwork *w, float *row)
 		return;
 	}
 	r->hist[r->n_hist + w->nd++] = best;
-	if (w->nd >= w->k || is_eos(r, best) || (w->g && atlas_grammar_must_end(w->g)))
+	if (w->nd >= w->k || atlas_gen_is_eos(&r->gen, best) ||
+	    (w->g && atlas_grammar_must_end(w->g)))
 		w->live = false;
 }
 
-/* Run one pass of the draft model over its ditems[0, n). */
-static int pass(struct atlas_sched *s, int64_t n)
-{
-	return n ? atlas_model_forward_batch(s->dm, s->ditems, n) : 0;
-}
 
 /* Set up w for r: its draft sequence, the prefix it can attach, and how
  * many drafts the draft pool has blocks for (*dfree blocks left). */
@@ -168,8 +148,15 @@ static void start(struct atlas_sched *s, struct dwork *first, struct dwork *w, i
 		w->live = false;
 }
 
-static void fail(struct atlas_sched *s, struct dwork *w, int64_t nw)
+/* Run a pass of the draft model over its ditems[0, m). False when there
+ * was nothing to run, or when it failed: then no request drafts this
+ * step (said once). */
+static bool pass(struct atlas_sched *s, int64_t m, struct dwork *w, int64_t nw)
 {
+	if (!m)
+		return false;
+	if (!atlas_model_forward_batch(s->dm, s->ditems, m))
+		return true;
 	if (!s->dwarned)
 		atlas_warn("the draft model failed (%s); steps go on without its drafts",
 			   atlas_errmsg());
@@ -177,6 +164,44 @@ static void fail(struct atlas_sched *s, struct dwork *w, int64_t nw)
 	for (int64_t i = 0; i < nw; i++) {
 		w[i].live = false;
 		w[i].nd = 0;
+	}
+	return false;
+}
+
+/* The catch-up pass: the tokens each request's draft sequence lacks, as
+ * many as the draft model's budget holds, first come first. A request
+ * whose last token comes in it gets draft 0 from it; one with more to
+ * catch up goes on next step and drafts nothing this one. */
+static void catch_up(struct atlas_sched *s, struct dwork *w, int64_t nw)
+{
+	int64_t m = 0, tok = atlas_model_max_tokens(s->dm), seqs = atlas_model_max_seqs(s->dm);
+	int64_t at[ATLAS_SCHED_SPEC_SEQS];
+	bool want[ATLAS_SCHED_SPEC_SEQS];
+	for (int64_t i = 0; i < nw && tok > 0 && m < seqs; i++) {
+		struct atlas_sreq *r = w[i].r;
+		if (!w[i].live)
+			continue;
+		int64_t len = atlas_seq_len(r->dseq), c = r->n_hist - len, t = c < tok ? c : tok;
+		s->ditems[m] = (struct atlas_batch_item){.seq = r->dseq, .ids = r->hist + len, .n = t};
+		want[m] = t == c && want_draft(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV);
+		at[m++] = i;
+		tok -= t;
+	}
+	if (!pass(s, m, w, nw))
+		return;
+	for (int64_t i = 0; i < nw; i++)
+		if (w[i].live && atlas_seq_len(w[i].r->dseq) < w[i].r->n_hist)
+			w[i].live = false; /* not caught up yet: next step */
+	for (int64_t j = 0; j < m; j++) {
+		struct dwork *x = &w[at[j]];
+		if (atlas_seq_len(x->r->dseq) == x->r->n_hist && atlas_model_prefix_cache(s->dm))
+			/* caught up: its tokens are confirmed, later requests
+			 * may share them */
+			atlas_seq_publish_prefix(x->r->dseq, x->r->hist);
+		if (want[j])
+			take_draft(s, x, s->ditems[j].logits);
+		if (!x->nd)
+			x->live = false;
 	}
 }
 
@@ -191,52 +216,11 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 			start(s, w, &w[nw], &dfree);
 			nw++;
 		}
-	int64_t budget = atlas_model_max_tokens(s->dm), seqs = atlas_model_max_seqs(s->dm);
 
-	/* catch-up: one pass within the draft model's budget, so that a
-	 * step's drafting costs one catch-up pass and k - 1 one-token passes
-	 * however long the prompts that just arrived; a request whose last
-	 * token comes in it gets draft 0 from it, the others go on next
-	 * step (they draft nothing this one) */
-	for (int cp = 0; cp < 1; cp++) {
-		int64_t m = 0, tok = budget, at[ATLAS_SCHED_SPEC_SEQS];
-		bool want[ATLAS_SCHED_SPEC_SEQS];
-		for (int64_t i = 0; i < nw && tok > 0 && m < seqs; i++) {
-			struct atlas_sreq *r = w[i].r;
-			int64_t len = r->dseq ? atlas_seq_len(r->dseq) : 0, c = r->n_hist - len;
-			if (!w[i].live || w[i].nd || c <= 0)
-				continue;
-			int64_t t = c < tok ? c : tok;
-			s->ditems[m] = (struct atlas_batch_item){.seq = r->dseq, .ids = r->hist + len,
-								  .n = t};
-			want[m] = t == c && want_draft(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV);
-			at[m++] = i;
-			tok -= t;
-		}
-		if (!m)
-			break;
-		if (pass(s, m)) {
-			fail(s, w, nw);
-			break;
-		}
-		for (int64_t i = 0; i < nw; i++)
-			if (w[i].live && !w[i].nd &&
-			    atlas_seq_len(w[i].r->dseq) < w[i].r->n_hist)
-				w[i].live = false; /* not caught up yet: next step */
-		for (int64_t j = 0; j < m; j++) {
-			struct dwork *x = &w[at[j]];
-			if (atlas_seq_len(x->r->dseq) == x->r->n_hist &&
-			    atlas_model_prefix_cache(s->dm))
-				/* caught up: its tokens are confirmed, later
-				 * requests may share them */
-				atlas_seq_publish_prefix(x->r->dseq, x->r->hist);
-			if (!want[j])
-				continue;
-			take_draft(s, x, s->ditems[j].logits);
-			if (!x->nd)
-				x->live = false;
-		}
-	}
+	/* catch-up: one pass, so that a step's drafting costs one catch-up
+	 * pass and k - 1 one-token passes however long the prompts that
+	 * just arrived */
+	catch_up(s, w, nw);
 
 	/* drafting: draft j - 1 in, draft j out */
 	for (;;) {
@@ -251,12 +235,8 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 				continue; /* (its grammar allows nothing more: done) */
 			at[m++] = i;
 		}
-		if (!m)
+		if (!pass(s, m, w, nw))
 			break;
-		if (pass(s, m)) {
-			fail(s, w, nw);
-			break;
-		}
 		for (int64_t j = 0; j < m; j++)
 			take_draft(s, &w[at[j]], s->ditems[j].logits);
 	}

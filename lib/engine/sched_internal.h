@@ -112,6 +112,8 @@ struct atlas_sched {
 	bool dwarned;                  /* a draft pass failed and said so */
 };
 
+/* sched_req.c: is id one of p's end-of-sequence ids? */
+bool atlas_gen_is_eos(const struct atlas_gen_params *p, int32_t id);
 /* scheduler.c: make item `it` (r's one token, the last it lacks) draw
  * its next token on the backend (r->dev): only the id comes back, into
  * r->next. */

@@ -235,7 +235,7 @@ void atlas_sreq_finish(struct atlas_sched *s, struct atlas_sreq *r, enum atlas_f
 		sreq_free(r);
 }
 
-static bool is_eos(const struct atlas_gen_params *p, int32_t id)
+bool atlas_gen_is_eos(const struct atlas_gen_params *p, int32_t id)
 {
 	for (int i = 0; i < p->n_eos; i++)
 		if (p->eos_ids[i] == id)
@@ -337,7 +337,7 @@ static bool emit(struct atlas_sched *s, struct atlas_sreq *r, int32_t id,
 				  atlas_errmsg());
 		return false;
 	}
-	if (!r->gen.ignore_eos && is_eos(&r->gen, id)) {
+	if (!r->gen.ignore_eos && atlas_gen_is_eos(&r->gen, id)) {
 		atlas_sreq_finish(s, r, ATLAS_FINISH_EOS, 0, NULL);
 		return false;
 	}

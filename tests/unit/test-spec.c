@@ -69,8 +69,9 @@ static void test_ngram_draft(void)
 
 static char path[512];
 
-static struct atlas_model *load(struct atlas_backend *be, int64_t seqs, int64_t tokens,
-				int64_t blocks, int64_t block_size)
+/* Golden fixture `name` with these step limits and pool. */
+static struct atlas_model *load_golden(struct atlas_backend *be, const char *name, int64_t seqs,
+				       int64_t tokens, int64_t blocks, int64_t block_size)
 {
 	struct atlas_model_params p;
 	atlas_model_default_params(&p);
@@ -78,8 +79,14 @@ static struct atlas_model *load(struct atlas_backend *be, int64_t seqs, int64_t 
 	p.max_tokens = tokens;
 	p.kv_blocks = blocks;
 	p.block_size = block_size;
-	snprintf(path, sizeof(path), "%s/tests/fixtures/golden/qwen3-bf16", harness_srcdir());
+	snprintf(path, sizeof(path), "%s/tests/fixtures/golden/%s", harness_srcdir(), name);
 	return atlas_model_load(path, be, &p);
+}
+
+static struct atlas_model *load(struct atlas_backend *be, int64_t seqs, int64_t tokens,
+				int64_t blocks, int64_t block_size)
+{
+	return load_golden(be, "qwen3-bf16", seqs, tokens, blocks, block_size);
 }
 
 #define NREQ 6
@@ -261,15 +268,7 @@ static void test_draft_model(void)
 		struct atlas_model *m = load(be, NREQ, 64, pool ? 40 : 0, 4);
 		struct atlas_model *same = load(be, NREQ, 64, pool ? 40 : 0, 4);
 		/* another model with the vocabulary's size: a small llama */
-		struct atlas_model_params dp;
-		atlas_model_default_params(&dp);
-		dp.max_seqs = NREQ;
-		dp.max_tokens = 64;
-		dp.kv_blocks = pool ? 40 : 0;
-		dp.block_size = 4;
-		char other[600];
-		snprintf(other, sizeof(other), "%s/tests/fixtures/golden/llama3", harness_srcdir());
-		struct atlas_model *rnd = atlas_model_load(other, be, &dp);
+		struct atlas_model *rnd = load_golden(be, "llama3", NREQ, 64, pool ? 40 : 0, 4);
 		CHECK(m && same && rnd);
 		if (!m || !same || !rnd) {
 			atlas_model_free(m);
@@ -338,16 +337,9 @@ static void test_draft_model(void)
 	 * than the model (qwen3: 1,088 against 1,024), and a model with more
 	 * than its draft; output still the plain one */
 	for (int big_draft = 0; big_draft < 2; big_draft++) {
-		char a[600], b[600];
-		snprintf(a, sizeof(a), "%s/tests/fixtures/golden/qwen3-bf16", harness_srcdir());
-		snprintf(b, sizeof(b), "%s/tests/fixtures/golden/qwen3", harness_srcdir());
-		struct atlas_model_params mp;
-		atlas_model_default_params(&mp);
-		mp.max_seqs = NREQ;
-		mp.max_tokens = 64;
-		mp.block_size = 4;
-		struct atlas_model *tm = atlas_model_load(big_draft ? a : b, be, &mp);
-		struct atlas_model *dmv = atlas_model_load(big_draft ? b : a, be, &mp);
+		const char *a = "qwen3-bf16", *b = "qwen3";
+		struct atlas_model *tm = load_golden(be, big_draft ? a : b, NREQ, 64, 0, 4);
+		struct atlas_model *dmv = load_golden(be, big_draft ? b : a, NREQ, 64, 0, 4);
 		CHECK(tm && dmv);
 		if (tm && dmv) {
 			CHECK(atlas_model_config(dmv)->vocab_size != atlas_model_config(tm)->vocab_size);
