@@ -76,13 +76,7 @@ def main():
         except Exception:
             traceback.print_exc()
     tok_dir = moe.find_tokenizer(moe.REPO)
-    import json
-    with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
-        tj = json.load(f)
-    ids = set(tj["model"]["vocab"].values()) | {a["id"] for a in tj.get("added_tokens", [])}
-    V = max(ids) + 1
-    eos = next(a["id"] for a in tj["added_tokens"] if a["content"] == "<|endoftext|>")
-    print(f"tokenizer {tok_dir}: {V} tokens, eos {eos}", flush=True)
+    V, eos = moe.tokenizer_vocab(tok_dir)
     g = torch.Generator().manual_seed(7)
     seqs = [
         [int(x) for x in torch.randint(0, V, (1,), generator=g)],

@@ -35,7 +35,7 @@ import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from golden_ref import (MIN_MARGIN_16, N_GREEDY, find_tokenizer, greedy,  # noqa: E402
-                        rope_buffers, to_reference, write_logits)
+                        rope_buffers, to_reference, tokenizer_vocab, write_logits)
 
 MAX_SEEDS = 60
 MIN_ROUTER_GAP = 1e-3  # smallest gap between the k-th and (k+1)-th router logit
@@ -283,12 +283,7 @@ def main():
     torch.use_deterministic_algorithms(True)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
     tok_dir = find_tokenizer(REPO)
-    with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
-        tj = json.load(f)
-    ids = set(tj["model"]["vocab"].values()) | {a["id"] for a in tj.get("added_tokens", [])}
-    V = max(ids) + 1
-    eos = next(a["id"] for a in tj["added_tokens"] if a["content"] == "<|endoftext|>")
-    print(f"tokenizer {tok_dir}: {V} tokens, eos {eos}", flush=True)
+    V, eos = tokenizer_vocab(tok_dir)
 
     # the same sequences as gen-golden.py draws
     g = torch.Generator().manual_seed(7)

@@ -64,6 +64,20 @@ def find_tokenizer(repo):
     raise SystemExit("no tokenizer: expected tests/fixtures/golden/tokenizer/tokenizer.json")
 
 
+def tokenizer_vocab(tok_dir):
+    """The fixtures' tokenizer's size (its largest id + 1, added tokens
+    included) and its <|endoftext|> id, said on stdout."""
+    import json
+    import os
+    with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    ids = set(tj["model"]["vocab"].values()) | {a["id"] for a in tj.get("added_tokens", [])}
+    V = max(ids) + 1
+    eos = next(a["id"] for a in tj["added_tokens"] if a["content"] == "<|endoftext|>")
+    print(f"tokenizer {tok_dir}: {V} tokens, eos {eos}", flush=True)
+    return V, eos
+
+
 def write_logits(d, seqs, logits):
     """logits-<i>.bin (little-endian float32 [T, vocab]) for each sequence
     into directory d; returns expected.json's "cases" list."""
