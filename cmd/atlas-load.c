@@ -261,6 +261,7 @@ static int inspect(const struct opts *o, const char *dir)
 		json_object_object_add(j, "hidden_size", json_object_new_int64(c.hidden_size));
 		json_object_object_add(j, "vocab_size", json_object_new_int64(c.vocab_size));
 		json_object_object_add(j, "moe", atlas_ckpt_moe_json(&c));
+		json_object_object_add(j, "linear_attention", atlas_ckpt_hybrid_json(&c));
 		json_object_object_add(j, "quantization",
 				       qdesc[0] ? json_object_new_string(qdesc) : NULL);
 		json_object_object_add(j, "tokenizer", json_object_new_string(ci.tokenizer_type));
@@ -318,6 +319,10 @@ static int inspect(const struct opts *o, const char *dir)
 	if (moe)
 		fputs(moe, stdout);
 	free(moe);
+	char *lin = atlas_ckpt_hybrid_text(&c);
+	if (lin)
+		fputs(lin, stdout);
+	free(lin);
 	if (qdesc[0])
 		printf("quantization:    %s%s\n", qdesc,
 		       fp8   ? " (linear layers FP8 on GPUs, dequantized on the CPU)"

@@ -251,6 +251,43 @@ struct atlas_moe_desc {
 	const void *sgate;      /* the shared expert's gate [1, D]; NULL if Fs 0 */
 };
 
+/* One Gated DeltaNet layer (a linear-attention layer of a hybrid model,
+ * lib/model/README-hybrid.md) for the deltanet op: shapes and the
+ * layer's small weights, all FP32 in backend memory. */
+struct atlas_gdn_desc {
+	int64_t Hk, Hv;         /* key heads, value heads (a multiple of Hk) */
+	int64_t dk, dv;         /* key and value head sizes */
+	int64_t K;              /* the causal conv's width (>= 2) */
+	float eps;              /* of the gated output norm */
+	const float *conv_w;    /* [C, K], C = 2 Hk dk + Hv dv: the depthwise
+				 * conv over q, k, v's channels in that order */
+	const float *A_log;     /* [Hv] */
+	const float *dt_bias;   /* [Hv] */
+	const float *norm_w;    /* [dv] the gated norm's weight (plain) */
+};
+
+/* One sequence's rows in a deltanet call: the next n rows of the step
+ * (items lie end to end, in order), and the layer's recurrent state of
+ * that sequence, backend FP32: the conv state [C, K-1] (the last K-1
+ * inputs of each channel, oldest first) then the delta-rule state
+ * [Hv, dk, dv]. */
+struct atlas_gdn_item {
+	int64_t n;              /* rows (tokens) of this sequence */
+	float *state;           /* atlas_gdn_state_floats(d) floats */
+	bool fresh;             /* the sequence's first tokens: the state is
+				 * taken as zero (whatever it holds) */
+	int64_t snap_at;        /* 1..n: also copy the state after this many of
+				 * the item's rows into snap (a prefix-cache
+				 * snapshot); 0: none */
+	float *snap;            /* laid out as state */
+};
+
+/* Floats of one sequence's state for one Gated DeltaNet layer. */
+static inline int64_t atlas_gdn_state_floats(const struct atlas_gdn_desc *d)
+{
+	return (2 * d->Hk * d->dk + d->Hv * d->dv) * (d->K - 1) + d->Hv * d->dk * d->dv;
+}
+
 /* Scratch bytes the moe op needs for T rows, on any backend: the CPU's
  * FP32 router probabilities, gate and up rows of the widest MLP and the
  * sum, or the CUDA op's routing (FP32 logits, ids, weights, groups, GEMM
@@ -438,6 +475,42 @@ struct atlas_backend {
 	 * then resets the count; waits for queued work. The benchmarks' floor
 	 * for batched MoE decode counts these bytes. NULL: not counted. */
 	int64_t (*moe_experts_read)(struct atlas_backend *be);
+
+	/* --- optional: ops of hybrid linear-attention models (NULL: the
+	 * backend does not run them; the model refuses them at load) --- */
+
+	/* rope's contract on the first rd dims of each head only (rotate-
+	 * half over those: dim i pairs with i + rd/2), the other hd - rd
+	 * unchanged; inv_freq [rd/2]. */
+	int (*rope_partial)(struct atlas_backend *be, void *x, const int32_t *pos,
+			    const float *inv_freq, int64_t T, int64_t H, int64_t hd,
+			    int64_t rd);
+	/* Gated attention's q projection gives, per head, the query then an
+	 * output gate: qg [T, H, 2 hd]. gate_split: q [T, H, hd] = the
+	 * queries. gate_apply: att [T, H, hd] *= sigmoid(the gates). */
+	int (*gate_split)(struct atlas_backend *be, void *q, const void *qg, int64_t T,
+			  int64_t H, int64_t hd);
+	int (*gate_apply)(struct atlas_backend *be, void *att, const void *qg, int64_t T,
+			  int64_t H, int64_t hd);
+	/* The Gated DeltaNet between a linear-attention layer's input and
+	 * output projections, each item (sequence) from its own state, token
+	 * by token (the recurrent form), so a row's result depends only on
+	 * its sequence, never on its batch-mates or how its prompt was cut
+	 * into steps:
+	 *   x = [q | k | v] of the row's qkvz (C channels)
+	 *   c = silu(causal depthwise conv of x over the sequence, width K)
+	 *   q, k per key head l2-normalised (x * rsqrt(sum x^2 + 1e-6)),
+	 *     q scaled by 1/sqrt(dk); value head h reads key head h / (Hv/Hk)
+	 *   beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)
+	 *   per value head: S *= exp(g); u = (v - S^T k) beta; S += k u^T;
+	 *     o = S^T q
+	 *   out = rmsnorm(o) * norm_w * silu(z), per value head
+	 * qkvz [T, C + Hv dv] (q, k, v, z, each head after head), ba
+	 * [T, 2 Hv] (b then a), out [T, Hv dv], all act_dtype; items: host
+	 * array [n_items] whose n sum to T; each item's state is updated. */
+	int (*deltanet)(struct atlas_backend *be, void *out, const void *qkvz, const void *ba,
+			const struct atlas_gdn_desc *d, const struct atlas_gdn_item *items,
+			int64_t n_items);
 
 	/* --- optional fused ops (NULL: the model runs the plain ops they
 	 * stand for; a backend offers them where one launch beats several) */

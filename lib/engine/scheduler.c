@@ -416,6 +416,7 @@ static void update_gauges(struct atlas_sched *s)
 	s->st.waiting = s->n_waiting;
 	s->st.kv_blocks_free = atlas_model_kv_blocks_free(s->m);
 	s->st.kv_blocks_cached = atlas_model_kv_blocks_cached(s->m);
+	s->st.prefix_snapshots = atlas_model_prefix_snapshots(s->m, &s->st.prefix_snapshot_bytes);
 }
 
 /* The grammar masks of the step's sampling items (only the engine thread

@@ -162,6 +162,9 @@ struct atlas_sched_stats {
 	int64_t prefix_hit_tokens;  /* of those, found in the prefix cache */
 	int64_t prefix_miss_tokens; /* of those, computed */
 	int64_t kv_blocks_cached; /* free blocks that still hold cached prefixes */
+	int64_t prefix_snapshots; /* a hybrid model's cached blocks with a snapshot
+				   * of the recurrent state (0 otherwise) */
+	int64_t prefix_snapshot_bytes; /* the memory of its snapshot slots */
 	int64_t spec_steps;       /* request steps that verified drafts */
 	int64_t spec_drafted;     /* draft tokens proposed */
 	int64_t spec_accepted;    /* of those, accepted */

@@ -428,6 +428,103 @@ static int parse_moe(struct json_object *o, const char *where, struct atlas_conf
 	return 0;
 }
 
+/* partial_rotary_factor: top level or in rope_parameters (5.x writes
+ * both), in (0, 1]; rotary_dim = int(head_dim * factor), even. */
+static int parse_rotary(struct json_object *o, const char *where, struct atlas_config *c)
+{
+	struct json_object *r;
+	double f = 1.0;
+	int rc = opt_num(o, "partial_rotary_factor", where, &f, false);
+	if (!rc && atlas_json_object(o, "rope_parameters", where, &r) > 0)
+		rc = opt_num(r, "partial_rotary_factor", where, &f, false);
+	if (rc)
+		return rc;
+	if (f > 1.0)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: field 'partial_rotary_factor' must be at most 1 (got %g)", where, f);
+	c->rotary_dim = (int64_t)((double)c->head_dim * f);
+	if (c->rotary_dim < 2 || c->rotary_dim % 2)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: partial_rotary_factor %g of head_dim %" PRId64
+				   " gives %" PRId64 " rotary dims; an even number of at least 2 is needed",
+				   where, f, c->head_dim, c->rotary_dim);
+	return 0;
+}
+
+/* The hybrid fields: which layers are linear attention, and its shapes. */
+static int parse_hybrid(struct json_object *o, const char *where, struct atlas_config *c)
+{
+	struct json_object *arr;
+	int64_t interval = 0;
+	int rc;
+	if ((rc = atlas_json_array(o, "layer_types", where, &arr)) < 0)
+		return rc;
+	if (rc > 0) {
+		if ((int64_t)json_object_array_length(arr) != c->num_layers)
+			return atlas_error(ATLAS_EFORMAT,
+					   "%s: field 'layer_types' has %zu entries for %" PRId64
+					   " layers", where, json_object_array_length(arr), c->num_layers);
+		for (int64_t l = 0; l < c->num_layers; l++) {
+			struct json_object *e = json_object_array_get_idx(arr, (size_t)l);
+			const char *t = e && json_object_is_type(e, json_type_string)
+					    ? json_object_get_string(e) : "";
+			if (!strcmp(t, "full_attention"))
+				continue;
+			if (strcmp(t, "linear_attention"))
+				return atlas_error(ATLAS_EUNSUPPORTED,
+						   "%s: layer_types[%" PRId64 "] '%s' is not supported "
+						   "(supported: full_attention, linear_attention)", where, l, t);
+			if (l >= ATLAS_MAX_MLP_ONLY)
+				return atlas_error(ATLAS_EUNSUPPORTED,
+						   "%s: linear-attention layers past %d are not supported",
+						   where, ATLAS_MAX_MLP_ONLY - 1);
+			c->linear[l / 64] |= (uint64_t)1 << (l % 64);
+			c->n_linear++;
+		}
+	} else {
+		if ((rc = opt_int(o, "full_attention_interval", where, &interval)))
+			return rc;
+		for (int64_t l = 0; interval > 1 && l < c->num_layers; l++) {
+			if ((l + 1) % interval == 0)
+				continue;
+			if (l >= ATLAS_MAX_MLP_ONLY)
+				return atlas_error(ATLAS_EUNSUPPORTED,
+						   "%s: linear-attention layers past %d are not supported",
+						   where, ATLAS_MAX_MLP_ONLY - 1);
+			c->linear[l / 64] |= (uint64_t)1 << (l % 64);
+			c->n_linear++;
+		}
+	}
+	if (!c->n_linear)
+		return 0;
+	c->lin_conv = 4;
+	if ((rc = req_int(o, "linear_num_key_heads", where, &c->lin_k_heads)) ||
+	    (rc = req_int(o, "linear_num_value_heads", where, &c->lin_v_heads)) ||
+	    (rc = req_int(o, "linear_key_head_dim", where, &c->lin_k_dim)) ||
+	    (rc = req_int(o, "linear_value_head_dim", where, &c->lin_v_dim)) ||
+	    (rc = opt_int(o, "linear_conv_kernel_dim", where, &c->lin_conv)))
+		return rc;
+	if (c->lin_v_heads % c->lin_k_heads)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s: linear_num_value_heads (%" PRId64 ") is not a multiple of "
+				   "linear_num_key_heads (%" PRId64 ")", where, c->lin_v_heads,
+				   c->lin_k_heads);
+	if (c->lin_k_heads > 4096 || c->lin_v_heads > 4096 || c->lin_k_dim > 4096 ||
+	    c->lin_v_dim > 4096 || c->lin_conv > 64)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: linear attention of %" PRId64 "/%" PRId64 " heads of %" PRId64
+				   "/%" PRId64 " dims, conv %" PRId64 " is past the limits (4096 heads "
+				   "and dims, conv 64)", where, c->lin_k_heads, c->lin_v_heads,
+				   c->lin_k_dim, c->lin_v_dim, c->lin_conv);
+	return 0;
+}
+
+bool atlas_config_layer_is_linear(const struct atlas_config *c, int64_t l)
+{
+	return c->n_linear > 0 && l >= 0 && l < c->num_layers && l < ATLAS_MAX_MLP_ONLY &&
+	       (c->linear[l / 64] >> (l % 64) & 1);
+}
+
 bool atlas_config_layer_is_moe(const struct atlas_config *c, int64_t l)
 {
 	if (c->num_experts <= 0 || l < 0 || l >= c->num_layers)
@@ -448,8 +545,9 @@ int atlas_config_parse(const char *json, const char *name, struct atlas_config *
 		return ATLAS_EFORMAT;
 	if (!(rc = parse_misc(o, name, out)) && !(rc = parse_shape(o, name, out)) &&
 	    !(rc = parse_rope_fields(o, name, out)) && !(rc = parse_bos(o, name, &out->bos_id)) &&
-	    !(rc = parse_eos(o, name, out->eos_ids, &out->n_eos)))
-		rc = parse_moe(o, name, out);
+	    !(rc = parse_eos(o, name, out->eos_ids, &out->n_eos)) &&
+	    !(rc = parse_moe(o, name, out)) && !(rc = parse_rotary(o, name, out)))
+		rc = parse_hybrid(o, name, out);
 	json_object_put(o);
 	return rc;
 }

@@ -61,6 +61,22 @@ struct atlas_config {
 				     * (default 1) and l is not mlp_only */
 	uint64_t mlp_only[ATLAS_MAX_MLP_ONLY / 64]; /* "mlp_only_layers" as bits */
 	int64_t shared_expert_intermediate_size; /* Qwen2-MoE's shared expert, 0: none */
+	/* rotary embedding on the first rotary_dim dims of each head only:
+	 * int(head_dim * "partial_rotary_factor") (top level or in
+	 * rope_parameters); head_dim when absent */
+	int64_t rotary_dim;
+	/* hybrid linear-attention models (lib/model/README-hybrid.md): the
+	 * layers whose "layer_types" entry is "linear_attention" (else every
+	 * layer l with (l + 1) % "full_attention_interval" != 0, when the
+	 * interval is given) run a Gated DeltaNet instead of attention;
+	 * n_linear 0: none */
+	uint64_t linear[ATLAS_MAX_MLP_ONLY / 64]; /* those layers as bits */
+	int64_t n_linear;           /* how many */
+	int64_t lin_k_heads;        /* "linear_num_key_heads" */
+	int64_t lin_v_heads;        /* "linear_num_value_heads" (a multiple) */
+	int64_t lin_k_dim;          /* "linear_key_head_dim" */
+	int64_t lin_v_dim;          /* "linear_value_head_dim" */
+	int64_t lin_conv;           /* "linear_conv_kernel_dim" (default 4) */
 };
 
 /* Sampling defaults as transformers' GenerationConfig defines them. */
@@ -114,7 +130,10 @@ const char *atlas_pooling_name(enum atlas_pooling p);
  * ATLAS_EFORMAT; a routing variant Atlas does not compute (DeepSeek's
  * topk_method, n_group / topk_group, scoring_func other than softmax,
  * n_shared_experts, routed_scaling_factor, first_k_dense_replace) is
- * ATLAS_EUNSUPPORTED naming the field. */
+ * ATLAS_EUNSUPPORTED naming the field. Hybrid fields: a layer_types
+ * entry other than "linear_attention" or "full_attention", a list
+ * whose length is not num_hidden_layers, or linear-attention layers
+ * without their head counts and sizes is ATLAS_EFORMAT. */
 int atlas_config_load(const char *dir, struct atlas_config *out);
 
 /* Whether layer l's MLP is a mixture of experts: the model has experts,
@@ -122,6 +141,10 @@ int atlas_config_load(const char *dir, struct atlas_config *out);
  * decoder_sparse_step (transformers' Qwen2/Qwen3-MoE rule; Mixtral
  * configs leave both at their defaults, so every layer is MoE). */
 bool atlas_config_layer_is_moe(const struct atlas_config *c, int64_t l);
+
+/* Whether layer l of a hybrid model is a linear-attention (Gated
+ * DeltaNet) layer rather than a full-attention one. */
+bool atlas_config_layer_is_linear(const struct atlas_config *c, int64_t l);
 
 /* Same, from a JSON string (`name` is used in messages). */
 int atlas_config_parse(const char *json, const char *name, struct atlas_config *out);

@@ -80,5 +80,13 @@ char *atlas_ckpt_moe_text(const struct atlas_config *c);
  * Mixtral renormalises whatever it says), "dense_layers" [indices]}
  * owned by the caller, or NULL for a dense config. */
 struct json_object *atlas_ckpt_moe_json(const struct atlas_config *c);
+/* What inspect shows of a hybrid config's linear-attention layers: the
+ * line "linear attn:" (which layers, as ranges, and the Gated DeltaNet's
+ * heads and sizes), malloc'd, caller frees; NULL without such layers. */
+char *atlas_ckpt_hybrid_text(const struct atlas_config *c);
+/* The same as a new JSON object {"layers" [indices], "key_heads",
+ * "value_heads", "key_head_dim", "value_head_dim", "conv_width"}, or
+ * NULL. */
+struct json_object *atlas_ckpt_hybrid_json(const struct atlas_config *c);
 
 #endif

@@ -129,3 +129,51 @@ struct json_object *atlas_ckpt_moe_json(const struct atlas_config *c)
 	json_object_object_add(o, "dense_layers", dense);
 	return o;
 }
+
+char *atlas_ckpt_hybrid_text(const struct atlas_config *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	bool first = true;
+	if (c->n_linear <= 0)
+		return NULL;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return NULL;
+	fprintf(f, "linear attn:     ");
+	for (int64_t l = 0, a = -1; l <= c->num_layers; l++) {
+		bool lin = l < c->num_layers && atlas_config_layer_is_linear(c, l);
+		if (lin && a < 0)
+			a = l;
+		if (!lin && a >= 0) {
+			put_range(f, a, l - 1, first);
+			first = false;
+			a = -1;
+		}
+	}
+	fprintf(f, " (Gated DeltaNet, %lld/%lld heads of %lld/%lld, conv %lld)\n",
+		(long long)c->lin_k_heads, (long long)c->lin_v_heads, (long long)c->lin_k_dim,
+		(long long)c->lin_v_dim, (long long)c->lin_conv);
+	if (fclose(f)) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+struct json_object *atlas_ckpt_hybrid_json(const struct atlas_config *c)
+{
+	if (c->n_linear <= 0)
+		return NULL;
+	struct json_object *o = json_object_new_object(), *ls = json_object_new_array();
+	for (int64_t l = 0; l < c->num_layers; l++)
+		if (atlas_config_layer_is_linear(c, l))
+			json_object_array_add(ls, json_object_new_int64(l));
+	json_object_object_add(o, "layers", ls);
+	json_object_object_add(o, "key_heads", json_object_new_int64(c->lin_k_heads));
+	json_object_object_add(o, "value_heads", json_object_new_int64(c->lin_v_heads));
+	json_object_object_add(o, "key_head_dim", json_object_new_int64(c->lin_k_dim));
+	json_object_object_add(o, "value_head_dim", json_object_new_int64(c->lin_v_dim));
+	json_object_object_add(o, "conv_width", json_object_new_int64(c->lin_conv));
+	return o;
+}

@@ -88,7 +88,7 @@ int64_t atlas_model_weight_bytes(const struct atlas_model *m)
 			w = all[i];
 			n += (int64_t)w->nbytes;
 		}
-		n += atlas_moe_bytes_per_token(m, l);
+		n += atlas_moe_bytes_per_token(m, l) + atlas_hybrid_bytes_per_token(m, l);
 	}
 	return n;
 }
@@ -448,6 +448,133 @@ int atlas_decoder_bind_dtype(struct atlas_model *m, struct weight *w, const char
 	return upload_converted(m, w, t, d1, &all, dt);
 }
 
+int atlas_decoder_bind_f32(struct atlas_model *m, struct weight *w, const char *name,
+			   const int64_t *shape, int ndim, float add)
+{
+	const struct atlas_tensor_info *t = atlas_st_find(m->st, name);
+	memset(w, 0, sizeof(*w));
+	if (!t)
+		return atlas_error(ATLAS_EFORMAT, "tensor '%s' is missing from the checkpoint", name);
+	bool same = t->ndim == ndim;
+	int64_t n = 1;
+	for (int i = 0; i < ndim; i++) {
+		same = same && t->shape[i] == shape[i];
+		n *= shape[i];
+	}
+	if (!same)
+		return atlas_error(ATLAS_EFORMAT,
+				   "tensor '%s' in '%s' has a shape unlike the %d-D one config.json "
+				   "implies (%lld elements)", name, t->file, ndim, (long long)n);
+	if (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
+	    t->dtype != ATLAS_DTYPE_BF16)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "tensor '%s' has dtype %s; supported here: F32, F16, BF16", name,
+				   atlas_dtype_name(t->dtype));
+	float *buf = malloc((size_t)n * sizeof(float) + 1);
+	if (!buf)
+		return atlas_error(ATLAS_ENOMEM, "out of memory converting '%s'", name);
+	atlas_dtype_convert(buf, ATLAS_DTYPE_F32, t->data, t->dtype, n);
+	for (int64_t i = 0; i < n; i++)
+		buf[i] += add;
+	struct atlas_tensor_info c = {.name = name, .dtype = ATLAS_DTYPE_F32, .ndim = 1,
+				      .shape = {n}, .numel = n, .data = buf,
+				      .nbytes = (size_t)n * sizeof(float), .file = t->file};
+	struct slice all = {0, n, 0, 1};
+	return upload_host(m, w, &c, -1, &all);
+}
+
+int atlas_decoder_bind_rows(struct atlas_model *m, struct weight *w, int n_src,
+			    const char *const *names, const int64_t *rows, int64_t d1,
+			    const int64_t *map, int64_t n)
+{
+	enum { MAX_SRC = 4 };
+	const enum atlas_dtype qdt =
+	    m->be->act_dtype == ATLAS_DTYPE_F32 ? ATLAS_DTYPE_F32 : ATLAS_DTYPE_BF16;
+	const void *src[MAX_SRC] = {0};
+	void *deq[MAX_SRC] = {0};
+	enum atlas_dtype sdt[MAX_SRC];
+	int64_t base[MAX_SRC + 1] = {0};
+	int rc = 0;
+	memset(w, 0, sizeof(*w));
+	if (n_src < 1 || n_src > MAX_SRC)
+		return atlas_error(ATLAS_EINVAL, "bind_rows: %d sources", n_src);
+	/* each source as a plain matrix: mmapped, or dequantized */
+	for (int i = 0; i < n_src && !rc; i++) {
+		base[i + 1] = base[i] + rows[i];
+		const size_t qb = (size_t)(rows[i] * d1) * atlas_dtype_size(qdt);
+		if (m->quant.method != ATLAS_QUANT_NONE &&
+		    atlas_quant_stored_bytes(&m->quant, m->st, names[i]) > 0) {
+			if (!(deq[i] = malloc(qb ? qb : 1))) {
+				rc = atlas_error(ATLAS_ENOMEM, "out of memory dequantizing '%s'", names[i]);
+				break;
+			}
+			int q = atlas_quant_dequant(&m->quant, m->st, names[i], rows[i], d1, qdt, deq[i]);
+			if (q < 0) {
+				rc = q;
+				break;
+			}
+			if (q > 0) {
+				src[i] = deq[i];
+				sdt[i] = qdt;
+				continue;
+			}
+		}
+		const struct atlas_tensor_info *t = atlas_st_find(m->st, names[i]);
+		if (!t)
+			rc = atlas_error(ATLAS_EFORMAT, "tensor '%s' is missing from the checkpoint",
+					 names[i]);
+		else if (t->ndim != 2 || t->shape[0] != rows[i] || t->shape[1] != d1)
+			rc = atlas_error(ATLAS_EFORMAT,
+					 "tensor '%s' in '%s' is not the [%lld, %lld] matrix config.json "
+					 "implies", names[i], t->file, (long long)rows[i], (long long)d1);
+		else if (t->dtype != ATLAS_DTYPE_F32 && t->dtype != ATLAS_DTYPE_F16 &&
+			 t->dtype != ATLAS_DTYPE_BF16)
+			rc = atlas_error(ATLAS_EUNSUPPORTED,
+					 "tensor '%s' has dtype %s; supported here: F32, F16, BF16",
+					 names[i], atlas_dtype_name(t->dtype));
+		else {
+			src[i] = t->data;
+			sdt[i] = t->dtype;
+		}
+	}
+	/* one dtype: the sources' own when they agree, else the dequantized one */
+	enum atlas_dtype dt = sdt[0];
+	for (int i = 1; !rc && i < n_src; i++)
+		if (sdt[i] != dt)
+			dt = qdt;
+	const size_t es = rc ? 0 : atlas_dtype_size(dt), rb = (size_t)d1 * es;
+	char *buf = rc ? NULL : malloc((size_t)n * rb + 1);
+	if (!rc && !buf)
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory packing '%s'", names[0]);
+	for (int64_t r = 0; !rc && r < n; r++) {
+		int i = 0;
+		if (map[r] < 0 || map[r] >= base[n_src]) {
+			rc = atlas_error(ATLAS_EINVAL, "bind_rows: row %lld of %lld", (long long)map[r],
+					 (long long)base[n_src]);
+			break;
+		}
+		while (map[r] >= base[i + 1])
+			i++;
+		const int64_t sr = map[r] - base[i];
+		const char *row = (const char *)src[i] + (size_t)sr * (size_t)d1 * atlas_dtype_size(sdt[i]);
+		if (sdt[i] == dt)
+			memcpy(buf + (size_t)r * rb, row, rb);
+		else
+			atlas_dtype_convert(buf + (size_t)r * rb, dt, row, sdt[i], d1);
+	}
+	for (int i = 0; i < n_src; i++)
+		free(deq[i]);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	struct atlas_tensor_info c = {.name = names[0], .dtype = dt, .ndim = 2, .shape = {n, d1},
+				      .numel = n * d1, .data = buf, .nbytes = (size_t)n * rb,
+				      .file = "(gathered)"};
+	struct slice all = {0, n, 0, d1};
+	return upload_host(m, w, &c, d1, &all);
+}
+
 static int bind_layer(struct atlas_model *m, int64_t l)
 {
 	const struct atlas_config *c = &m->cfg;
@@ -475,9 +602,30 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 		snprintf(n, sizeof(n), "%slayers.%lld.%s", m->tprefix, (long long)l, suffix); \
 		if (!rc) rc = bind_slice(m, &L->field, n, d0, d1, req, sl); \
 	} while (0)
-	B(ln1, "input_layernorm.weight", D, -1, 1, NULL);
-	B(ln2, "post_attention_layernorm.weight", D, -1, 1, NULL);
-	B(wq, "self_attn.q_proj.weight", qd, D, 1, &q_rows);
+	/* zero-centred norms (Qwen3-Next) are bound as their FP32 scale 1 + w */
+#define NORM(field, suffix, d0) \
+	do { \
+		snprintf(n, sizeof(n), "%slayers.%lld.%s", m->tprefix, (long long)l, suffix); \
+		if (!rc) \
+			rc = m->fam->zero_norm \
+				 ? atlas_decoder_bind_f32(m, &L->field, n, (const int64_t[]){d0}, 1, 1.0f) \
+				 : bind_slice(m, &L->field, n, d0, -1, 1, NULL); \
+	} while (0)
+	NORM(ln1, "input_layernorm.weight", D);
+	NORM(ln2, "post_attention_layernorm.weight", D);
+	if (atlas_config_layer_is_linear(c, l)) {
+		/* a Gated DeltaNet instead of attention (hybrid.c) */
+		if (!rc)
+			rc = atlas_hybrid_bind_layer(m, l);
+		goto mlp;
+	}
+	/* gated attention: each head's query rows then its gate rows (one
+	 * rank: hybrid models do not split) */
+	const struct slice qg_rows = {0, 2 * qd, 0, D};
+	if (m->fam->gated_attn)
+		B(wq, "self_attn.q_proj.weight", 2 * qd, D, 1, &qg_rows);
+	else
+		B(wq, "self_attn.q_proj.weight", qd, D, 1, &q_rows);
 	B(wk, "self_attn.k_proj.weight", kvd, D, 1, &kv_rows);
 	B(wv, "self_attn.v_proj.weight", kvd, D, 1, &kv_rows);
 	B(wo, "self_attn.o_proj.weight", D, qd, 1, &o_cols);
@@ -487,9 +635,10 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 	if (first)
 		B(bo, "self_attn.o_proj.bias", D, -1, o_bias, NULL);
 	if (m->fam->qk_norm) {
-		B(qn, "self_attn.q_norm.weight", hd, -1, 1, NULL);
-		B(kn, "self_attn.k_norm.weight", hd, -1, 1, NULL);
+		NORM(qn, "self_attn.q_norm.weight", hd);
+		NORM(kn, "self_attn.k_norm.weight", hd);
 	}
+mlp:
 	if (m->moe && atlas_config_layer_is_moe(c, l)) {
 		if (!rc)
 			rc = atlas_moe_bind_layer(m, l);
@@ -503,6 +652,7 @@ static int bind_layer(struct atlas_model *m, int64_t l)
 			B(bd, "mlp.down_proj.bias", D, -1, c->mlp_bias, NULL);
 	}
 #undef B
+#undef NORM
 	/* a bias and its matrix must agree in dtype: the matmul op takes one */
 	const struct weight *pairs[][2] = {{&L->wq, &L->bq}, {&L->wk, &L->bk},
 		{&L->wv, &L->bv}, {&L->wo, &L->bo}, {&L->wg, &L->bg}, {&L->wu, &L->bu},
@@ -620,7 +770,7 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 	size_t a = m->act;
 	int64_t qd = m->H_loc * c->head_dim, kvd = m->Hkv_loc * c->head_dim;
 	size_t hd2 = (size_t)c->head_dim / 2;
-	float *freq = malloc(hd2 * sizeof(float));
+	float *freq = calloc(hd2 ? hd2 : 1, sizeof(float));
 	if (!freq)
 		goto nomem;
 	ALLOC(m->x, m->max_tokens * c->hidden_size * a);
@@ -635,6 +785,20 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 	ALLOC(m->logits, m->max_tokens * c->vocab_size * sizeof(float));
 	ALLOC(m->sel, m->max_seqs * c->hidden_size * a);
 	ALLOC(m->inv_freq, hd2 * sizeof(float));
+	if (m->fam->gated_attn)
+		ALLOC(m->qg, m->max_tokens * 2 * qd * a);
+	if (c->n_linear) {
+		const int64_t Hv = c->lin_v_heads, Z = Hv * c->lin_v_dim;
+		const int64_t C = 2 * c->lin_k_heads * c->lin_k_dim + Z;
+		ALLOC(m->qkvz, m->max_tokens * (C + Z) * a);
+		ALLOC(m->ba, m->max_tokens * 2 * Hv * a);
+		ALLOC(m->lin_o, m->max_tokens * Z * a);
+		m->gdn = calloc((size_t)m->max_seqs, sizeof(*m->gdn));
+		m->gdn_state = calloc((size_t)m->max_seqs, sizeof(*m->gdn_state));
+		m->gdn_snap = calloc((size_t)m->max_seqs, sizeof(*m->gdn_snap));
+		if (!m->gdn || !m->gdn_state || !m->gdn_snap)
+			goto nomem;
+	}
 	if (moe_scratch_bytes(m))
 		ALLOC(m->moe_scratch, moe_scratch_bytes(m));
 	if (moe_scratch_bytes(m) && m->comm->rank > 0)
@@ -737,6 +901,11 @@ static int size_memory(struct atlas_model *m)
 		     rows * 4 * (size_t)c->vocab_size +
 		     (size_t)m->max_seqs * (size_t)c->hidden_size * a + moe_scratch_bytes(m) +
 		     16 * pad;
+	if (m->fam->gated_attn)
+		act += rows * a * (size_t)(2 * qd);
+	if (c->n_linear)
+		act += rows * a * (size_t)(2 * c->lin_k_heads * c->lin_k_dim +
+					   3 * c->lin_v_heads * c->lin_v_dim + 2 * c->lin_v_heads);
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * m->kv_row;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
@@ -759,6 +928,33 @@ int atlas_model_specialize(struct atlas_model *m)
 	if (!be->specialize || !m->kern_quant)
 		return 0;
 	return be->specialize(be, m->fam->name, m->kern_quant);
+}
+
+/* What a backend or a split needs for a hybrid family's parts: an error
+ * naming the missing op, or 0. */
+static int hybrid_refused(const struct atlas_model *m)
+{
+	const struct atlas_config *c = &m->cfg;
+	const struct atlas_backend *be = m->be;
+	const char *what = c->n_linear && !be->deltanet		       ? "linear-attention layers"
+			   : m->fam->gated_attn && (!be->gate_split || !be->gate_apply)
+			       ? "gated attention"
+			   : c->rotary_dim && c->rotary_dim != c->head_dim && !be->rope_partial
+			       ? "partial rotary embedding"
+									       : NULL;
+	if (what)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "'%s' has %s, which backend '%s' does not run yet (use --device cpu)",
+				   m->fam->name, what, be->name);
+	if ((c->n_linear || m->fam->gated_attn) && m->comm->world > 1)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "'%s' cannot be split over %d ranks: tensor parallelism of hybrid "
+				   "models is not supported", m->fam->name, m->comm->world);
+	if (c->n_linear && !m->fam->hybrid)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "'%s' has linear-attention layers (layer_types), which its family "
+				   "does not have", m->fam->name);
+	return 0;
 }
 
 struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
@@ -794,6 +990,8 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 			    be->name, be->moe_max_experts);
 		goto fail;
 	}
+	if (hybrid_refused(m))
+		goto fail;
 	if (m->max_ctx > c->max_position)
 		atlas_warn("context %lld is longer than the model's max_position_embeddings %lld; "
 			   "output past that is untested territory for the model",
@@ -831,7 +1029,9 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));
 	if (m->fam->moe)
 		m->moe = calloc((size_t)c->num_layers, sizeof(*m->moe));
-	if (!m->layers || (m->fam->moe && !m->moe)) {
+	if (c->n_linear)
+		m->lin = calloc((size_t)c->num_layers, sizeof(*m->lin));
+	if (!m->layers || (m->fam->moe && !m->moe) || (c->n_linear && !m->lin)) {
 		atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -839,7 +1039,10 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 	snprintf(name, sizeof(name), "%sembed_tokens.weight", m->tprefix);
 	rc = bind(m, &m->embed, name, c->vocab_size, c->hidden_size, 1);
 	snprintf(name, sizeof(name), "%snorm.weight", m->tprefix);
-	if (!rc)
+	if (!rc && m->fam->zero_norm)
+		rc = atlas_decoder_bind_f32(m, &m->norm, name, (const int64_t[]){c->hidden_size}, 1,
+					    1.0f);
+	else if (!rc)
 		rc = bind(m, &m->norm, name, c->hidden_size, -1, 1);
 	/* an embedding model pools hidden states and never reads a head (a
 	 * CausalLM export may still carry one: it stays unread) */
@@ -863,6 +1066,13 @@ struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
 		   m->fam->name, m->emb.pooling ? " embedding" : "", dir, (long long)c->num_layers, (long long)c->hidden_size,
 		   (long long)c->num_heads, (long long)c->num_kv_heads,
 		   (long long)c->vocab_size, (long long)m->max_ctx);
+	if (c->n_linear)
+		atlas_info("hybrid: %lld of %lld layers are Gated DeltaNet (%lld/%lld heads of "
+			   "%lld/%lld), %lld KiB of recurrent state a sequence",
+			   (long long)c->n_linear, (long long)c->num_layers,
+			   (long long)c->lin_k_heads, (long long)c->lin_v_heads,
+			   (long long)c->lin_k_dim, (long long)c->lin_v_dim,
+			   (long long)(m->state_floats * 4 >> 10));
 	if (m->moe)
 		atlas_info("mixture of experts: %lld experts, top %lld, expert width %lld%s",
 			   (long long)c->num_experts, (long long)c->experts_per_tok,
@@ -919,13 +1129,18 @@ void atlas_model_free(struct atlas_model *m)
 		free(m->layers);
 	}
 	atlas_moe_release(m);
+	atlas_hybrid_release(m);
+	free(m->gdn);
+	free(m->gdn_state);
+	free(m->gdn_snap);
 	if (m->lm_head.p != m->embed.p)
 		release(m, &m->lm_head);
 	release(m, &m->embed);
 	release(m, &m->norm);
 	atlas_kvpool_release(m);
 	void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u,
-		m->logits, m->sel, m->inv_freq, m->moe_scratch, m->moe_zero};
+		m->logits, m->sel, m->inv_freq, m->moe_scratch, m->moe_zero, m->qg, m->qkvz,
+		m->ba, m->lin_o};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);

@@ -44,6 +44,17 @@ struct moe_layer {
 	int64_t nw;                     /* entries of w */
 };
 
+/* A linear-attention (Gated DeltaNet) layer of a hybrid model (hybrid.c),
+ * bound in place of the attention weights of layers[l]. */
+struct lin_layer {
+	struct weight qkvz;             /* [C + Hv dv, D]: q, k, v, z rows */
+	struct weight ba;               /* [2 Hv, D]: b, a rows */
+	struct weight out;              /* [D, Hv dv] */
+	struct weight conv, A_log, dt_bias, norm; /* FP32 (atlas_gdn_desc) */
+	struct atlas_gdn_desc d;        /* what the deltanet op reads */
+	int64_t state_off;              /* floats into a sequence's state */
+};
+
 /* Words of the step header that rank 0 broadcasts before every step
  * (forward.c): op, items, tokens, max_keys, then the shapes the ranks
  * must share, the rest zero. */
@@ -65,6 +76,18 @@ struct atlas_pnode {
 	uint32_t gen;             /* bumped each time it leaves the cache, so a
 				   * sequence can tell a node it remembers is gone */
 	bool cached;              /* in the tree (else the other fields are stale) */
+	int32_t snap;             /* a hybrid model's snapshot slot holding the
+				   * recurrent state after this block's last
+				   * token, -1: none */
+};
+
+/* A hybrid model's snapshot slots (prefix.c): recurrent states at block
+ * boundaries, kept beside the cached blocks. */
+struct atlas_psnap {
+	float *state;             /* backend [m->state_floats], allocated on
+				   * first use */
+	int32_t node;             /* the node it belongs to, -1: free */
+	uint64_t used;            /* tick of its last store or attach (LRU) */
 };
 
 /* The prefix cache: a tree of nodes keyed by (parent, tokens), found
@@ -79,6 +102,11 @@ struct atlas_prefix {
 	int32_t lru_head, lru_tail; /* the idle list's ends, -1: empty */
 	int64_t n_idle;           /* nodes on the idle list (counted free) */
 	int32_t *stack;           /* [n_blocks] scratch for walking a subtree */
+	struct atlas_psnap *snaps; /* [n_snaps] (hybrid models), or NULL */
+	int64_t n_snaps;          /* slots at most */
+	int64_t snaps_live;       /* slots holding a node's state */
+	int64_t snaps_alloc;      /* slots with memory */
+	uint64_t tick;            /* of the snapshot LRU */
 };
 
 struct atlas_model {
@@ -110,6 +138,20 @@ struct atlas_model {
 	struct atlas_embed_config emb;    /* sentence-transformers pooling; pooling
 					   * NONE for a generation model */
 	struct layer *layers;             /* [num_layers] */
+	struct lin_layer *lin;            /* [num_layers] for a hybrid family
+					   * (attention layers have lin[l].qkvz.p
+					   * NULL), else NULL */
+	int64_t state_floats;             /* FP32 recurrent state a sequence of a
+					   * hybrid model holds (all its linear
+					   * layers), 0 otherwise */
+	void *qkvz, *ba, *lin_o;          /* hybrid activations, max_tokens rows */
+	void *qg;                         /* gated attention's q projection
+					   * [max_tokens, H, 2 hd], or NULL */
+	struct atlas_gdn_item *gdn;       /* host [max_seqs]: the step's items */
+	float **gdn_state;                /* host [max_seqs]: their states */
+	float **gdn_snap;                 /* host [max_seqs]: their snapshot
+					   * buffers (prefix.c) */
+	int64_t gdn_n;                    /* items of the step being run */
 	struct moe_layer *moe;            /* [num_layers] for an MoE family (dense
 					   * layers have moe[l].d.n_experts 0),
 					   * else NULL */
@@ -195,7 +237,29 @@ struct atlas_seq {
 	int64_t n_pub;         /* leading blocks already published */
 	int32_t pub_node;      /* node of block n_pub - 1, -1: none */
 	uint32_t pub_gen;      /* pub_node's gen when it was recorded */
+	float *state;          /* backend [m->state_floats]: a hybrid model's
+			        * recurrent state after token len - 1 (stale
+			        * while len is 0), else NULL */
+	/* cutting a hybrid sequence back (atlas_seq_truncate): the state
+	 * before its last step of several tokens, and the tokens appended
+	 * since, which a cut replays from there */
+	float *saved;          /* backend [m->state_floats], or NULL */
+	int64_t saved_len;     /* len when saved was taken; -1: none */
+	int32_t *tail;         /* host [m->max_tokens + ATLAS_TAIL_MORE] */
+	int64_t n_tail;        /* tokens in tail */
+	/* the prefix cache's snapshot of the state at the last block
+	 * boundary the last step reached (prefix.c publishes it) */
+	float *pend;           /* backend [m->state_floats], or NULL */
+	int64_t pend_len;      /* the boundary (tokens), -1: none */
 };
+
+/* tokens of one-token steps a hybrid sequence may append after a step
+ * of several and still be cut back into it (a draft model's passes) */
+#define ATLAS_TAIL_MORE 64
+
+/* kvpool.c, for forward.c: a hybrid sequence is about to append ids[0..n)
+ * in one step; keep what atlas_seq_truncate needs to cut back into it. */
+int atlas_seq_note_step(struct atlas_seq *s, const int32_t *ids, int64_t n);
 
 /* forward.c: release the recorded decode steps and the fused stack. */
 void atlas_forward_release(struct atlas_model *m);
@@ -228,6 +292,28 @@ int atlas_decoder_bind_dtype(struct atlas_model *m, struct weight *w, const char
 			     int64_t d0, int64_t d1, enum atlas_dtype dt);
 void atlas_decoder_release(struct atlas_model *m, struct weight *w);
 
+/* decoder.c, for hybrid.c: tensor `name` of `ndim` dims `shape` in any
+ * float dtype, converted to FP32 with `add` added to every element (1:
+ * a zero-centred norm's scale), bound into w. */
+int atlas_decoder_bind_f32(struct atlas_model *m, struct weight *w, const char *name,
+			   const int64_t *shape, int ndim, float add);
+/* Rows gathered from several matrices [rows[i], d1] (names[i]) into one
+ * [n, d1] matrix bound into w: its row r is row map[r] of the sources
+ * stacked in order. Quantized sources are dequantized; sources of
+ * different dtypes all go to the dequantized type (FP32 on the CPU
+ * backend, BF16 elsewhere). */
+int atlas_decoder_bind_rows(struct atlas_model *m, struct weight *w, int n_src,
+			    const char *const *names, const int64_t *rows, int64_t d1,
+			    const int64_t *map, int64_t n);
+
+/* hybrid.c: layer l's linear-attention weights into m->lin[l] (and its
+ * state offset), for a layer the config makes linear. */
+int atlas_hybrid_bind_layer(struct atlas_model *m, int64_t l);
+/* hybrid.c: give back m->lin's weights. */
+void atlas_hybrid_release(struct atlas_model *m);
+/* hybrid.c: bytes of layer l's linear-attention weights one token reads. */
+int64_t atlas_hybrid_bytes_per_token(const struct atlas_model *m, int64_t l);
+
 /* moe.c: layer l's mixture-of-experts weights (when the config makes it
  * sparse) into m->moe[l]; 0, or an error naming the tensor that is
  * missing or has the wrong shape or dtype. m->moe is allocated. */
@@ -257,6 +343,12 @@ void atlas_kvpool_shrink(struct atlas_seq *s, int64_t n_blocks);
  * links and hash chains. 0, or ATLAS_EINVAL naming the first breach
  * (for tests). */
 int atlas_kvpool_check(const struct atlas_model *m);
+
+/* prefix.c, for forward.c: where the step about to append n tokens to
+ * hybrid sequence s should snapshot its state for the prefix cache: the
+ * number of those tokens after which it reaches its last block boundary
+ * within them (0: none, or the cache is off), with s->pend ready for it. */
+int64_t atlas_prefix_snap_at(struct atlas_seq *s, int64_t n);
 
 /* prefix.c, for kvpool.c: allocate / free the cache's arrays. */
 int atlas_prefix_init(struct atlas_model *m);

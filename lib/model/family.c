@@ -14,6 +14,8 @@ static const struct atlas_family *const families[] = {
 	&atlas_family_qwen3_moe,
 	&atlas_family_qwen2_moe,
 	&atlas_family_mixtral,
+	&atlas_family_qwen3_next,
+	&atlas_family_qwen3_5_moe,
 };
 #define NFAM (sizeof(families) / sizeof(families[0]))
 
@@ -27,7 +29,8 @@ static int in_list(const char *const *list, const char *s)
 
 const char *atlas_model_supported(void)
 {
-	return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen2_moe, mixtral";
+	return "llama, mistral, qwen2, qwen3, qwen3_moe, qwen2_moe, mixtral, qwen3_next, "
+	       "qwen3_5_moe_text";
 }
 
 const struct atlas_family *atlas_family_find(const struct atlas_config *c)

@@ -55,6 +55,28 @@ static void *kv_pool(struct atlas_model *m, int which, int64_t l)
 	return (char *)m->kv + ((size_t)which * (size_t)c->num_layers + (size_t)l) * per_layer;
 }
 
+/* The Gated DeltaNet of linear-attention layer l (hybrid models) over the
+ * step's T rows into m->o: the input projections, the deltanet op from
+ * each item's own state (m->gdn, filled by step()), the output
+ * projection. */
+static int lin_mixer(struct atlas_model *m, int64_t l, int64_t T)
+{
+	struct atlas_backend *be = m->be;
+	const struct lin_layer *L = &m->lin[l];
+	const struct atlas_gdn_desc *d = &L->d;
+	const int64_t D = m->cfg.hidden_size, Z = d->Hv * d->dv;
+	const int64_t C = 2 * d->Hk * d->dk + Z;
+	TRY(be->matmul(be, m->qkvz, m->h, L->qkvz.p, NULL, L->qkvz.dtype, T, C + Z, D));
+	TRY(be->matmul(be, m->ba, m->h, L->ba.p, NULL, L->ba.dtype, T, 2 * d->Hv, D));
+	for (int64_t i = 0; i < m->gdn_n; i++) {
+		m->gdn[i].state = m->gdn_state[i] + L->state_off;
+		if (m->gdn[i].snap_at)
+			m->gdn[i].snap = m->gdn_snap[i] + L->state_off;
+	}
+	TRY(be->deltanet(be, m->lin_o, m->qkvz, m->ba, d, m->gdn, m->gdn_n));
+	return be->matmul(be, m->o, m->lin_o, L->out.p, NULL, L->out.dtype, T, D, Z);
+}
+
 /* One layer over the T rows of the step. On entry m->h holds rmsnorm(x)
  * for this layer; on exit x holds the residual stream without the MLP
  * output, which is left in m->o for the next fused add+norm. */
@@ -71,8 +93,19 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 	int64_t window = m->fam->use_window ? c->sliding_window : 0;
 	float eps = (float)c->rms_eps;
 
+	if (m->lin && m->lin[l].qkvz.p) {
+		TRY(lin_mixer(m, l, T));
+		goto mlp;
+	}
 	void *kc = kv_pool(m, 0, l), *vc = kv_pool(m, 1, l);
-	if (be->matmul_multi && L->wq.dtype == L->wk.dtype && L->wq.dtype == L->wv.dtype) {
+	const int64_t rd = c->rotary_dim > 0 ? c->rotary_dim : hd;
+	if (m->fam->gated_attn) {
+		/* the q projection gives each head's query and gate */
+		TRY(be->matmul(be, m->qg, m->h, L->wq.p, L->bq.p, L->wq.dtype, T, 2 * H * hd, D));
+		TRY(be->gate_split(be, m->q, m->qg, T, H, hd));
+		TRY(be->matmul(be, m->k, m->h, L->wk.p, L->bk.p, L->wk.dtype, T, Hkv * hd, D));
+		TRY(be->matmul(be, m->v, m->h, L->wv.p, L->bv.p, L->wv.dtype, T, Hkv * hd, D));
+	} else if (be->matmul_multi && L->wq.dtype == L->wk.dtype && L->wq.dtype == L->wv.dtype) {
 		void *const outs[3] = {m->q, m->k, m->v};
 		const void *const ws[3] = {L->wq.p, L->wk.p, L->wv.p};
 		const void *const bs[3] = {L->bq.p, L->bk.p, L->bv.p};
@@ -83,7 +116,16 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 		TRY(be->matmul(be, m->k, m->h, L->wk.p, L->bk.p, L->wk.dtype, T, Hkv * hd, D));
 		TRY(be->matmul(be, m->v, m->h, L->wv.p, L->bv.p, L->wv.dtype, T, Hkv * hd, D));
 	}
-	if (be->qk_rope_store && (!m->fam->qk_norm || L->qn.dtype == L->kn.dtype)) {
+	if (rd != hd) {
+		/* partial rotary embedding (Qwen3-Next): the plain ops */
+		if (m->fam->qk_norm) {
+			TRY(be->rmsnorm(be, m->q, m->q, L->qn.p, L->qn.dtype, T * H, hd, eps));
+			TRY(be->rmsnorm(be, m->k, m->k, L->kn.p, L->kn.dtype, T * Hkv, hd, eps));
+		}
+		TRY(be->rope_partial(be, m->q, m->d_pos, m->inv_freq, T, H, hd, rd));
+		TRY(be->rope_partial(be, m->k, m->d_pos, m->inv_freq, T, Hkv, hd, rd));
+		TRY(be->kv_store(be, kc, vc, m->k, m->v, m->d_slot, T, Hkv, hd));
+	} else if (be->qk_rope_store && (!m->fam->qk_norm || L->qn.dtype == L->kn.dtype)) {
 		const bool qk = m->fam->qk_norm;
 		TRY(be->qk_rope_store(be, m->q, m->k, m->v, qk ? L->qn.p : NULL,
 				      qk ? L->kn.p : NULL, L->qn.dtype, eps, m->d_pos,
@@ -99,9 +141,12 @@ static int layer_forward(struct atlas_model *m, int64_t l, int64_t T,
 	}
 	TRY(be->attention(be, m->att, m->q, kc, vc, kb, T, H, Hkv, hd, window,
 			  1.0f / sqrtf((float)hd)));
+	if (m->fam->gated_attn)
+		TRY(be->gate_apply(be, m->att, m->qg, T, H, hd));
 	TRY(be->matmul(be, m->o, m->att, L->wo.p, L->bo.p, L->wo.dtype, T, D, H * hd));
 	/* o is this rank's partial sum over its heads (bo on rank 0 only) */
 	TRY(comm->all_reduce_sum(comm, m->o, T * D, be->act_dtype, be));
+mlp:
 	TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln2.p, L->ln2.dtype, T, D, eps));
 	if (m->moe && m->moe[l].d.n_experts) {
 		/* every rank holds all the experts (README-moe.md): rank 0
@@ -369,7 +414,9 @@ static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_b
 	/* an MoE layer's launches depend only on n too (the CUDA moe op
 	 * sizes its grids for the worst routing), so MoE steps are recorded
 	 * as well */
-	if (m->no_graphs || !be->capture_begin || !be->replay)
+	/* a hybrid model's steps name each item's recurrent state (host
+	 * pointers per step): they run op by op */
+	if (m->no_graphs || m->gdn || !be->capture_begin || !be->replay)
 		return 0;
 	if (!m->graphs && !(m->graphs = calloc((size_t)m->max_seqs + 1, sizeof(void *))))
 		return 0;
@@ -515,7 +562,8 @@ void atlas_forward_fused_setup(struct atlas_model *m)
 	 * op); an MoE layer goes as its moe op's description, which the
 	 * backend may refuse */
 	if (!be->fused_prepare || m->comm->world != 1 || be->act_dtype != ATLAS_DTYPE_BF16 ||
-	    nl < 1 || m->kv_dt != ATLAS_KV_AUTO)
+	    nl < 1 || m->kv_dt != ATLAS_KV_AUTO || m->lin || m->fam->gated_attn ||
+	    (c->rotary_dim && c->rotary_dim != c->head_dim))
 		return;
 	const struct layer *L0 = &m->layers[0];
 	const enum atlas_dtype wdt = L0->wq.dtype, nwdt = L0->ln1.dtype;
@@ -608,6 +656,9 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 					   "an embedding model has no output head: it cannot give "
 					   "logits or generate");
 	TRY(prepare(m, it, n, &T));
+	/* hybrid sequences keep what a later cut back into this step needs */
+	for (int64_t i = 0; m->state_floats && i < n; i++)
+		TRY(atlas_seq_note_step(it[i].seq, it[i].ids, it[i].n));
 
 	/* token metadata: ids, positions, owning sequence, cache slot (once
 	 * the last step's copy of them has run) */
@@ -624,9 +675,18 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 		}
 		memcpy(m->h_tables + i * m->max_blocks, s->blocks,
 		       (size_t)s->n_blocks * sizeof(int32_t));
+		if (m->gdn) {
+			/* each item's recurrent state, zero before its first token */
+			m->gdn[i] = (struct atlas_gdn_item){.n = it[i].n, .fresh = s->len == 0};
+			m->gdn_state[i] = s->state;
+			/* a snapshot at the last block boundary it reaches */
+			m->gdn[i].snap_at = atlas_prefix_snap_at(it[i].seq, it[i].n);
+			m->gdn_snap[i] = it[i].seq->pend;
+		}
 		if (s->len + it[i].n > max_keys)
 			max_keys = s->len + it[i].n;
 	}
+	m->gdn_n = n;
 	size_t tb = (size_t)T * sizeof(int32_t);
 	fill_header(m, STEP_RUN, n, T, max_keys);
 	/* the block from the header to the last table row used: one copy

@@ -119,6 +119,11 @@ int64_t atlas_model_kv_blocks_free(const struct atlas_model *m)
 	return m->n_free + m->prefix.n_idle;
 }
 
+bool atlas_model_recurrent(const struct atlas_model *m)
+{
+	return m->state_floats > 0;
+}
+
 int64_t atlas_model_block_size(const struct atlas_model *m)
 {
 	return m->block_size;
@@ -136,6 +141,17 @@ struct atlas_seq *atlas_seq_new(struct atlas_model *m)
 	}
 	s->m = m;
 	s->pub_node = -1;
+	s->saved_len = -1;
+	s->pend_len = -1;
+	/* a hybrid model's recurrent state (zero until the first step) */
+	if (m->state_floats &&
+	    !(s->state = m->be->alloc(m->be, (size_t)m->state_floats * sizeof(float)))) {
+		free(s->blocks);
+		free(s);
+		atlas_error(ATLAS_ENOMEM, "cannot allocate a sequence's recurrent state (%lld KiB)",
+			    (long long)(m->state_floats * 4 >> 10));
+		return NULL;
+	}
 	return s;
 }
 
@@ -171,6 +187,63 @@ void atlas_kvpool_shrink(struct atlas_seq *s, int64_t n_blocks)
 		put(s->m, s->blocks[--s->n_blocks]);
 }
 
+int atlas_seq_note_step(struct atlas_seq *s, const int32_t *ids, int64_t n)
+{
+	struct atlas_model *m = s->m;
+	if (n == 1 && s->saved_len >= 0 && s->n_tail < m->max_tokens + ATLAS_TAIL_MORE) {
+		s->tail[s->n_tail++] = ids[0];
+		return 0;
+	}
+	s->saved_len = -1;
+	if (n == 1 || n > m->max_tokens)
+		return 0; /* nothing to cut back into */
+	if (!s->tail && !(s->tail = malloc((size_t)(m->max_tokens + ATLAS_TAIL_MORE) *
+					  sizeof(int32_t))))
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	if (s->len > 0) {
+		const size_t bytes = (size_t)m->state_floats * sizeof(float);
+		if (!s->saved && !(s->saved = m->be->alloc(m->be, bytes)))
+			return atlas_error(ATLAS_ENOMEM, "cannot allocate a copy of a sequence's "
+					   "recurrent state (%zu KiB)", bytes >> 10);
+		int rc = m->be->copy(m->be, s->saved, s->state, bytes);
+		if (rc)
+			return rc;
+	}
+	memcpy(s->tail, ids, (size_t)n * sizeof(int32_t));
+	s->n_tail = n;
+	s->saved_len = s->len;
+	return 0;
+}
+
+/* A hybrid sequence cut back to len: the state saved before its last
+ * step of several tokens, then the tokens from there to len again (the
+ * same bits: a sequence's rows depend on it alone). */
+static int recurrent_cut(struct atlas_seq *s, int64_t len)
+{
+	struct atlas_model *m = s->m;
+	const int64_t from = s->saved_len, B = m->block_size;
+	if (from < 0 || len < from || len - from > s->n_tail || from < s->n_pub * B)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "cannot cut a sequence of a hybrid model from %lld tokens to %lld: "
+				   "its recurrent state can go back only into its last step of "
+				   "several tokens", (long long)s->len, (long long)len);
+	const int64_t n = len - from;
+	int32_t *ids = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+	if (!ids)
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	memcpy(ids, s->tail, (size_t)n * sizeof(int32_t));
+	int rc = 0;
+	if (from > 0)
+		rc = m->be->copy(m->be, s->state, s->saved, (size_t)m->state_floats * sizeof(float));
+	atlas_kvpool_shrink(s, (from + B - 1) / B);
+	s->len = from;
+	s->saved_len = -1;
+	if (!rc && n)
+		rc = atlas_model_forward(m, s, ids, n, NULL, false);
+	free(ids);
+	return rc;
+}
+
 int atlas_seq_truncate(struct atlas_seq *s, int64_t len)
 {
 	int64_t B = s->m->block_size, keep = (len + B - 1) / B;
@@ -178,6 +251,8 @@ int atlas_seq_truncate(struct atlas_seq *s, int64_t len)
 		return atlas_error(ATLAS_EINVAL,
 				   "cannot cut a sequence of %lld tokens (%lld blocks published) to %lld",
 				   (long long)s->len, (long long)s->n_pub, (long long)len);
+	if (s->state && len != 0 && len != s->len)
+		return recurrent_cut(s, len);
 	atlas_kvpool_shrink(s, keep);
 	s->len = len;
 	return 0;
@@ -189,6 +264,8 @@ void atlas_seq_reset(struct atlas_seq *s)
 	s->len = 0;
 	s->n_pub = 0;
 	s->pub_node = -1;
+	s->saved_len = -1;
+	s->pend_len = -1;
 }
 
 void atlas_seq_free(struct atlas_seq *s)
@@ -196,6 +273,13 @@ void atlas_seq_free(struct atlas_seq *s)
 	if (!s)
 		return;
 	atlas_seq_reset(s);
+	if (s->state)
+		s->m->be->free(s->m->be, s->state);
+	if (s->saved)
+		s->m->be->free(s->m->be, s->saved);
+	if (s->pend)
+		s->m->be->free(s->m->be, s->pend);
+	free(s->tail);
 	free(s->blocks);
 	free(s);
 }

@@ -198,8 +198,15 @@ int64_t atlas_model_max_tokens(const struct atlas_model *m);
  * rejected drafts): its length becomes len and blocks past it go back to
  * the pool. Only tokens a step appended since the last
  * atlas_seq_publish_prefix may go: len must not fall below what was
- * published (ATLAS_EINVAL, nothing changes). */
+ * published (ATLAS_EINVAL, nothing changes). A hybrid model's sequence
+ * (atlas_model_recurrent) goes back into its last step of several tokens
+ * (and the one-token steps after it) by restoring the recurrent state
+ * saved before that step and running the kept tokens again, which gives
+ * the same bits; further back is ATLAS_EUNSUPPORTED. */
 int atlas_seq_truncate(struct atlas_seq *s, int64_t len);
+/* Whether m's sequences carry recurrent state beside their KV cache (a
+ * hybrid linear-attention model, lib/model/README-hybrid.md). */
+bool atlas_model_recurrent(const struct atlas_model *m);
 /* Blocks `s` would need to take from the pool to append n more tokens. */
 int64_t atlas_seq_blocks_needed(const struct atlas_seq *s, int64_t n);
 /* Blocks `s` holds now. */
@@ -225,6 +232,12 @@ int64_t atlas_seq_blocks(const struct atlas_seq *s);
  * tensor parallelism (world > 1) there is no copy on write, so a match
  * stops at the last whole block. All of it is host bookkeeping on the
  * driving rank (rank 0), whose block tables the other ranks follow.
+ * A hybrid model (atlas_model_recurrent) needs the recurrent state at
+ * the end of a shared prefix too: each step snapshots a sequence's
+ * state at the last block boundary it reaches, publishing keeps the
+ * snapshot beside the block it ends (a few slots, recycled least
+ * recently used first), and attaching stops at the deepest whole block
+ * with a snapshot and restores it (never a partial block).
  *
  * Use: on admission, attach the prompt to the empty sequence, then ask
  * atlas_seq_blocks_needed(s, n - attached) and compute ids[attached..n);
@@ -262,5 +275,9 @@ void atlas_seq_publish_prefix(struct atlas_seq *s, const int32_t *ids);
 /* Blocks that hold cached content no sequence uses (a part of
  * atlas_model_kv_blocks_free). */
 int64_t atlas_model_kv_blocks_cached(const struct atlas_model *m);
+/* A hybrid model's prefix-cache snapshots of the recurrent state: how
+ * many cached blocks have one, and (*bytes, when not NULL) the memory of
+ * the snapshot slots allocated. 0 for other models. */
+int64_t atlas_model_prefix_snapshots(const struct atlas_model *m, int64_t *bytes);
 
 #endif

@@ -24,6 +24,116 @@
 #include "../core/error.h"
 #include "decoder_internal.h"
 
+/* --- snapshots of a hybrid model's recurrent state -------------------------
+ *
+ * A cached block of a hybrid model is only worth attaching with the
+ * recurrent state after its last token (README-hybrid.md). Each step
+ * snapshots a hybrid sequence's state at the last block boundary it
+ * reaches (the deltanet op copies it out as it passes: s->pend, see
+ * atlas_prefix_snap_at); publishing hands that snapshot to the node of
+ * the block it ends. Slots are few (ATLAS_SNAPS_PER_SEQ per sequence of
+ * a step) and each holds a whole state, so they are recycled least
+ * recently used first; a node that loses its slot stays cached but is
+ * no longer an attach point. Attaching stops at the deepest matching
+ * node that has a snapshot and restores it into the sequence. */
+
+/* snapshot slots per sequence a step may hold (at least 8 in all) */
+#define ATLAS_SNAPS_PER_SEQ 4
+
+static size_t state_bytes(const struct atlas_model *m)
+{
+	return (size_t)m->state_floats * sizeof(float);
+}
+
+/* Slot k no longer holds its node's state. */
+static void snap_drop(struct atlas_model *m, int32_t k)
+{
+	struct atlas_prefix *P = &m->prefix;
+	if (P->snaps[k].node >= 0) {
+		P->nodes[P->snaps[k].node].snap = -1;
+		P->snaps[k].node = -1;
+		P->snaps_live--;
+	}
+}
+
+/* A slot to store a snapshot in: a free one (with memory first), else
+ * the least recently used (taken from its node); -1 when memory runs out. */
+static int32_t snap_take(struct atlas_model *m)
+{
+	struct atlas_prefix *P = &m->prefix;
+	int32_t free_k = -1, lru = -1;
+	for (int32_t k = 0; k < (int32_t)P->n_snaps; k++) {
+		const struct atlas_psnap *x = &P->snaps[k];
+		if (x->node < 0) {
+			if (free_k < 0 || x->state)
+				free_k = k;
+			if (x->state)
+				break;
+		} else if (lru < 0 || x->used < P->snaps[lru].used) {
+			lru = k;
+		}
+	}
+	const int32_t best = free_k >= 0 ? free_k : lru;
+	if (best < 0)
+		return -1;
+	snap_drop(m, best);
+	if (!P->snaps[best].state) {
+		if (!(P->snaps[best].state = m->be->alloc(m->be, state_bytes(m))))
+			return -1;
+		P->snaps_alloc++;
+	}
+	return best;
+}
+
+static void snaps_free(struct atlas_model *m)
+{
+	struct atlas_prefix *P = &m->prefix;
+	for (int64_t k = 0; P->snaps && k < P->n_snaps; k++)
+		if (P->snaps[k].state)
+			m->be->free(m->be, P->snaps[k].state);
+	free(P->snaps);
+	P->snaps = NULL;
+	P->n_snaps = P->snaps_live = P->snaps_alloc = 0;
+}
+
+int64_t atlas_prefix_snap_at(struct atlas_seq *s, int64_t n)
+{
+	struct atlas_model *m = s->m;
+	const int64_t B = m->block_size, p = (s->len + n) / B * B;
+	s->pend_len = -1;
+	if (!m->prefix.on || !m->prefix.snaps || p <= s->len)
+		return 0;
+	if (!s->pend && !(s->pend = m->be->alloc(m->be, state_bytes(m))))
+		return 0; /* no snapshot: the cache just has less to offer */
+	s->pend_len = p;
+	return p - s->len;
+}
+
+/* s's pending snapshot to node b (the node of the block it ends), unless
+ * b has one already. */
+static void snap_store(struct atlas_seq *s, int32_t b)
+{
+	struct atlas_model *m = s->m;
+	struct atlas_prefix *P = &m->prefix;
+	s->pend_len = -1;
+	if (P->nodes[b].snap >= 0)
+		return;
+	int32_t k = snap_take(m);
+	if (k < 0 || m->be->copy(m->be, P->snaps[k].state, s->pend, state_bytes(m)))
+		return;
+	P->snaps[k].node = b;
+	P->snaps[k].used = ++P->tick;
+	P->nodes[b].snap = k;
+	P->snaps_live++;
+}
+
+int64_t atlas_model_prefix_snapshots(const struct atlas_model *m, int64_t *bytes)
+{
+	if (bytes)
+		*bytes = m->prefix.snaps_alloc * (int64_t)state_bytes(m);
+	return m->prefix.snaps_live;
+}
+
 int atlas_prefix_init(struct atlas_model *m)
 {
 	struct atlas_prefix *P = &m->prefix;
@@ -52,6 +162,7 @@ void atlas_prefix_release(struct atlas_model *m)
 	free(P->tokens);
 	free(P->buckets);
 	free(P->stack);
+	snaps_free(m);
 	memset(P, 0, sizeof(*P));
 }
 
@@ -107,6 +218,7 @@ static void insert(struct atlas_model *m, int32_t b, int32_t parent, const int32
 	P->buckets[n->hash & P->mask] = b;
 	n->lru_prev = n->lru_next = -1;
 	n->cached = true;
+	n->snap = -1;
 }
 
 static void lru_remove(struct atlas_model *m, int32_t b)
@@ -165,6 +277,8 @@ static void leave(struct atlas_model *m, int32_t b)
 		lru_remove(m, b);
 		m->free_list[m->n_free++] = b;
 	}
+	if (n->snap >= 0)
+		snap_drop(m, n->snap);
 	n->cached = false;
 	n->child = n->prev = n->next = n->hnext = -1;
 	n->gen++;
@@ -209,6 +323,14 @@ void atlas_model_set_prefix_cache(struct atlas_model *m, bool on)
 			if (P->nodes[b].cached)
 				leave(m, b);
 		P->root = -1;
+		snaps_free(m);
+	} else if (m->state_floats && !P->snaps) {
+		int64_t n = m->max_seqs * ATLAS_SNAPS_PER_SEQ;
+		P->n_snaps = n > 8 ? n : 8;
+		if (!(P->snaps = calloc((size_t)P->n_snaps, sizeof(*P->snaps))))
+			P->n_snaps = 0; /* a hybrid model then shares nothing */
+		for (int64_t k = 0; k < P->n_snaps; k++)
+			P->snaps[k].node = -1;
 	}
 	P->on = on;
 }
@@ -233,6 +355,40 @@ static int64_t common(const struct atlas_model *m, int32_t b, const int32_t *t, 
 	return k;
 }
 
+/* atlas_seq_attach_prefix of a hybrid sequence: the whole blocks up to
+ * the deepest matching node with a snapshot, whose state s takes. */
+static int64_t attach_recurrent(struct atlas_seq *s, const int32_t *ids, int64_t cap)
+{
+	struct atlas_model *m = s->m;
+	struct atlas_prefix *P = &m->prefix;
+	const int64_t B = m->block_size;
+	int64_t k = 0, best = 0;
+	for (int32_t parent = -1; (k + 1) * B <= cap; k++) {
+		int32_t b = find(m, parent, ids + k * B);
+		if (b < 0)
+			break;
+		P->stack[k] = b;
+		parent = b;
+		if (P->nodes[b].snap >= 0)
+			best = k + 1;
+	}
+	if (!best || !P->snaps)
+		return 0;
+	const int32_t last = P->stack[best - 1], slot = P->nodes[last].snap;
+	if (m->be->copy(m->be, s->state, P->snaps[slot].state, state_bytes(m)))
+		return 0;
+	P->snaps[slot].used = ++P->tick;
+	for (int64_t i = 0; i < best; i++) {
+		hold(m, P->stack[i]);
+		s->blocks[s->n_blocks++] = P->stack[i];
+	}
+	s->n_pub = best;
+	s->pub_node = last;
+	s->pub_gen = P->nodes[last].gen;
+	s->len = best * B;
+	return s->len;
+}
+
 int64_t atlas_seq_attach_prefix(struct atlas_seq *s, const int32_t *ids, int64_t n)
 {
 	struct atlas_model *m = s->m;
@@ -242,6 +398,8 @@ int64_t atlas_seq_attach_prefix(struct atlas_seq *s, const int32_t *ids, int64_t
 		return 0;
 	/* one token is left to compute; the table holds max_ctx tokens */
 	int64_t cap = n - 1 < m->max_ctx ? n - 1 : m->max_ctx;
+	if (s->state)
+		return attach_recurrent(s, ids, cap);
 	int64_t got = 0;
 	int32_t parent = -1;
 	while (got + B <= cap) {
@@ -285,6 +443,12 @@ void atlas_seq_publish_prefix(struct atlas_seq *s, const int32_t *ids)
 	struct atlas_prefix *P = &m->prefix;
 	int64_t B = m->block_size;
 	int64_t full = s->len / B < s->n_blocks ? s->len / B : s->n_blocks;
+	/* the block a hybrid sequence's pending snapshot ends, or -1 */
+	const int64_t sb = s->state && s->pend_len > 0 && s->pend_len <= s->len
+				   ? s->pend_len / B - 1 : -1;
+	if (sb >= 0 && sb == s->n_pub - 1 && s->n_pub > 0 && P->nodes[s->pub_node].cached &&
+	    P->nodes[s->pub_node].gen == s->pub_gen)
+		snap_store(s, s->pub_node);
 	if (!P->on || full <= s->n_pub)
 		return;
 	/* go on from the last node published; when that one has left the
@@ -308,6 +472,8 @@ void atlas_seq_publish_prefix(struct atlas_seq *s, const int32_t *ids)
 			insert(m, b, parent, t);
 		}
 		parent = b;
+		if (i == sb)
+			snap_store(s, b);
 	}
 	s->n_pub = i;
 	s->pub_node = parent;

@@ -10,7 +10,8 @@
 
 void atlas_rope_inv_freq(const struct atlas_config *c, float *inv_freq)
 {
-	int64_t hd = c->head_dim;
+	/* partial rotary embedding: frequencies of the rotated dims only */
+	int64_t hd = c->rotary_dim > 0 ? c->rotary_dim : c->head_dim;
 	for (int64_t i = 0; i < hd / 2; i++) {
 		float expo = (float)(2 * i) / (float)hd;
 		float f = 1.0f / powf((float)c->rope_theta, expo);

@@ -27,6 +27,40 @@ static int emit(atlas_expected_tensor_fn fn, void *arg, const char *name, int64_
 	return fn(arg, &t);
 }
 
+/* The tensors of a linear-attention (Gated DeltaNet) layer, in the
+ * family's layout (hybrid.c binds them). */
+static int linear_attn(const struct atlas_config *c, const struct atlas_family *fam,
+		       const char *pre, int64_t l, atlas_expected_tensor_fn fn, void *arg)
+{
+	const int64_t D = c->hidden_size, Hk = c->lin_k_heads, Hv = c->lin_v_heads;
+	const int64_t Z = Hv * c->lin_v_dim, C = 2 * Hk * c->lin_k_dim + Z;
+	char n[160];
+	int rc = 0;
+#define L(suffix, d0, d1) \
+	do { \
+		snprintf(n, sizeof(n), "%slayers.%lld.linear_attn.%s", pre, (long long)l, suffix); \
+		if (!rc) rc = emit(fn, arg, n, d0, d1, true, NULL); \
+	} while (0)
+	if (fam->hybrid && fam->hybrid->grouped) {
+		L("in_proj_qkvz.weight", C + Z, D);
+		L("in_proj_ba.weight", 2 * Hv, D);
+	} else {
+		L("in_proj_qkv.weight", C, D);
+		L("in_proj_z.weight", Z, D);
+		L("in_proj_b.weight", Hv, D);
+		L("in_proj_a.weight", Hv, D);
+	}
+	L("out_proj.weight", D, Z);
+	L("A_log", Hv, -1);
+	L("dt_bias", Hv, -1);
+	L("norm.weight", c->lin_v_dim, -1);
+#undef L
+	snprintf(n, sizeof(n), "%slayers.%lld.linear_attn.conv1d.weight", pre, (long long)l);
+	struct atlas_expected_tensor t = {.name = n, .ndim = 3, .shape = {C, 1, c->lin_conv},
+					  .required = true};
+	return rc ? rc : fn(arg, &t);
+}
+
 static int layer(const struct atlas_config *c, const struct atlas_family *fam, const char *pre,
 		 int64_t l, atlas_expected_tensor_fn fn, void *arg)
 {
@@ -49,7 +83,12 @@ static int layer(const struct atlas_config *c, const struct atlas_family *fam, c
 	} while (0)
 	X("input_layernorm.weight", D, -1, true);
 	X("post_attention_layernorm.weight", D, -1, true);
-	X("self_attn.q_proj.weight", qd, D, true);
+	if (atlas_config_layer_is_linear(c, l)) {
+		rc = linear_attn(c, fam, pre, l, fn, arg);
+		goto mlp;
+	}
+	/* gated attention: a query and a gate per head */
+	X("self_attn.q_proj.weight", fam->gated_attn ? 2 * qd : qd, D, true);
 	X("self_attn.k_proj.weight", kvd, D, true);
 	X("self_attn.v_proj.weight", kvd, D, true);
 	X("self_attn.o_proj.weight", D, qd, true);
@@ -61,6 +100,7 @@ static int layer(const struct atlas_config *c, const struct atlas_family *fam, c
 		X("self_attn.q_norm.weight", hd, -1, true);
 		X("self_attn.k_norm.weight", hd, -1, true);
 	}
+mlp:
 	if (fam->moe && atlas_config_layer_is_moe(c, l)) {
 		const struct atlas_moe_family *f = fam->moe;
 		const int64_t E = c->num_experts, Fe = c->moe_intermediate_size;
@@ -269,8 +309,10 @@ static int check_one(void *arg, const struct atlas_expected_tensor *e)
 	for (int64_t i = 0; i < atlas_st_count(v->st); i++)
 		if (atlas_st_get(v->st, i) == t)
 			v->seen[i] = 1;
-	if (t->ndim != e->ndim || t->shape[0] != e->shape[0] ||
-	    (e->ndim == 2 && t->shape[1] != e->shape[1])) {
+	bool same = t->ndim == e->ndim;
+	for (int i = 0; same && i < e->ndim; i++)
+		same = t->shape[i] == e->shape[i];
+	if (!same) {
 		shape_str(got, sizeof(got), t->ndim, t->shape);
 		shape_str(want, sizeof(want), e->ndim, e->shape);
 		finding(v, ATLAS_FINDING_PROBLEM,

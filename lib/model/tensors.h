@@ -14,8 +14,8 @@
 
 struct atlas_expected_tensor {
 	const char *name;      /* "model.layers.0.self_attn.q_proj.weight"; valid during the callback */
-	int ndim;              /* 1 or 2 */
-	int64_t shape[2];      /* [rows] or [rows, cols] */
+	int ndim;              /* 1, 2, or 3 (a conv weight) */
+	int64_t shape[3];      /* [rows], [rows, cols] or [rows, 1, width] */
 	bool required;         /* false: an optional bias, checked only when present */
 	const char *weight_of; /* for a bias: the matrix it must match in dtype, else NULL */
 };

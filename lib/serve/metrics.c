@@ -186,6 +186,15 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 			    "Free KV cache blocks that still hold cached prefixes.",
 			    st.kv_blocks_cached);
 	if (!rc)
+		rc = metric(b, "atlas_prefix_snapshots", "gauge",
+			    "Cached blocks of a hybrid model that keep a snapshot of the recurrent "
+			    "state after them (0 for other models).",
+			    st.prefix_snapshots);
+	if (!rc)
+		rc = metric(b, "atlas_prefix_snapshot_bytes", "gauge",
+			    "Memory of the prefix cache's recurrent-state snapshot slots.",
+			    st.prefix_snapshot_bytes);
+	if (!rc)
 		rc = metric(b, "atlas_prefix_cache_hit_tokens_total", "counter",
 			    "Prompt tokens of admitted requests found in the prefix cache.",
 			    st.prefix_hit_tokens);

@@ -115,8 +115,10 @@ load test_helper
 	expect_match "$output" "^$m: 6 problems, 0 warnings$" "summary"
 	expect_contains "$stderr" "not a valid checkpoint"
 	# one more layer than the file holds: every tensor of layer 2 is missing
+	# (layer_types, which transformers 5 writes one entry a layer, grows too)
 	m=$(model_copy "$GOLDEN/qwen3" deeper)
 	sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 3/' "$m/config.json"
+	sed -i 's/"layer_types": \[/"layer_types": ["full_attention", /' "$m/config.json"
 	run -1 atlas-load validate --json "$m"
 	expect_contains "$output" '"valid":false'
 	expect_contains "$output" "tensor 'model.layers.2.self_attn.q_proj.weight' is missing"
@@ -127,6 +129,8 @@ load test_helper
 	local m
 	m=$(model_copy "$GOLDEN/qwen3" fewer)
 	sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 1/' "$m/config.json"
+	# (layer_types keeps one entry; the other moves to a key nobody reads)
+	sed -i 's/"layer_types": \[/"layer_types": [ "full_attention" ], "unused": [/' "$m/config.json"
 	run -0 --separate-stderr atlas-load validate "$m"
 	expect_contains "$output" "warning: unexpected tensor 'model.layers.1.mlp.up_proj.weight'"
 	expect_match "$output" "valid \(11 warnings\)$" "summary"

@@ -259,6 +259,10 @@ struct atlas_backend *atlas_backend_cpu_new(void)
 	    .sample = cpu_sample,
 	    .moe = atlas_cpu_moe,
 	    .moe_experts_read = atlas_cpu_moe_experts_read,
+	    .rope_partial = atlas_cpu_rope_partial,
+	    .gate_split = atlas_cpu_gate_split,
+	    .gate_apply = atlas_cpu_gate_apply,
+	    .deltanet = atlas_cpu_deltanet,
 	};
 	const char *cw = getenv("ATLAS_CPU_COPY_WEIGHTS");
 	cx->copy_weights = cw && !strcmp(cw, "1");

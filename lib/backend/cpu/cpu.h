@@ -92,6 +92,15 @@ int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
 			  const void *w, enum atlas_dtype wdt, int64_t R, int64_t D, float eps);
 int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
 		   int64_t T, int64_t H, int64_t hd);
+int atlas_cpu_rope_partial(struct atlas_backend *be, void *x, const int32_t *pos,
+			   const float *inv_freq, int64_t T, int64_t H, int64_t hd, int64_t rd);
+int atlas_cpu_gate_split(struct atlas_backend *be, void *q, const void *qg, int64_t T, int64_t H,
+			 int64_t hd);
+int atlas_cpu_gate_apply(struct atlas_backend *be, void *att, const void *qg, int64_t T,
+			 int64_t H, int64_t hd);
+int atlas_cpu_deltanet(struct atlas_backend *be, void *out, const void *qkvz, const void *ba,
+		       const struct atlas_gdn_desc *d, const struct atlas_gdn_item *items,
+		       int64_t n_items);
 int atlas_cpu_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
 		       const void *v, const int32_t *slot, int64_t T, int64_t Hkv, int64_t hd);
 int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,

@@ -147,14 +147,14 @@ int atlas_cpu_add_rmsnorm(struct atlas_backend *be, void *res, const void *x, vo
 struct rope_job {
 	float *x;	       /* [T,H,hd], rotated in place */
 	const int32_t *pos;    /* [T] positions */
-	const float *inv_freq; /* [hd/2] */
-	int64_t H, hd;	       /* heads and head size */
+	const float *inv_freq; /* [rd/2] */
+	int64_t H, hd, rd;     /* heads, head size, rotated dims (<= hd) */
 };
 
 static void rope_range(void *ctx, int64_t b, int64_t e)
 {
 	const struct rope_job *j = ctx;
-	const int64_t H = j->H, hd = j->hd, half = hd / 2;
+	const int64_t H = j->H, hd = j->hd, half = j->rd / 2;
 	for (int64_t t = b; t < e; t++) {
 		float *xt = j->x + t * H * hd;
 		float p = (float)j->pos[t];
@@ -172,15 +172,21 @@ static void rope_range(void *ctx, int64_t b, int64_t e)
 	}
 }
 
+int atlas_cpu_rope_partial(struct atlas_backend *be, void *x, const int32_t *pos,
+			   const float *inv_freq, int64_t T, int64_t H, int64_t hd, int64_t rd)
+{
+	if (T < 0 || H < 0 || hd < 0 || rd < 0 || rd % 2 || rd > hd)
+		return atlas_error(ATLAS_EINVAL, "cpu rope: bad shape T=%lld H=%lld hd=%lld rd=%lld",
+				   (long long)T, (long long)H, (long long)hd, (long long)rd);
+	struct rope_job j = {x, pos, inv_freq, H, hd, rd};
+	atlas_parallel_for(T, row_grain(H * rd * 8), rope_range, &j);
+	return 0;
+}
+
 int atlas_cpu_rope(struct atlas_backend *be, void *x, const int32_t *pos, const float *inv_freq,
 		   int64_t T, int64_t H, int64_t hd)
 {
-	if (T < 0 || H < 0 || hd < 0 || hd % 2)
-		return atlas_error(ATLAS_EINVAL, "cpu rope: bad shape T=%lld H=%lld hd=%lld",
-				   (long long)T, (long long)H, (long long)hd);
-	struct rope_job j = {x, pos, inv_freq, H, hd};
-	atlas_parallel_for(T, row_grain(H * hd * 8), rope_range, &j);
-	return 0;
+	return atlas_cpu_rope_partial(be, x, pos, inv_freq, T, H, hd, hd);
 }
 
 /* --- swiglu and add --------------------------------------------------- */

@@ -1,0 +1,325 @@
+/* test-hybrid.c - hybrid linear-attention models (qwen3_next and
+ * qwen3_5_moe_text, tests/fixtures/golden) in the engine: the recurrent
+ * state a sequence carries beside its KV cache.
+ *  - a prompt prefilled in one step, in chunks of 100, 64, 7 and one
+ *    token at a time gives the same logits, bit for bit;
+ *  - a sequence decoded alone and in a batch of 8 (the others at other
+ *    positions, one step mixing in prefill chunks) gives the same bits;
+ *  - a reset sequence starts from a zero state, as a new one does;
+ *  - atlas_seq_truncate cuts back into the last step of several tokens
+ *    (and the one-token steps after it) with the same bits as if the
+ *    cut tokens had never run, and refuses to go further back;
+ *  - the prefix cache keeps snapshots of the state at block boundaries
+ *    (the last one each step reaches) and a prompt that attaches a
+ *    cached prefix computes the same bits as one that does not; the
+ *    snapshot slots are recycled least recently used first.
+ * The golden logits themselves are test-golden's. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/backend/backend.h"
+#include "../../lib/core/error.h"
+#include "../../lib/io/config.h"
+#include "../../lib/model/decoder_internal.h" /* atlas_kvpool_check */
+#include "../../lib/model/model.h"
+#include "harness.h"
+
+static struct atlas_backend *be;
+static struct atlas_model *m;
+static int64_t V;
+
+#define PROMPT 300
+
+static int32_t tok(uint64_t seed, int64_t i)
+{
+	uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull + (uint64_t)i * 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 31;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 29;
+	return (int32_t)(x % (uint64_t)V);
+}
+
+static int64_t rows_differ(const float *want, const float *got, int64_t n)
+{
+	int64_t d = 0;
+	for (int64_t i = 0; i < n; i++)
+		d += memcmp(want + i * V, got + i * V, (size_t)V * sizeof(float)) != 0;
+	return d;
+}
+
+static void test_chunked_prefill(void)
+{
+	int32_t ids[PROMPT];
+	for (int64_t i = 0; i < PROMPT; i++)
+		ids[i] = tok(1, i);
+	float *ref = malloc((size_t)(PROMPT * V) * sizeof(float));
+	float *got = malloc((size_t)(PROMPT * V) * sizeof(float));
+	struct atlas_seq *s = atlas_seq_new(m);
+	CHECK(atlas_model_recurrent(m));
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, PROMPT, ref, true), 0);
+	atlas_seq_free(s);
+	static const int64_t chunks[] = {100, 64, 7, 1};
+	for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+		s = atlas_seq_new(m);
+		for (int64_t p = 0; p < PROMPT; p += chunks[c]) {
+			int64_t n = PROMPT - p < chunks[c] ? PROMPT - p : chunks[c];
+			CHECK_EQ_INT(atlas_model_forward(m, s, ids + p, n, got + p * V, true), 0);
+		}
+		atlas_seq_free(s);
+		int64_t d = rows_differ(ref, got, PROMPT);
+		printf("# prefill in chunks of %lld: %lld of %d positions differ from one step\n",
+		       (long long)chunks[c], (long long)d, PROMPT);
+		CHECK(d == 0);
+	}
+	free(ref);
+	free(got);
+}
+
+#define STEPS 5
+
+/* Sequence A (a 40-token prompt, then STEPS fed tokens) in steps with
+ * nb - 1 others (prompts of 1..90 tokens; at step 2 each takes a 9-token
+ * chunk); A's logits at each step into out[STEPS][V]. */
+static void run_a(int nb, float *out)
+{
+	struct atlas_seq *seqs[8];
+	struct atlas_batch_item it[8];
+	static int32_t prompts[8][90], chunk[8][9];
+	int32_t nexts[8];
+	for (int b = 0; b < nb; b++) {
+		seqs[b] = atlas_seq_new(m);
+		int64_t n = b == 0 ? 40 : 1 + (b * 37) % 90;
+		for (int64_t i = 0; i < n; i++)
+			prompts[b][i] = tok(b ? 100 + (uint64_t)b : 2, i);
+		it[b] = (struct atlas_batch_item){.seq = seqs[b], .ids = prompts[b], .n = n};
+	}
+	CHECK_EQ_INT(atlas_model_forward_batch(m, it, nb), 0);
+	for (int st = 0; st < STEPS; st++) {
+		for (int b = 0; b < nb; b++) {
+			nexts[b] = tok(200 + (uint64_t)b, st);
+			it[b] = (struct atlas_batch_item){.seq = seqs[b], .ids = &nexts[b], .n = 1};
+			if (st == 2 && b) {
+				for (int i = 0; i < 9; i++)
+					chunk[b][i] = tok(300 + (uint64_t)b, i);
+				it[b].ids = chunk[b];
+				it[b].n = 9;
+			}
+		}
+		it[0].logits = out + st * V;
+		CHECK_EQ_INT(atlas_model_forward_batch(m, it, nb), 0);
+	}
+	for (int b = 0; b < nb; b++)
+		atlas_seq_free(seqs[b]);
+}
+
+static void test_batch(void)
+{
+	float *alone = malloc((size_t)(STEPS * V) * sizeof(float));
+	float *got = calloc((size_t)(STEPS * V), sizeof(float));
+	run_a(1, alone);
+	run_a(8, got);
+	int64_t d = rows_differ(alone, got, STEPS);
+	printf("# decode in a batch of 8: %lld of %d steps differ from alone\n", (long long)d,
+	       STEPS);
+	CHECK(d == 0);
+	free(alone);
+	free(got);
+}
+
+static void test_reset(void)
+{
+	int32_t a[30], b[12];
+	for (int i = 0; i < 30; i++)
+		a[i] = tok(5, i);
+	for (int i = 0; i < 12; i++)
+		b[i] = tok(6, i);
+	float *want = malloc((size_t)V * sizeof(float)), *got = malloc((size_t)V * sizeof(float));
+	struct atlas_seq *s = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, s, b, 12, want, false), 0);
+	atlas_seq_reset(s);
+	CHECK_EQ_INT(atlas_model_forward(m, s, a, 30, got, false), 0);
+	atlas_seq_reset(s);
+	CHECK_EQ_INT(atlas_model_forward(m, s, b, 12, got, false), 0);
+	CHECK(memcmp(want, got, (size_t)V * sizeof(float)) == 0);
+	atlas_seq_free(s);
+	free(want);
+	free(got);
+}
+
+/* A 20-token prompt, a 6-token step, 3 one-token steps; cut back to
+ * 20 + keep and feed the rest again: the logits of the last token equal
+ * a sequence that ran the same tokens without the detour. */
+static void cut_case(int64_t keep)
+{
+	int32_t ids[29], detour[9];
+	for (int i = 0; i < 29; i++)
+		ids[i] = tok(7, i);
+	for (int i = 0; i < 9; i++)
+		detour[i] = i < keep ? ids[20 + i] : tok(8, i);
+	float *want = malloc((size_t)V * sizeof(float)), *got = malloc((size_t)V * sizeof(float));
+	struct atlas_seq *ref = atlas_seq_new(m), *s = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, ref, ids, 29, want, false), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 20, NULL, false), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, s, detour, 6, NULL, false), 0);
+	for (int i = 6; i < 9; i++)
+		CHECK_EQ_INT(atlas_model_forward(m, s, detour + i, 1, NULL, false), 0);
+	CHECK_EQ_INT(atlas_seq_truncate(s, 20 + keep), 0);
+	CHECK_EQ_INT(atlas_seq_len(s), 20 + keep);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids + 20 + keep, 9 - keep, got, false), 0);
+	printf("# cut back to 20 + %lld, the rest fed again: logits %s\n", (long long)keep,
+	       memcmp(want, got, (size_t)V * sizeof(float)) ? "differ" : "identical");
+	CHECK(memcmp(want, got, (size_t)V * sizeof(float)) == 0);
+	atlas_seq_free(ref);
+	atlas_seq_free(s);
+	free(want);
+	free(got);
+}
+
+static void test_truncate(void)
+{
+	static const int64_t keeps[] = {0, 1, 5, 7};
+	for (size_t i = 0; i < sizeof(keeps) / sizeof(keeps[0]); i++)
+		cut_case(keeps[i]);
+	/* before the last step of several tokens: refused, nothing changes */
+	int32_t ids[30];
+	for (int i = 0; i < 30; i++)
+		ids[i] = tok(9, i);
+	struct atlas_seq *s = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 20, NULL, false), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids + 20, 5, NULL, false), 0);
+	CHECK_EQ_INT(atlas_seq_truncate(s, 19), ATLAS_EUNSUPPORTED);
+	CHECK(strstr(atlas_errmsg(), "hybrid") != NULL);
+	CHECK_EQ_INT(atlas_seq_len(s), 25);
+	CHECK_EQ_INT(atlas_seq_truncate(s, 25), 0);
+	CHECK_EQ_INT(atlas_seq_truncate(s, 0), 0);
+	CHECK_EQ_INT(atlas_seq_len(s), 0);
+	atlas_seq_free(s);
+}
+
+/* n tokens of stream `seed` run as `cold` from an empty sequence in one
+ * step, and as `warm`: attached from the prefix cache (expect `hit`
+ * tokens) and the rest computed; the last logits must be the same bits. */
+static void warm_vs_cold(uint64_t seed, int64_t n, int64_t hit)
+{
+	int32_t ids[200];
+	for (int64_t i = 0; i < n; i++)
+		ids[i] = tok(seed, i);
+	float *cold = malloc((size_t)V * sizeof(float)), *warm = malloc((size_t)V * sizeof(float));
+	struct atlas_seq *c = atlas_seq_new(m), *w = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, c, ids, n, cold, false), 0);
+	int64_t got = atlas_seq_attach_prefix(w, ids, n);
+	printf("# %lld tokens: %lld attached (want %lld)\n", (long long)n, (long long)got,
+	       (long long)hit);
+	CHECK_EQ_INT(got, hit);
+	CHECK_EQ_INT(atlas_seq_len(w), hit);
+	CHECK_EQ_INT(atlas_model_forward(m, w, ids + got, n - got, warm, false), 0);
+	CHECK(memcmp(cold, warm, (size_t)V * sizeof(float)) == 0);
+	atlas_seq_free(c);
+	atlas_seq_free(w);
+	free(cold);
+	free(warm);
+}
+
+static void test_prefix_snapshots(void)
+{
+	const int64_t B = atlas_model_block_size(m);
+	int32_t ids[200];
+	for (int i = 0; i < 200; i++)
+		ids[i] = tok(10, i);
+	atlas_model_set_prefix_cache(m, true);
+	int64_t bytes = -1;
+	CHECK_EQ_INT(atlas_model_prefix_snapshots(m, &bytes), 0);
+	CHECK_EQ_INT(bytes, 0);
+	/* 70 tokens in one step: one snapshot, at the boundary 64 */
+	struct atlas_seq *a = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, a, ids, 70, NULL, false), 0);
+	atlas_seq_publish_prefix(a, ids);
+	CHECK_EQ_INT(atlas_model_prefix_snapshots(m, &bytes), 1);
+	CHECK(bytes > 0);
+	atlas_seq_free(a);
+	CHECK_EQ_INT(atlas_kvpool_check(m), 0);
+	warm_vs_cold(10, 80, 4 * B);
+	warm_vs_cold(10, 65, 4 * B);
+	warm_vs_cold(10, 64, 0);  /* one token must be left to compute */
+	warm_vs_cold(10, 50, 0);  /* blocks 0-2 match, none has a snapshot */
+	/* in one-block steps: a snapshot at every boundary */
+	a = atlas_seq_new(m);
+	for (int64_t p = 0; p < 128; p += B) {
+		CHECK_EQ_INT(atlas_model_forward(m, a, ids + p, B, NULL, false), 0);
+		atlas_seq_publish_prefix(a, ids);
+	}
+	atlas_seq_free(a);
+	warm_vs_cold(10, 50, 3 * B);
+	warm_vs_cold(10, 129, 8 * B);
+	/* decode steps crossing a boundary snapshot too */
+	a = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, a, ids, 140, NULL, false), 0);
+	atlas_seq_publish_prefix(a, ids);
+	for (int64_t p = 140; p < 150; p++) {
+		CHECK_EQ_INT(atlas_model_forward(m, a, ids + p, 1, NULL, false), 0);
+		atlas_seq_publish_prefix(a, ids);
+	}
+	atlas_seq_free(a);
+	warm_vs_cold(10, 150, 9 * B);
+	/* slots are recycled least recently used first: 40 prompts of 40
+	 * tokens, each leaving one snapshot (at 32), outnumber the slots */
+	int64_t live = 0;
+	for (uint64_t k = 0; k < 40; k++) {
+		int32_t p[40];
+		for (int i = 0; i < 40; i++)
+			p[i] = tok(1000 + k, i);
+		a = atlas_seq_new(m);
+		CHECK_EQ_INT(atlas_model_forward(m, a, p, 40, NULL, false), 0);
+		atlas_seq_publish_prefix(a, p);
+		atlas_seq_free(a);
+		live = atlas_model_prefix_snapshots(m, NULL);
+	}
+	printf("# after 40 prompts: %lld snapshots kept\n", (long long)live);
+	CHECK(live >= 8 && live < 40);
+	warm_vs_cold(1039, 40, 2 * B); /* the newest is still there */
+	warm_vs_cold(1000, 40, 0);     /* the oldest was recycled */
+	CHECK_EQ_INT(atlas_kvpool_check(m), 0);
+	atlas_model_set_prefix_cache(m, false);
+	CHECK_EQ_INT(atlas_model_prefix_snapshots(m, &bytes), 0);
+	CHECK_EQ_INT(bytes, 0);
+}
+
+static void run_model(const char *name)
+{
+	char dir[1100];
+	snprintf(dir, sizeof(dir), "%s/tests/fixtures/golden/%s", harness_srcdir(), name);
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_seqs = 8;
+	p.max_tokens = 512;
+	p.max_context = 512;
+	m = atlas_model_load(dir, be, &p);
+	if (!m) {
+		harness_fail(__FILE__, __LINE__, "load %s: %s", dir, atlas_errmsg());
+		return;
+	}
+	printf("# %s\n", name);
+	V = atlas_model_config(m)->vocab_size;
+	RUN(test_chunked_prefill);
+	RUN(test_batch);
+	RUN(test_reset);
+	RUN(test_truncate);
+	RUN(test_prefix_snapshots);
+	atlas_model_free(m);
+}
+
+int main(void)
+{
+	const char *dev = getenv("ATLAS_TEST_DEVICE");
+	be = atlas_backend_open(dev ? dev : "cpu");
+	if (!be) {
+		printf("not ok 1 - open device '%s': %s\n", dev ? dev : "cpu", atlas_errmsg());
+		return 1;
+	}
+	be->batch_invariant = true;
+	run_model("qwen3-next-bf16");
+	run_model("qwen3-5-moe");
+	be->destroy(be);
+	return harness_done();
+}
