@@ -11,6 +11,7 @@
 #      batch invariance end to end, with the tensor-core invariant
 #      attention (the default) and the split-K one (ATLAS_CUDA_ATT_INV=0), and the goldens
 #      and attention op tests with decode on its split form (ATLAS_CUDA_ATT_TC=1)
+#   3d. hybrid models' recurrent state on CUDA (test-hybrid)
 #   4. tokenize | generate | detokenize on CUDA equals -p on CUDA
 #   5. device selection messages and a short decode timing
 # Exit status 0 only if every part passed.
@@ -81,6 +82,13 @@ ATLAS_TEST_DEVICE=cuda "$build/tests/test-invariance" >"$out/invariance.log" 2>&
 rc=$?
 row "batch invariance (chunks, batch sizes)" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/invariance.log" && echo pass || echo FAIL)" \
 	"$(grep -c '^ok' "$out/invariance.log") ok, $(grep -c '^not ok' "$out/invariance.log") not ok; $(grep -c ' 0 of ' "$out/invariance.log") comparisons equal"
+
+# 3b'. hybrid models on CUDA (tests/unit/test-hybrid.c): chunking and
+# batch invariance, reset, cut-back and warm prefix cache = cold, bit for bit
+ATLAS_TEST_DEVICE=cuda "$build/tests/test-hybrid" >"$out/hybrid.log" 2>&1
+rc=$?
+row "hybrid models (state, invariance, snapshots)" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/hybrid.log" && echo pass || echo FAIL)" \
+	"$(grep -c '^ok' "$out/hybrid.log") ok, $(grep -c '^not ok' "$out/hybrid.log") not ok"
 
 # att_switch NAME VAR=VAL TEST TAG: with VAR=VAL, the attention op tests
 # and tests/TEST on CUDA, one row (logs OUT/att-TAG-ops.log, -TAG-model.log)

@@ -1831,6 +1831,135 @@ static void test_moe(void)
 	}
 }
 
+/* FP32 floats both backends read: host copy h, device copy d. */
+static float *f32_dev(const float *h, int64_t n)
+{
+	float *d = gpu->alloc(gpu, (size_t)n * 4);
+	gpu->upload(gpu, d, h, (size_t)n * 4);
+	return d;
+}
+
+/* Relative L2 of a device FP32 array against the CPU's. */
+static void compare_f32(const char *what, const float *d, const float *ref, int64_t n)
+{
+	float *got = malloc((size_t)n * 4);
+	CHECK_EQ_INT(gpu->download(gpu, got, d, (size_t)n * 4), 0);
+	double d2 = 0, r2 = 0;
+	for (int64_t i = 0; i < n; i++) {
+		d2 += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+		r2 += (double)ref[i] * ref[i];
+	}
+	double l2 = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
+	printf("# %-58s rel_l2 %-10.3g %s\n", what, l2, l2 < TOL ? "ok" : "FAIL");
+	CHECK(l2 < TOL);
+	free(got);
+}
+
+/* The hybrid models' ops (hybrid.cu) against the CPU's: partial rope, the
+ * attention gate, and the Gated DeltaNet over three items (fresh, with a
+ * state, one row) with a snapshot, for the fixtures' shape (dk 16) and
+ * Qwen3-Next's (dk = dv = 128); outputs, states and snapshots. */
+static void test_hybrid(void)
+{
+	static const int64_t rs[][4] = {{7, 4, 16, 4}, {33, 8, 128, 32}};
+	for (size_t s = 0; s < 2; s++) {
+		int64_t T = rs[s][0], H = rs[s][1], hd = rs[s][2], rd = rs[s][3];
+		int32_t *pos = malloc((size_t)T * 4), *dpos = gpu->alloc(gpu, (size_t)T * 4);
+		float *freq = malloc((size_t)rd / 2 * 4);
+		for (int64_t t = 0; t < T; t++)
+			pos[t] = (int32_t)(t * 37 + 5);
+		for (int64_t i = 0; i < rd / 2; i++)
+			freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / (float)rd);
+		gpu->upload(gpu, dpos, pos, (size_t)T * 4);
+		float *dfreq = f32_dev(freq, rd / 2);
+		struct buf x = mkbuf(T * H * hd, 1.0f);
+		char what[96];
+		CHECK_EQ_INT(cpu->rope_partial(cpu, x.h, pos, freq, T, H, hd, rd), 0);
+		CHECK_EQ_INT(gpu->rope_partial(gpu, x.d, dpos, dfreq, T, H, hd, rd), 0);
+		snprintf(what, sizeof(what), "rope_partial T=%lld H=%lld hd=%lld rd=%lld", (long long)T,
+			 (long long)H, (long long)hd, (long long)rd);
+		compare(what, &x, x.h, T * H * hd);
+		struct buf qg = mkbuf(T * H * 2 * hd, 2.0f), q = mkbuf(T * H * hd, 1.0f);
+		CHECK_EQ_INT(cpu->gate_split(cpu, q.h, qg.h, T, H, hd), 0);
+		CHECK_EQ_INT(gpu->gate_split(gpu, q.d, qg.d, T, H, hd), 0);
+		compare("gate_split", &q, q.h, T * H * hd);
+		CHECK_EQ_INT(cpu->gate_apply(cpu, x.h, qg.h, T, H, hd), 0);
+		CHECK_EQ_INT(gpu->gate_apply(gpu, x.d, qg.d, T, H, hd), 0);
+		compare("gate_apply", &x, x.h, T * H * hd);
+		freebuf(&x);
+		freebuf(&qg);
+		freebuf(&q);
+		free(pos);
+		free(freq);
+		gpu->free(gpu, dpos);
+		gpu->free(gpu, dfreq);
+	}
+	static const int64_t gs[][5] = {{2, 4, 16, 16, 4}, {4, 8, 128, 128, 4}};
+	for (size_t s = 0; s < 2; s++) {
+		const int64_t Hk = gs[s][0], Hv = gs[s][1], dk = gs[s][2], dv = gs[s][3], K = gs[s][4];
+		const int64_t C = 2 * Hk * dk + Hv * dv, W = C + Hv * dv;
+		const int64_t ns[3] = {40, 5, 1}, T = 46;
+		float *conv = rnd_bf(C * K, 0.5f), *alog = rnd_bf(Hv, 1.0f), *dtb = rnd_bf(Hv, 1.0f);
+		float *nw = rnd_bf(dv, 1.0f);
+		for (int64_t i = 0; i < dv; i++)
+			nw[i] += 1.0f;
+		struct atlas_gdn_desc hd_ = {Hk, Hv, dk, dv, K, 1e-6f, conv, alog, dtb, nw};
+		struct atlas_gdn_desc dd = hd_;
+		dd.conv_w = f32_dev(conv, C * K);
+		dd.A_log = f32_dev(alog, Hv);
+		dd.dt_bias = f32_dev(dtb, Hv);
+		dd.norm_w = f32_dev(nw, dv);
+		const int64_t sf = atlas_gdn_state_floats(&hd_);
+		struct atlas_gdn_item hi[3], di[3];
+		float *hs[3], *ds[3], *hsn, *dsn;
+		for (int i = 0; i < 3; i++) {
+			hs[i] = rnd_bf(sf, 0.3f);
+			ds[i] = f32_dev(hs[i], sf);
+			hi[i] = (struct atlas_gdn_item){.n = ns[i], .state = hs[i], .fresh = i == 0};
+			di[i] = hi[i];
+			di[i].state = ds[i];
+		}
+		hsn = calloc((size_t)sf, 4);
+		dsn = f32_dev(hsn, sf);
+		hi[0].snap_at = di[0].snap_at = 17;
+		hi[0].snap = hsn;
+		di[0].snap = dsn;
+		struct buf qkvz = mkbuf(T * W, 1.0f), ba = mkbuf(T * 2 * Hv, 1.0f);
+		struct buf out = mkbuf(T * Hv * dv, 1.0f);
+		poison(&out);
+		CHECK_EQ_INT(cpu->deltanet(cpu, out.h, qkvz.h, ba.h, &hd_, hi, 3), 0);
+		CHECK_EQ_INT(gpu->deltanet(gpu, out.d, qkvz.d, ba.d, &dd, di, 3), 0);
+		char what[96];
+		snprintf(what, sizeof(what), "deltanet Hk=%lld Hv=%lld dk=%lld dv=%lld out",
+			 (long long)Hk, (long long)Hv, (long long)dk, (long long)dv);
+		compare(what, &out, out.h, T * Hv * dv);
+		for (int i = 0; i < 3; i++) {
+			snprintf(what, sizeof(what), "deltanet dk=%lld state of item %d (%lld rows)",
+				 (long long)dk, i, (long long)ns[i]);
+			compare_f32(what, ds[i], hs[i], sf);
+		}
+		snprintf(what, sizeof(what), "deltanet dk=%lld snapshot after 17 rows", (long long)dk);
+		compare_f32(what, dsn, hsn, sf);
+		for (int i = 0; i < 3; i++) {
+			free(hs[i]);
+			gpu->free(gpu, ds[i]);
+		}
+		free(hsn);
+		gpu->free(gpu, dsn);
+		freebuf(&qkvz);
+		freebuf(&ba);
+		freebuf(&out);
+		gpu->free(gpu, (void *)dd.conv_w);
+		gpu->free(gpu, (void *)dd.A_log);
+		gpu->free(gpu, (void *)dd.dt_bias);
+		gpu->free(gpu, (void *)dd.norm_w);
+		free(conv);
+		free(alog);
+		free(dtb);
+		free(nw);
+	}
+}
+
 int main(void)
 {
 	cpu = atlas_backend_cpu_new();
@@ -1863,6 +1992,7 @@ int main(void)
 	RUN(test_w4b);
 	RUN(test_fp4b);
 	RUN(test_w8a8);
+	RUN(test_hybrid);
 	CHECK_EQ_INT(gpu->sync(gpu), 0);
 	printf("# worst relative L2 error: %.3g (limit %g)\n", worst, TOL);
 	gpu->destroy(gpu);

@@ -96,6 +96,13 @@ static const char *const kernel_names[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_ATT_INV_PREFILL] = "atlas_attention_inv_prefill",
 	[ATLAS_CK_ATT_INV_SPLIT] = "atlas_attention_inv_split",
 	[ATLAS_CK_ATT_INV_MERGE] = "atlas_attention_inv_merge",
+	[ATLAS_CK_ROPE_PARTIAL] = "atlas_rope_partial",
+	[ATLAS_CK_ATTN_GATE] = "atlas_attn_gate",
+	[ATLAS_CK_GDN_CONV] = "atlas_gdn_conv",
+	[ATLAS_CK_GDN_RULE16] = "atlas_gdn_rule_16",
+	[ATLAS_CK_GDN_RULE32] = "atlas_gdn_rule_32",
+	[ATLAS_CK_GDN_RULE64] = "atlas_gdn_rule_64",
+	[ATLAS_CK_GDN_RULE128] = "atlas_gdn_rule_128",
 };
 
 /* Speed-only kernels a target may lack (c->kern[k] is then NULL and the
@@ -108,6 +115,14 @@ static const unsigned char optional_kernel[ATLAS_CK_COUNT] = {
 	[ATLAS_CK_ATT_INV_PREFILL] = 1,
 	[ATLAS_CK_ATT_INV_SPLIT] = 1,
 	[ATLAS_CK_ATT_INV_MERGE] = 1,
+	/* without them, hybrid models fail at their first step, naming it */
+	[ATLAS_CK_ROPE_PARTIAL] = 1,
+	[ATLAS_CK_ATTN_GATE] = 1,
+	[ATLAS_CK_GDN_CONV] = 1,
+	[ATLAS_CK_GDN_RULE16] = 1,
+	[ATLAS_CK_GDN_RULE32] = 1,
+	[ATLAS_CK_GDN_RULE64] = 1,
+	[ATLAS_CK_GDN_RULE128] = 1,
 	[ATLAS_CK_GEMV_TC8] = 1,
 	[ATLAS_CK_GEMV_TC16] = 1,
 	[ATLAS_CK_GEMV_TC32] = 1,
@@ -695,6 +710,7 @@ struct atlas_backend *atlas_backend_cuda_new(int device)
 		.specialize = cuda_specialize,
 	};
 	atlas_cuda_ops_init(be);
+	atlas_cuda_hybrid_init(be);
 	atlas_cuda_bench_init(be);
 	/* FP8 checkpoints stay at one byte a weight when the target has the
 	 * FP8 GEMVs and the dequantizer (the common target always does) */

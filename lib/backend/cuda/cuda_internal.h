@@ -84,6 +84,13 @@ enum atlas_cuda_kernel {
 	ATLAS_CK_ATT_INV_PREFILL, /* attention_inv.cu: batch-invariant attention, */
 	ATLAS_CK_ATT_INV_SPLIT,   /* its prefill form, its split form and the */
 	ATLAS_CK_ATT_INV_MERGE,   /* split form's merge */
+	ATLAS_CK_ROPE_PARTIAL, /* hybrid.cu: rope of the first rd dims */
+	ATLAS_CK_ATTN_GATE,    /* hybrid.cu: gated attention's split and gate */
+	ATLAS_CK_GDN_CONV,     /* hybrid.cu: the DeltaNet's causal conv */
+	ATLAS_CK_GDN_RULE16,   /* hybrid.cu: its delta rule, dk 16/32/64/128 */
+	ATLAS_CK_GDN_RULE32,
+	ATLAS_CK_GDN_RULE64,
+	ATLAS_CK_GDN_RULE128,
 	ATLAS_CK_COUNT,
 };
 
@@ -136,6 +143,8 @@ struct cuda_ctx {
 	void *d_mask;                 /* grammar masks of a sample launch: row
 				       * indices, then their mask words */
 	size_t mask_cap;              /* its bytes */
+	float *gdn_conv;              /* deltanet: the conv output [T, C], FP32 */
+	size_t gdn_conv_cap;          /* its bytes */
 	float *d_scratch;             /* sample scratch */
 	size_t scratch_cap;           /* its bytes */
 	float *att_part;              /* split-K attention partials: a fixed size,
@@ -410,6 +419,8 @@ void atlas_cuda_moe_release(struct cuda_ctx *c);
 
 /* Fill the op pointers of be. */
 void atlas_cuda_ops_init(struct atlas_backend *be);
+/* cuda_hybrid.c: the ops of hybrid linear-attention models. */
+void atlas_cuda_hybrid_init(struct atlas_backend *be);
 /* Fill the optional speed and benchmark ops (cuda_bench.c), and free
  * what they hold at destroy. */
 void atlas_cuda_bench_init(struct atlas_backend *be);
