@@ -22,6 +22,7 @@ done
 strip -o "$dir/tests/test-golden" build-carry/tests/test-golden
 strip -o "$dir/tests/test-invariance" build-carry/tests/test-invariance
 strip -o "$dir/tests/test-kvq-model" build-carry/tests/test-kvq-model
+strip -o "$dir/tests/test-hybrid" build-carry/tests/test-hybrid
 for t in build-carry/tests/gpu/test-*; do
 	strip -o "$dir/tests/gpu/$(basename "$t")" "$t"
 done

@@ -26,27 +26,41 @@ struct shape {
 	int64_t moe_F;      /* each expert's width, 0: F (Mixtral) */
 	bool norm_topk;     /* norm_topk_prob */
 	int64_t shared;     /* shared expert's width, 0: none */
+	/* hybrid linear attention (lib/model/README-hybrid.md); interval 0:
+	 * none. Layer l is full attention when (l + 1) % interval == 0, else
+	 * a Gated DeltaNet of lk/lv heads of ldk/ldv dims (conv width 4) */
+	int64_t interval, lk, lv, ldk, ldv;
+	double rotary;      /* partial_rotary_factor, 0: 1 */
 };
 
 static const struct shape shapes[] = {
 	{"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, true, 1e6, 1e-6,
-	 0, 0, 0, false, 0},
+	 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0},
 	{"qwen3-8b", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, false, 1e6, 1e-6,
-	 0, 0, 0, false, 0},
+	 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0},
 	{"qwen3-32b", "qwen3", 5120, 64, 64, 8, 128, 25600, 151936, false, 1e6, 1e-6,
-	 0, 0, 0, false, 0},
+	 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0},
 	{"llama3-8b", "llama", 4096, 32, 32, 8, 128, 14336, 128256, false, 5e5, 1e-5,
-	 0, 0, 0, false, 0},
+	 0, 0, 0, false, 0, 0, 0, 0, 0, 0, 0},
 	{"qwen3-30b-a3b", "qwen3_moe", 2048, 48, 32, 4, 128, 6144, 151936, false, 1e6, 1e-6,
-	 128, 8, 768, true, 0},
+	 128, 8, 768, true, 0, 0, 0, 0, 0, 0, 0},
 	{"mixtral-8x7b", "mixtral", 4096, 32, 32, 8, 128, 14336, 32000, false, 1e6, 1e-5,
-	 8, 2, 0, false, 0},
+	 8, 2, 0, false, 0, 0, 0, 0, 0, 0, 0},
+	/* Qwen3.5-35B-A3B-like: 3 Gated DeltaNet layers to 1 gated attention,
+	 * 256 experts top 8 with a shared expert, 248k vocabulary */
+	{"qwen3.5-35b-a3b", "qwen3_5_moe_text", 2048, 40, 16, 2, 256, 512, 248320, false, 1e7,
+	 1e-6, 256, 8, 512, true, 512, 4, 16, 32, 128, 128, 0.25},
+	/* Qwen3-Next-80B-A3B: 512 experts top 10 (160 GB in BF16: an H200
+	 * holds it only with FP8 experts, which synthetic MoE models lack) */
+	{"qwen3-next-80b-a3b", "qwen3_next", 2048, 48, 16, 2, 256, 5120, 151936, false, 1e7,
+	 1e-6, 512, 10, 512, true, 512, 4, 16, 32, 128, 128, 0.25},
 };
 #define NSHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
 const char *atlas_bench_shape_names(void)
 {
-	return "qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b, qwen3-30b-a3b, mixtral-8x7b";
+	return "qwen3-0.6b, qwen3-8b, qwen3-32b, llama3-8b, qwen3-30b-a3b, mixtral-8x7b, "
+	       "qwen3.5-35b-a3b, qwen3-next-80b-a3b";
 }
 
 int atlas_bench_shape(const char *name, struct atlas_config *c)
@@ -79,6 +93,17 @@ int atlas_bench_shape(const char *name, struct atlas_config *c)
 		c->norm_topk_prob = s->norm_topk;
 		c->decoder_sparse_step = 1;
 		c->shared_expert_intermediate_size = s->shared;
+		c->rotary_dim = s->rotary > 0 ? (int64_t)((double)s->hd * s->rotary) : s->hd;
+		for (int64_t l = 0; s->interval > 1 && l < s->L && l < ATLAS_MAX_MLP_ONLY; l++)
+			if ((l + 1) % s->interval) {
+				c->linear[l / 64] |= (uint64_t)1 << (l % 64);
+				c->n_linear++;
+			}
+		c->lin_k_heads = s->lk;
+		c->lin_v_heads = s->lv;
+		c->lin_k_dim = s->ldk;
+		c->lin_v_dim = s->ldv;
+		c->lin_conv = s->interval ? 4 : 0;
 		return 0;
 	}
 	return atlas_error(ATLAS_EINVAL, "unknown shape '%s' (known: %s)", name,
@@ -94,11 +119,12 @@ static void random_ids(int32_t *ids, int64_t n, int64_t V, uint64_t *state)
 	}
 }
 
-/* KV cache bytes one token at position p (seeing p + 1 keys) reads. */
+/* KV cache bytes one token at position p (seeing p + 1 keys) reads: its
+ * attention layers' (a hybrid model's linear-attention layers keep none). */
 static double kv_read(const struct atlas_config *c, int64_t p)
 {
-	return (double)(p + 1) * 2.0 * (double)(c->num_layers * c->num_kv_heads * c->head_dim) *
-	       2.0;
+	return (double)(p + 1) * 2.0 *
+	       (double)((c->num_layers - c->n_linear) * c->num_kv_heads * c->head_dim) * 2.0;
 }
 
 /* The weight bytes of a step for r: the model's figure, or for an MoE
@@ -179,7 +205,9 @@ int atlas_bench_run_decode(struct atlas_model *m, struct atlas_backend *be, int6
 		double kv = 0;
 		for (int64_t s = 0; s < gen; s++) /* token of step s sits at position p */
 			kv += kv_read(c, prompt + warmup + s) * (double)batch;
-		r->kv_bytes = kv / (double)gen;
+		/* a hybrid model's sequences read and write their recurrent
+		 * state every step */
+		r->kv_bytes = kv / (double)gen + 2.0 * (double)atlas_model_state_bytes(m) * (double)batch;
 		if (copy_gbs > 0) {
 			r->floor_ms = ((double)r->weight_bytes + r->kv_bytes) / (copy_gbs * 1e9) * 1e3;
 			r->roofline = r->floor_ms / r->step_ms;
@@ -212,9 +240,20 @@ static double prefill_flops(const struct atlas_config *c, int64_t T)
 	double sparse = 2.0 * (E * D + K * 3 * D * Fm + (Fs > 0 ? 3 * D * Fs + D : 0));
 	double pairs = (double)T * (double)(T + 1) / 2.0; /* (query, key) pairs */
 	double att = 4.0 * pairs * qd, sum = 0;
+	/* hybrid: gated attention's q projection is twice as wide; a linear
+	 * layer has its projections and, per token and value head, the delta
+	 * rule's ~4 dk dv multiply-adds */
+	const bool gated = c->n_linear > 0;
+	const double Z = (double)(c->lin_v_heads * c->lin_v_dim);
+	const double Cc = (double)(2 * c->lin_k_heads * c->lin_k_dim) + Z;
+	const double lin = 2.0 * (D * (Cc + Z) + D * 2.0 * (double)c->lin_v_heads + Z * D) +
+			   8.0 * (double)(c->lin_v_heads * c->lin_k_dim * c->lin_v_dim);
 	for (int64_t l = 0; l < c->num_layers; l++) {
 		double mlp = atlas_config_layer_is_moe(c, l) ? sparse : dense;
-		sum += (attn + mlp) * (double)T + att;
+		if (atlas_config_layer_is_linear(c, l))
+			sum += (lin + mlp) * (double)T;
+		else
+			sum += (attn + (gated ? 2.0 * D * qd : 0) + mlp) * (double)T + att;
 	}
 	return sum + 2.0 * D * (double)c->vocab_size;
 }

@@ -124,6 +124,11 @@ bool atlas_model_recurrent(const struct atlas_model *m)
 	return m->state_floats > 0;
 }
 
+int64_t atlas_model_state_bytes(const struct atlas_model *m)
+{
+	return m->state_floats * (int64_t)sizeof(float);
+}
+
 int64_t atlas_model_block_size(const struct atlas_model *m)
 {
 	return m->block_size;

@@ -207,6 +207,9 @@ int atlas_seq_truncate(struct atlas_seq *s, int64_t len);
 /* Whether m's sequences carry recurrent state beside their KV cache (a
  * hybrid linear-attention model, lib/model/README-hybrid.md). */
 bool atlas_model_recurrent(const struct atlas_model *m);
+/* Bytes of recurrent state one sequence of m holds (0: none); a step
+ * reads and writes all of it for each of its sequences. */
+int64_t atlas_model_state_bytes(const struct atlas_model *m);
 /* Blocks `s` would need to take from the pool to append n more tokens. */
 int64_t atlas_seq_blocks_needed(const struct atlas_seq *s, int64_t n);
 /* Blocks `s` holds now. */

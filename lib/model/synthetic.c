@@ -176,6 +176,51 @@ static int make_moe(struct atlas_model *m, int64_t l, uint64_t s)
 	return 0;
 }
 
+/* n FP32 values uniform in [lo, hi] (a DeltaNet layer's small weights). */
+static int make_f32(struct atlas_model *m, struct weight *w, int64_t n, float lo, float hi,
+		    uint64_t seed)
+{
+	struct atlas_backend *be = m->be;
+	void *p = be->alloc(be, (size_t)n * 4);
+	if (!p)
+		return atlas_error_wrap(ATLAS_ENOMEM, "cannot allocate %lld floats", (long long)n);
+	int rc = be->fill_random(be, p, ATLAS_DTYPE_F32, n, seed, lo, hi);
+	if (rc) {
+		be->free(be, p);
+		return rc;
+	}
+	*w = (struct weight){p, ATLAS_DTYPE_F32, (size_t)n * 4, NULL};
+	return 0;
+}
+
+/* A hybrid model's linear-attention layer l into m->lin[l], in the one
+ * layout hybrid.c binds (qkvz, ba, out, FP32 conv, A_log, dt_bias and
+ * norm). Seeds s + 3.. as the attention weights it replaces. */
+static int make_lin(struct atlas_model *m, int64_t l, uint64_t s)
+{
+	const struct atlas_config *c = &m->cfg;
+	struct lin_layer *L = &m->lin[l];
+	const int64_t D = c->hidden_size, Hk = c->lin_k_heads, Hv = c->lin_v_heads;
+	const int64_t dk = c->lin_k_dim, dv = c->lin_v_dim, K = c->lin_conv;
+	const int64_t Z = Hv * dv, C = 2 * Hk * dk + Z;
+	int rc;
+	if ((rc = make_linear(m, &L->qkvz, C + Z, D, s + 3)) ||
+	    (rc = make_linear(m, &L->ba, 2 * Hv, D, s + 4)) ||
+	    (rc = make_linear(m, &L->out, D, Z, s + 5)) ||
+	    (rc = make_f32(m, &L->conv, C * K, -0.5f, 0.5f, s + 6)) ||
+	    (rc = make_f32(m, &L->A_log, Hv, 0.0f, 2.7f, s + 7)) ||
+	    (rc = make_f32(m, &L->dt_bias, Hv, -1.0f, 1.0f, s + 8)) ||
+	    (rc = make_f32(m, &L->norm, dv, 1.0f, 1.0f, s + 9)))
+		return rc;
+	L->d = (struct atlas_gdn_desc){
+	    .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .eps = (float)c->rms_eps,
+	    .conv_w = L->conv.p, .A_log = L->A_log.p, .dt_bias = L->dt_bias.p, .norm_w = L->norm.p,
+	};
+	L->state_off = m->state_floats;
+	m->state_floats += atlas_gdn_state_floats(&L->d);
+	return 0;
+}
+
 static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 {
 	const struct atlas_config *c = &m->cfg;
@@ -187,8 +232,13 @@ static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 	int rc = make(m, &L->ln1, D, 0, 1.0f, 1.0f, s + 1);
 	if (!rc)
 		rc = make(m, &L->ln2, D, 0, 1.0f, 1.0f, s + 2);
+	if (!rc && m->lin && atlas_config_layer_is_linear(c, l)) {
+		rc = make_lin(m, l, s);
+		goto mlp;
+	}
+	/* gated attention: a query and a gate per head */
 	if (!rc)
-		rc = make_linear(m, &L->wq, qd, D, s + 3);
+		rc = make_linear(m, &L->wq, m->fam->gated_attn ? 2 * qd : qd, D, s + 3);
 	if (!rc)
 		rc = make_linear(m, &L->wk, kvd, D, s + 4);
 	if (!rc)
@@ -206,6 +256,7 @@ static int make_layer(struct atlas_model *m, int64_t l, uint64_t seed)
 		if (!rc)
 			rc = make(m, &L->bv, kvd, 0, -0.1f, 0.1f, s + 11);
 	}
+mlp:
 	if (!rc && m->moe && atlas_config_layer_is_moe(c, l))
 		return make_moe(m, l, s);
 	if (!rc)
@@ -247,10 +298,24 @@ static size_t footprint(const struct atlas_model *m)
 	size_t sparse = (size_t)(md.n_experts * D + 3 * md.n_experts * md.F * D +
 				 (md.Fs ? 3 * md.Fs * D + D : 0)) * 2;
 	size_t w = (size_t)(c->vocab_size * D * (c->tie_embeddings ? 1 : 2) + D) * 2 + 4 * pad;
-	for (int64_t l = 0; l < c->num_layers; l++)
-		w += attn + (md.n_experts && atlas_config_layer_is_moe(c, l) ? sparse : dense);
+	/* a linear-attention layer: its projections, FP32 small weights, and
+	 * every sequence's recurrent state */
+	const int64_t Z = c->lin_v_heads * c->lin_v_dim, C = 2 * c->lin_k_heads * c->lin_k_dim + Z;
+	const size_t lin = (size_t)((C + Z) * D + 2 * c->lin_v_heads * D + D * Z) * 2 +
+			   (size_t)(C * c->lin_conv + 2 * c->lin_v_heads + c->lin_v_dim) * 4 + 16 * pad;
+	const size_t state = (size_t)(C * (c->lin_conv - 1) + c->lin_v_heads * c->lin_k_dim *
+				      c->lin_v_dim) * 4;
+	const size_t gq = m->fam->gated_attn ? (size_t)(qd * D) * 2 : 0;
+	for (int64_t l = 0; l < c->num_layers; l++) {
+		const bool li = atlas_config_layer_is_linear(c, l);
+		w += (li ? lin + 4 * (size_t)m->max_seqs * state : attn + gq) +
+		     (md.n_experts && atlas_config_layer_is_moe(c, l) ? sparse : dense);
+	}
 	size_t rows = (size_t)m->max_tokens;
 	size_t act = rows * a * (size_t)(3 * D + 2 * qd + 2 * kvd + 2 * F) +
+		     (gq ? rows * a * (size_t)(2 * qd) : 0) +
+		     (c->n_linear ? rows * (a * (size_t)(C + 2 * Z + 2 * c->lin_v_heads) +
+					    4 * (size_t)C) : 0) +
 		     rows * 4 * (size_t)c->vocab_size + (size_t)m->max_seqs * (size_t)D * a +
 		     (md.n_experts ? atlas_moe_scratch_bytes(&md, m->max_tokens) : 0) +
 		     (md.n_experts && m->comm->rank > 0 ? rows * (size_t)D * a : 0) + 16 * pad;
@@ -290,6 +355,14 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 			    m->fam->name, be->name);
 		goto fail;
 	}
+	if ((c->n_linear || m->fam->gated_attn) &&
+	    (!be->deltanet || !be->gate_split || !be->rope_partial || m->comm->world > 1)) {
+		atlas_error(ATLAS_EUNSUPPORTED,
+			    "'%s' is a hybrid model: it needs one rank and a backend with the "
+			    "deltanet op ('%s' %s)", m->fam->name, be->name,
+			    be->deltanet ? "has it" : "has not");
+		goto fail;
+	}
 	const char *q = p ? p->synthetic_quant : NULL;
 	if (q && strcmp(q, "bf16")) {
 		const bool w4 = !strcmp(q, "w4a16"), f4 = !strcmp(q, "nvfp4");
@@ -321,7 +394,9 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 	m->layers = calloc((size_t)c->num_layers, sizeof(*m->layers));
 	if (m->fam->moe)
 		m->moe = calloc((size_t)c->num_layers, sizeof(*m->moe));
-	if (!m->layers || (m->fam->moe && !m->moe)) {
+	if (c->n_linear)
+		m->lin = calloc((size_t)c->num_layers, sizeof(*m->lin));
+	if (!m->layers || (m->fam->moe && !m->moe) || (c->n_linear && !m->lin)) {
 		atlas_error(ATLAS_ENOMEM, "out of memory");
 		goto fail;
 	}
