@@ -6,7 +6,8 @@
  * max |ref| under 1e-4 for every case, and all 32 greedy tokens
  * identical. With ATLAS_TEST_DEVICE=cuda (BF16 activations; run by
  * make gpu-test): relative L2 error ||ours - ref|| / ||ref|| under 2e-2
- * (3e-2 for mixture-of-experts models: TOL_L2_MOE), and the first 16
+ * (3e-2 for mixture-of-experts models: TOL_L2_MOE; 0.25 for hybrid
+ * linear-attention models, TOL_L2_HYBRID), and the first 16
  * greedy tokens identical.
  *
  * Mixture-of-experts fixtures (scripts/gen-moe-golden.py) run where the
@@ -39,6 +40,15 @@
  * token of one layer (seen on the H200: qwen3-moe's 7-token case at
  * 0.022 while its other cases stay under 0.009) */
 #define TOL_L2_MOE 3e-2
+/* BF16 activations, hybrid linear-attention models: their random-weight
+ * fixtures are ill-conditioned in BF16 (the DeltaNet's gated norm rescales
+ * o = S^T q whatever its size, so rounding in q . k shows at full scale):
+ * transformers itself in BF16 lands at relative L2 0.027-0.114 from the
+ * float64 reference on qwen3-next-bf16 and 0.088-0.206 on qwen3-5-moe, per
+ * case, against 0.008-0.011 on qwen3-bf16 (H200, scripts/hybrid-bf16-gap.py,
+ * bench/h200-2026-12-07-hybrid); Atlas on CUDA: 0.044-0.112 and
+ * 0.043-0.199. The greedy tokens must still match (GREEDY_BF16). */
+#define TOL_L2_HYBRID 0.25
 #define GREEDY_BF16 16 /* BF16: greedy tokens that must match */
 
 static struct atlas_backend *be;
@@ -96,7 +106,8 @@ static int32_t *ids_of(json_object *arr, size_t *n)
 
 static double tol_l2(const struct atlas_model *m)
 {
-	return atlas_model_config(m)->num_experts > 0 ? TOL_L2_MOE : TOL_L2;
+	const struct atlas_config *c = atlas_model_config(m);
+	return c->n_linear > 0 ? TOL_L2_HYBRID : c->num_experts > 0 ? TOL_L2_MOE : TOL_L2;
 }
 
 static void check_logits(struct atlas_model *m, json_object *c)
@@ -252,7 +263,7 @@ int main(void)
 	RUN(test_fixtures_present);
 	printf("# worst %s over all models: %.3g (limit %g%s)\n",
 	       bf16 ? "relative L2 logit error" : "relative logit error", worst, bf16 ? TOL_L2 : TOL,
-	       bf16 ? ", 3e-2 for MoE models" : "");
+	       bf16 ? ", 3e-2 for MoE models, 0.25 for hybrid models" : "");
 	be->destroy(be);
 	return harness_done();
 }
