@@ -6,6 +6,9 @@
 #                    snapshots) against the CPU's
 #   golden.log       every golden model on CUDA (the two hybrid fixtures
 #                    among them, BF16 limits)
+#   prefix.log       tests/gpu/test-hybrid-prefix: a 2,000-token shared
+#                    prefix from the cache (state snapshots), time to first
+#                    token warm against cold, the same first tokens
 #   hybrid.log       test-hybrid on CUDA: chunking and batch invariance,
 #                    reset, cut-back, warm prefix cache = cold, bit for bit
 #   decode-*.json/.txt, profile-*, prefill-*
@@ -43,6 +46,10 @@ if has checks; then
 	rc=$?
 	row "golden on CUDA" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \
 		"$(grep -c '^ok' "$out/golden.log") ok, $(grep -c '^not ok' "$out/golden.log") not ok; $(grep -E 'qwen3-(next|5)' "$out/golden.log" | grep -c 'tokens, ') hybrid cases"
+	timeout 300 "$build/tests/gpu/test-hybrid-prefix" >"$out/prefix.log" 2>&1
+	rc=$?
+	row "prefix cache TTFT, qwen3.5-35b-a3b" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/prefix.log" && echo pass || echo FAIL)" \
+		"$(grep 'worst' "$out/prefix.log" | sed 's/^# //')"
 	ATLAS_TEST_DEVICE=cuda timeout 300 "$build/tests/test-hybrid" >"$out/hybrid.log" 2>&1
 	rc=$?
 	row "test-hybrid on CUDA" "$([ $rc -eq 0 ] && ! grep -q '^not ok' "$out/hybrid.log" && echo pass || echo FAIL)" \

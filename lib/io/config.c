@@ -534,20 +534,57 @@ bool atlas_config_layer_is_moe(const struct atlas_config *c, int64_t l)
 	return c->decoder_sparse_step <= 1 || (l + 1) % c->decoder_sparse_step == 0;
 }
 
+static int parse_model(struct json_object *o, const char *name, struct atlas_config *out)
+{
+	int rc;
+	if (!(rc = parse_misc(o, name, out)) && !(rc = parse_shape(o, name, out)) &&
+	    !(rc = parse_rope_fields(o, name, out)) && !(rc = parse_bos(o, name, &out->bos_id)) &&
+	    !(rc = parse_eos(o, name, out->eos_ids, &out->n_eos)) &&
+	    !(rc = parse_moe(o, name, out)) && !(rc = parse_rotary(o, name, out)))
+		rc = parse_hybrid(o, name, out);
+	return rc;
+}
+
+/* Composite (vision-language) checkpoints whose language model Atlas runs
+ * from its text_config: the model_type at the top, then the text model's */
+static const char *const composites[] = {"qwen3_5_moe", NULL};
+
 int atlas_config_parse(const char *json, const char *name, struct atlas_config *out)
 {
-	struct json_object *o;
+	struct json_object *o, *t = NULL;
+	const char *top = NULL;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	o = atlas_json_parse_object(json, strlen(json), name);
 	if (!o)
 		return ATLAS_EFORMAT;
-	if (!(rc = parse_misc(o, name, out)) && !(rc = parse_shape(o, name, out)) &&
-	    !(rc = parse_rope_fields(o, name, out)) && !(rc = parse_bos(o, name, &out->bos_id)) &&
-	    !(rc = parse_eos(o, name, out->eos_ids, &out->n_eos)) &&
-	    !(rc = parse_moe(o, name, out)) && !(rc = parse_rotary(o, name, out)))
-		rc = parse_hybrid(o, name, out);
+	if (atlas_json_string(o, "model_type", name, &top) > 0)
+		for (int i = 0; composites[i]; i++)
+			if (!strcmp(top, composites[i]) && atlas_json_object(o, "text_config", name, &t) <= 0)
+				t = NULL;
+	if (!t || !top) {
+		rc = parse_model(o, name, out);
+		json_object_put(o);
+		return rc;
+	}
+	/* the text model's fields, with the top level's architecture and (when
+	 * the text model leaves it out) tie_word_embeddings */
+	char where[600];
+	snprintf(where, sizeof(where), "%s: text_config", name);
+	rc = parse_model(t, where, out);
+	struct json_object *arr;
+	if (!rc && !out->architecture[0] && atlas_json_array(o, "architectures", name, &arr) > 0 &&
+	    json_object_array_length(arr) > 0 &&
+	    json_object_is_type(json_object_array_get_idx(arr, 0), json_type_string))
+		rc = copy_str(name, "architectures",
+			      json_object_get_string(json_object_array_get_idx(arr, 0)),
+			      out->architecture, sizeof(out->architecture));
+	if (!rc && !json_object_object_get_ex(t, "tie_word_embeddings", NULL) &&
+	    atlas_json_bool(o, "tie_word_embeddings", name, &out->tie_embeddings) < 0)
+		rc = ATLAS_EFORMAT;
+	if (!rc)
+		snprintf(out->composite, sizeof(out->composite), "%s", top);
 	json_object_put(o);
 	return rc;
 }

@@ -25,6 +25,9 @@ enum atlas_rope_type {
 
 struct atlas_config {
 	char model_type[64];        /* config "model_type", e.g. "qwen3" */
+	char composite[64];         /* a composite checkpoint's top-level model_type
+				     * ("qwen3_5_moe"), whose text_config gave the
+				     * rest; "" otherwise */
 	char architecture[128];     /* first of "architectures", or "" */
 	int64_t vocab_size;         /* rows of the embedding */
 	int64_t hidden_size;        /* model width D */
@@ -133,7 +136,10 @@ const char *atlas_pooling_name(enum atlas_pooling p);
  * ATLAS_EUNSUPPORTED naming the field. Hybrid fields: a layer_types
  * entry other than "linear_attention" or "full_attention", a list
  * whose length is not num_hidden_layers, or linear-attention layers
- * without their head counts and sizes is ATLAS_EFORMAT. */
+ * without their head counts and sizes is ATLAS_EFORMAT. A composite
+ * vision-language config Atlas knows (qwen3_5_moe) is read from its
+ * text_config (the language model), with the top level's architecture
+ * and tie_word_embeddings; `composite` names it. */
 int atlas_config_load(const char *dir, struct atlas_config *out);
 
 /* Whether layer l's MLP is a mixture of experts: the model has experts,

@@ -251,6 +251,11 @@ struct atlas_seq {
 	 * boundary the last step reached (prefix.c publishes it) */
 	float *pend;           /* backend [m->state_floats], or NULL */
 	int64_t pend_len;      /* the boundary (tokens), -1: none */
+	int64_t snap_want;     /* a boundary where the cache's match of this
+			        * sequence's prompt ended without a snapshot
+			        * (its branch point): the step that reaches it
+			        * snapshots there rather than at its last
+			        * boundary; 0: none */
 };
 
 /* tokens of one-token steps a hybrid sequence may append after a step

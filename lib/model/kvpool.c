@@ -271,6 +271,7 @@ void atlas_seq_reset(struct atlas_seq *s)
 	s->pub_node = -1;
 	s->saved_len = -1;
 	s->pend_len = -1;
+	s->snap_want = 0;
 }
 
 void atlas_seq_free(struct atlas_seq *s)

@@ -31,7 +31,13 @@
  * snapshots a hybrid sequence's state at the last block boundary it
  * reaches (the deltanet op copies it out as it passes: s->pend, see
  * atlas_prefix_snap_at); publishing hands that snapshot to the node of
- * the block it ends. Slots are few (ATLAS_SNAPS_PER_SEQ per sequence of
+ * the block it ends. When a prompt's match in the cache goes deeper than
+ * the deepest snapshot on its path, the block where it branches off is
+ * where later prompts with the same prefix (a shared system prompt
+ * followed by different questions) will branch too: that boundary takes
+ * the snapshot of the step that reaches it instead of the step's last
+ * (Marconi's idea of snapshotting at branch points). Slots are few
+ * (ATLAS_SNAPS_PER_SEQ per sequence of
  * a step) and each holds a whole state, so they are recycled least
  * recently used first; a node that loses its slot stays cached but is
  * no longer an attach point. Attaching stops at the deepest matching
@@ -99,8 +105,13 @@ static void snaps_free(struct atlas_model *m)
 int64_t atlas_prefix_snap_at(struct atlas_seq *s, int64_t n)
 {
 	struct atlas_model *m = s->m;
-	const int64_t B = m->block_size, p = (s->len + n) / B * B;
+	const int64_t B = m->block_size;
+	int64_t p = (s->len + n) / B * B;
 	s->pend_len = -1;
+	if (s->snap_want > s->len && s->snap_want <= s->len + n) {
+		p = s->snap_want; /* the branch point first */
+		s->snap_want = 0;
+	}
 	if (!m->prefix.on || !m->prefix.snaps || p <= s->len)
 		return 0;
 	if (!s->pend && !(s->pend = m->be->alloc(m->be, state_bytes(m))))
@@ -372,6 +383,11 @@ static int64_t attach_recurrent(struct atlas_seq *s, const int32_t *ids, int64_t
 		if (P->nodes[b].snap >= 0)
 			best = k + 1;
 	}
+	/* the match goes on past the deepest snapshot: this prompt branches
+	 * off at block k, where later prompts sharing the same prefix will
+	 * too; snapshot there on the way (atlas_prefix_snap_at) */
+	if (k > best)
+		s->snap_want = k * B;
 	if (!best || !P->snaps)
 		return 0;
 	const int32_t last = P->stack[best - 1], slot = P->nodes[last].snap;

@@ -42,8 +42,10 @@ int atlas_model_expected_tensors_at(const struct atlas_config *c, const struct a
 				    atlas_expected_tensor_fn fn, void *arg);
 
 struct atlas_st;
-/* The prefix of the decoder's tensor names in checkpoint `st`: "" when it
- * has "embed_tokens.weight" and not "model.embed_tokens.weight" (a base
+/* The prefix of the decoder's tensor names in checkpoint `st`:
+ * "model.language_model." when it has that embedding (a composite
+ * vision-language checkpoint's language model), "" when it has
+ * "embed_tokens.weight" and not "model.embed_tokens.weight" (a base
  * model's layout), else "model.". Static string. The loader (decoder.c)
  * and the validator both ask here, so they agree. */
 const char *atlas_model_tensor_prefix(const struct atlas_st *st);

@@ -12,17 +12,24 @@
  *  - the prefix cache keeps snapshots of the state at block boundaries
  *    (the last one each step reaches) and a prompt that attaches a
  *    cached prefix computes the same bits as one that does not; the
- *    snapshot slots are recycled least recently used first.
+ *    snapshot slots are recycled least recently used first;
+ *  - a composite Qwen3.5 MoE checkpoint (text_config, the language model
+ *    under model.language_model., a vision tower) runs its text model.
  * The golden logits themselves are test-golden's. */
+#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/io/config.h"
 #include "../../lib/model/decoder_internal.h" /* atlas_kvpool_check */
+#include "../../lib/io/safetensors.h"
 #include "../../lib/model/model.h"
+#include "../../lib/model/tensors.h"
 #include "harness.h"
 
 static struct atlas_backend *be;
@@ -200,11 +207,19 @@ static void test_truncate(void)
 /* n tokens of stream `seed` run as `cold` from an empty sequence in one
  * step, and as `warm`: attached from the prefix cache (expect `hit`
  * tokens) and the rest computed; the last logits must be the same bits. */
+static void warm_vs_cold_ids(const int32_t *ids, int64_t n, int64_t hit, bool publish);
+
 static void warm_vs_cold(uint64_t seed, int64_t n, int64_t hit)
 {
 	int32_t ids[200];
 	for (int64_t i = 0; i < n; i++)
 		ids[i] = tok(seed, i);
+	warm_vs_cold_ids(ids, n, hit, false);
+}
+
+/* The same for ids[0..n); the warm sequence publishes when `publish`. */
+static void warm_vs_cold_ids(const int32_t *ids, int64_t n, int64_t hit, bool publish)
+{
 	float *cold = malloc((size_t)V * sizeof(float)), *warm = malloc((size_t)V * sizeof(float));
 	struct atlas_seq *c = atlas_seq_new(m), *w = atlas_seq_new(m);
 	CHECK_EQ_INT(atlas_model_forward(m, c, ids, n, cold, false), 0);
@@ -215,6 +230,8 @@ static void warm_vs_cold(uint64_t seed, int64_t n, int64_t hit)
 	CHECK_EQ_INT(atlas_seq_len(w), hit);
 	CHECK_EQ_INT(atlas_model_forward(m, w, ids + got, n - got, warm, false), 0);
 	CHECK(memcmp(cold, warm, (size_t)V * sizeof(float)) == 0);
+	if (publish)
+		atlas_seq_publish_prefix(w, ids);
 	atlas_seq_free(c);
 	atlas_seq_free(w);
 	free(cold);
@@ -262,6 +279,16 @@ static void test_prefix_snapshots(void)
 	}
 	atlas_seq_free(a);
 	warm_vs_cold(10, 150, 9 * B);
+	/* a shared 48-token prefix (a system prompt), then 30 tokens of each
+	 * prompt's own: the first prompt's step snapshots at 64 only; the
+	 * second matches 3 blocks without a snapshot, attaches nothing and
+	 * snapshots at its branch point, 48; the third attaches 48 */
+	int32_t sp[78];
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < 78; i++)
+			sp[i] = i < 48 ? tok(20, i) : tok(21 + (uint64_t)k, i);
+		warm_vs_cold_ids(sp, 78, k < 2 ? 0 : 3 * B, true);
+	}
 	/* slots are recycled least recently used first: 40 prompts of 40
 	 * tokens, each leaving one snapshot (at 32), outnumber the slots */
 	int64_t live = 0;
@@ -283,6 +310,150 @@ static void test_prefix_snapshots(void)
 	atlas_model_set_prefix_cache(m, false);
 	CHECK_EQ_INT(atlas_model_prefix_snapshots(m, &bytes), 0);
 	CHECK_EQ_INT(bytes, 0);
+}
+
+/* tests/fixtures/golden/qwen3-5-moe as a composite Qwen3.5 MoE
+ * checkpoint (model_type qwen3_5_moe, the text model in text_config, its
+ * tensors under model.language_model., a vision tower and an MTP head
+ * beside them) written into dir. */
+static int make_composite(const char *src, const char *dir)
+{
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/config.json", src);
+	json_object *text = json_object_from_file(path), *top = json_object_new_object();
+	if (!text)
+		return -1;
+	json_object_object_del(text, "architectures");
+	json_object *arch = json_object_new_array();
+	json_object_array_add(arch, json_object_new_string("Qwen3_5MoeForConditionalGeneration"));
+	json_object_object_add(top, "architectures", arch);
+	json_object_object_add(top, "model_type", json_object_new_string("qwen3_5_moe"));
+	json_object_object_add(top, "text_config", text);
+	json_object_object_add(top, "vision_config", json_object_new_object());
+	mkdir(dir, 0755);
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	if (json_object_to_file(path, top))
+		return -1;
+	json_object_put(top);
+	struct atlas_st *st = atlas_st_open(src);
+	if (!st)
+		return -1;
+	/* the header: every tensor renamed, then two the text model lacks */
+	json_object *h = json_object_new_object();
+	size_t off = 0;
+	for (int64_t i = 0; i < atlas_st_count(st); i++) {
+		const struct atlas_tensor_info *t = atlas_st_get(st, i);
+		char name[300];
+		snprintf(name, sizeof(name), "%s%s",
+			 strncmp(t->name, "model.", 6) ? "" : "model.language_model.",
+			 t->name + (strncmp(t->name, "model.", 6) ? 0 : 6));
+		json_object *e = json_object_new_object(), *sh = json_object_new_array();
+		json_object *offs = json_object_new_array();
+		for (int d = 0; d < t->ndim; d++)
+			json_object_array_add(sh, json_object_new_int64(t->shape[d]));
+		json_object_array_add(offs, json_object_new_int64((int64_t)off));
+		json_object_array_add(offs, json_object_new_int64((int64_t)(off + t->nbytes)));
+		json_object_object_add(e, "dtype", json_object_new_string(atlas_dtype_name(t->dtype)));
+		json_object_object_add(e, "shape", sh);
+		json_object_object_add(e, "data_offsets", offs);
+		json_object_object_add(h, name, e);
+		off += t->nbytes;
+	}
+	static const char *const extra[] = {"model.visual.patch_embed.proj.weight", "mtp.fc.weight"};
+	for (int k = 0; k < 2; k++) {
+		json_object *e = json_object_new_object(), *sh = json_object_new_array();
+		json_object *offs = json_object_new_array();
+		json_object_array_add(sh, json_object_new_int64(4));
+		json_object_array_add(offs, json_object_new_int64((int64_t)off));
+		json_object_array_add(offs, json_object_new_int64((int64_t)off + 16));
+		json_object_object_add(e, "dtype", json_object_new_string("F32"));
+		json_object_object_add(e, "shape", sh);
+		json_object_object_add(e, "data_offsets", offs);
+		json_object_object_add(h, extra[k], e);
+		off += 16;
+	}
+	const char *hs = json_object_to_json_string_ext(h, JSON_C_TO_STRING_PLAIN);
+	uint64_t hl = (strlen(hs) + 7) / 8 * 8;
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	FILE *f = fopen(path, "wb");
+	int rc = f ? 0 : -1;
+	if (f) {
+		fwrite(&hl, 8, 1, f);
+		fputs(hs, f);
+		for (size_t i = strlen(hs); i < hl; i++)
+			fputc(' ', f);
+		for (int64_t i = 0; i < atlas_st_count(st); i++)
+			fwrite(atlas_st_get(st, i)->data, 1, atlas_st_get(st, i)->nbytes, f);
+		static const float zeros[8] = {0};
+		fwrite(zeros, sizeof(float), 8, f);
+		rc = fclose(f) ? -1 : 0;
+	}
+	json_object_put(h);
+	atlas_st_close(st);
+	return rc;
+}
+
+static int n_warnings, n_problems;
+static char last_warning[512];
+
+static void on_finding(void *arg, enum atlas_finding level, const char *msg)
+{
+	(void)arg;
+	if (level == ATLAS_FINDING_PROBLEM) {
+		n_problems++;
+		printf("# problem: %s\n", msg);
+	} else {
+		n_warnings++;
+		snprintf(last_warning, sizeof(last_warning), "%s", msg);
+		printf("# warning: %s\n", msg);
+	}
+}
+
+/* The composite checkpoint loads its language model: the same logits, bit
+ * for bit, as the text model's directory; validate reads it, with one
+ * warning for the vision tower and one for the MTP head. */
+static void test_composite(void)
+{
+	char src[1100], dir[1100];
+	snprintf(src, sizeof(src), "%s/tests/fixtures/golden/qwen3-5-moe", harness_srcdir());
+	const char *tmp = getenv("TMPDIR");
+	snprintf(dir, sizeof(dir), "%s/atlas-test-composite-%d", tmp ? tmp : "/tmp", (int)getpid());
+	CHECK_EQ_INT(make_composite(src, dir), 0);
+	struct atlas_config c;
+	CHECK_EQ_INT(atlas_config_load(dir, &c), 0);
+	CHECK_STR(c.model_type, "qwen3_5_moe_text");
+	CHECK_STR(c.composite, "qwen3_5_moe");
+	CHECK_STR(c.architecture, "Qwen3_5MoeForConditionalGeneration");
+	CHECK_EQ_INT(c.n_linear, 3);
+	n_warnings = n_problems = 0;
+	CHECK_EQ_INT(atlas_model_validate(dir, on_finding, NULL), 0);
+	CHECK_EQ_INT(n_problems, 0);
+	CHECK_EQ_INT(n_warnings, 2);
+	struct atlas_model *a = atlas_model_load(src, be, NULL), *b = atlas_model_load(dir, be, NULL);
+	CHECK(a && b);
+	if (a && b) {
+		int32_t ids[40];
+		V = atlas_model_config(a)->vocab_size;
+		for (int i = 0; i < 40; i++)
+			ids[i] = tok(11, i);
+		float *la = malloc((size_t)(40 * V) * 4), *lb = malloc((size_t)(40 * V) * 4);
+		struct atlas_seq *sa = atlas_seq_new(a), *sb = atlas_seq_new(b);
+		CHECK_EQ_INT(atlas_model_forward(a, sa, ids, 40, la, true), 0);
+		CHECK_EQ_INT(atlas_model_forward(b, sb, ids, 40, lb, true), 0);
+		CHECK(memcmp(la, lb, (size_t)(40 * V) * 4) == 0);
+		atlas_seq_free(sa);
+		atlas_seq_free(sb);
+		free(la);
+		free(lb);
+	}
+	atlas_model_free(a);
+	atlas_model_free(b);
+	char path[1200];
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	remove(path);
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	remove(path);
+	rmdir(dir);
 }
 
 static void run_model(const char *name)
@@ -320,6 +491,7 @@ int main(void)
 	be->batch_invariant = true;
 	run_model("qwen3-next-bf16");
 	run_model("qwen3-5-moe");
+	RUN(test_composite);
 	be->destroy(be);
 	return harness_done();
 }
