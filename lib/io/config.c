@@ -451,6 +451,18 @@ static int parse_rotary(struct json_object *o, const char *where, struct atlas_c
 	return 0;
 }
 
+/* Layer l is linear attention. */
+static int mark_linear(struct atlas_config *c, int64_t l, const char *where)
+{
+	if (l >= ATLAS_MAX_MLP_ONLY)
+		return atlas_error(ATLAS_EUNSUPPORTED,
+				   "%s: linear-attention layers past %d are not supported", where,
+				   ATLAS_MAX_MLP_ONLY - 1);
+	c->linear[l / 64] |= (uint64_t)1 << (l % 64);
+	c->n_linear++;
+	return 0;
+}
+
 /* The hybrid fields: which layers are linear attention, and its shapes. */
 static int parse_hybrid(struct json_object *o, const char *where, struct atlas_config *c)
 {
@@ -474,26 +486,15 @@ static int parse_hybrid(struct json_object *o, const char *where, struct atlas_c
 				return atlas_error(ATLAS_EUNSUPPORTED,
 						   "%s: layer_types[%" PRId64 "] '%s' is not supported "
 						   "(supported: full_attention, linear_attention)", where, l, t);
-			if (l >= ATLAS_MAX_MLP_ONLY)
-				return atlas_error(ATLAS_EUNSUPPORTED,
-						   "%s: linear-attention layers past %d are not supported",
-						   where, ATLAS_MAX_MLP_ONLY - 1);
-			c->linear[l / 64] |= (uint64_t)1 << (l % 64);
-			c->n_linear++;
+			if ((rc = mark_linear(c, l, where)))
+				return rc;
 		}
 	} else {
 		if ((rc = opt_int(o, "full_attention_interval", where, &interval)))
 			return rc;
-		for (int64_t l = 0; interval > 1 && l < c->num_layers; l++) {
-			if ((l + 1) % interval == 0)
-				continue;
-			if (l >= ATLAS_MAX_MLP_ONLY)
-				return atlas_error(ATLAS_EUNSUPPORTED,
-						   "%s: linear-attention layers past %d are not supported",
-						   where, ATLAS_MAX_MLP_ONLY - 1);
-			c->linear[l / 64] |= (uint64_t)1 << (l % 64);
-			c->n_linear++;
-		}
+		for (int64_t l = 0; interval > 1 && l < c->num_layers; l++)
+			if ((l + 1) % interval && (rc = mark_linear(c, l, where)))
+				return rc;
 	}
 	if (!c->n_linear)
 		return 0;

@@ -314,6 +314,10 @@ int atlas_decoder_bind_rows(struct atlas_model *m, struct weight *w, int n_src,
 /* hybrid.c: layer l's linear-attention weights into m->lin[l] (and its
  * state offset), for a layer the config makes linear. */
 int atlas_hybrid_bind_layer(struct atlas_model *m, int64_t l);
+/* hybrid.c: point m->lin[l].d at the layer's bound (or made) weights and
+ * give the layer its share of a sequence's state: the last step of
+ * binding a layer, from a checkpoint or made up (synthetic.c). */
+void atlas_hybrid_point_desc(struct atlas_model *m, int64_t l);
 /* hybrid.c: give back m->lin's weights. */
 void atlas_hybrid_release(struct atlas_model *m);
 /* hybrid.c: bytes of layer l's linear-attention weights one token reads. */

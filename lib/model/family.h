@@ -81,6 +81,10 @@ extern const struct atlas_family atlas_family_mixtral;
 extern const struct atlas_family atlas_family_qwen3_next;
 extern const struct atlas_family atlas_family_qwen3_5_moe;
 
+/* hybrid.c: the refusals the hybrid families share (a sliding window; no
+ * linear-attention layers), naming `family`. */
+int atlas_hybrid_check(const struct atlas_config *c, const char *family);
+
 /* The family for a config (by model_type, then by architectures), or
  * NULL with a message that lists the supported ones. */
 const struct atlas_family *atlas_family_find(const struct atlas_config *c);

@@ -115,12 +115,32 @@ int atlas_hybrid_bind_layer(struct atlas_model *m, int64_t l)
 #undef NAME
 	if (rc)
 		return rc;
+	atlas_hybrid_point_desc(m, l);
+	return 0;
+}
+
+void atlas_hybrid_point_desc(struct atlas_model *m, int64_t l)
+{
+	const struct atlas_config *c = &m->cfg;
+	struct lin_layer *L = &m->lin[l];
 	L->d = (struct atlas_gdn_desc){
-	    .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .eps = (float)c->rms_eps,
-	    .conv_w = L->conv.p, .A_log = L->A_log.p, .dt_bias = L->dt_bias.p, .norm_w = L->norm.p,
+	    .Hk = c->lin_k_heads, .Hv = c->lin_v_heads, .dk = c->lin_k_dim, .dv = c->lin_v_dim,
+	    .K = c->lin_conv, .eps = (float)c->rms_eps, .conv_w = L->conv.p, .A_log = L->A_log.p,
+	    .dt_bias = L->dt_bias.p, .norm_w = L->norm.p,
 	};
 	L->state_off = m->state_floats;
 	m->state_floats += atlas_gdn_state_floats(&L->d);
+}
+
+int atlas_hybrid_check(const struct atlas_config *c, const char *family)
+{
+	if (c->sliding_window > 0)
+		return atlas_error(ATLAS_EUNSUPPORTED, "%s with a sliding window is not supported",
+				   family);
+	if (!c->n_linear)
+		return atlas_error(ATLAS_EFORMAT,
+				   "%s config without linear-attention layers (layer_types or "
+				   "full_attention_interval)", family);
 	return 0;
 }
 

@@ -5,8 +5,6 @@
  * DeltaNet projections are fused and grouped by key head. */
 #include "family.h"
 
-#include "../core/error.h"
-
 static const char *const types[] = {"qwen3_next", NULL};
 static const char *const archs[] = {"Qwen3NextForCausalLM", NULL};
 
@@ -22,14 +20,7 @@ static const struct atlas_hybrid_family hybrid = {.grouped = true};
 
 static int check(const struct atlas_config *c)
 {
-	if (c->sliding_window > 0)
-		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "qwen3_next with a sliding window is not supported");
-	if (!c->n_linear)
-		return atlas_error(ATLAS_EFORMAT,
-				   "qwen3_next config without linear-attention layers (layer_types "
-				   "or full_attention_interval)");
-	return 0;
+	return atlas_hybrid_check(c, "qwen3_next");
 }
 
 const struct atlas_family atlas_family_qwen3_next = {

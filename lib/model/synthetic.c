@@ -201,8 +201,7 @@ static int make_lin(struct atlas_model *m, int64_t l, uint64_t s)
 	const struct atlas_config *c = &m->cfg;
 	struct lin_layer *L = &m->lin[l];
 	const int64_t D = c->hidden_size, Hk = c->lin_k_heads, Hv = c->lin_v_heads;
-	const int64_t dk = c->lin_k_dim, dv = c->lin_v_dim, K = c->lin_conv;
-	const int64_t Z = Hv * dv, C = 2 * Hk * dk + Z;
+	const int64_t Z = Hv * c->lin_v_dim, C = 2 * Hk * c->lin_k_dim + Z, K = c->lin_conv;
 	int rc;
 	if ((rc = make_linear(m, &L->qkvz, C + Z, D, s + 3)) ||
 	    (rc = make_linear(m, &L->ba, 2 * Hv, D, s + 4)) ||
@@ -210,14 +209,9 @@ static int make_lin(struct atlas_model *m, int64_t l, uint64_t s)
 	    (rc = make_f32(m, &L->conv, C * K, -0.5f, 0.5f, s + 6)) ||
 	    (rc = make_f32(m, &L->A_log, Hv, 0.0f, 2.7f, s + 7)) ||
 	    (rc = make_f32(m, &L->dt_bias, Hv, -1.0f, 1.0f, s + 8)) ||
-	    (rc = make_f32(m, &L->norm, dv, 1.0f, 1.0f, s + 9)))
+	    (rc = make_f32(m, &L->norm, c->lin_v_dim, 1.0f, 1.0f, s + 9)))
 		return rc;
-	L->d = (struct atlas_gdn_desc){
-	    .Hk = Hk, .Hv = Hv, .dk = dk, .dv = dv, .K = K, .eps = (float)c->rms_eps,
-	    .conv_w = L->conv.p, .A_log = L->A_log.p, .dt_bias = L->dt_bias.p, .norm_w = L->norm.p,
-	};
-	L->state_off = m->state_floats;
-	m->state_floats += atlas_gdn_state_floats(&L->d);
+	atlas_hybrid_point_desc(m, l);
 	return 0;
 }
 

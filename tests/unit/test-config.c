@@ -530,6 +530,62 @@ static void test_gen_config(void)
 	CHECK_EQ_INT(def.max_new_tokens, -1);
 }
 
+/* Hybrid fields: the layer pattern from layer_types or
+ * full_attention_interval, the linear-attention sizes, partial rotary
+ * embedding, a composite config's text_config, and the refusals. */
+static void test_hybrid(void)
+{
+	struct atlas_config c;
+#define LIN ",\"linear_num_key_heads\":2,\"linear_num_value_heads\":4," \
+	    "\"linear_key_head_dim\":16,\"linear_value_head_dim\":8"
+	CHECK_EQ_INT(parse_with(",\"layer_types\":[\"linear_attention\",\"full_attention\"]" LIN, &c), 0);
+	CHECK_EQ_INT(c.n_linear, 1);
+	CHECK(atlas_config_layer_is_linear(&c, 0));
+	CHECK(!atlas_config_layer_is_linear(&c, 1));
+	CHECK_EQ_INT(c.lin_k_heads, 2);
+	CHECK_EQ_INT(c.lin_v_dim, 8);
+	CHECK_EQ_INT(c.lin_conv, 4); /* the default width */
+	CHECK_EQ_INT(c.rotary_dim, c.head_dim);
+	/* every second layer full attention, rotary on a quarter of each head */
+	CHECK_EQ_INT(parse_with(",\"full_attention_interval\":2,\"partial_rotary_factor\":0.25,"
+				"\"linear_conv_kernel_dim\":3" LIN, &c), 0);
+	CHECK_EQ_INT(c.n_linear, 1);
+	CHECK(atlas_config_layer_is_linear(&c, 0));
+	CHECK_EQ_INT(c.lin_conv, 3);
+	CHECK_EQ_INT(c.rotary_dim, 4); /* head_dim 16 */
+	CHECK_EQ_INT(parse_with(",\"rope_parameters\":{\"rope_type\":\"default\","
+				"\"partial_rotary_factor\":0.5}", &c), 0);
+	CHECK_EQ_INT(c.rotary_dim, 8);
+	/* a dense config (transformers 5 writes layer_types for every model) */
+	CHECK_EQ_INT(parse_with(",\"layer_types\":[\"full_attention\",\"full_attention\"]", &c), 0);
+	CHECK_EQ_INT(c.n_linear, 0);
+	bad(",\"layer_types\":[\"full_attention\"]", ATLAS_EFORMAT,
+	    "field 'layer_types' has 1 entries for 2 layers");
+	bad(",\"layer_types\":[\"full_attention\",\"sliding_attention\"]", ATLAS_EUNSUPPORTED,
+	    "layer_types[1] 'sliding_attention' is not supported");
+	bad(",\"layer_types\":[\"linear_attention\",\"full_attention\"]", ATLAS_EFORMAT,
+	    "missing required field 'linear_num_key_heads'");
+	bad(",\"full_attention_interval\":2,\"linear_num_key_heads\":3,\"linear_num_value_heads\":4,"
+	    "\"linear_key_head_dim\":16,\"linear_value_head_dim\":8", ATLAS_EFORMAT,
+	    "is not a multiple of linear_num_key_heads");
+	bad(",\"partial_rotary_factor\":1.5", ATLAS_EFORMAT, "must be at most 1");
+	bad(",\"partial_rotary_factor\":0.01", ATLAS_EFORMAT, "rotary dims");
+	/* Qwen3.5 MoE's composite config: the text model from text_config */
+	CHECK_EQ_INT(atlas_config_parse(
+			 "{\"model_type\":\"qwen3_5_moe\",\"architectures\":[\"Qwen3_5MoeForConditionalGeneration\"],"
+			 "\"tie_word_embeddings\":true,\"vision_config\":{\"depth\":2},\"text_config\":{" BASE
+			 ",\"full_attention_interval\":2" LIN "}}", "cfg", &c), 0);
+	CHECK_STR(c.model_type, "llama");
+	CHECK_STR(c.composite, "qwen3_5_moe");
+	CHECK_STR(c.architecture, "Qwen3_5MoeForConditionalGeneration");
+	CHECK(c.tie_embeddings);
+	CHECK_EQ_INT(c.n_linear, 1);
+	/* other composites are not unwrapped: their own model_type decides */
+	CHECK_EQ_INT(atlas_config_parse("{\"model_type\":\"llava\",\"text_config\":{" BASE "}}", "cfg",
+					&c), ATLAS_EFORMAT);
+#undef LIN
+}
+
 int main(void)
 {
 	RUN(test_llama31);
@@ -545,5 +601,6 @@ int main(void)
 	RUN(test_bad_types);
 	RUN(test_bad_values);
 	RUN(test_gen_config);
+	RUN(test_hybrid);
 	return harness_done();
 }

@@ -1,7 +1,7 @@
 /* hybrid.cu - the ops of hybrid linear-attention models (qwen3_next,
- * qwen3_5_moe; lib/model/README-hybrid.md): partial rotary embedding,
- * gated attention's query split and output gate, and the Gated DeltaNet
- * in its recurrent form.
+ * qwen3_5_moe; lib/model/README-hybrid.md): gated attention's query split
+ * and output gate, and the Gated DeltaNet in its recurrent form (their
+ * partial rotary embedding is rope.cu's atlas_rope_partial).
  *
  * The DeltaNet runs each sequence (item) from its own state, token by
  * token, in FP32, as the CPU reference does, so a row's bits depend on
@@ -41,27 +41,6 @@ struct gdn_item {
 struct gdn_batch {
 	gdn_item v[GDN_MAX_ITEMS];
 };
-
-/* Rotate-half RoPE of the first rd dims of each head (pairs (i, i + rd/2)),
- * as atlas_rope computes it; grid T*H, block rd/2. */
-extern "C" __global__ void atlas_rope_partial(bf16 *x, const int *pos, const float *inv_freq,
-					      long long T, long long H, long long hd, long long rd)
-{
-	ATLAS_PDL_ENTRY();
-	const long long th = blockIdx.x;
-	if (th >= T * H)
-		return;
-	const long long half = rd / 2;
-	const float p = (float)pos[th / H];
-	bf16 *v = x + th * hd;
-	for (long long i = threadIdx.x; i < half; i += blockDim.x) {
-		float s, c;
-		sincosf(p * inv_freq[i], &s, &c);
-		float x0 = atlas_bf(v[i]), x1 = atlas_bf(v[i + half]);
-		v[i] = atlas_tobf(x0 * c - x1 * s);
-		v[i + half] = atlas_tobf(x1 * c + x0 * s);
-	}
-}
 
 /* qg [T, H, 2 hd]: per head the query then the gate. apply 0: y [T,H,hd]
  * = the queries; 1: y *= sigmoid(the gates). grid ceil(T*H*hd/256),
