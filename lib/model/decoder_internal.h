@@ -242,8 +242,9 @@ struct atlas_seq {
 			        * recurrent state after token len - 1 (stale
 			        * while len is 0), else NULL */
 	/* cutting a hybrid sequence back (atlas_seq_truncate): the state
-	 * before its last step of several tokens, and the tokens appended
-	 * since, which a cut replays from there */
+	 * before its last step of several tokens (or the one-token step that
+	 * found none to extend), and the tokens appended since, which a cut
+	 * replays from there */
 	float *saved;          /* backend [m->state_floats], or NULL */
 	int64_t saved_len;     /* len when saved was taken; -1: none */
 	int32_t *tail;         /* host [m->max_tokens + ATLAS_TAIL_MORE] */

@@ -199,9 +199,12 @@ int atlas_seq_note_step(struct atlas_seq *s, const int32_t *ids, int64_t n)
 		s->tail[s->n_tail++] = ids[0];
 		return 0;
 	}
+	/* a new save point: a step of several tokens, or a one-token step
+	 * with none to extend (a state copy every max_tokens + 64 tokens of
+	 * plain decoding, and after each cut) */
 	s->saved_len = -1;
-	if (n == 1 || n > m->max_tokens)
-		return 0; /* nothing to cut back into */
+	if (n > m->max_tokens)
+		return 0;
 	if (!s->tail && !(s->tail = malloc((size_t)(m->max_tokens + ATLAS_TAIL_MORE) *
 					  sizeof(int32_t))))
 		return atlas_error(ATLAS_ENOMEM, "out of memory");

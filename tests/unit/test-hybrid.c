@@ -201,6 +201,22 @@ static void test_truncate(void)
 	CHECK_EQ_INT(atlas_seq_truncate(s, 25), 0);
 	CHECK_EQ_INT(atlas_seq_truncate(s, 0), 0);
 	CHECK_EQ_INT(atlas_seq_len(s), 0);
+	/* one-token steps after a cut (a draft sequence's catch-up and
+	 * passes): the first saves the state, so a later cut goes back */
+	float *want = malloc((size_t)V * sizeof(float)), *got = malloc((size_t)V * sizeof(float));
+	struct atlas_seq *ref = atlas_seq_new(m);
+	CHECK_EQ_INT(atlas_model_forward(m, ref, ids, 23, want, false), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids, 20, NULL, false), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids + 20, 6, NULL, false), 0);
+	CHECK_EQ_INT(atlas_seq_truncate(s, 20), 0); /* nothing to replay */
+	for (int i = 20; i < 23; i++)
+		CHECK_EQ_INT(atlas_model_forward(m, s, ids + i, 1, NULL, false), 0);
+	CHECK_EQ_INT(atlas_seq_truncate(s, 21), 0);
+	CHECK_EQ_INT(atlas_model_forward(m, s, ids + 21, 2, got, false), 0);
+	CHECK(memcmp(want, got, (size_t)V * sizeof(float)) == 0);
+	atlas_seq_free(ref);
+	free(want);
+	free(got);
 	atlas_seq_free(s);
 }
 
