@@ -144,6 +144,10 @@ static int group_load(struct group *g, const char *dir, int P, int drop)
 		g->m[r] = atlas_model_load(dir, g->be[r], &mp);
 		if (!g->m[r]) {
 			printf("# load rank %d of %d: %s\n", r, P, atlas_errmsg());
+			/* the ranks not reached yet give their comms back here
+			 * (group_free frees those already wrapped) */
+			for (int q = r + 1; q < P; q++)
+				raw[q]->destroy(raw[q]);
 			return -1;
 		}
 	}
