@@ -793,9 +793,10 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 		ALLOC(m->qkvz, m->max_tokens * (C + Z) * a);
 		ALLOC(m->ba, m->max_tokens * 2 * Hv * a);
 		ALLOC(m->lin_o, m->max_tokens * Z * a);
-		ALLOC(m->d_gdn, m->max_seqs * sizeof(*m->d_gdn));
-		ALLOC(m->gdn_scratch, m->max_tokens * C * sizeof(float));
-		if (!(m->h_gdn = calloc((size_t)m->max_seqs, sizeof(*m->h_gdn))))
+		m->gdn = calloc((size_t)m->max_seqs, sizeof(*m->gdn));
+		m->gdn_state = calloc((size_t)m->max_seqs, sizeof(*m->gdn_state));
+		m->gdn_snap = calloc((size_t)m->max_seqs, sizeof(*m->gdn_snap));
+		if (!m->gdn || !m->gdn_state || !m->gdn_snap)
 			goto nomem;
 	}
 	if (moe_scratch_bytes(m))
@@ -904,10 +905,7 @@ static int size_memory(struct atlas_model *m)
 		act += rows * a * (size_t)(2 * qd);
 	if (c->n_linear)
 		act += rows * a * (size_t)(2 * c->lin_k_heads * c->lin_k_dim +
-					   3 * c->lin_v_heads * c->lin_v_dim + 2 * c->lin_v_heads) +
-		       rows * 4 * (size_t)(2 * c->lin_k_heads * c->lin_k_dim +
-					   c->lin_v_heads * c->lin_v_dim) +
-		       (size_t)m->max_seqs * sizeof(struct atlas_gdn_item) + 2 * pad;
+					   3 * c->lin_v_heads * c->lin_v_dim + 2 * c->lin_v_heads);
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * m->kv_row;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
@@ -1132,7 +1130,9 @@ void atlas_model_free(struct atlas_model *m)
 	}
 	atlas_moe_release(m);
 	atlas_hybrid_release(m);
-	free(m->h_gdn);
+	free(m->gdn);
+	free(m->gdn_state);
+	free(m->gdn_snap);
 	if (m->lm_head.p != m->embed.p)
 		release(m, &m->lm_head);
 	release(m, &m->embed);
@@ -1140,7 +1140,7 @@ void atlas_model_free(struct atlas_model *m)
 	atlas_kvpool_release(m);
 	void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u,
 		m->logits, m->sel, m->inv_freq, m->moe_scratch, m->moe_zero, m->qg, m->qkvz,
-		m->ba, m->lin_o, m->d_gdn, m->gdn_scratch};
+		m->ba, m->lin_o};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);
