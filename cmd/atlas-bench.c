@@ -88,7 +88,7 @@ static const char usage_text[] =
 	"  --no-batch-invariant  with --self: start it with --no-batch-invariant (the\n"
 	"                        fastest kernels per step; default: batch-invariant)\n"
 	"  --speculative MODE    with --self: start it with --speculative MODE (none,\n"
-	"                        ngram, draft); a server that speculates (--self or\n"
+	"                        ngram, draft, mtp); a server that speculates (--self or\n"
 	"                        --url) adds spec_accept_rate and spec_tok_per_step\n"
 	"                        columns\n"
 	"  --draft-model M       with --self: its draft model (implies --speculative\n"
@@ -369,7 +369,7 @@ static void check(struct opts *o)
 	if (o->spec == ATLAS_SPEC_DRAFT && !o->draft_model)
 		bad("--speculative draft needs --draft-model M");
 	if (o->num_draft && !o->spec)
-		bad("--num-draft needs --speculative ngram or draft");
+		bad("--num-draft needs --speculative ngram, draft or mtp");
 	if (o->no_bi && !(!strcmp(o->cmd, "serve") && o->self))
 		bad("--no-batch-invariant is for serve --self (the server started here)");
 	if (o->kv_given && !model_cmd && !(!strcmp(o->cmd, "serve") && o->self))

@@ -67,7 +67,8 @@ static const char usage_text[] =
 	"                            scale per 32 values); default auto\n"
 	"      --speculative MODE    speculative decoding: none (default), ngram\n"
 	"                            (drafts looked up in the prompt and output so\n"
-	"                            far) or draft (drafts from --draft-model),\n"
+	"                            far), draft (drafts from --draft-model) or mtp\n"
+	"                            (from the checkpoint's MTP head, mtp.*),\n"
 	"                            verified in one step; the output is what it is\n"
 	"                            without, greedy or seeded\n"
 	"      --draft-model M       the draft model (same tokenizer; a directory or\n"
@@ -322,7 +323,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	if (o->spec == ATLAS_SPEC_DRAFT && !o->draft_model)
 		cmd_usage_error("--speculative draft needs --draft-model M");
 	if (o->num_draft && o->spec == ATLAS_SPEC_NONE)
-		cmd_usage_error("--num-draft needs --speculative ngram or draft");
+		cmd_usage_error("--num-draft needs --speculative ngram, draft or mtp");
 	if ((o->json_schema != NULL) + o->json + (o->grammar != NULL) + (o->regex != NULL) > 1)
 		cmd_usage_error("--json-schema, --json, --grammar and --regex cannot be combined");
 	if ((o->json_schema || o->json || o->grammar || o->regex) && o->mode &&

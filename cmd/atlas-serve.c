@@ -105,7 +105,8 @@ static const char usage_text[] =
 	"                             blocks of prompt prefixes seen before)\n"
 	"      --speculative MODE     speculative decoding: none (default), ngram\n"
 	"                             (drafts looked up in each request's prompt and\n"
-	"                             output) or draft (drafts from --draft-model),\n"
+	"                             output), draft (drafts from --draft-model) or\n"
+	"                             mtp (from the checkpoint's MTP head, mtp.*),\n"
 	"                             verified in its step; a grammar masks drafts\n"
 	"                             too; reasoning requests do not speculate\n"
 	"      --draft-model M        the draft model (same tokenizer; a directory or\n"
@@ -379,7 +380,7 @@ int main(int argc, char **argv)
 	if (p.spec.mode == ATLAS_SPEC_DRAFT && !draft_model)
 		cmd_usage_error("--speculative draft needs --draft-model M");
 	if (p.spec.num_draft && p.spec.mode == ATLAS_SPEC_NONE)
-		cmd_usage_error("--num-draft needs --speculative ngram or draft");
+		cmd_usage_error("--num-draft needs --speculative ngram, draft or mtp");
 	int64_t seqs = p.max_seqs ? p.max_seqs : 16, toks = p.max_batch_tokens ? p.max_batch_tokens : 512;
 	if (toks < seqs)
 		cmd_usage_error("--max-batch-tokens (%lld) must be at least --max-seqs (%lld)",

@@ -43,27 +43,12 @@
 #include "grammar.h"
 #include "sched_internal.h"
 
-/* One request's drafting in this step. */
-struct dwork {
-	struct atlas_sreq *r;
-	int64_t item;     /* its item in the target's step */
-	int64_t k;        /* the most drafts it may make */
-	int64_t nd;       /* drafts made */
-	bool live;        /* still drafting */
-	bool dev;         /* the draft model's backend draws the argmax (no
-			   * penalties to apply): only ids cross */
-	struct atlas_grammar_matcher *g; /* its grammar after the drafts so far */
-	uint32_t *mask;   /* its grammar's mask for the next draft (with g) */
-	struct atlas_sample_args args; /* the device draw (greedy, masked) */
-	int32_t tok;      /* the id it drew */
-};
-
 /* Ask item `it` of a pass for w's next draft: its grammar's mask, then a
  * greedy draw on the device or a logits row (`row`). False when the
  * grammar allows nothing more (or fails): w stops, and the item asks for
  * neither. */
-static bool want_draft(struct atlas_sched *s, struct dwork *w, struct atlas_batch_item *it,
-		       float *row)
+bool atlas_dwork_want(struct atlas_sched *s, struct atlas_dwork *w, struct atlas_batch_item *it,
+		      float *row)
 {
 	const uint32_t *mask = NULL;
 	if (w->g) {
@@ -87,7 +72,7 @@ static bool want_draft(struct atlas_sched *s, struct dwork *w, struct atlas_batc
 /* Take draft w->nd from a pass: the device's id, or the argmax of the
  * logits row after the request's penalties (the lowest id on a tie)
  * among the ids its grammar allows; stops w where drafting must end. */
-static void take_draft(struct atlas_sched *s, struct dwork *w, float *row)
+void atlas_dwork_take(struct atlas_sched *s, struct atlas_dwork *w, float *row)
 {
 	struct atlas_sreq *r = w->r;
 	int64_t V = s->dV < s->V ? s->dV : s->V; /* ids the target knows */
@@ -117,7 +102,7 @@ static void take_draft(struct atlas_sched *s, struct dwork *w, float *row)
 
 /* Set up w for r: its draft sequence, the prefix it can attach, and how
  * many drafts the draft pool has blocks for (*dfree blocks left). */
-static void start(struct atlas_sched *s, struct dwork *first, struct dwork *w, int64_t *dfree)
+static void start(struct atlas_sched *s, struct atlas_dwork *first, struct atlas_dwork *w, int64_t *dfree)
 {
 	struct atlas_sreq *r = w->r;
 	w->live = false;
@@ -141,17 +126,22 @@ static void start(struct atlas_sched *s, struct dwork *first, struct dwork *w, i
 		return; /* (a draft model with a shorter context: no drafts) */
 	*dfree -= atlas_seq_blocks_needed(r->dseq, c + k - 1);
 	w->k = k;
-	w->live = true;
+	w->live = atlas_dwork_setup(s, w, w - first);
+}
+
+bool atlas_dwork_setup(struct atlas_sched *s, struct atlas_dwork *w, int64_t i)
+{
+	struct atlas_sreq *r = w->r;
 	w->dev = atlas_model_can_sample(s->dm) && !atlas_sampler_uses_history(&r->gen.sampling);
-	w->mask = s->dmask + (size_t)(w - first) * (size_t)s->dmask_words;
-	if (r->gm && !(w->g = atlas_grammar_matcher_copy(r->gm)))
-		w->live = false;
+	w->mask = s->dmask + (size_t)i * (size_t)s->dmask_words;
+	w->g = NULL;
+	return !r->gm || (w->g = atlas_grammar_matcher_copy(r->gm));
 }
 
 /* Run a pass of the draft model over its ditems[0, m). False when there
  * was nothing to run, or when it failed: then no request drafts this
  * step (said once). */
-static bool pass(struct atlas_sched *s, int64_t m, struct dwork *w, int64_t nw)
+bool atlas_dwork_pass(struct atlas_sched *s, int64_t m, struct atlas_dwork *w, int64_t nw)
 {
 	if (!m)
 		return false;
@@ -172,7 +162,7 @@ static bool pass(struct atlas_sched *s, int64_t m, struct dwork *w, int64_t nw)
  * many as the draft model's budget holds, first come first. A request
  * whose last token comes in it gets draft 0 from it; one with more to
  * catch up goes on next step and drafts nothing this one. */
-static void catch_up(struct atlas_sched *s, struct dwork *w, int64_t nw)
+static void catch_up(struct atlas_sched *s, struct atlas_dwork *w, int64_t nw)
 {
 	int64_t m = 0, tok = atlas_model_max_tokens(s->dm), seqs = atlas_model_max_seqs(s->dm);
 	int64_t at[ATLAS_SCHED_SPEC_SEQS];
@@ -183,35 +173,43 @@ static void catch_up(struct atlas_sched *s, struct dwork *w, int64_t nw)
 			continue;
 		int64_t len = atlas_seq_len(r->dseq), c = r->n_hist - len, t = c < tok ? c : tok;
 		s->ditems[m] = (struct atlas_batch_item){.seq = r->dseq, .ids = r->hist + len, .n = t};
-		want[m] = t == c && want_draft(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV);
+		want[m] = t == c && atlas_dwork_want(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV);
 		at[m++] = i;
 		tok -= t;
 	}
-	if (!pass(s, m, w, nw))
+	if (!atlas_dwork_pass(s, m, w, nw))
 		return;
 	for (int64_t i = 0; i < nw; i++)
 		if (w[i].live && atlas_seq_len(w[i].r->dseq) < w[i].r->n_hist)
 			w[i].live = false; /* not caught up yet: next step */
 	for (int64_t j = 0; j < m; j++) {
-		struct dwork *x = &w[at[j]];
+		struct atlas_dwork *x = &w[at[j]];
 		if (atlas_seq_len(x->r->dseq) == x->r->n_hist && atlas_model_prefix_cache(s->dm))
 			/* caught up: its tokens are confirmed, later requests
 			 * may share them */
 			atlas_seq_publish_prefix(x->r->dseq, x->r->hist);
 		if (want[j])
-			take_draft(s, x, s->ditems[j].logits);
+			atlas_dwork_take(s, x, s->ditems[j].logits);
 		if (!x->nd)
 			x->live = false;
 	}
 }
 
+/* What a draft sequence keeps once its drafts are made: the request's
+ * tokens and the drafts it fed (all but the last; none of a failed pass
+ * or of a draft refused after it was fed). */
+static int64_t fed(const struct atlas_sreq *r, int64_t nd)
+{
+	return r->n_hist + nd - (nd > 0);
+}
+
 void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 {
-	struct dwork w[ATLAS_SCHED_SPEC_SEQS];
+	struct atlas_dwork w[ATLAS_SCHED_SPEC_SEQS];
 	int64_t nw = 0, dfree = atlas_model_kv_blocks_free(s->dm);
 	for (int64_t i = 0; i < n && nw < ATLAS_SCHED_SPEC_SEQS; i++)
 		if (s->item_req[i]->draft > 0) {
-			w[nw] = (struct dwork){.r = s->item_req[i], .item = i,
+			w[nw] = (struct atlas_dwork){.r = s->item_req[i], .item = i,
 					       .k = s->item_req[i]->draft};
 			start(s, w, &w[nw], &dfree);
 			nw++;
@@ -231,21 +229,28 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 			struct atlas_sreq *r = w[i].r;
 			s->ditems[m] = (struct atlas_batch_item){
 				.seq = r->dseq, .ids = r->hist + r->n_hist + w[i].nd - 1, .n = 1};
-			if (!want_draft(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV))
+			if (!atlas_dwork_want(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV))
 				continue; /* (its grammar allows nothing more: done) */
 			at[m++] = i;
 		}
-		if (!pass(s, m, w, nw))
+		if (!atlas_dwork_pass(s, m, w, nw))
 			break;
 		for (int64_t j = 0; j < m; j++)
-			take_draft(s, &w[at[j]], s->ditems[j].logits);
+			atlas_dwork_take(s, &w[at[j]], s->ditems[j].logits);
 	}
 
+	atlas_dwork_finish(s, w, nw, fed);
+}
+
+void atlas_dwork_finish(struct atlas_sched *s, struct atlas_dwork *w, int64_t nw,
+			int64_t (*keep)(const struct atlas_sreq *r, int64_t nd))
+{
 	/* the step's items verify what was made */
 	for (int64_t i = 0; i < nw; i++) {
 		struct atlas_sreq *r = w[i].r;
 		struct atlas_batch_item *it = &s->items[w[i].item];
 		atlas_grammar_matcher_free(w[i].g);
+		w[i].g = NULL;
 		r->draft = w[i].nd;
 		it->n = 1 + w[i].nd;
 		it->n_logits = 1 + w[i].nd;
@@ -253,9 +258,7 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 		 * backend samples for reads r->next, not a logits row) */
 		if (!w[i].nd && r->dev)
 			atlas_sched_item_draw(r, it);
-		/* drafts it fed past the last it made (a failed pass, a
-		 * draft refused after it was fed): gone */
-		atlas_sched_draft_keep(s, r, r->n_hist + w[i].nd - (w[i].nd > 0));
+		atlas_sched_draft_keep(s, r, keep(r, w[i].nd));
 	}
 }
 

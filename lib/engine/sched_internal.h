@@ -50,6 +50,13 @@ struct atlas_sreq {
 				        * until atlas_sched_draft has run */
 	struct atlas_seq *dseq;        /* the draft model's sequence: a prefix of hist
 				        * (plus drafts while a step runs), or NULL */
+	/* --speculative mtp: where the target's last step left this
+	 * request's hidden rows (atlas_model_hidden_rows, valid while
+	 * h_step is s->fwd_steps) */
+	int64_t h_step;                /* the target step they come from, -1: none */
+	int64_t h_row;                 /* the first row of its item in that step */
+	int64_t h_pos;                 /* the position of that row */
+	int64_t h_n;                   /* rows of its item */
 	int spec_fails;                /* steps in a row whose drafts all failed */
 	int spec_skip;                 /* steps to go before drafting again */
 	double t_first;                /* time of the first token, 0 before */
@@ -101,11 +108,15 @@ struct atlas_sched {
 	int64_t hid_rows;              /* rows of hid the step being built uses */
 	bool masks_done;               /* its grammar masks are computed */
 
-	/* draft model (spec.mode ATLAS_SPEC_DRAFT; engine thread only) */
+	/* draft model (spec.mode ATLAS_SPEC_DRAFT, or the MTP head with
+	 * ATLAS_SPEC_MTP; engine thread only) */
 	struct atlas_model *dm;        /* the draft model, or NULL */
+	bool mtp;                      /* dm is the target's MTP head (sched_mtp.c) */
+	int64_t fwd_steps;             /* the target's steps run (for h_step) */
 	int64_t dV;                    /* its vocabulary size (its logits' rows) */
 	float *dlogits;                /* [ATLAS_SCHED_SPEC_SEQS, dV] one pass's rows */
-	struct atlas_batch_item *ditems; /* [ATLAS_SCHED_SPEC_SEQS] one pass's items */
+	struct atlas_batch_item *ditems; /* [max(max_seqs, ATLAS_SCHED_SPEC_SEQS)] one
+				        * pass's items */
 	uint32_t *dmask;               /* [ATLAS_SCHED_SPEC_SEQS, dmask_words] grammars'
 				        * masks for the next drafts */
 	int64_t dmask_words;           /* (max(V, dV) + 31) / 32 */
@@ -127,6 +138,52 @@ void atlas_sched_item_draw(struct atlas_sreq *r, struct atlas_batch_item *it);
  * model only costs the drafts (logged once). Engine thread, without
  * s->mu. */
 void atlas_sched_draft(struct atlas_sched *s, int64_t n);
+/* sched_mtp.c: atlas_sched_draft with the MTP head as the draft model:
+ * every item's request (that may ever draft) first brings the head's
+ * sequence up to its confirmed tokens from the hidden rows the last step
+ * left (s->fwd_steps, r->h_*), then the requests that may draft make
+ * their drafts. */
+void atlas_sched_mtp(struct atlas_sched *s, int64_t n);
+/* sched_mtp.c: after a target step of items s->items[0, n), note where
+ * each MTP request's hidden rows lie. */
+void atlas_sched_mtp_note(struct atlas_sched *s, int64_t n);
+
+/* sched_draft.c, for sched_mtp.c: one request's drafting in a step. */
+struct atlas_dwork {
+	struct atlas_sreq *r;
+	int64_t item;     /* its item in the target's step */
+	int64_t k;        /* the most drafts it may make */
+	int64_t nd;       /* drafts made */
+	bool live;        /* still drafting */
+	bool dev;         /* the draft model's backend draws the argmax (no
+			   * penalties to apply): only ids cross */
+	struct atlas_grammar_matcher *g; /* its grammar after the drafts so far */
+	uint32_t *mask;   /* its grammar's mask for the next draft (with g) */
+	struct atlas_sample_args args; /* the device draw (greedy, masked) */
+	int32_t tok;      /* the id it drew */
+	int64_t hrow;     /* MTP: the draft model's row of its last token in
+			   * the last pass */
+};
+/* Set w (entry i of the step's drafting) up to draft: the device draw
+ * or the host argmax, its mask buffer, a copy of its grammar; false
+ * (w not live) when its grammar cannot be copied. */
+bool atlas_dwork_setup(struct atlas_sched *s, struct atlas_dwork *w, int64_t i);
+/* Ask item `it` of a pass for w's next draft into logits row `row` (or
+ * a device draw); false when the grammar allows nothing more (w stops). */
+bool atlas_dwork_want(struct atlas_sched *s, struct atlas_dwork *w, struct atlas_batch_item *it,
+		      float *row);
+/* Take w's next draft from a pass (the device's id or the argmax of
+ * `row`); stops w where drafting must end. */
+void atlas_dwork_take(struct atlas_sched *s, struct atlas_dwork *w, float *row);
+/* Run a pass of the draft model over s->ditems[0, m): false when there
+ * was nothing to run or it failed (then no request drafts: w[0, nw)
+ * stop with none made). */
+bool atlas_dwork_pass(struct atlas_sched *s, int64_t m, struct atlas_dwork *w, int64_t nw);
+/* Hand w[0, nw)'s drafts to their items in the step, then cut each
+ * draft sequence back to keep(r, nd) tokens (the grammars are freed). */
+void atlas_dwork_finish(struct atlas_sched *s, struct atlas_dwork *w, int64_t nw,
+			int64_t (*keep)(const struct atlas_sreq *r, int64_t nd));
+
 /* sched_draft.c: after r's drafts were verified with `keep` tokens of
  * its history confirmed (r->hist[0, keep)), drop the rest from its draft
  * sequence. */

@@ -76,6 +76,7 @@ int atlas_sched_submit(struct atlas_sched *s, const struct atlas_sreq_params *p,
 	pthread_cond_init(&r->cv, NULL);
 	r->s = s;
 	r->refs = 2;
+	r->h_step = -1; /* no hidden rows yet (sched_mtp.c) */
 	r->n_prompt = r->n_hist = p->n_prompt;
 	r->gen = p->gen;
 	if (embed) {

@@ -31,14 +31,18 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 	struct atlas_spec_params spec = p ? p->spec : (struct atlas_spec_params){0};
 	if (spec.mode != ATLAS_SPEC_NONE && atlas_spec_check(&spec))
 		return NULL;
-	struct atlas_model *dm = spec.mode == ATLAS_SPEC_DRAFT ? p->draft : NULL;
-	if (spec.mode == ATLAS_SPEC_DRAFT) {
-		int64_t want = ms < ATLAS_SCHED_SPEC_SEQS ? ms : ATLAS_SCHED_SPEC_SEQS;
-		if (!dm) {
-			atlas_error(ATLAS_EINVAL, "speculative decoding with a draft model needs the model");
+	const bool mtp = spec.mode == ATLAS_SPEC_MTP;
+	struct atlas_model *dm = spec.mode == ATLAS_SPEC_DRAFT || mtp ? p->draft : NULL;
+	if (spec.mode == ATLAS_SPEC_DRAFT || mtp) {
+		/* an MTP head catches up every item's request in one pass */
+		int64_t want = mtp ? ms : ms < ATLAS_SCHED_SPEC_SEQS ? ms : ATLAS_SCHED_SPEC_SEQS;
+		if (!dm || (mtp && !atlas_model_is_mtp(dm))) {
+			atlas_error(ATLAS_EINVAL, "speculative decoding with %s needs it",
+				    mtp ? "an MTP head" : "a draft model");
 			return NULL;
 		}
-		if (atlas_model_max_seqs(dm) < want || atlas_model_max_tokens(dm) < want) {
+		if (atlas_model_max_seqs(dm) < want || atlas_model_max_tokens(dm) < want ||
+		    (mtp && atlas_model_max_tokens(dm) < mt)) {
 			atlas_error(ATLAS_EINVAL,
 				    "the draft model's step limits (%lld sequences, %lld tokens) are "
 				    "below the %lld sequences that may draft in one step",
@@ -73,9 +77,11 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 	}
 	if (dm) {
 		s->dm = dm;
+		s->mtp = mtp;
 		s->dV = atlas_model_config(dm)->vocab_size;
 		s->dlogits = malloc((size_t)(ATLAS_SCHED_SPEC_SEQS * s->dV) * sizeof(float));
-		s->ditems = calloc(ATLAS_SCHED_SPEC_SEQS, sizeof(*s->ditems));
+		s->ditems = calloc((size_t)(ms > ATLAS_SCHED_SPEC_SEQS ? ms : ATLAS_SCHED_SPEC_SEQS),
+				   sizeof(*s->ditems));
 		s->dmask_words = ((s->dV > s->V ? s->dV : s->V) + 31) / 32;
 		s->dmask = malloc((size_t)(ATLAS_SCHED_SPEC_SEQS * s->dmask_words) * sizeof(uint32_t));
 		if (!s->dlogits || !s->ditems || !s->dmask) {
@@ -444,7 +450,9 @@ int atlas_sched_step(struct atlas_sched *s)
 	pthread_mutex_unlock(&s->mu);
 	if (!n)
 		return 0;
-	if (s->dm)
+	if (s->mtp)
+		atlas_sched_mtp(s, n);
+	else if (s->dm)
 		atlas_sched_draft(s, n);
 	s->n_items = n;
 	s->masks_done = false;
@@ -454,6 +462,13 @@ int atlas_sched_step(struct atlas_sched *s)
 	if (!rc)
 		masks_hook(s); /* when nothing was drawn on the device */
 
+	/* where the step left each request's hidden rows (an MTP head's
+	 * next catch-up reads them); a failed step may have overwritten
+	 * the last one's */
+	if (s->mtp && !rc)
+		atlas_sched_mtp_note(s, n);
+	else
+		s->fwd_steps++;
 	pthread_mutex_lock(&s->mu);
 	s->st.steps++;
 	if (rc) {

@@ -111,6 +111,37 @@ static int same_tokenizer(const struct atlas_tok *a, const struct atlas_tok *b, 
 	return 0;
 }
 
+/* A draft model's parameters: the target's context, step limits and as
+ * many KV blocks. */
+static struct atlas_model_params draft_params(const struct atlas_session *s)
+{
+	struct atlas_model_params dp = s->p.model;
+	dp.comm = NULL;
+	dp.synthetic_quant = NULL;
+	dp.max_context = atlas_model_max_context(s->model);
+	dp.max_seqs = atlas_model_max_seqs(s->model);
+	dp.max_tokens = atlas_model_max_tokens(s->model);
+	dp.block_size = atlas_model_block_size(s->model);
+	dp.kv_blocks = atlas_model_kv_blocks_total(s->model);
+	return dp;
+}
+
+/* The checkpoint's MTP head (--speculative mtp), as the draft model. */
+static int load_mtp(struct atlas_session *s)
+{
+	if (s->p.draft_model_dir)
+		return atlas_error(ATLAS_EINVAL, "--speculative mtp drafts with the model's own "
+				   "MTP head; --draft-model is for --speculative draft");
+	if (s->tp || !s->p.model_dir)
+		return atlas_error(ATLAS_EUNSUPPORTED, "--speculative mtp needs a checkpoint "
+				   "directory on one device (not tensor parallelism or a synthetic "
+				   "model)");
+	struct atlas_model_params dp = draft_params(s);
+	if (!(s->draft = atlas_model_load_mtp(s->p.model_dir, s->model, &dp)))
+		return ATLAS_EINVAL;
+	return 0;
+}
+
 /* The draft model of speculative decoding: on the target's backend, with
  * its context and step limits and as many KV blocks. */
 static int load_draft(struct atlas_session *s)
@@ -132,14 +163,7 @@ static int load_draft(struct atlas_session *s)
 		if (rc)
 			return rc;
 	}
-	struct atlas_model_params dp = s->p.model;
-	dp.comm = NULL;
-	dp.synthetic_quant = NULL;
-	dp.max_context = atlas_model_max_context(s->model);
-	dp.max_seqs = atlas_model_max_seqs(s->model);
-	dp.max_tokens = atlas_model_max_tokens(s->model);
-	dp.block_size = atlas_model_block_size(s->model);
-	dp.kv_blocks = atlas_model_kv_blocks_total(s->model);
+	struct atlas_model_params dp = draft_params(s);
 	if (!(s->draft = atlas_model_load(dir, s->be, &dp)))
 		return ATLAS_EINVAL;
 	/* the backend's kernels are the model's again (the draft's family
@@ -174,6 +198,8 @@ int atlas_session_load(struct atlas_session *s, const struct atlas_model_params 
 		return rc;
 	if (s->p.spec.mode == ATLAS_SPEC_DRAFT && (rc = load_draft(s)))
 		return rc;
+	if (s->p.spec.mode == ATLAS_SPEC_MTP && (rc = load_mtp(s)))
+		return rc;
 	struct atlas_sched_params sp = {.max_seqs = s->p.sched_max_seqs,
 					.max_batch_tokens = s->p.sched_max_tokens,
 					.prefix_cache = s->p.prefix_cache,
@@ -194,8 +220,9 @@ int atlas_session_load(struct atlas_session *s, const struct atlas_model_params 
 		   (long long)atlas_model_block_size(s->model),
 		   (long long)atlas_model_max_seqs(s->model),
 		   (long long)atlas_model_max_tokens(s->model), s->p.prefix_cache ? "on" : "off",
-		   atlas_spec_name(s->p.spec.mode), s->draft ? " with draft model " : "",
-		   s->draft ? s->p.draft_model_dir : "",
+		   atlas_spec_name(s->p.spec.mode),
+		   s->draft && s->p.draft_model_dir ? " with draft model " : "",
+		   s->draft && s->p.draft_model_dir ? s->p.draft_model_dir : "",
 		   s->p.batch_invariant ? ", batch-invariant" : "", mode);
 	return 0;
 }

@@ -7,7 +7,8 @@
 
 const char *atlas_spec_name(enum atlas_spec_mode m)
 {
-	return m == ATLAS_SPEC_NGRAM ? "ngram" : m == ATLAS_SPEC_DRAFT ? "draft" : "none";
+	return m == ATLAS_SPEC_NGRAM ? "ngram" : m == ATLAS_SPEC_DRAFT ? "draft"
+	       : m == ATLAS_SPEC_MTP ? "mtp" : "none";
 }
 
 int atlas_spec_parse(const char *s, enum atlas_spec_mode *out)
@@ -24,16 +25,18 @@ int atlas_spec_parse(const char *s, enum atlas_spec_mode *out)
 		*out = ATLAS_SPEC_DRAFT;
 		return 0;
 	}
-	if (!strcmp(s, "mtp"))
-		return atlas_error(ATLAS_EUNSUPPORTED,
-				   "speculative decoding with MTP heads is not in Atlas yet; 'ngram' "
-				   "(prompt lookup) and 'draft' (a draft model) are");
-	return atlas_error(ATLAS_EINVAL, "unknown speculative mode '%s' (none, ngram, draft)", s);
+	if (!strcmp(s, "mtp")) {
+		*out = ATLAS_SPEC_MTP;
+		return 0;
+	}
+	return atlas_error(ATLAS_EINVAL, "unknown speculative mode '%s' (none, ngram, draft, mtp)",
+			   s);
 }
 
 int atlas_spec_check(struct atlas_spec_params *p)
 {
-	if (p->mode != ATLAS_SPEC_NONE && p->mode != ATLAS_SPEC_NGRAM && p->mode != ATLAS_SPEC_DRAFT)
+	if (p->mode != ATLAS_SPEC_NONE && p->mode != ATLAS_SPEC_NGRAM && p->mode != ATLAS_SPEC_DRAFT &&
+	    p->mode != ATLAS_SPEC_MTP)
 		return atlas_error(ATLAS_EINVAL, "unknown speculative mode %d", (int)p->mode);
 	if (!p->num_draft)
 		p->num_draft = ATLAS_SPEC_DEFAULT_DRAFT;

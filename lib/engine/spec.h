@@ -25,7 +25,11 @@
  *   any) from its own KV cache, which follows the request's accepted
  *   tokens. A greedy draft is a point mass, so the verification rule
  *   above is the standard one for it: output is distributed exactly as
- *   without drafts. */
+ *   without drafts.
+ * - an MTP head (sched_mtp.c): the checkpoint's multi-token prediction
+ *   layer, run as a draft model whose input pairs each token with the
+ *   target's hidden state of the token before it (its own, for the
+ *   drafts after the first); drafts are greedy as a draft model's. */
 #ifndef ATLAS_ENGINE_SPEC_H
 #define ATLAS_ENGINE_SPEC_H
 
@@ -35,6 +39,7 @@ enum atlas_spec_mode {
 	ATLAS_SPEC_NONE = 0,  /* no speculation */
 	ATLAS_SPEC_NGRAM,     /* prompt lookup */
 	ATLAS_SPEC_DRAFT,     /* a draft model (--draft-model) */
+	ATLAS_SPEC_MTP,       /* the checkpoint's multi-token prediction head */
 };
 
 #define ATLAS_SPEC_MAX_DRAFT 16  /* most drafts a step (--num-draft) */
@@ -48,11 +53,10 @@ struct atlas_spec_params {
 	int ngram_max, ngram_min;  /* suffix lengths tried (0: defaults) */
 };
 
-/* "none", "ngram", "draft". */
+/* "none", "ngram", "draft", "mtp". */
 const char *atlas_spec_name(enum atlas_spec_mode m);
-/* Parse a --speculative value: "none", "ngram", "draft". "mtp" is
- * refused by name (ATLAS_EUNSUPPORTED: Atlas has no MTP heads yet),
- * anything else is ATLAS_EINVAL; the message lists what is accepted. */
+/* Parse a --speculative value: "none", "ngram", "draft", "mtp"; anything
+ * else is ATLAS_EINVAL, the message listing what is accepted. */
 int atlas_spec_parse(const char *s, enum atlas_spec_mode *out);
 /* Check p (a mode, num_draft and the n-gram range) and fill its
  * defaults; 0 or ATLAS_EINVAL naming the field. */

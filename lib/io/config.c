@@ -496,6 +496,15 @@ static int parse_hybrid(struct json_object *o, const char *where, struct atlas_c
 			if ((l + 1) % interval && (rc = mark_linear(c, l, where)))
 				return rc;
 	}
+	/* the multi-token prediction head's layers (mtp.*): Qwen3-Next
+	 * spells the count num_nextn_predict_layers, Qwen3.5
+	 * mtp_num_hidden_layers */
+	if ((rc = opt_int(o, "num_nextn_predict_layers", where, &c->mtp_layers)) ||
+	    (!c->mtp_layers && (rc = opt_int(o, "mtp_num_hidden_layers", where, &c->mtp_layers))))
+		return rc;
+	if (c->mtp_layers < 0 || c->mtp_layers > 64)
+		return atlas_error(ATLAS_EFORMAT, "%s: %" PRId64 " MTP layers (0..64)", where,
+				   c->mtp_layers);
 	if (!c->n_linear)
 		return 0;
 	c->lin_conv = 4;

@@ -80,6 +80,10 @@ struct atlas_config {
 	int64_t lin_k_dim;          /* "linear_key_head_dim" */
 	int64_t lin_v_dim;          /* "linear_value_head_dim" */
 	int64_t lin_conv;           /* "linear_conv_kernel_dim" (default 4) */
+	/* layers of the multi-token prediction head a checkpoint may carry
+	 * (mtp.*, --speculative mtp): "num_nextn_predict_layers" (Qwen3-Next)
+	 * or "mtp_num_hidden_layers" (Qwen3.5); 0 when absent */
+	int64_t mtp_layers;
 };
 
 /* Sampling defaults as transformers' GenerationConfig defines them. */

@@ -799,6 +799,16 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 		if (!m->gdn || !m->gdn_state || !m->gdn_snap)
 			goto nomem;
 	}
+	if (m->mtp) {
+		const size_t zb = (size_t)(m->max_tokens * c->hidden_size) * a;
+		ALLOC(m->mtp_hid, zb);
+		ALLOC(m->mtp_zero, zb);
+		void *z = calloc(1, zb);
+		int rc = z ? m->be->upload(m->be, m->mtp_zero, z, zb) : ATLAS_ENOMEM;
+		free(z);
+		if (rc)
+			goto nomem;
+	}
 	if (moe_scratch_bytes(m))
 		ALLOC(m->moe_scratch, moe_scratch_bytes(m));
 	if (moe_scratch_bytes(m) && m->comm->rank > 0)
@@ -850,6 +860,10 @@ static int size_memory(struct atlas_model *m)
 	int64_t f8max = 0;
 	for (int64_t i = 0; i < atlas_st_count(m->st); i++) {
 		const struct atlas_tensor_info *t = atlas_st_get(m->st, i);
+		/* an MTP head (mtp.*) is its own model (atlas_model_load_mtp),
+		 * which holds only those */
+		if (m->mtp != !strncmp(t->name, "mtp.", 4))
+			continue;
 		w += rank_bytes(m, t) + pad;
 		/* a quantized matrix takes its dequantized size: up to 8 values
 		 * a stored int32, 2 an NVFP4 byte, 1 an FP8 byte */
@@ -903,6 +917,8 @@ static int size_memory(struct atlas_model *m)
 		     16 * pad;
 	if (m->fam->gated_attn)
 		act += rows * a * (size_t)(2 * qd);
+	if (m->mtp)
+		act += rows * a * (size_t)(2 * c->hidden_size);
 	if (c->n_linear)
 		act += rows * a * (size_t)(2 * c->lin_k_heads * c->lin_k_dim +
 					   3 * c->lin_v_heads * c->lin_v_dim + 2 * c->lin_v_heads);
@@ -1100,6 +1116,93 @@ fail:
 	return NULL;
 }
 
+struct atlas_model *atlas_model_load_mtp(const char *dir, struct atlas_model *target,
+					 const struct atlas_model_params *p)
+{
+	struct atlas_model *m = calloc(1, sizeof(*m));
+	int rc;
+	if (!m) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		return NULL;
+	}
+	m->be = target->be;
+	m->act = target->act;
+	m->mtp = true;
+	m->head_borrowed = true;
+	m->fam = target->fam;
+	m->no_graphs = true; /* its steps gather hidden rows from pointers */
+	if (target->comm->world > 1) {
+		atlas_error(ATLAS_EUNSUPPORTED, "an MTP head with tensor parallelism is not in "
+			    "Atlas yet");
+		goto fail;
+	}
+	if (!(m->st = atlas_st_open(dir)))
+		goto fail;
+	if (!atlas_st_find(m->st, "mtp.fc.weight")) {
+		atlas_error(ATLAS_EFORMAT, "--speculative mtp needs the checkpoint's multi-token "
+			    "prediction head (the mtp.* tensors Qwen3-Next and Qwen3.5 carry), "
+			    "and this one has none (no mtp.fc.weight)");
+		goto fail;
+	}
+	if (target->cfg.mtp_layers > 1) {
+		atlas_error(ATLAS_EUNSUPPORTED, "the checkpoint's MTP head has %lld layers; Atlas "
+			    "runs heads of one", (long long)target->cfg.mtp_layers);
+		goto fail;
+	}
+	atlas_model_mtp_config(&target->cfg, m->st, &m->cfg);
+	if (atlas_decoder_set_parallel(m, NULL) ||
+	    atlas_decoder_size(m, p) || atlas_quant_load(dir, &m->quant))
+		goto fail;
+	const struct atlas_config *c = &m->cfg;
+	m->f8b = f8b_native(m);
+	m->w4b = w4b_native(m);
+	m->fp4b = fp4b_native(m);
+	m->tprefix = "mtp.";
+	if (size_memory(m))
+		goto fail;
+	m->layers = calloc(1, sizeof(*m->layers));
+	if (m->fam->moe)
+		m->moe = calloc(1, sizeof(*m->moe));
+	if (!m->layers || (m->fam->moe && !m->moe)) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto fail;
+	}
+	m->embed = target->embed;
+	m->lm_head = target->lm_head;
+	const int64_t D = c->hidden_size;
+	const int64_t d1[] = {D};
+	const struct slice e_cols = {0, D, 0, D}, h_cols = {0, D, D, D};
+	const char *norms[] = {"mtp.norm.weight", "mtp.pre_fc_norm_embedding.weight",
+			       "mtp.pre_fc_norm_hidden.weight"};
+	struct weight *nw[] = {&m->norm, &m->pre_e, &m->pre_h};
+	rc = 0;
+	for (int i = 0; !rc && i < 3; i++)
+		rc = m->fam->zero_norm ? atlas_decoder_bind_f32(m, nw[i], norms[i], d1, 1, 1.0f)
+				       : bind(m, nw[i], norms[i], D, -1, 1);
+	if (!rc)
+		rc = bind_slice(m, &m->fc_e, "mtp.fc.weight", D, 2 * D, 1, &e_cols);
+	if (!rc)
+		rc = bind_slice(m, &m->fc_h, "mtp.fc.weight", D, 2 * D, 1, &h_cols);
+	if (rc || bind_layer(m, 0) || atlas_decoder_alloc_buffers(m) || atlas_kvpool_init(m))
+		goto fail;
+	atlas_info("loaded the MTP head of '%s': one layer%s, KV cache %lld blocks of %lld tokens",
+		   dir, m->moe && m->moe[0].d.n_experts ? " with experts" : "",
+		   (long long)m->n_blocks, (long long)m->block_size);
+	/* the backend's kernels are the target's again */
+	if (atlas_model_specialize(target))
+		goto fail;
+	return m;
+fail:
+	atlas_error_wrap(ATLAS_EFORMAT, "cannot load the MTP head of '%s'", dir);
+	atlas_model_free(m);
+	return NULL;
+}
+
+bool atlas_model_is_mtp(const struct atlas_model *m)
+{
+	return m->mtp;
+}
+
 static void release(struct atlas_model *m, struct weight *w)
 {
 	if (w->p)
@@ -1133,14 +1236,20 @@ void atlas_model_free(struct atlas_model *m)
 	free(m->gdn);
 	free(m->gdn_state);
 	free(m->gdn_snap);
-	if (m->lm_head.p != m->embed.p)
-		release(m, &m->lm_head);
-	release(m, &m->embed);
+	if (!m->head_borrowed) {
+		if (m->lm_head.p != m->embed.p)
+			release(m, &m->lm_head);
+		release(m, &m->embed);
+	}
 	release(m, &m->norm);
+	release(m, &m->fc_e);
+	release(m, &m->fc_h);
+	release(m, &m->pre_e);
+	release(m, &m->pre_h);
 	atlas_kvpool_release(m);
 	void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u,
 		m->logits, m->sel, m->inv_freq, m->moe_scratch, m->moe_zero, m->qg, m->qkvz,
-		m->ba, m->lin_o};
+		m->ba, m->lin_o, m->mtp_hid, m->mtp_zero};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);

@@ -221,6 +221,19 @@ struct atlas_model {
 	int w4b_kept, w4b_dequant;        /* matrices bound as W4B, and those of a
 					   * w4b model dequantized instead (a layout
 					   * the kernels do not take) */
+	/* an MTP head (atlas_model_load_mtp): one decoder layer whose input
+	 * is fc([rmsnorm(embed(id)), rmsnorm(hidden)]) (forward.c) */
+	bool mtp;                         /* this model is one */
+	bool head_borrowed;               /* embed and lm_head are the target's
+					   * (not released here) */
+	struct weight fc_e, fc_h;         /* mtp.fc's columns [0, D) (the
+					   * embedding's) and [D, 2D) (the hidden
+					   * state's), each [D, D] */
+	struct weight pre_e, pre_h;       /* pre_fc_norm_embedding / _hidden [D] */
+	void *mtp_hid;                    /* backend [max_tokens, D] act: the
+					   * step's hidden rows, gathered */
+	void *mtp_zero;                   /* backend [max_tokens, D] act zeros:
+					   * rows whose hidden state is unknown */
 	bool blob_off;                    /* bind dequantizes quantized matrices even
 					   * where the backend takes F8B / W4B / FP4B (moe.c:
 					   * the moe op does not) */

@@ -239,13 +239,23 @@ static int body(struct atlas_model *m, int64_t T, const struct atlas_kv_batch *k
 	int64_t D = c->hidden_size;
 	float eps = (float)c->rms_eps;
 	TRY(be->embed(be, m->x, m->embed.p, m->embed.dtype, m->d_ids, T, D));
+	if (m->mtp) {
+		/* an MTP head: fc([rmsnorm_e(x), rmsnorm_h(hidden)]) as the sum
+		 * of its two column halves' products, x + o (the add comes
+		 * with layer 0's norm below); the hidden rows were gathered
+		 * into mtp_hid by step() */
+		TRY(be->rmsnorm(be, m->h, m->x, m->pre_e.p, m->pre_e.dtype, T, D, eps));
+		TRY(be->rmsnorm(be, m->mtp_hid, m->mtp_hid, m->pre_h.p, m->pre_h.dtype, T, D, eps));
+		TRY(be->matmul(be, m->x, m->h, m->fc_e.p, NULL, m->fc_e.dtype, T, D, D));
+		TRY(be->matmul(be, m->o, m->mtp_hid, m->fc_h.p, NULL, m->fc_h.dtype, T, D, D));
+	}
 	if (use_fused(m, T, kb)) {
 		TRY(be->fused_decode(be, m->fused));
 		return be->add_rmsnorm(be, m->x, m->o, m->h, m->norm.p, m->norm.dtype, T, D, eps);
 	}
 	for (int64_t l = 0; l < c->num_layers; l++) {
 		const struct layer *L = &m->layers[l];
-		if (l == 0)
+		if (l == 0 && !m->mtp)
 			TRY(be->rmsnorm(be, m->h, m->x, L->ln1.p, L->ln1.dtype, T, D, eps));
 		else
 			TRY(be->add_rmsnorm(be, m->x, m->o, m->h, L->ln1.p, L->ln1.dtype, T, D, eps));
@@ -639,6 +649,35 @@ void atlas_model_set_graphs(struct atlas_model *m, bool on)
 	m->no_graphs = !on;
 }
 
+/* An MTP head's step: each item's hidden rows (zeros, then its hid
+ * rows) end to end into m->mtp_hid, before body() overwrites m->h, which
+ * a drafting pass's hid may point into. */
+static int mtp_gather(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n)
+{
+	struct atlas_backend *be = m->be;
+	const size_t rb = (size_t)m->cfg.hidden_size * m->act;
+	char *dst = m->mtp_hid;
+	for (int64_t i = 0; i < n; i++) {
+		int64_t z = it[i].hid ? it[i].hid_zeros : it[i].n;
+		if (z < 0 || z > it[i].n)
+			return atlas_error(ATLAS_EINVAL, "%lld zero rows in an item of %lld",
+					   (long long)z, (long long)it[i].n);
+		if (z)
+			TRY(be->copy(be, dst, m->mtp_zero, (size_t)z * rb));
+		if (it[i].n > z)
+			TRY(be->copy(be, dst + (size_t)z * rb, it[i].hid, (size_t)(it[i].n - z) * rb));
+		dst += (size_t)it[i].n * rb;
+	}
+	return 0;
+}
+
+const void *atlas_model_hidden_rows(const struct atlas_model *m, size_t *row_bytes)
+{
+	if (row_bytes)
+		*row_bytes = (size_t)m->cfg.hidden_size * m->act;
+	return m->h;
+}
+
 /* The step itself. all_logits: logits of every row to `all` (one item
  * only); else each item's last row to its own logits pointer. */
 static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_t n,
@@ -715,6 +754,8 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 		.n_seq = n, .max_blocks = m->max_blocks, .block_size = B, .max_keys = max_keys,
 	};
 
+	if (m->mtp)
+		TRY(mtp_gather(m, it, n));
 	int g = all ? 0 : graph_step(m, it, n, &kb);
 	if (g < 0)
 		return g;

@@ -52,6 +52,25 @@ struct atlas_model_params {
 
 void atlas_model_default_params(struct atlas_model_params *p);
 
+/* The multi-token prediction (MTP) head of the checkpoint in `dir`,
+ * whose trunk `target` was loaded from it (and must outlive the head),
+ * as a model of its own for --speculative mtp (lib/engine/README-spec.md):
+ * one full-attention decoder layer (mtp.layers.0) with its own KV pool
+ * sized by p, over fc([rmsnorm_e(embed(t)), rmsnorm_h(h)]) where h is the
+ * target's final-normed hidden state of the token before t; its
+ * mtp.norm, then the target's output head. Embeddings and head are the
+ * target's (not loaded twice). A checkpoint without mtp.* weights, or
+ * with an MTP head Atlas does not run (more than one layer, tensor
+ * parallelism), is refused naming what is missing. */
+struct atlas_model *atlas_model_load_mtp(const char *dir, struct atlas_model *target,
+					 const struct atlas_model_params *p);
+/* Whether m is an MTP head (its steps read atlas_batch_item.hid). */
+bool atlas_model_is_mtp(const struct atlas_model *m);
+/* The final-normed hidden states of the rows of m's last step (its
+ * items' tokens end to end), in backend memory of the activation type,
+ * row_bytes apart: what an MTP head reads. Valid until m's next step. */
+const void *atlas_model_hidden_rows(const struct atlas_model *m, size_t *row_bytes);
+
 /* Load the model in directory `dir` onto backend `be` (which must outlive
  * the model). Returns a model owned by the caller (atlas_model_free) or
  * NULL with a message naming the file/tensor/field at fault. */
@@ -162,6 +181,14 @@ struct atlas_batch_item {
 	float *hidden;         /* or NULL: host [n, hidden_size] FP32, the final-
 				* normed hidden states of all n tokens (what an
 				* embedding model pools); such a step runs op by op */
+	/* An MTP head's input (atlas_model_load_mtp): token t of the item is
+	 * paired with the hidden state of the token before it. The first
+	 * hid_zeros tokens take zeros (a state nobody computed); the other
+	 * n - hid_zeros come from hid, backend rows [n - hid_zeros,
+	 * hidden_size] in the activation type (atlas_model_hidden_rows of
+	 * the target or of the head itself). Ignored by other models. */
+	const void *hid;
+	int64_t hid_zeros;
 };
 
 /* Can the model's backend sample on the device (atlas_model_forward_sample)? */

@@ -141,6 +141,35 @@ mlp:
 	return rc;
 }
 
+bool atlas_model_mtp_config(const struct atlas_config *c, const struct atlas_st *st,
+			    struct atlas_config *out)
+{
+	if (!atlas_st_find(st, "mtp.fc.weight"))
+		return false;
+	*out = *c;
+	out->num_layers = 1;
+	memset(out->linear, 0, sizeof(out->linear));
+	out->n_linear = 0;
+	memset(out->mlp_only, 0, sizeof(out->mlp_only));
+	out->decoder_sparse_step = 1;
+	if (out->num_experts > 0 && !atlas_st_find(st, "mtp.layers.0.mlp.gate.weight"))
+		out->mlp_only[0] = 1; /* a dense MLP */
+	return true;
+}
+
+int atlas_model_expected_mtp_tensors(const struct atlas_config *mc,
+				     const struct atlas_family *fam,
+				     atlas_expected_tensor_fn fn, void *arg)
+{
+	const int64_t D = mc->hidden_size;
+	int rc = emit(fn, arg, "mtp.fc.weight", D, 2 * D, true, NULL);
+	static const char *const norms[] = {"mtp.pre_fc_norm_embedding.weight",
+		"mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"};
+	for (int i = 0; !rc && i < 3; i++)
+		rc = emit(fn, arg, norms[i], D, -1, true, NULL);
+	return rc ? rc : layer(mc, fam, "mtp.", 0, fn, arg);
+}
+
 const char *atlas_model_tensor_prefix(const struct atlas_st *st)
 {
 	/* a composite vision-language checkpoint's language model */
@@ -392,6 +421,15 @@ int atlas_model_validate(const char *dir, atlas_finding_fn fn, void *arg)
 	}
 	atlas_model_expected_tensors_at(&c, fam, atlas_model_tensor_prefix(v.st),
 					emb.pooling != ATLAS_POOL_NONE, check_one, &v);
+	/* an MTP head (--speculative mtp) is checked as its loader binds it */
+	struct atlas_config mc;
+	if (atlas_model_mtp_config(&c, v.st, &mc)) {
+		if (c.mtp_layers > 1)
+			finding(&v, ATLAS_FINDING_WARNING, "config.json: an MTP head of %lld layers; "
+				"--speculative mtp runs heads of one", (long long)c.mtp_layers);
+		else
+			atlas_model_expected_mtp_tensors(&mc, fam, check_one, &v);
+	}
 	/* the parts of a composite checkpoint Atlas does not run: one warning
 	 * each, not one a tensor */
 	static const char *const parts[][2] = {{"model.visual.", "the vision tower"},

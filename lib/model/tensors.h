@@ -42,6 +42,19 @@ int atlas_model_expected_tensors_at(const struct atlas_config *c, const struct a
 				    atlas_expected_tensor_fn fn, void *arg);
 
 struct atlas_st;
+/* A checkpoint's multi-token prediction head (mtp.*, --speculative mtp):
+ * false when `st` has no mtp.fc.weight; else *out is the head's config,
+ * c's with one full-attention layer, whose MLP is sparse when the
+ * checkpoint has its router (mtp.layers.0.mlp.gate.weight). */
+bool atlas_model_mtp_config(const struct atlas_config *c, const struct atlas_st *st,
+			    struct atlas_config *out);
+/* Walk the head's tensors for its config mc (atlas_model_mtp_config):
+ * mtp.fc.weight [D, 2D], the pre-fc norms of the embedding and the
+ * hidden state, mtp.norm, then layer 0 under "mtp.". */
+int atlas_model_expected_mtp_tensors(const struct atlas_config *mc,
+				     const struct atlas_family *fam,
+				     atlas_expected_tensor_fn fn, void *arg);
+
 /* The prefix of the decoder's tensor names in checkpoint `st`:
  * "model.language_model." when it has that embedding (a composite
  * vision-language checkpoint's language model), "" when it has

@@ -4,8 +4,9 @@
 # model on the CPU: greedy output byte for byte what it is without
 # speculation, for any K, under a grammar, for many prompts at once
 # (-f) and over two tensor-parallel ranks; the timing line's draft counts; seeded sampling reproducible; and
-# the refusals (mtp is not in Atlas yet, an unknown mode,
-# --num-draft out of 1..16 or without --speculative ngram: exit 2).
+# the refusals (mtp on a checkpoint without an MTP head: exit 1; an
+# unknown mode, --num-draft out of 1..16 or without --speculative: exit
+# 2).
 
 load 2090-spec-helper
 
@@ -31,10 +32,10 @@ drafted() {
 	expect_contains "$man" "drafts accepted" "man"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" "--speculative" "bash"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" "--num-draft" "bash"
-	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" '"none ngram draft"' "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-run")" '"none ngram draft mtp"' "bash values"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" "--speculative=" "zsh"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" "--num-draft=" "zsh"
-	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" ":mode:(none ngram draft)" "zsh values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-run")" ":mode:(none ngram draft mtp)" "zsh values"
 }
 
 @test "the bash completion offers the modes after --speculative" {
@@ -44,7 +45,7 @@ drafted() {
 	COMP_CWORD=2
 	COMPREPLY=()
 	_atlas_run
-	expect_eq "${COMPREPLY[*]}" "none ngram draft" "completions of --speculative"
+	expect_eq "${COMPREPLY[*]}" "none ngram draft mtp" "completions of --speculative"
 	COMP_WORDS=(atlas-run --num-d)
 	COMP_CWORD=1
 	COMPREPLY=()
@@ -147,14 +148,13 @@ drafted() {
 	[ "$n" -gt 0 ] || { echo "no drafts in the batch: $stderr" >&2; false; }
 }
 
-@test "--speculative mtp is not in Atlas yet: exit 2" {
-	run -2 --separate-stderr atlas-run --device cpu --speculative mtp -p hi
+@test "--speculative mtp on a checkpoint without an MTP head: exit 1 naming it" {
+	run -1 --separate-stderr atlas-run --device cpu --speculative mtp -p hi
 	expect_empty "$output" "stdout"
-	expect_contains "$stderr" "--speculative" "stderr"
-	expect_contains "$stderr" "MTP heads is not in Atlas yet" "stderr"
-	expect_contains "$stderr" "'ngram'" "stderr"
-	expect_contains "$stderr" "'draft'" "stderr"
-	expect_contains "$stderr" "atlas-run --help" "stderr"
+	expect_contains "$stderr" "cannot load the MTP head of" "stderr"
+	expect_contains "$stderr" "no mtp.fc.weight" "stderr"
+	run -2 --separate-stderr atlas-run --device cpu --speculative mtp --draft-model x -p hi
+	expect_contains "$stderr" "--draft-model is for --speculative draft, not mtp" "stderr"
 }
 
 @test "an unknown mode exits 2 naming --speculative and the modes" {
@@ -162,7 +162,7 @@ drafted() {
 	expect_empty "$output" "stdout"
 	expect_contains "$stderr" "--speculative" "stderr"
 	expect_contains "$stderr" "'bogus'" "stderr"
-	expect_contains "$stderr" "(none, ngram, draft)" "stderr"
+	expect_contains "$stderr" "(none, ngram, draft, mtp)" "stderr"
 	run -2 --separate-stderr atlas-run --device cpu --speculative NGRAM -p hi
 	expect_contains "$stderr" "'NGRAM'" "stderr"
 	run -2 --separate-stderr atlas-run -p hi --speculative

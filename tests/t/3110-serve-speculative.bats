@@ -55,10 +55,10 @@ complete() {
 	done
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "--speculative" "bash"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "--num-draft" "bash"
-	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "'none ngram draft'" "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-serve")" "'none ngram draft mtp'" "bash values"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" "--speculative=" "zsh"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" "--num-draft=" "zsh"
-	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" ":mode:(none ngram draft)" "zsh values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-serve")" ":mode:(none ngram draft mtp)" "zsh values"
 }
 
 @test "bad --speculative and --num-draft values exit 2 before binding" {
@@ -70,10 +70,10 @@ complete() {
 		expect_contains "$stderr" "atlas-serve --help" "stderr of $args"
 		[[ $stderr != *"listening on"* ]] || { echo "$args: bound: $stderr" >&2; false; }
 	done <<'EOF'
---speculative mtp|--speculative: speculative decoding with MTP heads is not in Atlas yet
+--speculative mtp --draft-model x|--draft-model is for --speculative draft, not mtp
 --speculative draft|--speculative draft needs --draft-model M
 --speculative ngram --draft-model x|--draft-model is for --speculative draft, not ngram
---speculative bogus|--speculative: unknown speculative mode 'bogus' (none, ngram, draft)
+--speculative bogus|--speculative: unknown speculative mode 'bogus' (none, ngram, draft, mtp)
 --speculative ngram --num-draft 0|--num-draft: 0 is out of range (1..16)
 --speculative ngram --num-draft 17|--num-draft: 17 is out of range (1..16)
 --num-draft 4|--num-draft needs --speculative ngram

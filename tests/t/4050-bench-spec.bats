@@ -18,7 +18,7 @@ setup() {
 	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" '\-\-speculative' "man"
 	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" 'spec_tok_per_step' "man"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" "--num-draft" "bash"
-	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" '"none ngram draft"' "bash values"
+	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" '"none ngram draft mtp"' "bash values"
 	expect_contains "$(cat "$ATLAS_SRC/completions/bash/atlas-bench")" "--draft-model" "bash"
 	expect_contains "$(cat "$ATLAS_SRC/completions/zsh/_atlas-bench")" "--draft-model=" "zsh"
 	expect_contains "$(cat "$ATLAS_SRC/man/atlas-bench.1")" '\-\-draft\-model' "man"
@@ -52,9 +52,8 @@ setup() {
 }
 
 @test "bad --speculative and --num-draft uses exit 1 and name the fault" {
-	run -1 --separate-stderr atlas-bench serve --self --speculative mtp
-	expect_contains "$stderr" "--speculative"
-	expect_contains "$stderr" "MTP"
+	run -1 --separate-stderr atlas-bench serve --self --speculative mtp --draft-model x
+	expect_contains "$stderr" "--draft-model is for --speculative draft, not mtp"
 	run -1 --separate-stderr atlas-bench serve --self --speculative fast
 	expect_contains "$stderr" "unknown speculative mode 'fast'"
 	run -1 --separate-stderr atlas-bench serve --self --num-draft 3
