@@ -15,10 +15,11 @@ Qwen3.5). Standard library only; deterministic for a given --seed.
                  rejection paths
   --kind echo    fc maps the hidden state through unchanged and the
                  layer adds nothing (o_proj and every down projection
-                 zero), so the head's logits at a position are about the
-                 trunk's own at the position before: its drafts repeat
-                 the last token, accepted wherever the output repeats
-                 one, which tests the acceptance paths
+                 zero): the head's logits are the output head's of
+                 rmsnorm(rmsnorm(h) (1 + w_h)) (1 + w_n), h the trunk's
+                 hidden state of the token before, which a test can
+                 compute by hand (tests/unit/test-mtp.c); its drafts
+                 mostly repeat the last token
 
 Usage: scripts/add-mtp-head.py DIR [--kind random|echo] [--seed N]
 """
@@ -102,6 +103,8 @@ def main():
         for s in shape:
             n *= s
         if kind == "norm":  # zero-centred norms: 0 is the identity scale
+            vals = [rng.gauss(0, 0.1) for _ in range(n)]
+        elif kind == "norm0":  # the embedding's, which echo leaves out
             vals = [0.0] * n if echo else [rng.gauss(0, 0.1) for _ in range(n)]
         elif kind == "zero" and echo:
             vals = [0.0] * n
@@ -112,7 +115,7 @@ def main():
         tensors["mtp." + name] = (dt, list(shape), pack(dt, vals))
 
     add("fc.weight", [D, 2 * D], "fc")
-    add("pre_fc_norm_embedding.weight", [D], "norm")
+    add("pre_fc_norm_embedding.weight", [D], "norm0")
     add("pre_fc_norm_hidden.weight", [D], "norm")
     add("norm.weight", [D], "norm")
     L = "layers.0."

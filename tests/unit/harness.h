@@ -28,8 +28,8 @@ char *harness_write(const char *dir, const char *name, const void *data,
 struct harness_tensor {
 	const char *name;  /* tensor name */
 	const char *dtype; /* safetensors spelling: "F32", "F8_E4M3", "I32", ... */
-	int ndim;          /* 0 for a scalar, at most 2 */
-	int64_t shape[2];  /* dimensions */
+	int ndim;          /* 0 for a scalar, at most 3 */
+	int64_t shape[3];  /* dimensions */
 	const void *data;  /* bytes: product(shape) * element size */
 	size_t len;        /* bytes of data */
 };

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
@@ -16,6 +17,7 @@
 #include "../../lib/engine/sampler.h"
 #include "../../lib/engine/scheduler.h"
 #include "../../lib/engine/spec.h"
+#include "../../lib/io/safetensors.h"
 #include "../../lib/tok/tok.h"
 #include "harness.h"
 
@@ -59,8 +61,9 @@ static void test_ngram_draft(void)
 	enum atlas_spec_mode m;
 	CHECK_EQ_INT(atlas_spec_parse("ngram", &m), 0);
 	CHECK_EQ_INT(m, ATLAS_SPEC_NGRAM);
-	CHECK_EQ_INT(atlas_spec_parse("mtp", &m), ATLAS_EUNSUPPORTED);
-	CHECK_CONTAINS(atlas_errmsg(), "MTP");
+	CHECK_EQ_INT(atlas_spec_parse("mtp", &m), 0);
+	CHECK_EQ_INT(m, ATLAS_SPEC_MTP);
+	CHECK_STR(atlas_spec_name(m), "mtp");
 	CHECK_EQ_INT(atlas_spec_parse("draft", &m), 0);
 	CHECK_EQ_INT(m, ATLAS_SPEC_DRAFT);
 	CHECK_STR(atlas_spec_name(m), "draft");
@@ -562,6 +565,193 @@ static void test_spec_grammar(void)
 	be->destroy(be);
 }
 
+/* The head of model m (loaded from `path`) with m's limits. */
+static struct atlas_model *load_head(struct atlas_model *m)
+{
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_seqs = atlas_model_max_seqs(m);
+	p.max_tokens = atlas_model_max_tokens(m);
+	p.kv_blocks = atlas_model_kv_blocks_total(m);
+	p.block_size = atlas_model_block_size(m);
+	return atlas_model_load_mtp(path, m, &p);
+}
+
+/* MTP heads (--speculative mtp): the checkpoint's own head drafts (the
+ * random head of qwen3-next-bf16, the echo head of qwen3-5-moe: both
+ * almost never right) and the output, greedy or seeded, is plain
+ * decoding's, logprobs and all: alone, batched, with preemption (small
+ * pools in the model and the head) and with the prefix cache (the
+ * head's too); every head block goes back. */
+static void test_mtp(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	be->batch_invariant = true;
+	static int32_t want[NREQ][MAXGEN], got[NREQ][MAXGEN];
+	static float wlp[NREQ][MAXGEN], glp[NREQ][MAXGEN];
+	struct atlas_sched_stats st;
+	static const char *const names[] = {"qwen3-next-bf16", "qwen3-5-moe"};
+	for (int f = 0; f < 2; f++)
+		for (int pool = 0; pool < 2; pool++) {
+			struct atlas_model *m = load_golden(be, names[f], NREQ, 64, pool ? 40 : 0, 4);
+			struct atlas_model *h = m ? load_head(m) : NULL;
+			CHECK(m && h);
+			if (!m || !h) {
+				atlas_model_free(m);
+				continue;
+			}
+			struct atlas_sched_params plain = {.max_seqs = NREQ, .max_batch_tokens = 64};
+			run_all(m, &plain, true, 0.0, 3, want, wlp, &st);
+			struct atlas_sched_params sp = plain;
+			sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_MTP, .num_draft = 4};
+			sp.draft = h;
+			for (int serial = 1; serial >= 0; serial--) {
+				memset(got, 0xff, sizeof(got));
+				run_all(m, &sp, serial, 0.0, 3, got, glp, &st);
+				CHECK(!memcmp(got, want, sizeof(want)));
+				CHECK(!memcmp(glp, wlp, sizeof(wlp)));
+				CHECK(st.spec_drafted > 0);
+				CHECK(st.spec_accepted <= st.spec_drafted);
+				if (pool && !serial)
+					CHECK(st.preemptions > 0);
+				CHECK_EQ_INT(atlas_model_kv_blocks_free(h), atlas_model_kv_blocks_total(h));
+				printf("# mtp %s%s%s: %lld of %lld accepted\n", names[f],
+				       pool ? ", small pools" : "", serial ? ", serial" : "",
+				       (long long)st.spec_accepted, (long long)st.spec_drafted);
+			}
+			if (!pool) {
+				/* (the trunk's cache hits only where it holds a state
+				 * snapshot, which these short prompts leave at their
+				 * end: README-hybrid.md; the head's cache has no such
+				 * limit) */
+				sp.prefix_cache = true;
+				for (int round = 0; round < 2; round++) {
+					run_all(m, &sp, false, 0.0, 3, got, glp, &st);
+					CHECK(!memcmp(got, want, sizeof(want)));
+				}
+				/* the head kept the prompts' entries */
+				CHECK(atlas_model_kv_blocks_cached(h) > 0);
+				atlas_model_set_prefix_cache(h, false);
+				CHECK_EQ_INT(atlas_model_kv_blocks_free(h), atlas_model_kv_blocks_total(h));
+				static int32_t a[NREQ][MAXGEN], b[NREQ][MAXGEN];
+				sp.prefix_cache = false;
+				run_all(m, &plain, true, 0.8, -1, a, glp, &st);
+				run_all(m, &sp, false, 0.8, -1, b, glp, &st);
+				CHECK(st.spec_drafted > 0);
+				CHECK(!memcmp(a, b, sizeof(a)));
+			}
+			/* a head is needed, and a draft model is not one */
+			sp.draft = NULL;
+			CHECK(!atlas_sched_new(m, NULL, &sp));
+			CHECK_CONTAINS(atlas_errmsg(), "MTP head");
+			atlas_model_free(h);
+			atlas_model_free(m);
+		}
+	be->destroy(be);
+}
+
+/* qwen3-5-moe made a bigram model into dir `name` of the tmpdir: every
+ * mixer and MLP of the trunk adds zero (their output projections are
+ * zeros), so the next token depends on the last one only,
+ * argmax(head(norm(embed(t)))); and its echo head, given fc's embedding
+ * half as the identity and the trunk's final norm, computes that same
+ * function of its input token. */
+static int write_bigram(const char *name)
+{
+	char src[600];
+	snprintf(src, sizeof(src), "%s/tests/fixtures/golden/qwen3-5-moe", harness_srcdir());
+	struct atlas_st *st = atlas_st_open(src);
+	if (!st)
+		return -1;
+	const int64_t n = atlas_st_count(st);
+	struct harness_tensor *t = calloc((size_t)n, sizeof(*t));
+	void **own = calloc((size_t)n, sizeof(void *));
+	const struct atlas_tensor_info *fin = atlas_st_find(st, "model.norm.weight");
+	for (int64_t i = 0; i < n; i++) {
+		const struct atlas_tensor_info *x = atlas_st_get(st, i);
+		t[i] = (struct harness_tensor){.name = x->name, .dtype = atlas_dtype_name(x->dtype),
+					       .ndim = x->ndim, .data = x->data, .len = x->nbytes};
+		for (int d = 0; d < x->ndim && d < 3; d++)
+			t[i].shape[d] = x->shape[d];
+		if (strstr(x->name, "out_proj.weight") || strstr(x->name, "o_proj.weight") ||
+		    strstr(x->name, "down_proj.weight")) {
+			t[i].data = own[i] = calloc(1, x->nbytes);
+		} else if (!strcmp(x->name, "mtp.fc.weight")) {
+			float *w = calloc(1, x->nbytes);
+			for (int64_t r = 0; r < x->shape[0]; r++)
+				w[r * x->shape[1] + r] = 1.0f; /* [I | 0] */
+			t[i].data = own[i] = w;
+		} else if (!strcmp(x->name, "mtp.norm.weight")) {
+			t[i].data = fin->data;
+		}
+	}
+	char rel[256], cfg[700];
+	snprintf(rel, sizeof(rel), "%s/model.safetensors", name);
+	snprintf(cfg, sizeof(cfg), "%s/%s", harness_tmpdir(), name);
+	mkdir(cfg, 0755);
+	char *out = harness_write_st(rel, t, (int)n);
+	snprintf(cfg, sizeof(cfg), "%s/config.json", src);
+	FILE *f = fopen(cfg, "rb");
+	char buf[8192];
+	size_t len = f ? fread(buf, 1, sizeof(buf), f) : 0;
+	if (f)
+		fclose(f);
+	snprintf(rel, sizeof(rel), "%s/%s", harness_tmpdir(), name);
+	char *cout = len ? harness_write(rel, "config.json", buf, len) : NULL;
+	int rc = out && cout ? 0 : -1;
+	free(out);
+	free(cout);
+	for (int64_t i = 0; i < n; i++)
+		free(own[i]);
+	free(own);
+	free(t);
+	atlas_st_close(st);
+	return rc;
+}
+
+/* The bigram model's head is always right: nearly every draft is
+ * accepted and a step gives about 1 + K tokens, the output still the
+ * plain one (the acceptance paths: a catch-up of several rows a step). */
+static void test_mtp_accepts(void)
+{
+	CHECK_EQ_INT(write_bigram("bigram"), 0);
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	be->batch_invariant = true;
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_seqs = NREQ;
+	p.max_tokens = 64;
+	p.block_size = 4;
+	snprintf(path, sizeof(path), "%s/bigram", harness_tmpdir());
+	struct atlas_model *m = atlas_model_load(path, be, &p);
+	struct atlas_model *h = m ? load_head(m) : NULL;
+	CHECK(m && h);
+	if (m && h) {
+		static int32_t want[NREQ][MAXGEN], got[NREQ][MAXGEN];
+		static float wlp[NREQ][MAXGEN], glp[NREQ][MAXGEN];
+		struct atlas_sched_stats st;
+		struct atlas_sched_params plain = {.max_seqs = NREQ, .max_batch_tokens = 64};
+		run_all(m, &plain, true, 0.0, -1, want, wlp, &st);
+		struct atlas_sched_params sp = plain;
+		sp.spec = (struct atlas_spec_params){.mode = ATLAS_SPEC_MTP, .num_draft = 4};
+		sp.draft = h;
+		for (int serial = 1; serial >= 0; serial--) {
+			run_all(m, &sp, serial, 0.0, -1, got, glp, &st);
+			CHECK(!memcmp(got, want, sizeof(want)));
+			printf("# bigram mtp%s: %lld of %lld accepted, %lld tokens in %lld steps\n",
+			       serial ? ", serial" : "", (long long)st.spec_accepted,
+			       (long long)st.spec_drafted, (long long)st.spec_tokens,
+			       (long long)st.spec_steps);
+			CHECK(st.spec_drafted > 0);
+			CHECK(st.spec_accepted * 10 >= st.spec_drafted * 9);
+			CHECK(st.spec_tokens > 3 * st.spec_steps);
+		}
+	}
+	atlas_model_free(h);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
 int main(void)
 {
 	RUN(test_ngram_draft);
@@ -570,5 +760,7 @@ int main(void)
 	RUN(test_spec_leaves_decodes_alone);
 	RUN(test_spec_grammar);
 	RUN(test_draft_model);
+	RUN(test_mtp);
+	RUN(test_mtp_accepts);
 	return harness_done();
 }

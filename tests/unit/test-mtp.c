@@ -1,0 +1,228 @@
+/* test-mtp.c - a checkpoint's multi-token prediction head as a model
+ * (atlas_model_load_mtp) on the CPU backend: what it computes, checked by
+ * hand on the echo head of tests/fixtures/golden/qwen3-5-moe (whose layer
+ * adds nothing: scripts/add-mtp-head.py), rows of zeros where no hidden
+ * state is known, its cache fed in chunks giving the one-shot bits, and
+ * the refusals. The engine's use of it is in test-spec.c (test_mtp). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../lib/backend/backend.h"
+#include "../../lib/core/error.h"
+#include "../../lib/io/config.h"
+#include "../../lib/io/safetensors.h"
+#include "../../lib/model/model.h"
+#include "harness.h"
+
+static char dir[512];
+
+static struct atlas_model *load(struct atlas_backend *be, const char *name)
+{
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_tokens = 64;
+	snprintf(dir, sizeof(dir), "%s/tests/fixtures/golden/%s", harness_srcdir(), name);
+	return atlas_model_load(dir, be, &p);
+}
+
+/* Token i of a made-up prompt. */
+static int32_t tok(int i)
+{
+	return (int32_t)((i * 37 + 11) % 1000);
+}
+
+/* The trunk's final-normed hidden rows of n made-up tokens, copied to
+ * the host (FP32 on the CPU backend). */
+static float *trunk_rows(struct atlas_model *m, int n)
+{
+	int32_t ids[64];
+	for (int i = 0; i < n; i++)
+		ids[i] = tok(i);
+	struct atlas_seq *s = atlas_seq_new(m);
+	struct atlas_batch_item it = {.seq = s, .ids = ids, .n = n};
+	CHECK_EQ_INT(atlas_model_forward_batch(m, &it, 1), 0);
+	size_t rb;
+	const void *rows = atlas_model_hidden_rows(m, &rb);
+	CHECK_EQ_INT(rb, (size_t)atlas_model_config(m)->hidden_size * sizeof(float));
+	float *h = malloc((size_t)n * rb);
+	memcpy(h, rows, (size_t)n * rb);
+	atlas_seq_free(s);
+	return h;
+}
+
+/* x * (1 + w) / rms(x), in double. */
+static void norm(double *y, const double *x, const float *w, int64_t D, double eps)
+{
+	double ss = 0;
+	for (int64_t d = 0; d < D; d++)
+		ss += x[d] * x[d];
+	double r = 1.0 / sqrt(ss / (double)D + eps);
+	for (int64_t d = 0; d < D; d++)
+		y[d] = x[d] * r * (1.0 + (double)w[d]);
+}
+
+/* The echo head: its logits are lm_head(norm_n(norm_h(h))) for the
+ * trunk's row h of the token before; rows with no hidden state (zeros)
+ * give zero logits. */
+static void test_head_by_hand(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model *m = load(be, "qwen3-5-moe");
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	struct atlas_model *h = atlas_model_load_mtp(dir, m, NULL);
+	CHECK(h != NULL);
+	CHECK(h && atlas_model_is_mtp(h) && !atlas_model_is_mtp(m));
+	const struct atlas_config *c = atlas_model_config(m);
+	const int64_t D = c->hidden_size, V = c->vocab_size;
+	CHECK_EQ_INT(c->mtp_layers, 1);
+	enum { N = 24 };
+	float *rows = trunk_rows(m, N);
+	float *lg = malloc((size_t)(N * V) * sizeof(float));
+	struct atlas_st *st = atlas_st_open(dir);
+	CHECK(st != NULL);
+	if (h && st) {
+		int32_t ids[N];
+		for (int i = 0; i < N; i++)
+			ids[i] = tok(i);
+		/* entry i: token i + 1 with the row of token i */
+		struct atlas_seq *s = atlas_seq_new(h);
+		struct atlas_batch_item it = {.seq = s, .ids = ids + 1, .n = N - 1, .logits = lg,
+					      .n_logits = N - 1, .hid = rows};
+		CHECK_EQ_INT(atlas_model_forward_batch(h, &it, 1), 0);
+		const float *lm = atlas_st_find(st, "lm_head.weight")->data;
+		const float *wh = atlas_st_find(st, "mtp.pre_fc_norm_hidden.weight")->data;
+		const float *wn = atlas_st_find(st, "mtp.norm.weight")->data;
+		double *u = malloc((size_t)D * sizeof(double)), *y = malloc((size_t)D * sizeof(double));
+		double worst = 0;
+		for (int i = 0; i < N - 1; i++) {
+			for (int64_t d = 0; d < D; d++)
+				y[d] = rows[(size_t)i * (size_t)D + (size_t)d];
+			norm(u, y, wh, D, c->rms_eps);
+			norm(y, u, wn, D, c->rms_eps);
+			double big = 0, err = 0;
+			for (int64_t v = 0; v < V; v++) {
+				double ref = 0;
+				for (int64_t d = 0; d < D; d++)
+					ref += (double)lm[v * D + d] * y[d];
+				big = fmax(big, fabs(ref));
+				err = fmax(err, fabs(ref - (double)lg[(size_t)i * (size_t)V + (size_t)v]));
+			}
+			worst = fmax(worst, err / big);
+		}
+		printf("# echo head against the formula: worst relative error %.3g\n", worst);
+		CHECK(worst < 1e-4);
+		/* no hidden state at all: zeros in, and (fc's embedding half
+		 * being zero) zero logits out */
+		atlas_seq_reset(s);
+		it.hid = NULL;
+		CHECK_EQ_INT(atlas_model_forward_batch(h, &it, 1), 0);
+		double mx = 0;
+		for (int64_t k = 0; k < (N - 1) * V; k++)
+			mx = fmax(mx, fabs(lg[k]));
+		CHECK(mx == 0);
+		atlas_seq_free(s);
+		free(u);
+		free(y);
+	}
+	atlas_st_close(st);
+	free(lg);
+	free(rows);
+	atlas_model_free(h);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
+/* The random head of qwen3-next-bf16, its entries fed in one step or in
+ * chunks (each with its rows, the first with rows of zeros before them):
+ * the same logits, bit for bit (batch-invariant mode). */
+static void test_head_chunks(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	be->batch_invariant = true;
+	struct atlas_model *m = load(be, "qwen3-next-bf16");
+	struct atlas_model *h = m ? atlas_model_load_mtp(dir, m, NULL) : NULL;
+	CHECK(m && h);
+	if (!m || !h) {
+		atlas_model_free(m);
+		be->destroy(be);
+		return;
+	}
+	const int64_t D = atlas_model_config(m)->hidden_size, V = atlas_model_config(m)->vocab_size;
+	enum { N = 41, Z = 3 };
+	float *rows = trunk_rows(m, N);
+	/* the one-shot rows: the first Z of them zeros */
+	float *zrows = malloc((size_t)(N * D) * sizeof(float));
+	memcpy(zrows, rows, (size_t)(N * D) * sizeof(float));
+	memset(zrows, 0, (size_t)(Z * D) * sizeof(float));
+	int32_t ids[N];
+	for (int i = 0; i < N; i++)
+		ids[i] = tok(i);
+	float *one = malloc((size_t)(N * V) * sizeof(float));
+	float *parts = malloc((size_t)(N * V) * sizeof(float));
+	struct atlas_seq *s = atlas_seq_new(h);
+	struct atlas_batch_item it = {.seq = s, .ids = ids + 1, .n = N - 1, .logits = one,
+				      .n_logits = N - 1, .hid = zrows};
+	CHECK_EQ_INT(atlas_model_forward_batch(h, &it, 1), 0);
+	atlas_seq_reset(s);
+	static const int chunk[] = {5, 1, 13, 20, 1};
+	for (int k = 0, at = 0; k < 5; at += chunk[k++]) {
+		it = (struct atlas_batch_item){.seq = s, .ids = ids + 1 + at, .n = chunk[k],
+					       .logits = parts + (size_t)at * (size_t)V,
+					       .n_logits = chunk[k],
+					       .hid = rows + (size_t)(at ? at : Z) * (size_t)D,
+					       .hid_zeros = at ? 0 : Z};
+		CHECK_EQ_INT(atlas_model_forward_batch(h, &it, 1), 0);
+	}
+	CHECK_EQ_INT(atlas_seq_len(s), N - 1);
+	CHECK(!memcmp(one, parts, (size_t)((N - 1) * V) * sizeof(float)));
+	/* a bad count of zero rows is refused, nothing appended */
+	it = (struct atlas_batch_item){.seq = s, .ids = ids, .n = 1, .hid = rows, .hid_zeros = 2};
+	CHECK_EQ_INT(atlas_model_forward_batch(h, &it, 1), ATLAS_EINVAL);
+	CHECK_EQ_INT(atlas_seq_len(s), N - 1);
+	atlas_seq_free(s);
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(h), atlas_model_kv_blocks_total(h));
+	free(one);
+	free(parts);
+	free(rows);
+	free(zrows);
+	atlas_model_free(h);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
+/* A checkpoint without mtp.* has no head to load, by name. */
+static void test_refusals(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model *m = load(be, "qwen3-bf16");
+	CHECK(m != NULL);
+	CHECK(m && !atlas_model_load_mtp(dir, m, NULL));
+	CHECK_CONTAINS(atlas_errmsg(), "cannot load the MTP head of");
+	CHECK_CONTAINS(atlas_errmsg(), "no mtp.fc.weight");
+	atlas_model_free(m);
+	struct atlas_config c;
+	snprintf(dir, sizeof(dir), "%s/tests/fixtures/golden/qwen3-next-bf16", harness_srcdir());
+	CHECK_EQ_INT(atlas_config_load(dir, &c), 0);
+	CHECK_EQ_INT(c.mtp_layers, 1);
+	CHECK_EQ_INT(atlas_config_parse("{\"model_type\":\"qwen3_next\",\"vocab_size\":8,"
+					"\"hidden_size\":8,\"intermediate_size\":8,"
+					"\"num_hidden_layers\":1,\"num_attention_heads\":1,"
+					"\"num_nextn_predict_layers\":99}", "c", &c),
+		     ATLAS_EFORMAT);
+	CHECK_CONTAINS(atlas_errmsg(), "MTP layers");
+	be->destroy(be);
+}
+
+int main(void)
+{
+	RUN(test_head_by_hand);
+	RUN(test_head_chunks);
+	RUN(test_refusals);
+	return harness_done();
+}
