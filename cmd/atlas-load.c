@@ -262,6 +262,14 @@ static int inspect(const struct opts *o, const char *dir)
 		json_object_object_add(j, "vocab_size", json_object_new_int64(c.vocab_size));
 		json_object_object_add(j, "moe", atlas_ckpt_moe_json(&c));
 		json_object_object_add(j, "linear_attention", atlas_ckpt_hybrid_json(&c));
+		struct json_object *mh = NULL;
+		if (ci.mtp_tensors) {
+			mh = json_object_new_object();
+			json_object_object_add(mh, "layers", json_object_new_int64(c.mtp_layers));
+			json_object_object_add(mh, "tensors", json_object_new_int64(ci.mtp_tensors));
+			json_object_object_add(mh, "parameters", json_object_new_int64(ci.mtp_params));
+		}
+		json_object_object_add(j, "mtp_head", mh);
 		json_object_object_add(j, "quantization",
 				       qdesc[0] ? json_object_new_string(qdesc) : NULL);
 		json_object_object_add(j, "tokenizer", json_object_new_string(ci.tokenizer_type));
@@ -323,6 +331,11 @@ static int inspect(const struct opts *o, const char *dir)
 	if (lin)
 		fputs(lin, stdout);
 	free(lin);
+	if (ci.mtp_tensors)
+		printf("mtp head:        %lld layer%s, %lld tensors, %lld parameters "
+		       "(--speculative mtp)\n", (long long)(c.mtp_layers ? c.mtp_layers : 1),
+		       c.mtp_layers > 1 ? "s" : "", (long long)ci.mtp_tensors,
+		       (long long)ci.mtp_params);
 	if (qdesc[0])
 		printf("quantization:    %s%s\n", qdesc,
 		       fp8   ? " (linear layers FP8 on GPUs, dequantized on the CPU)"

@@ -14,7 +14,9 @@ tokenizer, expected.json + logits-*.bin, the greedy continuation with
 the near-tie redraw rule and the router-gap rule of gen-moe-golden.py,
 whose write_case it uses). The sequences are gen-moe-golden.py's plus
 one of 150 tokens, which crosses two 64-token chunks of the delta rule's
-chunked form. The tensor names and shapes and config.json are printed,
+chunked form. qwen3-next-bf16 and qwen3-5-moe then get an MTP head
+(scripts/add-mtp-head.py: random and echo). The tensor names and shapes
+and config.json are printed,
 so the loader can be written against what transformers writes.
 
 With OUTDIR/src, the transformers modeling and configuration sources of
@@ -24,6 +26,7 @@ are transformers' code, the reference for the semantics).
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import traceback
 
@@ -107,6 +110,9 @@ def main():
          dict(hybrid, mlp_only_layers=[1])),
         ("qwen3-5-moe", "qwen3_5_moe_text", 33, torch.float32, 2, dict(hybrid)),
     ]
+    # the MTP head each committed fixture carries (transformers writes
+    # none): scripts/add-mtp-head.py, after the case is written
+    heads = {"qwen3-next-bf16": "random", "qwen3-5-moe": "echo"}
     only = set(sys.argv[2:])
     failed = []
     for name, family, seed, wdtype, k, kw in cases:
@@ -115,6 +121,11 @@ def main():
         try:
             moe.write_case(name, family, gold, tok_dir, seed, wdtype, seqs, k,
                            kw["num_experts"], **kw)
+            if name in heads:
+                add = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                   "add-mtp-head.py")
+                subprocess.run([sys.executable, add, os.path.join(gold, name),
+                                "--kind", heads[name]], check=True)
         except Exception:
             traceback.print_exc()
             print(f"FAILED {name}", flush=True)

@@ -59,6 +59,8 @@ struct atlas_ckpt_info {
 	int64_t n_bytes;                       /* sum of tensor bytes */
 	int64_t params_by_dtype[ATLAS_DTYPE_COUNT]; /* elements per dtype */
 	int64_t n_files;                       /* safetensors files */
+	int64_t mtp_tensors, mtp_params;       /* of a multi-token prediction
+						* head (mtp.*), 0 when none */
 	char tokenizer_type[32];               /* tokenizer.json model.type ("BPE"), or "" */
 	bool chat_template;                    /* tokenizer_config.json or chat_template.jinja */
 };

@@ -39,6 +39,10 @@ int atlas_ckpt_inspect(const char *dir, struct atlas_ckpt_info *out)
 	for (int64_t i = 0; i < out->n_tensors; i++) {
 		const struct atlas_tensor_info *t = atlas_st_get(st, i);
 		out->n_params += t->numel;
+		if (!strncmp(t->name, "mtp.", 4)) {
+			out->mtp_tensors++;
+			out->mtp_params += t->numel;
+		}
 		out->n_bytes += (int64_t)t->nbytes;
 		out->params_by_dtype[t->dtype] += t->numel;
 		if (!last_file || strcmp(last_file, t->file)) {

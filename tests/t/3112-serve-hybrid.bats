@@ -5,8 +5,9 @@
 # of the recurrent state at block boundaries, so a repeated long prompt
 # is read from the cache (cached_tokens) with the text and logprobs of
 # the cold answer, and /metrics counts the snapshots and their memory;
-# with --no-prefix-cache nothing is cached; n-gram speculation gives the
-# plain text.
+# with --no-prefix-cache nothing is cached; n-gram speculation and the
+# checkpoint's MTP head (--speculative mtp) give the plain text, the
+# latter for a repeated long prompt read from the cache too.
 
 load 3000-serve-helper
 
@@ -16,12 +17,14 @@ setup_file() {
 	serve_start H --device cpu -m "$HY" --max-seqs 4
 	serve_start HN --device cpu -m "$HY" --no-prefix-cache
 	serve_start HS --device cpu -m "$HY" --speculative ngram
+	serve_start HM --device cpu -m "$HY" --speculative mtp --num-draft 3
 }
 
 teardown_file() {
 	serve_stop H
 	serve_stop HN
 	serve_stop HS
+	serve_stop HM
 }
 
 usage_field() {
@@ -74,4 +77,24 @@ long_prompt() {
 	expect_eq "$status_code" 200
 	expect_eq "$(choices "$body")" "$plain" "speculative"
 	[ "$(metric "$HS_URL" atlas_spec_draft_tokens_total)" -gt 0 ]
+}
+
+@test "MTP speculation: the plain text, cold and from the cache" {
+	local req plain long
+	req='{"prompt":"the cat sat on the mat and the cat sat on the","max_tokens":24,"temperature":0,"ignore_eos":true}'
+	http POST "$HN_URL/v1/completions" "$req"
+	plain=$(choices "$body")
+	http POST "$HM_URL/v1/completions" "$req"
+	expect_eq "$status_code" 200
+	expect_eq "$(choices "$body")" "$plain" "mtp"
+	[ "$(metric "$HM_URL" atlas_spec_draft_tokens_total)" -gt 0 ]
+	expect_match "$(cat "$HM_LOG")" 'speculative mtp,' "the ready line"
+	req="{\"prompt\":\"$(long_prompt)\",\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true}"
+	http POST "$HN_URL/v1/completions" "$req"
+	long=$(choices "$body")
+	http POST "$HM_URL/v1/completions" "$req"
+	expect_eq "$(choices "$body")" "$long" "cold"
+	http POST "$HM_URL/v1/completions" "$req"
+	expect_eq "$(choices "$body")" "$long" "warm"
+	[ "$(usage_field "$body" cached_tokens)" -gt 0 ]
 }

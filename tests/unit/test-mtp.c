@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../../lib/backend/backend.h"
 #include "../../lib/core/error.h"
 #include "../../lib/io/config.h"
 #include "../../lib/io/safetensors.h"
 #include "../../lib/model/model.h"
+#include "../../lib/model/tensors.h"
 #include "harness.h"
 
 static char dir[512];
@@ -196,6 +198,85 @@ static void test_head_chunks(void)
 	be->destroy(be);
 }
 
+static int n_problems;
+static char last_problem[512];
+
+static void on_finding(void *arg, enum atlas_finding level, const char *msg)
+{
+	(void)arg;
+	if (level == ATLAS_FINDING_PROBLEM) {
+		n_problems++;
+		snprintf(last_problem, sizeof(last_problem), "%s", msg);
+	}
+}
+
+/* qwen3-next-bf16 with its head's k_proj cut to half its rows, into the
+ * tmpdir's `name`; returns the directory or NULL. */
+static char *write_misshapen(const char *name)
+{
+	char src[600];
+	snprintf(src, sizeof(src), "%s/tests/fixtures/golden/qwen3-next-bf16", harness_srcdir());
+	struct atlas_st *st = atlas_st_open(src);
+	if (!st)
+		return NULL;
+	const int64_t n = atlas_st_count(st);
+	struct harness_tensor *t = calloc((size_t)n, sizeof(*t));
+	for (int64_t i = 0; i < n; i++) {
+		const struct atlas_tensor_info *x = atlas_st_get(st, i);
+		t[i] = (struct harness_tensor){.name = x->name, .dtype = atlas_dtype_name(x->dtype),
+					       .ndim = x->ndim, .data = x->data, .len = x->nbytes};
+		for (int d = 0; d < x->ndim && d < 3; d++)
+			t[i].shape[d] = x->shape[d];
+		if (!strcmp(x->name, "mtp.layers.0.self_attn.k_proj.weight")) {
+			t[i].shape[0] /= 2;
+			t[i].len /= 2;
+		}
+	}
+	char rel[300], *d = malloc(700);
+	snprintf(d, 700, "%s/%s", harness_tmpdir(), name);
+	mkdir(d, 0755);
+	snprintf(rel, sizeof(rel), "%s/model.safetensors", name);
+	char *a = harness_write_st(rel, t, (int)n);
+	FILE *f = NULL;
+	char cfg[700], buf[8192];
+	snprintf(cfg, sizeof(cfg), "%s/config.json", src);
+	size_t len = (f = fopen(cfg, "rb")) ? fread(buf, 1, sizeof(buf), f) : 0;
+	if (f)
+		fclose(f);
+	char *b = len ? harness_write(d, "config.json", buf, len) : NULL;
+	if (!a || !b) {
+		free(d);
+		d = NULL;
+	}
+	free(a);
+	free(b);
+	free(t);
+	atlas_st_close(st);
+	return d;
+}
+
+/* A misshapen head: validate names the tensor, loading the head fails
+ * naming it, the trunk loads as before. */
+static void test_misshapen(void)
+{
+	char *d = write_misshapen("misshapen");
+	CHECK(d != NULL);
+	if (!d)
+		return;
+	n_problems = 0;
+	CHECK_EQ_INT(atlas_model_validate(d, on_finding, NULL), 1);
+	CHECK_CONTAINS(last_problem, "mtp.layers.0.self_attn.k_proj.weight");
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model *m = atlas_model_load(d, be, NULL);
+	CHECK(m != NULL);
+	CHECK(m && !atlas_model_load_mtp(d, m, NULL));
+	CHECK_CONTAINS(atlas_errmsg(), "mtp.layers.0.self_attn.k_proj.weight");
+	CHECK_CONTAINS(atlas_errmsg(), "has shape [16, 64]");
+	atlas_model_free(m);
+	be->destroy(be);
+	free(d);
+}
+
 /* A checkpoint without mtp.* has no head to load, by name. */
 static void test_refusals(void)
 {
@@ -224,5 +305,6 @@ int main(void)
 	RUN(test_head_by_hand);
 	RUN(test_head_chunks);
 	RUN(test_refusals);
+	RUN(test_misshapen);
 	return harness_done();
 }
