@@ -20,7 +20,7 @@ setup() {
 @test "--help, the man page and the completions list --draft-model" {
 	run -0 --separate-stderr atlas-run --help
 	expect_contains "$output" "--draft-model M" "usage"
-	expect_contains "$output" "or draft (drafts from --draft-model)" "usage"
+	expect_contains "$output" "draft (drafts from --draft-model) or mtp" "usage"
 	local man
 	man=$(cat "$ATLAS_SRC/man/atlas-run.1")
 	expect_contains "$man" '.BI \-\-draft\-model " M"' "man"

@@ -51,6 +51,15 @@ setup() {
 	expect_match "$output" '"spec_accepted":[1-9]' "drafts accepted"
 }
 
+@test "serve --self -m HYBRID --speculative mtp: the checkpoint's head drafts" {
+	run -0 --separate-stderr atlas-bench serve --self -m "$ATLAS_SRC/tests/fixtures/golden/qwen3-next-bf16" \
+		--speculative mtp --num-draft 2 --prompt 32 --gen 16 --requests 2 --vocab 40 \
+		--max errors=0 --json
+	expect_contains "$stderr" "spec_accept_rate"
+	expect_contains "$output" '"speculative":"mtp"'
+	expect_match "$output" '"spec_drafted":[1-9]' "drafts proposed"
+}
+
 @test "bad --speculative and --num-draft uses exit 1 and name the fault" {
 	run -1 --separate-stderr atlas-bench serve --self --speculative mtp --draft-model x
 	expect_contains "$stderr" "--draft-model is for --speculative draft, not mtp"
