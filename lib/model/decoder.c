@@ -793,6 +793,7 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 		ALLOC(m->qkvz, m->max_tokens * (C + Z) * a);
 		ALLOC(m->ba, m->max_tokens * 2 * Hv * a);
 		ALLOC(m->lin_o, m->max_tokens * Z * a);
+		ALLOC(m->h_keep, m->max_tokens * c->hidden_size * a);
 		m->gdn = calloc((size_t)m->max_seqs, sizeof(*m->gdn));
 		m->gdn_state = calloc((size_t)m->max_seqs, sizeof(*m->gdn_state));
 		m->gdn_snap = calloc((size_t)m->max_seqs, sizeof(*m->gdn_snap));
@@ -921,7 +922,8 @@ static int size_memory(struct atlas_model *m)
 		act += rows * a * (size_t)(2 * c->hidden_size);
 	if (c->n_linear)
 		act += rows * a * (size_t)(2 * c->lin_k_heads * c->lin_k_dim +
-					   3 * c->lin_v_heads * c->lin_v_dim + 2 * c->lin_v_heads);
+					   3 * c->lin_v_heads * c->lin_v_dim + 2 * c->lin_v_heads +
+					   c->hidden_size);
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * m->kv_row;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
@@ -1249,7 +1251,7 @@ void atlas_model_free(struct atlas_model *m)
 	atlas_kvpool_release(m);
 	void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u,
 		m->logits, m->sel, m->inv_freq, m->moe_scratch, m->moe_zero, m->qg, m->qkvz,
-		m->ba, m->lin_o, m->mtp_hid, m->mtp_zero};
+		m->ba, m->lin_o, m->mtp_hid, m->mtp_zero, m->h_keep};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);

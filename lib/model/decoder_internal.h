@@ -145,6 +145,9 @@ struct atlas_model {
 					   * hybrid model holds (all its linear
 					   * layers), 0 otherwise */
 	void *qkvz, *ba, *lin_o;          /* hybrid activations, max_tokens rows */
+	void *h_keep;                     /* hybrid models: backend [max_tokens,
+					   * hidden] act, where a cut's replay keeps
+					   * the last step's hidden rows (kvpool.c) */
 	void *qg;                         /* gated attention's q projection
 					   * [max_tokens, H, 2 hd], or NULL */
 	struct atlas_gdn_item *gdn;       /* host [max_seqs]: the step's items */

@@ -308,7 +308,7 @@ static size_t footprint(const struct atlas_model *m)
 	size_t rows = (size_t)m->max_tokens;
 	size_t act = rows * a * (size_t)(3 * D + 2 * qd + 2 * kvd + 2 * F) +
 		     (gq ? rows * a * (size_t)(2 * qd) : 0) +
-		     (c->n_linear ? rows * (a * (size_t)(C + 2 * Z + 2 * c->lin_v_heads) +
+		     (c->n_linear ? rows * (a * (size_t)(C + 2 * Z + 2 * c->lin_v_heads + D) +
 					    4 * (size_t)C) : 0) +
 		     rows * 4 * (size_t)c->vocab_size + (size_t)m->max_seqs * (size_t)D * a +
 		     (md.n_experts ? atlas_moe_scratch_bytes(&md, m->max_tokens) : 0) +

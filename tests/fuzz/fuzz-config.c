@@ -69,6 +69,8 @@ static void check_config(const struct atlas_config *c)
 		abort();
 	if (c->sliding_window < 0 || c->bos_id < -1)
 		abort();
+	if (c->mtp_layers < 0 || c->mtp_layers > 64)
+		abort(); /* the MTP head's layer count, as config.c bounds it */
 	check_eos(c->eos_ids, c->n_eos);
 }
 

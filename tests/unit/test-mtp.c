@@ -25,6 +25,7 @@ static struct atlas_model *load(struct atlas_backend *be, const char *name)
 	struct atlas_model_params p;
 	atlas_model_default_params(&p);
 	p.max_tokens = 64;
+	p.max_seqs = 2;
 	snprintf(dir, sizeof(dir), "%s/tests/fixtures/golden/%s", harness_srcdir(), name);
 	return atlas_model_load(dir, be, &p);
 }
@@ -277,6 +278,43 @@ static void test_misshapen(void)
 	free(d);
 }
 
+/* A hybrid model's cut replays tokens (kvpool.c): the hidden rows of the
+ * step before it, which a head reads next, survive it. */
+static void test_rows_survive_cut(void)
+{
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	struct atlas_model *m = load(be, "qwen3-next-bf16");
+	CHECK(m != NULL);
+	if (!m) {
+		be->destroy(be);
+		return;
+	}
+	int32_t ids[16];
+	for (int i = 0; i < 16; i++)
+		ids[i] = tok(i);
+	struct atlas_seq *a = atlas_seq_new(m), *b = atlas_seq_new(m);
+	struct atlas_batch_item it[2] = {{.seq = a, .ids = ids, .n = 10},
+					 {.seq = b, .ids = ids + 3, .n = 7}};
+	CHECK_EQ_INT(atlas_model_forward_batch(m, it, 2), 0);
+	/* b's one token first, then a's four (a verification's rows) */
+	it[0] = (struct atlas_batch_item){.seq = b, .ids = ids + 10, .n = 1};
+	it[1] = (struct atlas_batch_item){.seq = a, .ids = ids + 10, .n = 4};
+	CHECK_EQ_INT(atlas_model_forward_batch(m, it, 2), 0);
+	size_t rb;
+	const void *rows = atlas_model_hidden_rows(m, &rb);
+	void *before = malloc(5 * rb);
+	memcpy(before, rows, 5 * rb);
+	/* a keeps two of its four: the state goes back and two tokens run again */
+	CHECK_EQ_INT(atlas_seq_truncate(a, 12), 0);
+	CHECK_EQ_INT(atlas_seq_len(a), 12);
+	CHECK(!memcmp(atlas_model_hidden_rows(m, NULL), before, 5 * rb));
+	free(before);
+	atlas_seq_free(a);
+	atlas_seq_free(b);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
 /* A checkpoint without mtp.* has no head to load, by name. */
 static void test_refusals(void)
 {
@@ -304,6 +342,7 @@ int main(void)
 {
 	RUN(test_head_by_hand);
 	RUN(test_head_chunks);
+	RUN(test_rows_survive_cut);
 	RUN(test_refusals);
 	RUN(test_misshapen);
 	return harness_done();
