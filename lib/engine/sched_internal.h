@@ -57,6 +57,8 @@ struct atlas_sreq {
 	int64_t h_row;                 /* the first row of its item in that step */
 	int64_t h_pos;                 /* the position of that row */
 	int64_t h_n;                   /* rows of its item */
+	int64_t step_item;             /* its item in the step being built, -1:
+				        * none (sched_mtp.c) */
 	int spec_fails;                /* steps in a row whose drafts all failed */
 	int spec_skip;                 /* steps to go before drafting again */
 	double t_first;                /* time of the first token, 0 before */
@@ -112,6 +114,7 @@ struct atlas_sched {
 	 * ATLAS_SPEC_MTP; engine thread only) */
 	struct atlas_model *dm;        /* the draft model, or NULL */
 	bool mtp;                      /* dm is the target's MTP head (sched_mtp.c) */
+	struct atlas_sreq **mtp_run;   /* [max_seqs] the running requests, copied */
 	int64_t fwd_steps;             /* the target's steps run (for h_step) */
 	int64_t dV;                    /* its vocabulary size (its logits' rows) */
 	float *dlogits;                /* [ATLAS_SCHED_SPEC_SEQS, dV] one pass's rows */

@@ -14,10 +14,11 @@
  * reads them there. atlas_sched_mtp_note records, after each target
  * step, where each request's rows lie (r->h_*). A step then goes:
  *
- *   catch-up  every item's request (that may ever draft: not an
- *             embedding or reasoning request) feeds its head sequence the
- *             entries its last step confirmed: tokens hist[len + 1 ..],
- *             hidden rows from the target's last step; all in one pass.
+ *   catch-up  every running request (that may ever draft: not an
+ *             embedding or reasoning request; with an item in this step
+ *             or not) feeds its head sequence the entries its last step
+ *             confirmed: tokens hist[len + 1 ..], hidden rows from the
+ *             target's last step; all in one pass.
  *             Entries whose hidden state no step left (tokens that came
  *             from the target's prefix cache, or a request the pass had
  *             no room for) take zeros: a draft from them is worse, never
@@ -116,11 +117,27 @@ void atlas_sched_mtp(struct atlas_sched *s, int64_t n)
 	int64_t nw = 0, m = 0, rows = 0, tok = atlas_model_max_tokens(s->dm);
 	int64_t dfree = atlas_model_kv_blocks_free(s->dm);
 	int64_t at[ATLAS_SCHED_SPEC_SEQS]; /* the catch-up item of each w */
+	int64_t blind = 0;                 /* entries fed zeros */
 
-	/* catch-up: one pass over every item's request */
-	for (int64_t i = 0; i < n; i++) {
-		struct atlas_sreq *r = s->item_req[i];
-		struct atlas_dwork *x = r->draft > 0 && nw < ATLAS_SCHED_SPEC_SEQS ? &w[nw] : NULL;
+	/* the running requests, those without an item in this step too (a
+	 * prompt whose next chunk waits for budget: the rows of its last
+	 * chunk are there now and gone after this step); only this thread
+	 * changes the list, under mu */
+	pthread_mutex_lock(&s->mu);
+	const int64_t nr = s->n_running;
+	memcpy(s->mtp_run, s->running, (size_t)nr * sizeof(*s->running));
+	pthread_mutex_unlock(&s->mu);
+	for (int64_t i = 0; i < nr; i++)
+		s->mtp_run[i]->step_item = -1;
+	for (int64_t i = 0; i < n; i++)
+		s->item_req[i]->step_item = i;
+
+	/* catch-up: one pass over every running request */
+	for (int64_t q = 0; q < nr; q++) {
+		struct atlas_sreq *r = s->mtp_run[q];
+		const int64_t i = r->step_item;
+		struct atlas_dwork *x =
+		    i >= 0 && r->draft > 0 && nw < ATLAS_SCHED_SPEC_SEQS ? &w[nw] : NULL;
 		if (x)
 			*x = (struct atlas_dwork){.r = r, .item = i, .k = r->draft};
 		if (!follows(r) || !head_seq(s, r, head_limit(r))) {
@@ -141,6 +158,7 @@ void atlas_sched_mtp(struct atlas_sched *s, int64_t n)
 		}
 		dfree -= atlas_seq_blocks_needed(r->dseq, c + (k ? k - 1 : 0));
 		tok -= c;
+		blind += it->hid_zeros;
 		if (x) {
 			x->k = k;
 			x->live = k > 0 && atlas_dwork_setup(s, x, nw);
@@ -155,9 +173,14 @@ void atlas_sched_mtp(struct atlas_sched *s, int64_t n)
 		m++;
 	}
 	if (atlas_dwork_pass(s, m, w, nw)) {
+		/* (the counts: the engine thread writes st under mu) */
+		pthread_mutex_lock(&s->mu);
+		s->st.mtp_entries += rows - blind;
+		s->st.mtp_blind += blind;
+		pthread_mutex_unlock(&s->mu);
 		/* confirmed entries: later requests may share them */
-		for (int64_t i = 0; atlas_model_prefix_cache(s->dm) && i < n; i++) {
-			struct atlas_sreq *r = s->item_req[i];
+		for (int64_t q = 0; atlas_model_prefix_cache(s->dm) && q < nr; q++) {
+			struct atlas_sreq *r = s->mtp_run[q];
 			if (r->dseq && follows(r))
 				atlas_seq_publish_prefix(r->dseq, r->hist + 1);
 		}

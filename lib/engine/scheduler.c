@@ -84,7 +84,9 @@ struct atlas_sched *atlas_sched_new(struct atlas_model *m, const struct atlas_to
 				   sizeof(*s->ditems));
 		s->dmask_words = ((s->dV > s->V ? s->dV : s->V) + 31) / 32;
 		s->dmask = malloc((size_t)(ATLAS_SCHED_SPEC_SEQS * s->dmask_words) * sizeof(uint32_t));
-		if (!s->dlogits || !s->ditems || !s->dmask) {
+		if (mtp)
+			s->mtp_run = calloc((size_t)ms, sizeof(*s->mtp_run));
+		if (!s->dlogits || !s->ditems || !s->dmask || (mtp && !s->mtp_run)) {
 			atlas_sched_free(s);
 			goto nomem;
 		}
@@ -121,6 +123,7 @@ void atlas_sched_free(struct atlas_sched *s)
 	free(s->spec_mask);
 	free(s->dlogits);
 	free(s->ditems);
+	free(s->mtp_run);
 	free(s->dmask);
 	free(s->raw);
 	free(s->hid);

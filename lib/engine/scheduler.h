@@ -170,6 +170,11 @@ struct atlas_sched_stats {
 	int64_t spec_accepted;    /* of those, accepted */
 	int64_t spec_tokens;      /* tokens those steps emitted (accepted + one each,
 				   * less where a request ended inside a step) */
+	int64_t mtp_entries;      /* --speculative mtp: entries the head's
+				   * sequences were fed from the model's hidden
+				   * states ... */
+	int64_t mtp_blind;        /* ... and with zeros, no step having left
+				   * the token's state (sched_mtp.c) */
 };
 
 /* A scheduler over `m` and `tok` (tok may be NULL: no text, no stop

@@ -615,9 +615,16 @@ static void test_mtp(void)
 				if (pool && !serial)
 					CHECK(st.preemptions > 0);
 				CHECK_EQ_INT(atlas_model_kv_blocks_free(h), atlas_model_kv_blocks_total(h));
-				printf("# mtp %s%s%s: %lld of %lld accepted\n", names[f],
+				printf("# mtp %s%s%s: %lld of %lld accepted; head entries %lld from "
+				       "hidden states, %lld from zeros\n", names[f],
 				       pool ? ", small pools" : "", serial ? ", serial" : "",
-				       (long long)st.spec_accepted, (long long)st.spec_drafted);
+				       (long long)st.spec_accepted, (long long)st.spec_drafted,
+				       (long long)st.mtp_entries, (long long)st.mtp_blind);
+				/* every entry from the state its token left (the
+				 * prompts and outputs, all but each one's last) */
+				CHECK(st.mtp_entries > 0);
+				if (!pool)
+					CHECK_EQ_INT(st.mtp_blind, 0);
 			}
 			if (!pool) {
 				/* (the trunk's cache hits only where it holds a state
