@@ -14,18 +14,13 @@
 # this checks the CUDA path (the head reading the trunk's hidden rows in
 # device memory), not the speed-up, which needs a trained head.
 set -u
-out=${1:?usage: gpu-mtp.sh OUT [BUILD]}
-build=${2:-build}
-src=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$out"
-case $build in /*) ;; *) build="$src/$build" ;; esac
+PRELUDE_NO_MODEL=1
+# shellcheck source=scripts/gpu-prelude.sh
+. "$(dirname "$0")/gpu-prelude.sh"
 export ATLAS_SRC="$src"
-cd "$src" || exit 1
-sh scripts/gpu-unpack.sh "$build"
 status=0
 summary="$out/summary.md"
-echo "| check | result | detail |" >"$summary"
-echo "|---|---|---|" >>"$summary"
+printf '| check | result | detail |\n|---|---|---|\n' >"$summary"
 row() { echo "| $1 | $2 | $3 |" >>"$summary"; [ "$2" = FAIL ] && status=1; return 0; }
 G=$src/tests/fixtures/golden
 printf '%s\n' "the cat sat on the mat and the cat sat on the" "one two three four" \

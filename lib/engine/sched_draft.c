@@ -220,17 +220,28 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 	 * just arrived */
 	catch_up(s, w, nw);
 
-	/* drafting: draft j - 1 in, draft j out */
+	atlas_dwork_passes(s, w, nw);
+	atlas_dwork_finish(s, w, nw, fed);
+}
+
+void atlas_dwork_passes(struct atlas_sched *s, struct atlas_dwork *w, int64_t nw)
+{
+	/* draft j - 1 in, draft j out (an MTP head pairs it with its own
+	 * hidden row of the entry before, from the last pass) */
 	for (;;) {
+		size_t rb = 0;
+		const char *own = s->mtp ? atlas_model_hidden_rows(s->dm, &rb) : NULL;
 		int64_t m = 0, at[ATLAS_SCHED_SPEC_SEQS];
 		for (int64_t i = 0; i < nw; i++) {
 			if (!w[i].live)
 				continue;
 			struct atlas_sreq *r = w[i].r;
 			s->ditems[m] = (struct atlas_batch_item){
-				.seq = r->dseq, .ids = r->hist + r->n_hist + w[i].nd - 1, .n = 1};
+				.seq = r->dseq, .ids = r->hist + r->n_hist + w[i].nd - 1, .n = 1,
+				.hid = own ? own + (size_t)w[i].hrow * rb : NULL};
 			if (!atlas_dwork_want(s, &w[i], &s->ditems[m], s->dlogits + m * s->dV))
 				continue; /* (its grammar allows nothing more: done) */
+			w[i].hrow = m;
 			at[m++] = i;
 		}
 		if (!atlas_dwork_pass(s, m, w, nw))
@@ -238,8 +249,6 @@ void atlas_sched_draft(struct atlas_sched *s, int64_t n)
 		for (int64_t j = 0; j < m; j++)
 			atlas_dwork_take(s, &w[at[j]], s->ditems[j].logits);
 	}
-
-	atlas_dwork_finish(s, w, nw, fed);
 }
 
 void atlas_dwork_finish(struct atlas_sched *s, struct atlas_dwork *w, int64_t nw,

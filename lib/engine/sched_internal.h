@@ -182,6 +182,9 @@ void atlas_dwork_take(struct atlas_sched *s, struct atlas_dwork *w, float *row);
  * was nothing to run or it failed (then no request drafts: w[0, nw)
  * stop with none made). */
 bool atlas_dwork_pass(struct atlas_sched *s, int64_t m, struct atlas_dwork *w, int64_t nw);
+/* The one-token passes after the first draft: draft j - 1 in, draft j
+ * out, every live w batched in each pass, until none is live. */
+void atlas_dwork_passes(struct atlas_sched *s, struct atlas_dwork *w, int64_t nw);
 /* Hand w[0, nw)'s drafts to their items in the step, then cut each
  * draft sequence back to keep(r, nd) tokens (the grammars are freed). */
 void atlas_dwork_finish(struct atlas_sched *s, struct atlas_dwork *w, int64_t nw,

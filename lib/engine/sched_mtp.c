@@ -193,27 +193,6 @@ void atlas_sched_mtp(struct atlas_sched *s, int64_t n)
 
 	/* drafting: draft j - 1 and the head's hidden row before it in,
 	 * draft j out */
-	for (;;) {
-		size_t rb;
-		const char *own = atlas_model_hidden_rows(s->dm, &rb);
-		int64_t am[ATLAS_SCHED_SPEC_SEQS];
-		m = 0;
-		for (int64_t i = 0; i < nw; i++) {
-			struct atlas_sreq *r = w[i].r;
-			if (!w[i].live)
-				continue;
-			s->ditems[m] = (struct atlas_batch_item){
-				.seq = r->dseq, .ids = r->hist + r->n_hist + w[i].nd - 1, .n = 1,
-				.hid = own + (size_t)w[i].hrow * rb};
-			if (!atlas_dwork_want(s, &w[i], &s->ditems[m], s->dlogits + i * s->dV))
-				continue;
-			w[i].hrow = m;
-			am[m++] = i;
-		}
-		if (!atlas_dwork_pass(s, m, w, nw))
-			break;
-		for (int64_t j = 0; j < m; j++)
-			atlas_dwork_take(s, &w[am[j]], s->ditems[j].logits);
-	}
+	atlas_dwork_passes(s, w, nw);
 	atlas_dwork_finish(s, w, nw, confirmed);
 }

@@ -975,17 +975,26 @@ static int hybrid_refused(const struct atlas_model *m)
 	return 0;
 }
 
-struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
-				     const struct atlas_model_params *p)
+/* An empty model on backend be, or NULL (said). */
+static struct atlas_model *model_new(struct atlas_backend *be)
 {
 	struct atlas_model *m = calloc(1, sizeof(*m));
-	int rc;
 	if (!m) {
 		atlas_error(ATLAS_ENOMEM, "out of memory");
 		return NULL;
 	}
 	m->be = be;
 	m->act = atlas_dtype_size(be->act_dtype);
+	return m;
+}
+
+struct atlas_model *atlas_model_load(const char *dir, struct atlas_backend *be,
+				     const struct atlas_model_params *p)
+{
+	struct atlas_model *m = model_new(be);
+	int rc;
+	if (!m)
+		return NULL;
 	if (atlas_config_load(dir, &m->cfg))
 		goto fail;
 	const struct atlas_config *c = &m->cfg;
@@ -1121,14 +1130,10 @@ fail:
 struct atlas_model *atlas_model_load_mtp(const char *dir, struct atlas_model *target,
 					 const struct atlas_model_params *p)
 {
-	struct atlas_model *m = calloc(1, sizeof(*m));
+	struct atlas_model *m = model_new(target->be);
 	int rc;
-	if (!m) {
-		atlas_error(ATLAS_ENOMEM, "out of memory");
+	if (!m)
 		return NULL;
-	}
-	m->be = target->be;
-	m->act = target->act;
 	m->mtp = true;
 	m->head_borrowed = true;
 	m->fam = target->fam;
