@@ -194,6 +194,9 @@ static int prepare(struct atlas_model *m, const struct atlas_batch_item *it, int
 		if (it[i].n_logits < 0 || it[i].n_logits > it[i].n)
 			return atlas_error(ATLAS_EINVAL, "%lld logits rows asked of an item of %lld tokens",
 					   (long long)it[i].n_logits, (long long)it[i].n);
+		if (m->mtp && it[i].hid && (it[i].hid_zeros < 0 || it[i].hid_zeros > it[i].n))
+			return atlas_error(ATLAS_EINVAL, "%lld zero rows in an item of %lld tokens",
+					   (long long)it[i].hid_zeros, (long long)it[i].n);
 		for (int64_t t = 0; t < it[i].n; t++)
 			if (it[i].ids[t] < 0 || it[i].ids[t] >= c->vocab_size)
 				return atlas_error(ATLAS_ERANGE,
@@ -658,10 +661,8 @@ static int mtp_gather(struct atlas_model *m, const struct atlas_batch_item *it, 
 	const size_t rb = (size_t)m->cfg.hidden_size * m->act;
 	char *dst = m->mtp_hid;
 	for (int64_t i = 0; i < n; i++) {
-		int64_t z = it[i].hid ? it[i].hid_zeros : it[i].n;
-		if (z < 0 || z > it[i].n)
-			return atlas_error(ATLAS_EINVAL, "%lld zero rows in an item of %lld",
-					   (long long)z, (long long)it[i].n);
+		/* (prepare() checked hid_zeros) */
+		const int64_t z = it[i].hid ? it[i].hid_zeros : it[i].n;
 		if (z)
 			TRY(be->copy(be, dst, m->mtp_zero, (size_t)z * rb));
 		if (it[i].n > z)

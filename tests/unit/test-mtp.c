@@ -184,10 +184,13 @@ static void test_head_chunks(void)
 	}
 	CHECK_EQ_INT(atlas_seq_len(s), N - 1);
 	CHECK(!memcmp(one, parts, (size_t)((N - 1) * V) * sizeof(float)));
-	/* a bad count of zero rows is refused, nothing appended */
-	it = (struct atlas_batch_item){.seq = s, .ids = ids, .n = 1, .hid = rows, .hid_zeros = 2};
+	/* a bad count of zero rows is refused, nothing appended or taken */
+	const int64_t free0 = atlas_model_kv_blocks_free(h);
+	it = (struct atlas_batch_item){.seq = s, .ids = ids, .n = 9, .hid = rows, .hid_zeros = 10};
 	CHECK_EQ_INT(atlas_model_forward_batch(h, &it, 1), ATLAS_EINVAL);
+	CHECK_CONTAINS(atlas_errmsg(), "10 zero rows in an item of 9 tokens");
 	CHECK_EQ_INT(atlas_seq_len(s), N - 1);
+	CHECK_EQ_INT(atlas_model_kv_blocks_free(h), free0);
 	atlas_seq_free(s);
 	CHECK_EQ_INT(atlas_model_kv_blocks_free(h), atlas_model_kv_blocks_total(h));
 	free(one);
