@@ -218,6 +218,15 @@ int serve_metrics_render(struct atlas_server *s, struct sbuf *b)
 			    "one each; tokens per step = this / atlas_spec_steps_total).",
 			    st.spec_tokens);
 	if (!rc)
+		rc = metric(b, "atlas_spec_mtp_entries_total", "counter",
+			    "Entries fed to the MTP head's caches from the model's hidden states "
+			    "(--speculative mtp).", st.mtp_entries);
+	if (!rc)
+		rc = metric(b, "atlas_spec_mtp_blind_entries_total", "counter",
+			    "Entries fed to the MTP head's caches with zeros, no step having left "
+			    "their hidden state (a prefix the model read from its cache): worse "
+			    "drafts, never other output.", st.mtp_blind);
+	if (!rc)
 		rc = metric(b, "atlas_preemptions_total", "counter",
 			    "Requests preempted to free KV blocks.", st.preemptions);
 	if (!rc)

@@ -88,6 +88,9 @@ long_prompt() {
 	expect_eq "$status_code" 200
 	expect_eq "$(choices "$body")" "$plain" "mtp"
 	[ "$(metric "$HM_URL" atlas_spec_draft_tokens_total)" -gt 0 ]
+	# the head's entries, from the model's hidden states: none from zeros
+	[ "$(metric "$HM_URL" atlas_spec_mtp_entries_total)" -gt 10 ]
+	expect_eq "$(metric "$HM_URL" atlas_spec_mtp_blind_entries_total)" 0 "blind entries"
 	expect_match "$(cat "$HM_LOG")" 'speculative mtp,' "the ready line"
 	req="{\"prompt\":\"$(long_prompt)\",\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true}"
 	http POST "$HN_URL/v1/completions" "$req"
