@@ -16,6 +16,12 @@
  *                                          layer the config makes sparse)
  *   logits = rmsnorm(x) Wlm               (last row of each item, or all)
  *
+ * An MTP head (atlas_model_load_mtp) is one such layer whose x comes in
+ * as fc([rmsnorm(embed(ids)), rmsnorm(hidden)]): each item's hidden rows
+ * (atlas_batch_item.hid, zeros where none) are gathered first; the final
+ * normed rows of every step stay in m->h until the next one
+ * (atlas_model_hidden_rows), for a head to read.
+ *
  * A one-token step (T = 1) runs the whole layer loop as the backend's
  * fused op when the backend accepted the model at load
  * (atlas_forward_fused_setup; CUDA: one kernel launch for every layer),
