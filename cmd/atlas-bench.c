@@ -87,7 +87,11 @@ static const char usage_text[] =
 	"  --self                start build's atlas-serve on a free port, then stop it\n"
 	"  --no-batch-invariant  with --self: start it with --no-batch-invariant (the\n"
 	"                        fastest kernels per step; default: batch-invariant)\n"
-	"  --speculative MODE    with --self: start it with --speculative MODE (none,\n"
+	"  --speculative MODE    decode --speculative mtp: also what a speculative step\n"
+	"                        costs with the checkpoint's MTP head (a random one\n"
+	"                        with --synthetic): verifying 1 + K rows, the head's\n"
+	"                        passes, the tokens a step it must give to pay;\n"
+	"                        with --self: start it with --speculative MODE (none,\n"
 	"                        ngram, draft, mtp); a server that speculates (--self or\n"
 	"                        --url) adds spec_accept_rate and spec_tok_per_step\n"
 	"                        columns\n"
@@ -361,9 +365,14 @@ static void check(struct opts *o)
 		bad("--batch-invariant is for decode, prefill and generate (serve: the server's mode)");
 	if (o->draft_model && !o->spec_set)
 		o->spec = ATLAS_SPEC_DRAFT;
-	if ((o->spec || o->num_draft || o->draft_model) && !(!strcmp(o->cmd, "serve") && o->self))
+	const bool spec_cost = !strcmp(o->cmd, "decode") && o->spec == ATLAS_SPEC_MTP;
+	if ((o->spec || o->num_draft || o->draft_model) && !(!strcmp(o->cmd, "serve") && o->self) &&
+	    !(spec_cost && !o->draft_model))
 		bad("--speculative, --draft-model and --num-draft are for serve --self (the server "
-		    "started here; serve --url reports the server's own speculation)");
+		    "started here; serve --url reports the server's own speculation), and "
+		    "decode --speculative mtp (what its steps cost)");
+	if (spec_cost && o->tp > 1)
+		bad("decode --speculative mtp runs on one rank");
 	if (o->draft_model && o->spec != ATLAS_SPEC_DRAFT)
 		bad("--draft-model is for --speculative draft, not %s", atlas_spec_name(o->spec));
 	if (o->spec == ATLAS_SPEC_DRAFT && !o->draft_model)
@@ -498,6 +507,10 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		ADD("profile", B(o->profile));
 		ADD("batch_invariant", B(o->bi));
 		ADD("kv_dtype", jstr(atlas_kv_dtype_name(o->kv)));
+		/* decode --speculative mtp: the drafts of its spec row */
+		ADD("speculative", jstr(atlas_spec_name(o->spec)));
+		ADD("num_draft", o->spec ? I(o->num_draft ? o->num_draft : ATLAS_SPEC_DEFAULT_DRAFT)
+				       : NULL);
 	} else {
 		ADD("url", jstr(o->url));
 		ADD("self", B(o->self));
@@ -654,6 +667,12 @@ static int run_model(const struct opts *o, struct atlas_session *ses, struct mod
 	mp->max_seqs = maxb;
 	mp->max_tokens = maxp > maxb ? maxp : maxb;
 	mp->max_context = maxp + (pre ? 0 : maxg + o->warmup) + 4;
+	/* decode --speculative mtp: its rounds append 2 + k tokens, the
+	 * head's 2 k */
+	const int64_t spec_k = o->num_draft ? o->num_draft : ATLAS_SPEC_DEFAULT_DRAFT;
+	const bool spec = !pre && !gen && o->spec == ATLAS_SPEC_MTP;
+	if (spec)
+		mp->max_context += (maxg + 1) * (2 * spec_k + 2);
 	mp->kv_dtype = o->kv;
 	*srcp = src;
 	if ((rc = atlas_session_load(ses, mp)))
@@ -682,6 +701,19 @@ static int run_model(const struct opts *o, struct atlas_session *ses, struct mod
 						json_object_array_add(res, atlas_bench_decode_json(&r, gen));
 				}
 			}
+	/* decode --speculative mtp: what a speculative step costs, with the
+	 * checkpoint's head or a synthetic one */
+	json_object *spec_o = NULL;
+	struct atlas_bench_spec sr;
+	if (!rc && spec) {
+		struct atlas_model *h = o->synthetic ? atlas_model_synthetic_mtp(m, mp, o->seed + 99)
+						     : atlas_model_load_mtp(dir, m, mp);
+		rc = h ? atlas_bench_run_spec(m, h, spec_k, o->prompt.v[0], o->gen.v[0], &sr)
+		       : ATLAS_EINVAL;
+		atlas_model_free(h);
+		if (!rc)
+			json_object_object_add(doc, "spec", spec_o = atlas_bench_spec_json(&sr));
+	}
 	/* --profile: one step of the command's kind; decode adds the prefill
 	 * of its prompt ("profile_prefill"), so both gaps show in one run */
 	json_object *prof = NULL, *prof_pre = NULL;
@@ -770,6 +802,13 @@ static int run_model(const struct opts *o, struct atlas_session *ses, struct mod
 			fputs(prof_txt, tf);
 		if (prof_pre)
 			print_profile(tf, "one prefill", prows, nprows);
+		if (spec_o)
+			fprintf(tf, "speculative (mtp, %lld drafts, %lld-token prompt): a step %.3f ms, "
+				"verifying 1 + %lld rows %.3f ms, the head %.3f ms; pays above %.2f "
+				"tokens a step; %.2fx at 60%% of drafts kept, %.2fx at 80%%, %.2fx "
+				"at 90%%\n", (long long)sr.k, (long long)sr.prompt, sr.step_ms,
+				(long long)sr.k, sr.verify_ms, sr.head_ms, sr.breakeven, sr.speedup[0],
+				sr.speedup[1], sr.speedup[2]);
 	}
 	free(prof_txt);
 	return rc;

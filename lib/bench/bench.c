@@ -224,6 +224,94 @@ done:
 	return rc;
 }
 
+int atlas_bench_run_spec(struct atlas_model *m, struct atlas_model *head, int64_t k,
+			 int64_t prompt, int64_t steps, struct atlas_bench_spec *r)
+{
+	const struct atlas_config *c = atlas_model_config(m);
+	const int64_t V = c->vocab_size, n = prompt + (steps + 1) * (2 * k + 2);
+	struct atlas_seq *s = atlas_seq_new(m), *q = atlas_seq_new(head);
+	int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+	float *logits = malloc((size_t)((k + 1) * V) * sizeof(float));
+	const struct atlas_sample_args greedy = {.top_p = 1};
+	int32_t tok = 0;
+	uint64_t st = 777;
+	int rc = 0;
+	memset(r, 0, sizeof(*r));
+	r->k = k, r->prompt = prompt, r->steps = steps;
+	if (!s || !q || !ids || !logits) {
+		rc = atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto done;
+	}
+	random_ids(ids, n, V, &st);
+	/* the prompt but its last token (the one a step feeds), and the
+	 * head caught up on it */
+	if (prompt < 3 || prompt - 1 > atlas_model_max_tokens(m)) {
+		rc = atlas_error(ATLAS_EINVAL, "a prompt of 3..%lld tokens, not %lld",
+				 (long long)atlas_model_max_tokens(m) + 1, (long long)prompt);
+		goto done;
+	}
+	rc = atlas_model_forward(m, s, ids, prompt - 1, NULL, false);
+	struct atlas_batch_item hi = {.seq = q, .ids = ids + 1, .n = prompt - 2,
+				      .hid = atlas_model_hidden_rows(m, NULL)};
+	if (!rc)
+		rc = atlas_model_forward_batch(head, &hi, 1);
+	int64_t at = prompt;
+	double t_verify = 0, t_head = 0, t_step = 0;
+	for (int64_t i = 0; i <= steps && !rc; i++) {
+		/* verify: the last token and k drafts, every row's logits */
+		struct atlas_batch_item it = {.seq = s, .ids = ids + at - 1, .n = k + 1,
+					      .logits = logits, .n_logits = k + 1};
+		double t0 = atlas_bench_now_ms();
+		if ((rc = atlas_model_forward_batch(m, &it, 1)))
+			break;
+		double t1 = atlas_bench_now_ms();
+		/* the head: its catch-up over those rows, then k - 1 passes */
+		size_t rb;
+		hi = (struct atlas_batch_item){.seq = q, .ids = ids + at, .n = k + 1,
+					       .hid = atlas_model_hidden_rows(m, &rb), .sample = &greedy,
+					       .token = &tok};
+		rc = atlas_model_forward_batch(head, &hi, 1);
+		for (int64_t j = 1; j < k && !rc; j++) {
+			hi = (struct atlas_batch_item){
+				.seq = q, .ids = ids + at + k + j, .n = 1,
+				.hid = (const char *)atlas_model_hidden_rows(head, NULL) +
+				       (j == 1 ? (size_t)k * rb : 0),
+				.sample = &greedy, .token = &tok};
+			rc = atlas_model_forward_batch(head, &hi, 1);
+		}
+		double t2 = atlas_bench_now_ms();
+		/* and a plain one-token step */
+		it = (struct atlas_batch_item){.seq = s, .ids = ids + at + k, .n = 1,
+					       .sample = &greedy, .token = &tok};
+		if (!rc)
+			rc = atlas_model_forward_batch(m, &it, 1);
+		double t3 = atlas_bench_now_ms();
+		if (i > 0) { /* the first round warms up */
+			t_verify += t1 - t0;
+			t_head += t2 - t1;
+			t_step += t3 - t2;
+		}
+		at += k + 2;
+	}
+	if (!rc && steps > 0) {
+		r->verify_ms = t_verify / (double)steps;
+		r->head_ms = t_head / (double)steps;
+		r->step_ms = t_step / (double)steps;
+		r->spec_ms = r->verify_ms + r->head_ms;
+		r->breakeven = r->spec_ms / r->step_ms;
+		static const double acc[3] = {0.6, 0.8, 0.9};
+		for (int i = 0; i < 3; i++)
+			r->speedup[i] = (1.0 - pow(acc[i], (double)(k + 1))) / (1.0 - acc[i]) /
+					r->breakeven;
+	}
+done:
+	atlas_seq_free(s);
+	atlas_seq_free(q);
+	free(ids);
+	free(logits);
+	return rc;
+}
+
 /* FLOPs of a T-token prefill from an empty cache: every matrix product
  * (2 per weight per token; in a sparse layer the router, top_k experts
  * and the shared expert with its gate), attention (QK^T and PV over the

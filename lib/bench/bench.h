@@ -86,6 +86,33 @@ int atlas_bench_run_decode(struct atlas_model *m, struct atlas_backend *be, int6
 			   int64_t prompt, int64_t gen, int64_t warmup, double copy_gbs,
 			   struct atlas_bench_decode *r);
 
+/* What a speculative step with an MTP head costs at batch 1 (decode
+ * --speculative mtp): after a `prompt`-token prefill (the head caught up
+ * on it), `steps` timed rounds (after one untimed) of
+ *   verify  the model's step over the last token and k drafts (1 + k
+ *           rows, the logits of every row to the host, as the engine's
+ *           verification takes them), then
+ *   head    the head's catch-up over those 1 + k positions (from the
+ *           rows the step left) and its k - 1 one-token passes, each
+ *           drawing its draft on the device where it can,
+ * and as many plain one-token steps. Drafts are random ids: the cost of a
+ * step does not depend on how many are accepted. */
+struct atlas_bench_spec {
+	int64_t k, prompt, steps;  /* the parameters */
+	double step_ms;            /* a plain one-token step */
+	double verify_ms;          /* the model's step of 1 + k rows */
+	double head_ms;            /* the head's passes */
+	double spec_ms;            /* verify_ms + head_ms */
+	double breakeven;          /* spec_ms / step_ms: the tokens a step must
+				    * give for speculation to pay */
+	double speedup[3];         /* step_ms * E(a) / spec_ms for an acceptance
+				    * a of 0.6, 0.8 and 0.9 a draft, where E(a) =
+				    * (1 - a^(k+1)) / (1 - a) tokens a step */
+};
+int atlas_bench_run_spec(struct atlas_model *m, struct atlas_model *head, int64_t k,
+			 int64_t prompt, int64_t steps, struct atlas_bench_spec *r);
+json_object *atlas_bench_spec_json(const struct atlas_bench_spec *r);
+
 /* One prefill run: a `prompt`-token prompt to its first token, best of
  * `reps` after one warm-up. */
 struct atlas_bench_prefill {

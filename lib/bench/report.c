@@ -150,6 +150,23 @@ json_object *atlas_bench_decode_json(const struct atlas_bench_decode *d, bool ge
 	return o;
 }
 
+json_object *atlas_bench_spec_json(const struct atlas_bench_spec *r)
+{
+	json_object *o = json_object_new_object();
+	add_i(o, "num_draft", r->k);
+	add_i(o, "prompt", r->prompt);
+	add_i(o, "steps", r->steps);
+	add_d(o, "step_ms", r->step_ms);
+	add_d(o, "verify_ms", r->verify_ms);
+	add_d(o, "head_ms", r->head_ms);
+	add_d(o, "spec_ms", r->spec_ms);
+	add_d(o, "breakeven_tokens_per_step", r->breakeven);
+	add_d(o, "speedup_at_0.6", r->speedup[0]);
+	add_d(o, "speedup_at_0.8", r->speedup[1]);
+	add_d(o, "speedup_at_0.9", r->speedup[2]);
+	return o;
+}
+
 json_object *atlas_bench_prefill_json(const struct atlas_bench_prefill *p)
 {
 	json_object *o = json_object_new_object();

@@ -109,6 +109,12 @@ struct atlas_model *atlas_model_synthetic(const struct atlas_config *cfg,
 					  struct atlas_backend *be,
 					  const struct atlas_model_params *p, uint64_t seed);
 
+/* A synthetic MTP head for `target` (atlas_model_load_mtp's, with random
+ * weights at the target's shapes, made as atlas_model_synthetic makes
+ * them): atlas-bench's measure of a speculative step. */
+struct atlas_model *atlas_model_synthetic_mtp(struct atlas_model *target,
+					      const struct atlas_model_params *p, uint64_t seed);
+
 /* Decode steps (one token per sequence) are recorded once per batch size
  * and replayed when the backend can (CUDA graphs); on by default. Off:
  * every step runs op by op (needed for per-kernel profiling). */

@@ -422,3 +422,69 @@ fail:
 	atlas_model_free(m);
 	return NULL;
 }
+
+struct atlas_model *atlas_model_synthetic_mtp(struct atlas_model *target,
+					      const struct atlas_model_params *p, uint64_t seed)
+{
+	struct atlas_backend *be = target->be;
+	if (!be->fill_random || target->comm->world > 1) {
+		atlas_error(ATLAS_EUNSUPPORTED, "a synthetic MTP head needs one rank and a backend "
+			    "that makes random weights (a GPU)");
+		return NULL;
+	}
+	struct atlas_model *m = calloc(1, sizeof(*m));
+	if (!m) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		return NULL;
+	}
+	m->be = be;
+	m->synthetic = true;
+	m->mtp = true;
+	m->head_borrowed = true;
+	m->no_graphs = true;
+	m->act = target->act;
+	m->fam = target->fam;
+	m->cfg = target->cfg;
+	struct atlas_config *c = &m->cfg;
+	c->num_layers = 1;
+	memset(c->linear, 0, sizeof(c->linear));
+	c->n_linear = 0;
+	memset(c->mlp_only, 0, sizeof(c->mlp_only));
+	c->decoder_sparse_step = 1;
+	if (atlas_decoder_set_parallel(m, NULL) || atlas_decoder_size(m, p))
+		goto fail;
+	if (be->reserve && be->reserve(be, footprint(m) + (size_t)(4 * m->max_tokens *
+								 c->hidden_size) * m->act))
+		goto fail;
+	m->layers = calloc(1, sizeof(*m->layers));
+	if (m->fam->moe)
+		m->moe = calloc(1, sizeof(*m->moe));
+	if (!m->layers || (m->fam->moe && !m->moe)) {
+		atlas_error(ATLAS_ENOMEM, "out of memory");
+		goto fail;
+	}
+	/* the target's embeddings and head; fc's two halves, the norms */
+	m->embed = target->embed;
+	m->lm_head = target->lm_head;
+	const int64_t D = c->hidden_size;
+	int rc = make_matrix(m, &m->fc_e, D, D, seed);
+	if (!rc)
+		rc = make_matrix(m, &m->fc_h, D, D, seed + 1);
+	if (!rc)
+		rc = make(m, &m->pre_e, D, 0, 1.0f, 1.0f, seed + 2);
+	if (!rc)
+		rc = make(m, &m->pre_h, D, 0, 1.0f, 1.0f, seed + 3);
+	if (!rc)
+		rc = make(m, &m->norm, D, 0, 1.0f, 1.0f, seed + 4);
+	if (!rc)
+		rc = make_layer(m, 0, seed + 16);
+	if (rc || atlas_decoder_alloc_buffers(m) || atlas_kvpool_init(m))
+		goto fail;
+	if (atlas_model_specialize(target))
+		goto fail;
+	return m;
+fail:
+	atlas_error_wrap(ATLAS_EINVAL, "cannot make a synthetic MTP head");
+	atlas_model_free(m);
+	return NULL;
+}

@@ -60,6 +60,29 @@ setup() {
 	expect_match "$output" '"spec_drafted":[1-9]' "drafts proposed"
 }
 
+@test "decode --speculative mtp: what a speculative step costs, in the table and JSON" {
+	run -0 --separate-stderr atlas-bench decode -m "$ATLAS_SRC/tests/fixtures/golden/qwen3-next-bf16" \
+		--device cpu --speculative mtp --num-draft 3 --prompt 16 --gen 4 --json
+	expect_match "$stderr" 'speculative \(mtp, 3 drafts, 16-token prompt\): a step [0-9.]+ ms, verifying 1 \+ 3 rows [0-9.]+ ms, the head [0-9.]+ ms; pays above [0-9.]+ tokens a step' "table"
+	expect_match "$output" '"num_draft":3' "params"
+	expect_match "$output" '"breakeven_tokens_per_step":[0-9]' "breakeven"
+	expect_match "$output" '"head_ms":[0-9]' "head"
+	# the tokens a step to break even are the step's cost over the plain step's
+	local ok
+	ok=$(printf '%s\n' "$output" | tr -d ' ,' | awk -F: '
+		/^"step_ms"/ { s = $2 } /^"spec_ms"/ { t = $2 } /^"breakeven_tokens_per_step"/ { b = $2 }
+		END { d = b * s - t; if (d < 0) d = -d; print (s > 0 && d < 1e-6 * t) ? "yes" : "no" }')
+	expect_eq "$ok" "yes" "breakeven = spec_ms / step_ms"
+	# a checkpoint without a head, another mode, prefill: refused
+	run -1 --separate-stderr atlas-bench decode -m "$ATLAS_SRC/models/default" --device cpu \
+		--speculative mtp --prompt 8 --gen 2
+	expect_contains "$stderr" "no mtp.fc.weight"
+	run -1 --separate-stderr atlas-bench decode --speculative ngram -m "$ATLAS_SRC/models/default"
+	expect_contains "$stderr" "decode --speculative mtp"
+	run -1 --separate-stderr atlas-bench prefill --speculative mtp -m "$ATLAS_SRC/models/default"
+	expect_contains "$stderr" "decode --speculative mtp"
+}
+
 @test "bad --speculative and --num-draft uses exit 1 and name the fault" {
 	run -1 --separate-stderr atlas-bench serve --self --speculative mtp --draft-model x
 	expect_contains "$stderr" "--draft-model is for --speculative draft, not mtp"
