@@ -9,6 +9,11 @@
 #                    timing line's draft counts
 #   serve.log        atlas-serve --speculative mtp on CUDA: a completion
 #                    answered and drafts counted in atlas_spec_*
+#   spec-K.json/.txt atlas-bench decode --synthetic qwen3.5-35b-a3b
+#                    --speculative mtp --num-draft K (K = 2, 4): a plain
+#                    step, the verification of 1 + K rows and the head's
+#                    passes at that shape, the tokens a step to break even
+#                    and the speed-up at 60/80/90% of drafts kept
 #   summary.md       one line per check
 # The heads' weights are random, so drafts are almost never accepted:
 # this checks the CUDA path (the head reading the trunk's hidden rows in
@@ -58,5 +63,12 @@ wait $pid 2>/dev/null
 echo "$a" >>"$out/serve.log"
 row "atlas-serve --speculative mtp" "$(echo "$a" | grep -q '"text"' && [ "${drafts:-0}" -gt 0 ] && echo pass || echo FAIL)" \
 	"drafts proposed: ${drafts:-none}"
+for k in 2 4; do
+	timeout 300 "$build/atlas-bench" decode --synthetic qwen3.5-35b-a3b --speculative mtp \
+		--num-draft $k --prompt 512 --gen 32 --json >"$out/spec-$k.json" 2>"$out/spec-$k.txt"
+	rc=$?
+	row "MTP step cost, qwen3.5-35b-a3b, K=$k" "$([ $rc -eq 0 ] && echo pass || echo FAIL)" \
+		"$(grep -o 'speculative (mtp.*' "$out/spec-$k.txt" | head -1)"
+done
 cat "$summary"
 exit $status
