@@ -1127,17 +1127,37 @@ fail:
 	return NULL;
 }
 
-struct atlas_model *atlas_model_load_mtp(const char *dir, struct atlas_model *target,
-					 const struct atlas_model_params *p)
+struct atlas_model *atlas_decoder_mtp_new(struct atlas_model *target)
 {
 	struct atlas_model *m = model_new(target->be);
-	int rc;
 	if (!m)
 		return NULL;
 	m->mtp = true;
 	m->head_borrowed = true;
 	m->fam = target->fam;
 	m->no_graphs = true; /* its steps gather hidden rows from pointers */
+	return m;
+}
+
+int atlas_decoder_mtp_parts(struct atlas_model *m, struct atlas_model *target)
+{
+	m->layers = calloc(1, sizeof(*m->layers));
+	if (m->fam->moe)
+		m->moe = calloc(1, sizeof(*m->moe));
+	if (!m->layers || (m->fam->moe && !m->moe))
+		return atlas_error(ATLAS_ENOMEM, "out of memory");
+	m->embed = target->embed;
+	m->lm_head = target->lm_head;
+	return 0;
+}
+
+struct atlas_model *atlas_model_load_mtp(const char *dir, struct atlas_model *target,
+					 const struct atlas_model_params *p)
+{
+	struct atlas_model *m = atlas_decoder_mtp_new(target);
+	int rc;
+	if (!m)
+		return NULL;
 	if (target->comm->world > 1) {
 		atlas_error(ATLAS_EUNSUPPORTED, "an MTP head with tensor parallelism is not in "
 			    "Atlas yet");
@@ -1167,15 +1187,8 @@ struct atlas_model *atlas_model_load_mtp(const char *dir, struct atlas_model *ta
 	m->tprefix = "mtp.";
 	if (size_memory(m))
 		goto fail;
-	m->layers = calloc(1, sizeof(*m->layers));
-	if (m->fam->moe)
-		m->moe = calloc(1, sizeof(*m->moe));
-	if (!m->layers || (m->fam->moe && !m->moe)) {
-		atlas_error(ATLAS_ENOMEM, "out of memory");
+	if (atlas_decoder_mtp_parts(m, target))
 		goto fail;
-	}
-	m->embed = target->embed;
-	m->lm_head = target->lm_head;
 	const int64_t D = c->hidden_size;
 	const int64_t d1[] = {D};
 	const struct slice e_cols = {0, D, 0, D}, h_cols = {0, D, D, D};

@@ -299,6 +299,12 @@ int atlas_decoder_set_parallel(struct atlas_model *m, struct atlas_comm *comm);
  * zero fields: the defaults) and m->cfg. */
 int atlas_decoder_size(struct atlas_model *m, const struct atlas_model_params *p);
 int atlas_decoder_alloc_buffers(struct atlas_model *m);
+/* An MTP head for target (atlas_model_load_mtp, atlas_model_synthetic_mtp):
+ * a model marked as one, on target's backend and family, with no
+ * graphs; then, once its config and sizes are set, its one layer (and
+ * MoE slot) allocated and the target's embeddings and head borrowed. */
+struct atlas_model *atlas_decoder_mtp_new(struct atlas_model *target);
+int atlas_decoder_mtp_parts(struct atlas_model *m, struct atlas_model *target);
 
 /* decoder.c, for moe.c: bind tensor `name` of shape [d0] or [d0, d1]
  * (d1 < 0: 1-D) whole into w, an error naming it when it is missing

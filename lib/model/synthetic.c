@@ -16,6 +16,7 @@
 #include "../core/error.h"
 #include "../core/log.h"
 #include "decoder_internal.h"
+#include "tensors.h"
 
 /* One weight: allocated and filled with uniform values in [lo, hi]. */
 static int make(struct atlas_model *m, struct weight *w, int64_t rows, int64_t cols, float lo,
@@ -432,40 +433,20 @@ struct atlas_model *atlas_model_synthetic_mtp(struct atlas_model *target,
 			    "that makes random weights (a GPU)");
 		return NULL;
 	}
-	struct atlas_model *m = calloc(1, sizeof(*m));
-	if (!m) {
-		atlas_error(ATLAS_ENOMEM, "out of memory");
+	struct atlas_model *m = atlas_decoder_mtp_new(target);
+	if (!m)
 		return NULL;
-	}
-	m->be = be;
 	m->synthetic = true;
-	m->mtp = true;
-	m->head_borrowed = true;
-	m->no_graphs = true;
-	m->act = target->act;
-	m->fam = target->fam;
-	m->cfg = target->cfg;
-	struct atlas_config *c = &m->cfg;
-	c->num_layers = 1;
-	memset(c->linear, 0, sizeof(c->linear));
-	c->n_linear = 0;
-	memset(c->mlp_only, 0, sizeof(c->mlp_only));
-	c->decoder_sparse_step = 1;
+	atlas_mtp_config(&target->cfg, false, &m->cfg);
+	const struct atlas_config *c = &m->cfg;
 	if (atlas_decoder_set_parallel(m, NULL) || atlas_decoder_size(m, p))
 		goto fail;
 	if (be->reserve && be->reserve(be, footprint(m) + (size_t)(4 * m->max_tokens *
 								 c->hidden_size) * m->act))
 		goto fail;
-	m->layers = calloc(1, sizeof(*m->layers));
-	if (m->fam->moe)
-		m->moe = calloc(1, sizeof(*m->moe));
-	if (!m->layers || (m->fam->moe && !m->moe)) {
-		atlas_error(ATLAS_ENOMEM, "out of memory");
-		goto fail;
-	}
 	/* the target's embeddings and head; fc's two halves, the norms */
-	m->embed = target->embed;
-	m->lm_head = target->lm_head;
+	if (atlas_decoder_mtp_parts(m, target))
+		goto fail;
 	const int64_t D = c->hidden_size;
 	int rc = make_matrix(m, &m->fc_e, D, D, seed);
 	if (!rc)

@@ -141,19 +141,25 @@ mlp:
 	return rc;
 }
 
-bool atlas_model_mtp_config(const struct atlas_config *c, const struct atlas_st *st,
-			    struct atlas_config *out)
+void atlas_mtp_config(const struct atlas_config *c, bool dense, struct atlas_config *out)
 {
-	if (!atlas_st_find(st, "mtp.fc.weight"))
-		return false;
 	*out = *c;
 	out->num_layers = 1;
 	memset(out->linear, 0, sizeof(out->linear));
 	out->n_linear = 0;
 	memset(out->mlp_only, 0, sizeof(out->mlp_only));
 	out->decoder_sparse_step = 1;
-	if (out->num_experts > 0 && !atlas_st_find(st, "mtp.layers.0.mlp.gate.weight"))
-		out->mlp_only[0] = 1; /* a dense MLP */
+	if (dense)
+		out->mlp_only[0] = 1;
+}
+
+bool atlas_model_mtp_config(const struct atlas_config *c, const struct atlas_st *st,
+			    struct atlas_config *out)
+{
+	if (!atlas_st_find(st, "mtp.fc.weight"))
+		return false;
+	atlas_mtp_config(c, c->num_experts > 0 && !atlas_st_find(st, "mtp.layers.0.mlp.gate.weight"),
+			 out);
 	return true;
 }
 

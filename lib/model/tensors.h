@@ -41,6 +41,11 @@ int atlas_model_expected_tensors_at(const struct atlas_config *c, const struct a
 				    const char *prefix, bool embedding,
 				    atlas_expected_tensor_fn fn, void *arg);
 
+/* The config of an MTP head beside a model of config c: c's, with one
+ * full-attention layer, whose MLP is dense when `dense` (else sparse
+ * where c has experts). */
+void atlas_mtp_config(const struct atlas_config *c, bool dense, struct atlas_config *out);
+
 struct atlas_st;
 /* A checkpoint's multi-token prediction head (mtp.*, --speculative mtp):
  * false when `st` has no mtp.fc.weight; else *out is the head's config,

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "../../lib/backend/backend.h"
+#include "../../lib/bench/bench.h"
 #include "../../lib/core/error.h"
 #include "../../lib/io/config.h"
 #include "../../lib/io/safetensors.h"
@@ -318,6 +319,47 @@ static void test_rows_survive_cut(void)
 	be->destroy(be);
 }
 
+/* A synthetic hybrid model and its synthetic head (random weights made
+ * on the host: atlas_bench_prepare) through atlas-bench's measure of a
+ * speculative step: every part timed, the break-even the ratio of the
+ * step's cost to a plain step's, the speed-up growing with acceptance;
+ * every head block back. */
+static void test_spec_cost(void)
+{
+	setenv("ATLAS_CPU_COPY_WEIGHTS", "1", 1);
+	struct atlas_backend *be = atlas_backend_cpu_new();
+	unsetenv("ATLAS_CPU_COPY_WEIGHTS");
+	atlas_bench_prepare(be);
+	struct atlas_config c;
+	snprintf(dir, sizeof(dir), "%s/tests/fixtures/golden/qwen3-next-bf16", harness_srcdir());
+	CHECK_EQ_INT(atlas_config_load(dir, &c), 0);
+	struct atlas_model_params p;
+	atlas_model_default_params(&p);
+	p.max_tokens = 16;
+	p.max_context = 96;
+	struct atlas_model *m = atlas_model_synthetic(&c, be, &p, 3);
+	struct atlas_model *h = m ? atlas_model_synthetic_mtp(m, &p, 4) : NULL;
+	CHECK(m && h);
+	if (m && h) {
+		struct atlas_bench_spec r;
+		CHECK_EQ_INT(atlas_bench_run_spec(m, h, 3, 12, 4, &r), 0);
+		printf("# synthetic head, K = 3: step %.3f ms, verify %.3f ms, head %.3f ms, "
+		       "break-even %.2f tokens a step\n", r.step_ms, r.verify_ms, r.head_ms,
+		       r.breakeven);
+		CHECK(r.step_ms > 0 && r.verify_ms > 0 && r.head_ms > 0);
+		CHECK_NEAR(r.spec_ms, r.verify_ms + r.head_ms, 1e-9);
+		CHECK_NEAR(r.breakeven, r.spec_ms / r.step_ms, 1e-9);
+		CHECK(r.speedup[0] < r.speedup[1] && r.speedup[1] < r.speedup[2]);
+		/* at 90%: (1 - 0.9^4) / 0.1 = 3.439 tokens a step */
+		CHECK_NEAR(r.speedup[2] * r.breakeven, 3.439, 1e-9);
+		CHECK_EQ_INT(atlas_bench_run_spec(m, h, 3, 2, 4, &r), ATLAS_EINVAL);
+		CHECK_EQ_INT(atlas_model_kv_blocks_free(h), atlas_model_kv_blocks_total(h));
+	}
+	atlas_model_free(h);
+	atlas_model_free(m);
+	be->destroy(be);
+}
+
 /* A checkpoint without mtp.* has no head to load, by name. */
 static void test_refusals(void)
 {
@@ -346,6 +388,7 @@ int main(void)
 	RUN(test_head_by_hand);
 	RUN(test_head_chunks);
 	RUN(test_rows_survive_cut);
+	RUN(test_spec_cost);
 	RUN(test_refusals);
 	RUN(test_misshapen);
 	return harness_done();
