@@ -509,9 +509,12 @@ static json_object *params_json(const struct opts *o, const char *model_dir)
 		ADD("batch_invariant", B(o->bi));
 		ADD("kv_dtype", jstr(atlas_kv_dtype_name(o->kv)));
 		/* decode --speculative mtp: the drafts of its spec row */
-		ADD("speculative", jstr(atlas_spec_name(o->spec)));
-		ADD("num_draft", o->spec ? I(o->num_draft ? o->num_draft : ATLAS_SPEC_DEFAULT_DRAFT)
-				       : NULL);
+		if (!strcmp(o->cmd, "decode")) {
+			ADD("speculative", jstr(atlas_spec_name(o->spec)));
+			ADD("num_draft", o->spec ? I(o->num_draft ? o->num_draft
+								 : ATLAS_SPEC_DEFAULT_DRAFT)
+					       : NULL);
+		}
 	} else {
 		ADD("url", jstr(o->url));
 		ADD("self", B(o->self));

@@ -34,7 +34,9 @@ param_keys() {
 		expect_eq "$(top_keys "$output")" "ceilings command commit gates machine metrics model params profile results time version " "$c keys"
 	done
 	run -0 --separate-stderr atlas-bench decode -m "$GOLDEN/qwen3" --prompt 4 --json
-	expect_eq "$(param_keys "$output")" "batch batch_invariant copy_size device gemm_n gen graphs kv_dtype model profile prompt record seed synthetic threads thresholds_file tp warmup " "decode params"
+	expect_eq "$(param_keys "$output")" "batch batch_invariant copy_size device gemm_n gen graphs kv_dtype model num_draft profile prompt record seed speculative synthetic threads thresholds_file tp warmup " "decode params"
+	expect_contains "$output" '"speculative":"none"'
+	expect_contains "$output" '"num_draft":null'
 	expect_contains "$output" '"warmup":2'
 	expect_contains "$output" '"tp":1'
 	expect_contains "$output" '"driver_version":'
