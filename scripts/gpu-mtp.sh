@@ -56,7 +56,7 @@ for _ in $(seq 60); do
 	sleep 0.5
 done
 req='{"prompt":"the cat sat on the mat and the cat sat on the","max_tokens":32,"temperature":0,"ignore_eos":true}'
-a=$(curl -s "http://127.0.0.1:$port/v1/completions" -d "$req")
+a=$(curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' -d "$req")
 drafts=$(curl -s "http://127.0.0.1:$port/metrics" | sed -n 's/^atlas_spec_draft_tokens_total //p')
 kill $pid 2>/dev/null
 wait $pid 2>/dev/null
