@@ -266,20 +266,23 @@ struct atlas_gdn_desc {
 	const float *norm_w;    /* [dv] the gated norm's weight (plain) */
 };
 
-/* One sequence's rows in a deltanet call: the next n rows of the step
- * (items lie end to end, in order), and the layer's recurrent state of
- * that sequence, backend FP32: the conv state [C, K-1] (the last K-1
- * inputs of each channel, oldest first) then the delta-rule state
- * [Hv, dk, dv]. */
+/* One sequence's rows in a deltanet call, in backend memory (the model
+ * uploads a step's items once; every layer's call reads them, so a
+ * recorded step replays with the next step's items): rows [row0, row0 + n)
+ * of the step, and the sequence's recurrent state for all its layers,
+ * backend FP32, where the layer's part starts `off` floats in: the conv
+ * state [C, K-1] (the last K-1 inputs of each channel, oldest first) then
+ * the delta-rule state [Hv, dk, dv]. Every field is 8 bytes, so the layout
+ * is the same in C and CUDA. */
 struct atlas_gdn_item {
+	int64_t row0;           /* its first row in the step */
 	int64_t n;              /* rows (tokens) of this sequence */
-	float *state;           /* atlas_gdn_state_floats(d) floats */
-	bool fresh;             /* the sequence's first tokens: the state is
-				 * taken as zero (whatever it holds) */
-	int64_t snap_at;        /* 1..n: also copy the state after this many of
-				 * the item's rows into snap (a prefix-cache
-				 * snapshot); 0: none */
-	float *snap;            /* laid out as state */
+	float *state;           /* the sequence's whole state */
+	float *snap;            /* the same layout: a prefix-cache snapshot */
+	int64_t snap_at;        /* 1..n: also copy the layer's state after this
+				 * many rows to snap (+ off); 0: none */
+	int64_t fresh;          /* nonzero: the sequence's first tokens, its
+				 * state taken as zero (whatever it holds) */
 };
 
 /* Floats of one sequence's state for one Gated DeltaNet layer. */
@@ -506,11 +509,13 @@ struct atlas_backend {
 	 *     o = S^T q
 	 *   out = rmsnorm(o) * norm_w * silu(z), per value head
 	 * qkvz [T, C + Hv dv] (q, k, v, z, each head after head), ba
-	 * [T, 2 Hv] (b then a), out [T, Hv dv], all act_dtype; items: host
-	 * array [n_items] whose n sum to T; each item's state is updated. */
+	 * [T, 2 Hv] (b then a), out [T, Hv dv], all act_dtype; items:
+	 * backend memory [n_items], rows end to end from 0; off: the layer's
+	 * part of each item's state; scratch: backend FP32 [T, C]. Each item's
+	 * state is updated. */
 	int (*deltanet)(struct atlas_backend *be, void *out, const void *qkvz, const void *ba,
 			const struct atlas_gdn_desc *d, const struct atlas_gdn_item *items,
-			int64_t n_items);
+			int64_t n_items, int64_t off, float *scratch);
 
 	/* --- optional fused ops (NULL: the model runs the plain ops they
 	 * stand for; a backend offers them where one launch beats several) */

@@ -794,10 +794,9 @@ int atlas_decoder_alloc_buffers(struct atlas_model *m)
 		ALLOC(m->ba, m->max_tokens * 2 * Hv * a);
 		ALLOC(m->lin_o, m->max_tokens * Z * a);
 		ALLOC(m->h_keep, m->max_tokens * c->hidden_size * a);
-		m->gdn = calloc((size_t)m->max_seqs, sizeof(*m->gdn));
-		m->gdn_state = calloc((size_t)m->max_seqs, sizeof(*m->gdn_state));
-		m->gdn_snap = calloc((size_t)m->max_seqs, sizeof(*m->gdn_snap));
-		if (!m->gdn || !m->gdn_state || !m->gdn_snap)
+		ALLOC(m->d_gdn, m->max_seqs * sizeof(*m->d_gdn));
+		ALLOC(m->gdn_scratch, m->max_tokens * C * sizeof(float));
+		if (!(m->h_gdn = calloc((size_t)m->max_seqs, sizeof(*m->h_gdn))))
 			goto nomem;
 	}
 	if (m->mtp) {
@@ -923,7 +922,10 @@ static int size_memory(struct atlas_model *m)
 	if (c->n_linear)
 		act += rows * a * (size_t)(2 * c->lin_k_heads * c->lin_k_dim +
 					   3 * c->lin_v_heads * c->lin_v_dim + 2 * c->lin_v_heads +
-					   c->hidden_size);
+					   c->hidden_size) +
+		       rows * 4 * (size_t)(2 * c->lin_k_heads * c->lin_k_dim +
+					   c->lin_v_heads * c->lin_v_dim) +
+		       (size_t)m->max_seqs * sizeof(struct atlas_gdn_item) + 2 * pad;
 	size_t kv = 2 * (size_t)c->num_layers * (size_t)(m->n_blocks * m->block_size) * m->kv_row;
 	size_t meta = (size_t)(ATLAS_STEP_HDR + 4 * (m->max_tokens + 63) +
 			       m->max_seqs * (m->max_blocks + 1)) * 4 + 8 * pad;
@@ -1253,9 +1255,7 @@ void atlas_model_free(struct atlas_model *m)
 	}
 	atlas_moe_release(m);
 	atlas_hybrid_release(m);
-	free(m->gdn);
-	free(m->gdn_state);
-	free(m->gdn_snap);
+	free(m->h_gdn);
 	if (!m->head_borrowed) {
 		if (m->lm_head.p != m->embed.p)
 			release(m, &m->lm_head);
@@ -1269,7 +1269,7 @@ void atlas_model_free(struct atlas_model *m)
 	atlas_kvpool_release(m);
 	void *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u,
 		m->logits, m->sel, m->inv_freq, m->moe_scratch, m->moe_zero, m->qg, m->qkvz,
-		m->ba, m->lin_o, m->mtp_hid, m->mtp_zero, m->h_keep};
+		m->ba, m->lin_o, m->d_gdn, m->gdn_scratch, m->mtp_hid, m->mtp_zero, m->h_keep};
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			be->free(be, bufs[i]);

@@ -150,10 +150,11 @@ struct atlas_model {
 					   * the last step's hidden rows (kvpool.c) */
 	void *qg;                         /* gated attention's q projection
 					   * [max_tokens, H, 2 hd], or NULL */
-	struct atlas_gdn_item *gdn;       /* host [max_seqs]: the step's items */
-	float **gdn_state;                /* host [max_seqs]: their states */
-	float **gdn_snap;                 /* host [max_seqs]: their snapshot
-					   * buffers (prefix.c) */
+	struct atlas_gdn_item *h_gdn;     /* host [max_seqs]: the step's items
+					   * for the deltanet op (step() fills
+					   * them, a snapshot included: prefix.c) */
+	struct atlas_gdn_item *d_gdn;     /* backend copy, uploaded once a step */
+	float *gdn_scratch;               /* backend FP32 [max_tokens, C] */
 	int64_t gdn_n;                    /* items of the step being run */
 	struct moe_layer *moe;            /* [num_layers] for an MoE family (dense
 					   * layers have moe[l].d.n_experts 0),

@@ -63,7 +63,7 @@ static void *kv_pool(struct atlas_model *m, int which, int64_t l)
 
 /* The Gated DeltaNet of linear-attention layer l (hybrid models) over the
  * step's T rows into m->o: the input projections, the deltanet op from
- * each item's own state (m->gdn, filled by step()), the output
+ * each item's own state (m->d_gdn, uploaded by step()), the output
  * projection. */
 static int lin_mixer(struct atlas_model *m, int64_t l, int64_t T)
 {
@@ -74,12 +74,8 @@ static int lin_mixer(struct atlas_model *m, int64_t l, int64_t T)
 	const int64_t C = 2 * d->Hk * d->dk + Z;
 	TRY(be->matmul(be, m->qkvz, m->h, L->qkvz.p, NULL, L->qkvz.dtype, T, C + Z, D));
 	TRY(be->matmul(be, m->ba, m->h, L->ba.p, NULL, L->ba.dtype, T, 2 * d->Hv, D));
-	for (int64_t i = 0; i < m->gdn_n; i++) {
-		m->gdn[i].state = m->gdn_state[i] + L->state_off;
-		if (m->gdn[i].snap_at)
-			m->gdn[i].snap = m->gdn_snap[i] + L->state_off;
-	}
-	TRY(be->deltanet(be, m->lin_o, m->qkvz, m->ba, d, m->gdn, m->gdn_n));
+	TRY(be->deltanet(be, m->lin_o, m->qkvz, m->ba, d, m->d_gdn, m->gdn_n, L->state_off,
+			 m->gdn_scratch));
 	return be->matmul(be, m->o, m->lin_o, L->out.p, NULL, L->out.dtype, T, D, Z);
 }
 
@@ -433,9 +429,9 @@ static int replay_body(struct atlas_model *m, int64_t n, const struct atlas_kv_b
 	/* an MoE layer's launches depend only on n too (the CUDA moe op
 	 * sizes its grids for the worst routing), so MoE steps are recorded
 	 * as well */
-	/* a hybrid model's steps name each item's recurrent state (host
-	 * pointers per step): they run op by op */
-	if (m->no_graphs || m->gdn || !be->capture_begin || !be->replay)
+	/* (a hybrid model's deltanet reads its items from m->d_gdn, which
+	 * step() uploads before the replay, so its steps record too) */
+	if (m->no_graphs || !be->capture_begin || !be->replay)
 		return 0;
 	if (!m->graphs && !(m->graphs = calloc((size_t)m->max_seqs + 1, sizeof(void *))))
 		return 0;
@@ -721,18 +717,20 @@ static int step(struct atlas_model *m, const struct atlas_batch_item *it, int64_
 		}
 		memcpy(m->h_tables + i * m->max_blocks, s->blocks,
 		       (size_t)s->n_blocks * sizeof(int32_t));
-		if (m->gdn) {
-			/* each item's recurrent state, zero before its first token */
-			m->gdn[i] = (struct atlas_gdn_item){.n = it[i].n, .fresh = s->len == 0};
-			m->gdn_state[i] = s->state;
-			/* a snapshot at the last block boundary it reaches */
-			m->gdn[i].snap_at = atlas_prefix_snap_at(it[i].seq, it[i].n);
-			m->gdn_snap[i] = it[i].seq->pend;
+		if (m->h_gdn) {
+			/* each item's recurrent state, zero before its first
+			 * token, and a snapshot at a block boundary it reaches */
+			const int64_t at = atlas_prefix_snap_at(it[i].seq, it[i].n);
+			m->h_gdn[i] = (struct atlas_gdn_item){
+			    .row0 = row - it[i].n, .n = it[i].n, .state = s->state,
+			    .snap = at ? it[i].seq->pend : NULL, .snap_at = at, .fresh = s->len == 0};
 		}
 		if (s->len + it[i].n > max_keys)
 			max_keys = s->len + it[i].n;
 	}
 	m->gdn_n = n;
+	if (m->h_gdn)
+		TRY(be->upload(be, m->d_gdn, m->h_gdn, (size_t)n * sizeof(*m->h_gdn)));
 	size_t tb = (size_t)T * sizeof(int32_t);
 	fill_header(m, STEP_RUN, n, T, max_keys);
 	/* the block from the header to the last table row used: one copy

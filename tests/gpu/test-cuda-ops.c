@@ -1909,26 +1909,32 @@ static void test_hybrid(void)
 		dd.A_log = f32_dev(alog, Hv);
 		dd.dt_bias = f32_dev(dtb, Hv);
 		dd.norm_w = f32_dev(nw, dv);
-		const int64_t sf = atlas_gdn_state_floats(&hd_);
+		/* each item's state holds a layer before this one (off floats)
+		 * that the op must leave alone */
+		const int64_t sf = atlas_gdn_state_floats(&hd_), off = 64;
 		struct atlas_gdn_item hi[3], di[3];
 		float *hs[3], *ds[3], *hsn, *dsn;
-		for (int i = 0; i < 3; i++) {
-			hs[i] = rnd_bf(sf, 0.3f);
-			ds[i] = f32_dev(hs[i], sf);
-			hi[i] = (struct atlas_gdn_item){.n = ns[i], .state = hs[i], .fresh = i == 0};
+		for (int i = 0, row = 0; i < 3; row += (int)ns[i], i++) {
+			hs[i] = rnd_bf(off + sf, 0.3f);
+			ds[i] = f32_dev(hs[i], off + sf);
+			hi[i] = (struct atlas_gdn_item){.row0 = row, .n = ns[i], .state = hs[i],
+							.fresh = i == 0};
 			di[i] = hi[i];
 			di[i].state = ds[i];
 		}
-		hsn = calloc((size_t)sf, 4);
-		dsn = f32_dev(hsn, sf);
+		hsn = calloc((size_t)(off + sf), 4);
+		dsn = f32_dev(hsn, off + sf);
 		hi[0].snap_at = di[0].snap_at = 17;
 		hi[0].snap = hsn;
 		di[0].snap = dsn;
+		struct atlas_gdn_item *ditems = gpu->alloc(gpu, sizeof(di));
+		gpu->upload(gpu, ditems, di, sizeof(di));
+		float *hscr = malloc((size_t)(T * C) * 4), *dscr = gpu->alloc(gpu, (size_t)(T * C) * 4);
 		struct buf qkvz = mkbuf(T * W, 1.0f), ba = mkbuf(T * 2 * Hv, 1.0f);
 		struct buf out = mkbuf(T * Hv * dv, 1.0f);
 		poison(&out);
-		CHECK_EQ_INT(cpu->deltanet(cpu, out.h, qkvz.h, ba.h, &hd_, hi, 3), 0);
-		CHECK_EQ_INT(gpu->deltanet(gpu, out.d, qkvz.d, ba.d, &dd, di, 3), 0);
+		CHECK_EQ_INT(cpu->deltanet(cpu, out.h, qkvz.h, ba.h, &hd_, hi, 3, off, hscr), 0);
+		CHECK_EQ_INT(gpu->deltanet(gpu, out.d, qkvz.d, ba.d, &dd, ditems, 3, off, dscr), 0);
 		char what[96];
 		snprintf(what, sizeof(what), "deltanet Hk=%lld Hv=%lld dk=%lld dv=%lld out",
 			 (long long)Hk, (long long)Hv, (long long)dk, (long long)dv);
@@ -1936,10 +1942,13 @@ static void test_hybrid(void)
 		for (int i = 0; i < 3; i++) {
 			snprintf(what, sizeof(what), "deltanet dk=%lld state of item %d (%lld rows)",
 				 (long long)dk, i, (long long)ns[i]);
-			compare_f32(what, ds[i], hs[i], sf);
+			compare_f32(what, ds[i], hs[i], off + sf);
 		}
 		snprintf(what, sizeof(what), "deltanet dk=%lld snapshot after 17 rows", (long long)dk);
-		compare_f32(what, dsn, hsn, sf);
+		compare_f32(what, dsn, hsn, off + sf);
+		gpu->free(gpu, ditems);
+		gpu->free(gpu, dscr);
+		free(hscr);
 		for (int i = 0; i < 3; i++) {
 			free(hs[i]);
 			gpu->free(gpu, ds[i]);

@@ -1,7 +1,7 @@
 /* hybrid.cu - the ops of hybrid linear-attention models (qwen3_next,
- * qwen3_5_moe; lib/model/README-hybrid.md): partial rotary embedding,
- * gated attention's query split and output gate, and the Gated DeltaNet
- * in its recurrent form.
+ * qwen3_5_moe; lib/model/README-hybrid.md): gated attention's query split
+ * and output gate, and the Gated DeltaNet in its recurrent form (their
+ * partial rotary embedding is rope.cu's atlas_rope_partial).
  *
  * The DeltaNet runs each sequence (item) from its own state, token by
  * token, in FP32, as the CPU reference does, so a row's bits depend on
@@ -18,50 +18,24 @@
  *    S^T k, the delta, the update and o = S^T q in two passes over the
  *    column, then the gated norm over dv (a block sum) and the bf16
  *    output. The state goes back to memory once, at the end.
- * Items come by value in a kernel parameter (struct gdn_batch, laid out
- * by lib/backend/cuda/cuda_hybrid.c), so a launch needs no copy. Prefill is sequential in the
+ * Items are in device memory, uploaded by the model once a step, and
+ * every pointer and size a launch takes is fixed for a model and a number
+ * of items, so a decode step of a hybrid model is recorded and replayed
+ * as a CUDA graph like any other. Prefill is sequential in the
  * tokens here; a chunked, tensor-core form is the next step.
  */
 #include "common.cuh"
 
-/* One item of a launch, as lib/backend/cuda/cuda_hybrid.c writes it. */
+/* One item, backend.h's struct atlas_gdn_item (every field 8 bytes). */
 struct gdn_item {
 	long long row0, n;   /* first row in the step, rows */
-	float *state;        /* conv [C, K-1] then S [Hv, dk, dv] */
+	float *state;        /* the sequence's whole state; the layer's at + off */
 	float *snap;         /* laid out as state, or NULL */
 	long long snap_at;   /* copy the state after this many rows; 0: none */
 	long long fresh;     /* start from zero */
 };
 
-#define GDN_MAX_K 8      /* the conv widths the kernel takes (the host checks) */
-#define GDN_MAX_ITEMS 64 /* items a launch takes: they travel by value as a
-			  * kernel parameter (3 KiB), no copy to the device;
-			  * the host launches more groups for more items */
-
-struct gdn_batch {
-	gdn_item v[GDN_MAX_ITEMS];
-};
-
-/* Rotate-half RoPE of the first rd dims of each head (pairs (i, i + rd/2)),
- * as atlas_rope computes it; grid T*H, block rd/2. */
-extern "C" __global__ void atlas_rope_partial(bf16 *x, const int *pos, const float *inv_freq,
-					      long long T, long long H, long long hd, long long rd)
-{
-	ATLAS_PDL_ENTRY();
-	const long long th = blockIdx.x;
-	if (th >= T * H)
-		return;
-	const long long half = rd / 2;
-	const float p = (float)pos[th / H];
-	bf16 *v = x + th * hd;
-	for (long long i = threadIdx.x; i < half; i += blockDim.x) {
-		float s, c;
-		sincosf(p * inv_freq[i], &s, &c);
-		float x0 = atlas_bf(v[i]), x1 = atlas_bf(v[i + half]);
-		v[i] = atlas_tobf(x0 * c - x1 * s);
-		v[i + half] = atlas_tobf(x1 * c + x0 * s);
-	}
-}
+#define GDN_MAX_K 8 /* the conv widths the kernel takes (the host checks) */
 
 /* qg [T, H, 2 hd]: per head the query then the gate. apply 0: y [T,H,hd]
  * = the queries; 1: y *= sigmoid(the gates). grid ceil(T*H*hd/256),
@@ -82,16 +56,17 @@ extern "C" __global__ void atlas_attn_gate(bf16 *y, const bf16 *qg, long long T,
 	}
 }
 
-extern "C" __global__ void atlas_gdn_conv(const bf16 *qkvz, float *conv, const gdn_batch items,
-					  const float *conv_w, long long C, long long W, long long K)
+extern "C" __global__ void atlas_gdn_conv(const bf16 *qkvz, float *conv, const gdn_item *items,
+					  long long off, const float *conv_w, long long C, long long W,
+					  long long K)
 {
 	ATLAS_PDL_ENTRY();
 	const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-	const gdn_item it = items.v[blockIdx.y];
+	const gdn_item it = items[blockIdx.y];
 	if (c >= C)
 		return;
 	float win[GDN_MAX_K], w[GDN_MAX_K];
-	float *st = it.state + c * (K - 1);
+	float *st = it.state + off + c * (K - 1);
 	for (int k = 0; k < GDN_MAX_K; k++) {
 		win[k] = k < K - 1 && !it.fresh ? st[k] : 0.0f;
 		w[k] = k < K ? conv_w[c * K + k] : 0.0f;
@@ -112,7 +87,7 @@ extern "C" __global__ void atlas_gdn_conv(const bf16 *qkvz, float *conv, const g
 		if (t + 1 == it.snap_at)
 			for (int k = 0; k < GDN_MAX_K; k++)
 				if (k < K - 1)
-					it.snap[c * (K - 1) + k] = win[k];
+					it.snap[off + c * (K - 1) + k] = win[k];
 	}
 	for (int k = 0; k < GDN_MAX_K; k++)
 		if (k < K - 1)
@@ -121,16 +96,16 @@ extern "C" __global__ void atlas_gdn_conv(const bf16 *qkvz, float *conv, const g
 
 template <int DK>
 static __device__ __forceinline__ void
-gdn_rule(const float *conv, const bf16 *qkvz, const bf16 *ba, bf16 *out, const gdn_batch &items,
-	 const float *A_log, const float *dt_bias, const float *norm_w, long long Hk, long long Hv,
-	 long long dv, long long C, long long W, float eps)
+gdn_rule(const float *conv, const bf16 *qkvz, const bf16 *ba, bf16 *out, const gdn_item *items,
+	 long long off, const float *A_log, const float *dt_bias, const float *norm_w, long long Hk,
+	 long long Hv, long long dv, long long C, long long W, long long K, float eps)
 {
 	__shared__ float q[DK], k[DK], tmp[32];
 	const long long h = blockIdx.x, kh = h / (Hv / Hk);
-	const gdn_item it = items.v[blockIdx.y];
+	const gdn_item it = items[blockIdx.y];
 	const int j = threadIdx.x;
 	const bool col = j < dv;
-	const long long soff = h * DK * dv; /* item states point at the layer's S */
+	const long long soff = off + C * (K - 1) + h * DK * dv; /* S of head h */
 	float *S = it.state + soff;
 	float s[DK];
 #pragma unroll
@@ -194,18 +169,16 @@ gdn_rule(const float *conv, const bf16 *qkvz, const bf16 *ba, bf16 *out, const g
 	}
 }
 
-/* The host passes atlas_gdn_conv items whose state and snap point at the
- * layer's conv window, and atlas_gdn_rule items whose state and snap point
- * at its S (C * (K - 1) floats further). */
 #define GDN_RULE(DK)                                                                              \
 	extern "C" __global__ void atlas_gdn_rule_##DK(                                           \
-	    const float *conv, const bf16 *qkvz, const bf16 *ba, bf16 *out, const gdn_batch items, \
-	    const float *A_log, const float *dt_bias, const float *norm_w, long long Hk,           \
-	    long long Hv, long long dv, long long C, long long W, float eps)                        \
+	    const float *conv, const bf16 *qkvz, const bf16 *ba, bf16 *out, const gdn_item *items, \
+	    long long off, const float *A_log, const float *dt_bias, const float *norm_w,          \
+	    long long Hk, long long Hv, long long dv, long long C, long long W, long long K,       \
+	    float eps)                                                                            \
 	{                                                                                         \
 		ATLAS_PDL_ENTRY();                                                                \
-		gdn_rule<DK>(conv, qkvz, ba, out, items, A_log, dt_bias, norm_w, Hk, Hv, dv, C, W, \
-			     eps);                                                                \
+		gdn_rule<DK>(conv, qkvz, ba, out, items, off, A_log, dt_bias, norm_w, Hk, Hv, dv, \
+			     C, W, K, eps);                                                       \
 	}
 GDN_RULE(16)
 GDN_RULE(32)

@@ -11,14 +11,15 @@
 #include "common.cuh"
 #include "kvq.cuh"
 
-extern "C" __global__ void atlas_rope(bf16 *x, const int *pos, const float *inv_freq, long long T,
-				      long long H, long long hd)
+/* Block (t, h) of atlas_rope and atlas_rope_partial: the first rd dims of
+ * head h of token t rotated, pairs (i, i + rd/2). */
+static __device__ __forceinline__ void rope_head(bf16 *x, const int *pos, const float *inv_freq,
+						 long long T, long long H, long long hd, long long rd)
 {
-	ATLAS_PDL_ENTRY();
 	const long long th = blockIdx.x;
 	if (th >= T * H)
 		return;
-	const long long half = hd / 2;
+	const long long half = rd / 2;
 	const float p = (float)pos[th / H];
 	bf16 *v = x + th * hd;
 	for (long long i = threadIdx.x; i < half; i += blockDim.x) {
@@ -28,6 +29,22 @@ extern "C" __global__ void atlas_rope(bf16 *x, const int *pos, const float *inv_
 		v[i] = atlas_tobf(x0 * c - x1 * s);
 		v[i + half] = atlas_tobf(x1 * c + x0 * s);
 	}
+}
+
+extern "C" __global__ void atlas_rope(bf16 *x, const int *pos, const float *inv_freq, long long T,
+				      long long H, long long hd)
+{
+	ATLAS_PDL_ENTRY();
+	rope_head(x, pos, inv_freq, T, H, hd, hd);
+}
+
+/* Partial rotary embedding (hybrid models): atlas_rope on the first rd
+ * dims of each head, the rest untouched; grid T*H, block rd/2. */
+extern "C" __global__ void atlas_rope_partial(bf16 *x, const int *pos, const float *inv_freq,
+					      long long T, long long H, long long hd, long long rd)
+{
+	ATLAS_PDL_ENTRY();
+	rope_head(x, pos, inv_freq, T, H, hd, rd);
 }
 
 /* atlas_qk_rope_store: the attention prologue of one step in one launch.

@@ -100,7 +100,7 @@ int atlas_cpu_gate_apply(struct atlas_backend *be, void *att, const void *qg, in
 			 int64_t H, int64_t hd);
 int atlas_cpu_deltanet(struct atlas_backend *be, void *out, const void *qkvz, const void *ba,
 		       const struct atlas_gdn_desc *d, const struct atlas_gdn_item *items,
-		       int64_t n_items);
+		       int64_t n_items, int64_t off, float *scratch);
 int atlas_cpu_kv_store(struct atlas_backend *be, void *kc, void *vc, const void *k,
 		       const void *v, const int32_t *slot, int64_t T, int64_t Hkv, int64_t hd);
 int atlas_cpu_attention(struct atlas_backend *be, void *out, const void *q, const void *kc,

@@ -76,9 +76,9 @@ int atlas_cpu_gate_apply(struct atlas_backend *be, void *att, const void *qg, in
 struct gdn_job {
 	const struct atlas_gdn_desc *d;
 	const struct atlas_gdn_item *items;
-	const int64_t *row0;    /* [n_items] first row of each item */
+	int64_t off;            /* the layer's part of each state */
 	const float *qkvz, *ba; /* inputs (backend.h) */
-	float *conv;            /* scratch [T, C]: silu(conv(x)) */
+	float *conv;            /* the caller's scratch [T, C]: silu(conv(x)) */
 	float *out;             /* [T, Hv dv] */
 	int64_t C, W;           /* conv channels, qkvz row width */
 };
@@ -92,10 +92,10 @@ static void conv_range(void *ctx, int64_t b, int64_t e)
 	for (int64_t u = b; u < e; u++) {
 		const int64_t i = u / C, c = u % C;
 		const struct atlas_gdn_item *it = &j->items[i];
-		float *win = it->state + c * (K - 1); /* oldest first */
+		float *win = it->state + j->off + c * (K - 1); /* oldest first */
 		const float *w = j->d->conv_w + c * K;
 		for (int64_t t = 0; t < it->n; t++) {
-			const int64_t row = j->row0[i] + t;
+			const int64_t row = it->row0 + t;
 			const float x = j->qkvz[row * j->W + c];
 			float y = 0.0f;
 			for (int64_t k = 0; k < K - 1; k++)
@@ -105,7 +105,8 @@ static void conv_range(void *ctx, int64_t b, int64_t e)
 			win[K - 2] = x;
 			j->conv[row * C + c] = silu(y);
 			if (t + 1 == it->snap_at)
-				memcpy(it->snap + c * (K - 1), win, (size_t)(K - 1) * sizeof(float));
+				memcpy(it->snap + j->off + c * (K - 1), win,
+				       (size_t)(K - 1) * sizeof(float));
 		}
 	}
 }
@@ -137,10 +138,10 @@ static void rule_range(void *ctx, int64_t b, int64_t e)
 	for (int64_t unit = b; unit < e; unit++) {
 		const int64_t i = unit / Hv, h = unit % Hv, kh = h / rep;
 		const struct atlas_gdn_item *it = &j->items[i];
-		float *S = it->state + C * (d->K - 1) + h * dk * dv; /* [dk, dv] */
+		float *S = it->state + j->off + C * (d->K - 1) + h * dk * dv; /* [dk, dv] */
 		const float A = expf(d->A_log[h]);
 		for (int64_t t = 0; t < it->n; t++) {
-			const int64_t row = j->row0[i] + t;
+			const int64_t row = it->row0 + t;
 			const float *x = j->conv + row * C;
 			memcpy(q, x + kh * dk, (size_t)dk * sizeof(float));
 			memcpy(k, x + Hk * dk + kh * dk, (size_t)dk * sizeof(float));
@@ -187,39 +188,25 @@ static void rule_range(void *ctx, int64_t b, int64_t e)
 
 int atlas_cpu_deltanet(struct atlas_backend *be, void *out, const void *qkvz, const void *ba,
 		       const struct atlas_gdn_desc *d, const struct atlas_gdn_item *items,
-		       int64_t n_items)
+		       int64_t n_items, int64_t off, float *scratch)
 {
 	(void)be;
 	if (!d || d->Hk <= 0 || d->Hv <= 0 || d->Hv % d->Hk || d->dk <= 0 || d->dv <= 0 ||
-	    d->K < 2 || n_items <= 0)
+	    d->K < 2 || n_items <= 0 || off < 0 || !scratch)
 		return atlas_error(ATLAS_EINVAL, "cpu deltanet: bad shape");
 	const int64_t C = 2 * d->Hk * d->dk + d->Hv * d->dv;
-	int64_t T = 0;
-	int64_t *row0 = malloc((size_t)n_items * sizeof(int64_t));
-	if (!row0)
-		return atlas_error(ATLAS_ENOMEM, "cpu deltanet: out of memory");
-	for (int64_t i = 0; i < n_items; i++) {
-		if (items[i].n <= 0 || !items[i].state || items[i].snap_at < 0 ||
-		    items[i].snap_at > items[i].n || (items[i].snap_at && !items[i].snap)) {
-			free(row0);
-			return atlas_error(ATLAS_EINVAL, "cpu deltanet: item %lld: bad rows, state or snapshot",
+	for (int64_t i = 0, T = 0; i < n_items; T += items[i].n, i++) {
+		if (items[i].n <= 0 || items[i].row0 != T || !items[i].state || items[i].snap_at < 0 ||
+		    items[i].snap_at > items[i].n || (items[i].snap_at && !items[i].snap))
+			return atlas_error(ATLAS_EINVAL,
+					   "cpu deltanet: item %lld: bad rows, state or snapshot",
 					   (long long)i);
-		}
-		row0[i] = T;
-		T += items[i].n;
 		if (items[i].fresh)
-			memset(items[i].state, 0,
+			memset(items[i].state + off, 0,
 			       (size_t)atlas_gdn_state_floats(d) * sizeof(float));
 	}
-	float *conv = malloc((size_t)(T * C) * sizeof(float));
-	if (!conv) {
-		free(row0);
-		return atlas_error(ATLAS_ENOMEM, "cpu deltanet: out of memory");
-	}
-	struct gdn_job j = {d, items, row0, qkvz, ba, conv, out, C, C + d->Hv * d->dv};
+	struct gdn_job j = {d, items, off, qkvz, ba, scratch, out, C, C + d->Hv * d->dv};
 	atlas_parallel_for(n_items * C, 16, conv_range, &j);
 	atlas_parallel_for(n_items * d->Hv, 1, rule_range, &j);
-	free(conv);
-	free(row0);
 	return 0;
 }

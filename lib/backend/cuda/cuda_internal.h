@@ -143,8 +143,6 @@ struct cuda_ctx {
 	void *d_mask;                 /* grammar masks of a sample launch: row
 				       * indices, then their mask words */
 	size_t mask_cap;              /* its bytes */
-	float *gdn_conv;              /* deltanet: the conv output [T, C], FP32 */
-	size_t gdn_conv_cap;          /* its bytes */
 	float *d_scratch;             /* sample scratch */
 	size_t scratch_cap;           /* its bytes */
 	float *att_part;              /* split-K attention partials: a fixed size,
