@@ -1138,6 +1138,7 @@ struct atlas_model *atlas_decoder_mtp_new(struct atlas_model *target)
 	m->head_borrowed = true;
 	m->fam = target->fam;
 	m->no_graphs = true; /* its steps gather hidden rows from pointers */
+	target->rows_read = true;
 	return m;
 }
 

@@ -145,6 +145,8 @@ struct atlas_model {
 					   * hybrid model holds (all its linear
 					   * layers), 0 otherwise */
 	void *qkvz, *ba, *lin_o;          /* hybrid activations, max_tokens rows */
+	bool rows_read;                   /* an MTP head reads this model's hidden
+					   * rows between steps (a cut keeps them) */
 	void *h_keep;                     /* hybrid models: backend [max_tokens,
 					   * hidden] act, where a cut's replay keeps
 					   * the last step's hidden rows (kvpool.c) */

@@ -248,14 +248,15 @@ static int recurrent_cut(struct atlas_seq *s, int64_t len)
 	s->saved_len = -1;
 	/* the replay's rows would overwrite the hidden rows of the step
 	 * just run, which an MTP head reads next (atlas_model_hidden_rows):
-	 * they are kept aside and put back */
+	 * with a head attached they are kept aside and put back */
+	const bool keep = m->rows_read && m->h_keep;
 	const size_t rb = (size_t)m->cfg.hidden_size * m->act;
 	const size_t kb = (size_t)(n < m->max_tokens ? n : m->max_tokens) * rb;
-	if (!rc && n && m->h_keep)
+	if (!rc && n && keep)
 		rc = m->be->copy(m->be, m->h_keep, m->h, kb);
 	if (!rc && n)
 		rc = atlas_model_forward(m, s, ids, n, NULL, false);
-	if (!rc && n && m->h_keep)
+	if (!rc && n && keep)
 		rc = m->be->copy(m->be, m->h, m->h_keep, kb);
 	free(ids);
 	return rc;

@@ -282,8 +282,9 @@ static void test_misshapen(void)
 	free(d);
 }
 
-/* A hybrid model's cut replays tokens (kvpool.c): the hidden rows of the
- * step before it, which a head reads next, survive it. */
+/* A hybrid model's cut replays tokens (kvpool.c): with a head attached,
+ * the hidden rows of the step before it, which the head reads next,
+ * survive it. */
 static void test_rows_survive_cut(void)
 {
 	struct atlas_backend *be = atlas_backend_cpu_new();
@@ -293,6 +294,8 @@ static void test_rows_survive_cut(void)
 		be->destroy(be);
 		return;
 	}
+	struct atlas_model *h = atlas_model_load_mtp(dir, m, NULL);
+	CHECK(h != NULL);
 	int32_t ids[16];
 	for (int i = 0; i < 16; i++)
 		ids[i] = tok(i);
@@ -315,6 +318,7 @@ static void test_rows_survive_cut(void)
 	free(before);
 	atlas_seq_free(a);
 	atlas_seq_free(b);
+	atlas_model_free(h);
 	atlas_model_free(m);
 	be->destroy(be);
 }
