@@ -1334,6 +1334,27 @@ static __device__ __forceinline__ void fd_swiglu_out(const atlas_fd_args &a, con
 	((bf16 *)a.g)[n] = atlas_tobf(gv / (1.0f + expf(-gv)) * uv);
 }
 
+/* ATLAS_CUDA_FD_TRACE: block 0's thread 0 adds the time since its last
+ * mark to trace[l * FD_TRACE + ph], and counts the launch in
+ * trace[n_layers * FD_TRACE]. Phases: 0 A's norm, 1 A's products, 2 A's
+ * outputs and barrier, 3 B, 4 C's product, 5 C's residual and barrier, 6
+ * D (an MoE layer's router and barrier), 7 MoE routing, 8 the gate and
+ * up products, 9 SwiGLU and barrier, 10 the down products, 11 their
+ * outputs (and barrier). A timing aid: a reduction and a timer read a
+ * mark, in one thread. */
+#define FD_TRACE ATLAS_FD_TRACE
+static __device__ __forceinline__ void fd_mark(const atlas_fd_args &a, int l, int ph,
+					       unsigned long long &t)
+{
+	if (!a.trace || blockIdx.x != 0 || threadIdx.x != 0)
+		return;
+	unsigned long long now;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+	if (ph >= 0) /* (a reduction: nothing waits for it) */
+		atomicAdd(a.trace + l * FD_TRACE + ph, now - t);
+	t = now;
+}
+
 /* An MoE layer's MLP (BF16 launches), after phase C, for the consumer
  * warps; the moe op's arithmetic (moe.cu) at T = 1:
  *   D  xn = rmsnorm(h) ln2; the router's rows: FP32 logits into lg
@@ -1351,7 +1372,8 @@ static __device__ __forceinline__ void fd_swiglu_out(const atlas_fd_args &a, con
  * Returns with the grid barrier after F done (not after the last layer). */
 static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atlas_fd_layer &L, fd_ring &r,
 			      bf16 *xs, float *part, float *red, int *ids, float *wts,
-			      unsigned long long *rt, unsigned &target, bool lastl)
+			      unsigned long long *rt, unsigned &target, bool lastl, int l,
+			      unsigned long long &t)
 {
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, k = a.topk;
 	long long r0, r1;
@@ -1362,6 +1384,7 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 	for (long long i = threadIdx.x; i < r1 - r0; i += 256)
 		a.lg[r0 + i] = fd_row(part, i, a.D / FD_SLICE);
 	fd_grid_sync(a, target);
+	fd_mark(a, l, 6, t);
 
 	/* (part is free until the gate and up pieces: the logits, then the
 	 * softmax's scratch) */
@@ -1383,18 +1406,22 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 		if (blockIdx.x == 0 && a.reads)
 			atomicAdd(a.reads, (unsigned long long)k);
 	}
+	fd_mark(a, l, 7, t);
 	for (int j = 0; j < 2 * k; j++)
 		fd_consume_moe(a, r, fd_get<true>(a, L, 5 + j, ids), xs, part);
 	fd_bar();
+	fd_mark(a, l, 8, t);
 	fd_rows((long long)k * a.Fe, &r0, &r1);
 	for (long long i = threadIdx.x; i < r1 - r0; i += 256)
 		fd_swiglu_out(a, part, i, r1 - r0, r0 + i, a.D / FD_SLICE);
 	fd_grid_sync(a, target);
+	fd_mark(a, l, 9, t);
 
 	fd_load_x(xs, a.g, k * a.Fe, false);
 	for (int j = 0; j < k; j++)
 		fd_consume_moe(a, r, fd_get<true>(a, L, 5 + 2 * k + j, ids), xs, part);
 	fd_bar();
+	fd_mark(a, l, 10, t);
 	fd_rows(a.D, &r0, &r1);
 	const int nsf = fd_nsl(a.Fe);
 	for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
@@ -1405,6 +1432,7 @@ static __device__ __forceinline__ void fd_moe(const atlas_fd_args &a, const atla
 	}
 	if (!lastl)
 		fd_grid_sync(a, target);
+	fd_mark(a, l, 11, t);
 }
 
 /* The consumer warps: every phase of every layer. */
@@ -1417,8 +1445,10 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 	const fd_att_item it = fd_item(a, p);
 	const long long nq = (long long)a.H * FD_HD, nkv = (long long)a.Hkv * FD_HD;
 	unsigned target = 0;
+	unsigned long long t = 0;
 	long long r0, r1;
 	const bool f8 = a.wfmt == ATLAS_FD_F8B; /* (fd_x_f16 finishes the x loads) */
+	fd_mark(a, 0, -1, t);
 	for (int l = 0; l < a.n_layers; l++) {
 		const atlas_fd_layer &L = a.layers[l]; /* (a copy held 32 registers all layer) */
 		const bool lastl = l == a.n_layers - 1;
@@ -1427,9 +1457,11 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 		fd_att_prefetch(a, L, it, seq, offs);
 		float xsc = fd_x_prep(a, xs, a.D, red,
 				      fd_norm_x(xs, a.x, L.ln1, a.nwdt, a.D, a.eps, red, f8));
+		fd_mark(a, l, 0, t);
 		for (int i = 0; i < 3; i++)
 			fd_consume(a, r, fd_get(a, L, i), xs, part, xsc);
 		fd_bar();
+		fd_mark(a, l, 1, t);
 		fd_att_tile0(a, L, it, (unsigned char *)xs, offs, p, slot);
 		fd_rows(nq + 2 * nkv, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
@@ -1450,16 +1482,19 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 			}
 		}
 		fd_grid_sync(a, target);
+		fd_mark(a, l, 2, t);
 
 		/* B: attention */
 		if (a.mode != 1)
 			fd_attention(a, L, it, (unsigned char *)xs, offs, p, seq, slot);
 		fd_grid_sync(a, target);
+		fd_mark(a, l, 3, t);
 
 		/* C: o, residual */
 		xsc = fd_x_prep(a, xs, (int)nq, red, fd_load_x(xs, a.att, (int)nq, f8));
 		fd_consume(a, r, fd_get(a, L, 3), xs, part, xsc);
 		fd_bar();
+		fd_mark(a, l, 4, t);
 		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256) {
 			bf16 *h = (bf16 *)a.x + r0 + i;
@@ -1467,9 +1502,10 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 			*h = atlas_tobf(atlas_bf(__ldcg(h)) + o);
 		}
 		fd_grid_sync(a, target);
+		fd_mark(a, l, 5, t);
 
 		if (MOE && L.ex) {
-			fd_moe(a, L, r, xs, part, red, ids, wts, rt, target, lastl);
+			fd_moe(a, L, r, xs, part, red, ids, wts, rt, target, lastl, l, t);
 			continue;
 		}
 
@@ -1478,21 +1514,27 @@ static __device__ __forceinline__ void fd_run(const atlas_fd_args &a, fd_ring &r
 		fd_consume(a, r, fd_get(a, L, 4), xs, part, xsc);
 		fd_consume(a, r, fd_get(a, L, 5), xs, part, xsc);
 		fd_bar();
+		fd_mark(a, l, 8, t);
 		fd_rows(a.F, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256)
 			fd_swiglu_out(a, part, i, r1 - r0, r0 + i, a.D / FD_SLICE);
 		fd_grid_sync(a, target);
+		fd_mark(a, l, 9, t);
 
 		/* E: down, residual (the last layer's output to o) */
 		xsc = fd_x_prep(a, xs, a.F, red, fd_load_x(xs, a.g, a.F, f8));
 		fd_consume(a, r, fd_get(a, L, 6), xs, part, xsc);
 		fd_bar();
+		fd_mark(a, l, 10, t);
 		fd_rows(a.D, &r0, &r1);
 		for (long long i = threadIdx.x; i < r1 - r0; i += 256)
 			fd_mlp_out(a, r0 + i, atlas_tobf(fd_row(part, i, a.F / FD_SLICE)), lastl);
 		if (!lastl)
 			fd_grid_sync(a, target);
+		fd_mark(a, l, 11, t);
 	}
+	if (a.trace && blockIdx.x == 0 && threadIdx.x == 0)
+		atomicAdd(a.trace + a.n_layers * FD_TRACE, 1ull);
 }
 
 /* The kernel body; MOE: a model with MoE layers (atlas_decode_fused_moe),

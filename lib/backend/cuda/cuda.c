@@ -286,6 +286,7 @@ static void read_switches(struct cuda_ctx *c, int major)
 	c->fused_moe = !env_is("ATLAS_CUDA_FUSED_MOE", "0");
 	const char *fm = getenv("ATLAS_CUDA_FUSED_MODE");
 	c->fused_mode = fm && atoi(fm) >= 1 && atoi(fm) <= 3 ? atoi(fm) : 0;
+	c->fd_trace = env_is("ATLAS_CUDA_FD_TRACE", "1");
 	c->no_split_k = env_is("ATLAS_CUDA_SPLITK", "0");
 	const char *rpb = getenv("ATLAS_CUDA_GEMV_RPB");
 	c->gemv_rpb = rpb && (!strcmp(rpb, "1") || !strcmp(rpb, "2") || !strcmp(rpb, "4") ||

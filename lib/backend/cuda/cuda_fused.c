@@ -27,6 +27,7 @@
 #include "kernel_args.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,9 @@ struct cuda_fused {
 	float *d_lg;			 /* device [E]: router logits */
 	float *d_part;			 /* attention partials */
 	unsigned *d_sync;		 /* barrier and split counters */
+	unsigned long long *d_trace;	 /* ATLAS_CUDA_FD_TRACE: phase times (fd_mark) */
+	int n_layers;
+	int moe_layers;
 	int kid;			 /* ATLAS_CK_DECODE_FUSED or _MOE */
 	unsigned grid;			 /* blocks: one per SM */
 	size_t smem;			 /* dynamic shared memory */
@@ -348,8 +352,14 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 			return NULL;
 		}
 	}
-	cudaError_t e =
-	    cudaMemcpy(f->d_layers, h, (size_t)d->n_layers * sizeof(*h), cudaMemcpyHostToDevice);
+	f->n_layers = (int)d->n_layers;
+	f->moe_layers = (int)nmoe;
+	const size_t trace_bytes = ((size_t)d->n_layers * ATLAS_FD_TRACE + 1) * sizeof(unsigned long long);
+	cudaError_t e = c->fd_trace ? cudaMalloc((void **)&f->d_trace, trace_bytes) : cudaSuccess;
+	if (e == cudaSuccess && f->d_trace)
+		e = cudaMemset(f->d_trace, 0, trace_bytes);
+	if (e == cudaSuccess)
+		e = cudaMemcpy(f->d_layers, h, (size_t)d->n_layers * sizeof(*h), cudaMemcpyHostToDevice);
 	if (e == cudaSuccess)
 		e = cudaMemset(f->d_sync, 0, sync_bytes);
 	if (e == cudaSuccess && nmoe)
@@ -393,6 +403,7 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	    .xs_bytes = (int)xs_bytes,
 	    .part_cap = (int)part,
 	    .mode = c->fused_mode,
+	    .trace = f->d_trace,
 	    .eps = d->eps,
 	    .scale = d->scale,
 	    .E = (int)E,
@@ -413,6 +424,39 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 	return f;
 }
 
+/* ATLAS_CUDA_FD_TRACE=1: block 0's mean time a launch in each phase
+ * (decode_fused.cu's fd_mark), over the dense and the MoE layers, to
+ * stderr (a timing aid: the marks cost a global add each). */
+static void trace_report(const struct cuda_fused *f)
+{
+	enum { NP = ATLAS_FD_TRACE };
+	const int L = f->n_layers;
+	unsigned long long *t = calloc((size_t)L * NP + 1, sizeof(*t));
+	if (!t || cudaMemcpy(t, f->d_trace, ((size_t)L * NP + 1) * sizeof(*t),
+			     cudaMemcpyDeviceToHost) != cudaSuccess || !t[L * NP]) {
+		cudaGetLastError();
+		free(t);
+		return;
+	}
+	static const char *const names[NP] = {
+	    "A norm",	    "A products",    "A out+barrier", "B attention",
+	    "C product",    "C out+barrier", "D router",      "routing",
+	    "gate/up",	    "swiglu+barrier", "down",	      "down out+barrier"};
+	double sum = 0.0;
+	fprintf(stderr, "fused decode trace: %llu launches, %d layers (%d MoE); us a launch:\n",
+		t[L * NP], L, f->moe_layers);
+	for (int ph = 0; ph < NP; ph++) {
+		double ns = 0.0;
+		for (int l = 0; l < L; l++)
+			ns += (double)t[l * NP + ph];
+		ns /= (double)t[L * NP];
+		sum += ns;
+		fprintf(stderr, "  %-18s %9.1f (%.2f a layer)\n", names[ph], ns / 1e3, ns / 1e3 / L);
+	}
+	fprintf(stderr, "  %-18s %9.1f\n", "all", sum / 1e3);
+	free(t);
+}
+
 int atlas_cuda_fused_decode(struct atlas_backend *be, void *fused)
 {
 	struct cuda_ctx *c = be->ctx;
@@ -428,10 +472,13 @@ void atlas_cuda_fused_release(struct atlas_backend *be, void *fused)
 	struct cuda_fused *f = fused;
 	if (!f)
 		return;
+	if (f->d_trace)
+		trace_report(f);
 	cudaFree(f->d_layers);
 	cudaFree(f->d_ex);
 	cudaFree(f->d_lg);
 	cudaFree(f->d_part);
 	cudaFree(f->d_sync);
+	cudaFree(f->d_trace);
 	free(f);
 }

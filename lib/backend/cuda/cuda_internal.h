@@ -246,6 +246,7 @@ struct cuda_ctx {
 	int fused_moe;                /* MoE models' one-token steps through
 				       * the fused kernel too
 				       * (ATLAS_CUDA_FUSED_MOE=0: not) */
+	int fd_trace;                   /* ATLAS_CUDA_FD_TRACE=1 */
 	int fused_mode;               /* ATLAS_CUDA_FUSED_MODE: its timing-only
 				       * variants (atlas_fd_args.mode) */
 	int pdl;                      /* launch with programmatic dependent launch

@@ -212,6 +212,7 @@ struct atlas_moe_args {
 #define ATLAS_FD_MAXSPLIT 32 /* attention splits per kv head at most */
 #define ATLAS_FD_TILE 32    /* keys per attention step */
 #define ATLAS_FD_PSTRIDE (ATLAS_FD_HD + 4) /* floats per attention partial (16-byte rows) */
+#define ATLAS_FD_TRACE 12    /* phases a layer of ATLAS_CUDA_FD_TRACE */
 #define ATLAS_FD_THREADS 288 /* 8 consumer warps + 1 producer warp */
 /* bytes of the attention scratch at the start of the x area: q of the
  * group [MAXG][HD] and scores [MAXG][TILE] as float, a tile's K and V
@@ -267,6 +268,10 @@ struct atlas_fd_args {
 	int wfmt;       /* ATLAS_FD_BF16, ATLAS_FD_F8B or ATLAS_FD_W4B */
 	int mode;       /* ATLAS_CUDA_FUSED_MODE: 0 normal; timing only: 1 no
 			 * attention, 2 no grid barriers, 3 weights only */
+	unsigned long long *trace; /* ATLAS_CUDA_FD_TRACE: [n_layers *
+				    * ATLAS_FD_TRACE + 1] ns a phase
+				    * (decode_fused.cu's fd_mark), launches;
+				    * NULL: none */
 	float eps, scale;
 	/* MoE layers: E experts, topk of them a token (<= ATLAS_FD_MAXK),
 	 * each Fe wide (a multiple of ATLAS_FD_SLICE_S), top-k weights
