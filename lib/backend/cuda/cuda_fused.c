@@ -42,8 +42,7 @@ struct cuda_fused {
 	float *d_part;			 /* attention partials */
 	unsigned *d_sync;		 /* barrier and split counters */
 	unsigned long long *d_trace;	 /* ATLAS_CUDA_FD_TRACE: phase times (fd_mark) */
-	int n_layers;
-	int moe_layers;
+	int moe_layers;			 /* (for the trace's report) */
 	int kid;			 /* ATLAS_CK_DECODE_FUSED or _MOE */
 	unsigned grid;			 /* blocks: one per SM */
 	size_t smem;			 /* dynamic shared memory */
@@ -352,7 +351,6 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 			return NULL;
 		}
 	}
-	f->n_layers = (int)d->n_layers;
 	f->moe_layers = (int)nmoe;
 	const size_t trace_bytes = ((size_t)d->n_layers * ATLAS_FD_TRACE + 1) * sizeof(unsigned long long);
 	cudaError_t e = c->fd_trace ? cudaMalloc((void **)&f->d_trace, trace_bytes) : cudaSuccess;
@@ -430,7 +428,7 @@ void *atlas_cuda_fused_prepare(struct atlas_backend *be, const struct atlas_fuse
 static void trace_report(const struct cuda_fused *f)
 {
 	enum { NP = ATLAS_FD_TRACE };
-	const int L = f->n_layers;
+	const int L = f->args.n_layers; /* (0 before prepare set the args: no report) */
 	unsigned long long *t = calloc((size_t)L * NP + 1, sizeof(*t));
 	if (!t || cudaMemcpy(t, f->d_trace, ((size_t)L * NP + 1) * sizeof(*t),
 			     cudaMemcpyDeviceToHost) != cudaSuccess || !t[L * NP]) {

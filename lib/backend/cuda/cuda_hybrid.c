@@ -59,11 +59,14 @@ static int op_deltanet(struct atlas_backend *be, void *out, const void *qkvz, co
 				      : dk == 128 ? ATLAS_CK_GDN_RULE128
 						  : ATLAS_CK_COUNT;
 	if (rule == ATLAS_CK_COUNT || Hk <= 0 || Hv % Hk || dv <= 0 || dv > 1024 || K < 2 ||
-	    K > GDN_MAX_K || n_items <= 0 || n_items > 65535)
+	    K > GDN_MAX_K)
 		return atlas_error(ATLAS_EUNSUPPORTED,
 				   "cuda deltanet: key heads of %lld dims (16, 32, 64 or 128), value "
 				   "heads of %lld (at most 1024) and a conv of width %lld (2..%d) are "
 				   "what it takes", dk, dv, K, GDN_MAX_K);
+	if (n_items <= 0 || n_items > 65535) /* (the launches' grid y) */
+		return atlas_error(ATLAS_EINVAL, "cuda deltanet: %lld items (1..65535)",
+				   (long long)n_items);
 	const float eps = d->eps;
 	const unsigned block = (unsigned)(((dv > dk ? dv : dk) + 31) / 32 * 32);
 	void *cargs[] = {&qkvz, &scratch, &items, (void *)&o, (void *)&d->conv_w, (void *)&C,
